@@ -1,0 +1,1 @@
+"""Draft trees, verification, decoders and the events they emit."""

@@ -1,0 +1,246 @@
+"""Decoders: speculative (target + draft + config) and plain, both generators of `RoundEvent`s and a summary."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator, Sequence
+
+import torch
+
+from .. import metrics
+from ..errors import PromptError
+from ..models.draft import DraftModel, DraftState, check_draft_fits
+from ..models.target import TargetModel, causal_allowed, keep_cache_slots
+from .config import DecodeConfig
+from .events import DecodeSummary, DraftNode, FeatureDeviation, RoundEvent
+from .tree import DraftTree, build_tree
+from .verify import target_distribution, verify_greedy, verify_sampling
+
+Message = dict  # {"role": ..., "content": ...}
+
+
+def encode_prompt(tokenizer, prompt: str | Sequence[Message], use_chat_template: bool = True) -> list[int]:
+    """Token ids for a prompt: a string (one user turn) or a list of chat messages, through the chat template."""
+    messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
+    if not messages or not any(str(m.get("content", "")).strip() for m in messages):
+        raise PromptError("the prompt is empty: type a question or instruction.")
+    if use_chat_template and getattr(tokenizer, "chat_template", None):
+        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    text = "\n".join(str(m["content"]) for m in messages)
+    return list(tokenizer(text)["input_ids"])
+
+
+def _ms(t0: float) -> float:
+    return (time.perf_counter() - t0) * 1000.0
+
+
+class _Stream:
+    """Collects emitted tokens, applies the stop rules, and turns tokens into text deltas."""
+
+    def __init__(self, tokenizer, eos_ids: set[int], max_new_tokens: int) -> None:
+        self.tokenizer = tokenizer
+        self.eos_ids = eos_ids
+        self.max_new_tokens = max_new_tokens
+        self.ids: list[int] = []
+        self.text = ""
+        self.stop_reason: str | None = None
+
+    def push(self, tokens: list[int]) -> tuple[list[int], str]:
+        """Append a round's tokens (cut at EOS or the budget); return what was kept and its text."""
+        kept: list[int] = []
+        for t in tokens:
+            if len(self.ids) + len(kept) >= self.max_new_tokens:
+                self.stop_reason = "max_new_tokens"
+                break
+            kept.append(t)
+            if t in self.eos_ids:
+                self.stop_reason = "eos"
+                break
+        if self.stop_reason is None and len(self.ids) + len(kept) >= self.max_new_tokens:
+            self.stop_reason = "max_new_tokens"
+        self.ids.extend(kept)
+        full = self.tokenizer.decode(self.ids, skip_special_tokens=True) if self.tokenizer is not None else ""
+        delta = full[len(self.text):] if full.startswith(self.text) else full
+        self.text = full
+        return kept, delta
+
+
+class _BaseDecoder:
+    """What both decoders share: prompt checks, the prefill round, stopping, and the closing summary."""
+
+    method = "base"
+
+    def __init__(self, target: TargetModel, config: DecodeConfig) -> None:
+        config.validate()
+        self.target = target
+        self.config = config
+
+    def _check_prompt(self, input_ids: Sequence[int]) -> torch.Tensor:
+        if len(input_ids) == 0:
+            raise PromptError("the prompt is empty: type a question or instruction.")
+        limit = self.target.max_context
+        if len(input_ids) >= limit:
+            raise PromptError(f"the prompt has {len(input_ids)} tokens but the model's context window is {limit} "
+                              f"(room is needed for at least one new token): shorten it.")
+        return torch.as_tensor(list(input_ids), dtype=torch.long)
+
+    def _pick(self, logits: torch.Tensor, generator: torch.Generator) -> int:
+        if self.config.greedy:
+            return int(logits.argmax())
+        probs = target_distribution(logits, self.config.temperature, self.config.top_p)
+        return int(torch.multinomial(probs, 1, generator=generator))
+
+    def _prefill(self, ids: torch.Tensor, cache, generator: torch.Generator):
+        out = self.target.forward(ids, torch.arange(len(ids)), causal_allowed(len(ids), 0), cache, logits="last")
+        return out, self._pick(out.logits[-1], generator)
+
+    def _generator(self) -> torch.Generator:
+        return torch.Generator().manual_seed(self.config.seed)
+
+    def _finish(self, events: list[RoundEvent], stream: _Stream, reason: str | None) -> DecodeSummary:
+        return DecodeSummary(text=stream.text, token_ids=list(stream.ids), stop_reason=reason or "max_new_tokens",
+                             stats=metrics.summarize(events))
+
+    def _prefill_event(self, first: int, stream: _Stream, ms: float) -> RoundEvent:
+        kept, delta = stream.push([first])
+        return RoundEvent(round=0, nodes=[], accepted=[], bonus=first, target_probs=[], feature_deviation=[],
+                          draft_ms=0.0, verify_ms=ms, new_tokens=len(stream.ids), tokens=kept, text=delta,
+                          wall_ms=ms, prefill=True)
+
+
+class PlainDecoder(_BaseDecoder):
+    """The target alone, one token per forward: the baseline every lane is compared with."""
+
+    method = "ar"
+
+    @torch.inference_mode()
+    def generate(self, input_ids: Sequence[int],
+                 cancel: threading.Event | None = None) -> Iterator[RoundEvent | DecodeSummary]:
+        ids = self._check_prompt(input_ids)
+        gen = self._generator()
+        stream = _Stream(self.target.tokenizer, self.target.eos_ids, self.config.max_new_tokens)
+        cache = self.target.new_cache()
+        events: list[RoundEvent] = []
+        t0 = time.perf_counter()
+        out, token = self._prefill(ids, cache, gen)
+        ms = _ms(t0)
+        events.append(self._prefill_event(token, stream, ms))
+        yield events[-1]
+        n = len(ids) + 1
+        while stream.stop_reason is None:
+            if cancel is not None and cancel.is_set():
+                stream.stop_reason = "cancelled"
+                break
+            if n >= self.target.max_context:
+                stream.stop_reason = "context_limit"
+                break
+            t0 = time.perf_counter()
+            out = self.target.forward(torch.tensor([token]), torch.tensor([n - 1]), causal_allowed(1, n - 1), cache,
+                                      logits="last")
+            verify_ms = _ms(t0)
+            token = self._pick(out.logits[-1], gen)
+            kept, delta = stream.push([token])
+            n += 1
+            events.append(RoundEvent(round=len(events), nodes=[], accepted=[], bonus=token, target_probs=[],
+                                     feature_deviation=[], draft_ms=0.0, verify_ms=verify_ms,
+                                     new_tokens=len(stream.ids), tokens=kept, text=delta, wall_ms=_ms(t0)))
+            yield events[-1]
+        yield self._finish(events, stream, stream.stop_reason)
+
+
+class SpeculativeDecoder(_BaseDecoder):
+    """Draft an EAGLE-2 tree with the (POSS or EAGLE) draft, verify it with one target forward, keep what matches."""
+
+    method = "spec"
+
+    def __init__(self, target: TargetModel, draft: DraftModel, config: DecodeConfig) -> None:
+        super().__init__(target, config)
+        check_draft_fits(draft, target)
+        self.draft = draft
+
+    @torch.inference_mode()
+    def generate(self, input_ids: Sequence[int],
+                 cancel: threading.Event | None = None) -> Iterator[RoundEvent | DecodeSummary]:
+        cfg = self.config
+        ids = self._check_prompt(input_ids)
+        gen = self._generator()
+        stream = _Stream(self.target.tokenizer, self.target.eos_ids, cfg.max_new_tokens)
+        cache = self.target.new_cache()
+        state = DraftState(self.draft)
+        events: list[RoundEvent] = []
+
+        t0 = time.perf_counter()
+        out, root = self._prefill(ids, cache, gen)
+        # Row j of the draft pairs token x[j+1] with the target feature at j.
+        state.add_rows(torch.cat([ids[1:], torch.tensor([root])]), out.hidden)
+        events.append(self._prefill_event(root, stream, _ms(t0)))
+        yield events[-1]
+        n = len(ids) + 1  # committed tokens; the target's cache holds n - 1 (the root is not yet read)
+        while stream.stop_reason is None:
+            if cancel is not None and cancel.is_set():
+                stream.stop_reason = "cancelled"
+                break
+            if n >= self.target.max_context:
+                stream.stop_reason = "context_limit"
+                break
+            t_round = time.perf_counter()
+            # Committed tokens never exceed the context window: accepted nodes plus the bonus must fit.
+            depth = min(cfg.depth, self.target.max_context - n - 1)
+            tree = (build_tree(self.draft, state, depth, cfg.top_k, cfg.tree_budget) if depth > 0
+                    else DraftTree.empty(self.target.hidden_size))
+            draft_ms = _ms(t_round)
+
+            t0 = time.perf_counter()
+            slots = torch.cat([torch.tensor([root]), tree.tokens])
+            allowed = torch.ones(tree.size + 1, n + tree.size, dtype=torch.bool)
+            allowed[:, n - 1:] = tree.ancestors()
+            out = self.target.forward(slots, n - 1 + torch.cat([torch.zeros(1, dtype=torch.long), tree.depths]),
+                                      allowed, cache, logits="all")
+            verify_ms = _ms(t0)
+
+            logits = out.logits.cpu()
+            if cfg.greedy:
+                path, bonus = verify_greedy(tree, logits)
+                log_z = torch.logsumexp(logits, dim=-1)
+                target_probs = (logits[tree.parents + 1, tree.tokens] - log_z[tree.parents + 1]).exp()
+            else:
+                probs = target_distribution(logits, cfg.temperature, cfg.top_p)
+                path, bonus = verify_sampling(tree, probs, gen)
+                target_probs = probs[tree.parents + 1, tree.tokens]
+
+            keep = torch.tensor([0] + [a + 1 for a in path])
+            keep_cache_slots(cache, n - 1, keep)
+            path_tokens = tree.tokens[path].tolist() if path else []
+            state.add_rows(torch.tensor(path_tokens + [bonus]), out.hidden[keep.to(out.hidden.device)])
+            deviation = _feature_deviation(tree, path, out.hidden)
+            n += len(path) + 1
+            root = bonus
+            kept, delta = stream.push(path_tokens + [bonus])
+            events.append(RoundEvent(
+                round=len(events), nodes=_nodes(tree), accepted=list(path), bonus=bonus,
+                target_probs=[float(p) for p in target_probs.tolist()], feature_deviation=deviation,
+                draft_ms=draft_ms, verify_ms=verify_ms, new_tokens=len(stream.ids), tokens=kept, text=delta,
+                wall_ms=_ms(t_round)))
+            yield events[-1]
+        yield self._finish(events, stream, stream.stop_reason)
+
+
+def _nodes(tree: DraftTree) -> list[DraftNode]:
+    cols = zip(tree.tokens.tolist(), tree.parents.tolist(), tree.depths.tolist(), tree.scores.tolist(),
+               tree.draft_probs.tolist(), tree.specialists.tolist())
+    return [DraftNode(t, p, d, s, q, g) for t, p, d, s, q, g in cols]
+
+
+def _feature_deviation(tree: DraftTree, path: list[int], hidden: torch.Tensor) -> list[FeatureDeviation]:
+    """For accepted position k: the draft's predicted feature at the slot before it vs the target's true feature."""
+    if not path:
+        return []
+    predicted = [tree.root_feature] + [tree.node_features[a] for a in path[:-1]]
+    true_slots = [0] + [a + 1 for a in path[:-1]]
+    pred = torch.stack(predicted).float()
+    true = hidden[torch.tensor(true_slots, device=hidden.device)].float().to(pred.device)
+    l2 = (pred - true).norm(dim=-1)
+    cos = 1.0 - torch.nn.functional.cosine_similarity(pred, true, dim=-1)
+    return [FeatureDeviation(float(a), float(b)) for a, b in zip(l2.tolist(), cos.tolist())]

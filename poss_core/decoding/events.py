@@ -1,0 +1,103 @@
+"""The one seam between engine and views: a `RoundEvent` per draft-and-verify round, and a closing `DecodeSummary`."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass
+class DraftNode:
+    """One drafted token of a round's tree. `parent` is a node index, or -1 for the root (last verified token)."""
+
+    token: int
+    parent: int
+    depth: int
+    score: float  # cumulative draft log-prob from the root
+    draft_prob: float  # the draft's probability of this token given its parent
+    specialist: int  # which draft specialist (layer group) proposed it
+
+
+@dataclass
+class FeatureDeviation:
+    """Distance between the draft's predicted feature and the target's true one at an accepted position."""
+
+    l2: float
+    cosine: float  # cosine distance, 1 - cos
+
+
+@dataclass
+class RoundEvent:
+    """Everything one round did; plain decoding emits the same events with an empty tree."""
+
+    round: int
+    nodes: list[DraftNode]
+    accepted: list[int]  # node indices along the accepted path, root excluded
+    bonus: int  # the target's own token after the accepted path
+    target_probs: list[float]  # the target's probability of each drafted node's token (same order as nodes)
+    feature_deviation: list[FeatureDeviation]  # one per accepted position, position 1 first
+    draft_ms: float
+    verify_ms: float
+    new_tokens: int  # tokens produced so far, this round included
+    tokens: list[int] = field(default_factory=list)  # token ids this round emitted (accepted + bonus, cut at stop)
+    text: str = ""  # decoded text of `tokens`
+    wall_ms: float = 0.0  # the whole round, including engine overhead
+    prefill: bool = False  # the first round: the target reads the prompt and picks one token, nothing is drafted
+
+    @property
+    def accept_len(self) -> int:
+        return len(self.accepted)
+
+    @property
+    def overhead_ms(self) -> float:
+        return max(0.0, self.wall_ms - self.draft_ms - self.verify_ms)
+
+    def to_json(self) -> dict[str, Any]:
+        """The CLI's --jsonl object for this round."""
+        return {
+            "round": self.round,
+            "nodes": [asdict(n) for n in self.nodes],
+            "accepted": list(self.accepted),
+            "bonus": self.bonus,
+            "target_probs": list(self.target_probs),
+            "feature_deviation": [asdict(d) for d in self.feature_deviation],
+            "draft_ms": self.draft_ms,
+            "verify_ms": self.verify_ms,
+            "wall_ms": self.wall_ms,
+            "new_tokens": self.new_tokens,
+            "tokens": list(self.tokens),
+            "text": self.text,
+            "prefill": self.prefill,
+        }
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> "RoundEvent":
+        """Rebuild an event from `to_json` output (saved runs are replayed without a model)."""
+        return cls(
+            round=int(obj["round"]),
+            nodes=[DraftNode(**n) for n in obj.get("nodes", [])],
+            accepted=[int(a) for a in obj.get("accepted", [])],
+            bonus=int(obj["bonus"]),
+            target_probs=[float(p) for p in obj.get("target_probs", [])],
+            feature_deviation=[FeatureDeviation(**d) for d in obj.get("feature_deviation", [])],
+            draft_ms=float(obj.get("draft_ms", 0.0)),
+            verify_ms=float(obj.get("verify_ms", 0.0)),
+            new_tokens=int(obj.get("new_tokens", 0)),
+            tokens=[int(t) for t in obj.get("tokens", [])],
+            text=str(obj.get("text", "")),
+            wall_ms=float(obj.get("wall_ms", 0.0)),
+            prefill=bool(obj.get("prefill", False)),
+        )
+
+
+@dataclass
+class DecodeSummary:
+    """The last item a decoder yields: the whole text, why it stopped, and the statistics of its events."""
+
+    text: str
+    token_ids: list[int]
+    stop_reason: str  # "eos" | "max_new_tokens" | "context_limit" | "cancelled"
+    stats: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"summary": {**self.stats, "text": self.text, "stop_reason": self.stop_reason}}

@@ -1,0 +1,186 @@
+"""EAGLE-2 dynamic draft tree: expand the top_k best frontier nodes per depth, keep the best `tree_budget - 1`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..models.draft import DraftModel, DraftState
+from ..models.target import causal_allowed, float_mask
+
+
+@dataclass
+class DraftTree:
+    """The kept nodes of one round, parents before children. Parent -1 is the root (the last verified token)."""
+
+    tokens: torch.Tensor  # [M] full-vocabulary ids
+    parents: torch.Tensor  # [M] node index or -1
+    depths: torch.Tensor  # [M] 1-based
+    scores: torch.Tensor  # [M] cumulative draft log-prob
+    draft_probs: torch.Tensor  # [M]
+    specialists: torch.Tensor  # [M]
+    root_feature: torch.Tensor | None  # [H] the draft's predicted feature at the root's position
+    node_features: torch.Tensor  # [M, H] the draft's predicted feature at each node (zeros where not computed)
+    has_feature: torch.Tensor  # [M] bool
+
+    @property
+    def size(self) -> int:
+        return int(self.tokens.numel())
+
+    @staticmethod
+    def empty(hidden_size: int = 1) -> "DraftTree":
+        z = torch.zeros(0, dtype=torch.long)
+        return DraftTree(z, z, z, torch.zeros(0), torch.zeros(0), z, None, torch.zeros(0, hidden_size),
+                         torch.zeros(0, dtype=torch.bool))
+
+    def ancestors(self) -> torch.Tensor:
+        """Bool [M+1, M+1] over root (row 0) and nodes: entry (i, j) says j is i itself or an ancestor of i."""
+        m = self.size
+        slots = self.parents + 1  # slot of each node's parent (root is slot 0)
+        anc = torch.eye(m + 1, dtype=torch.bool)
+        anc[:, 0] = True
+        if m == 0:
+            return anc
+        rows = torch.arange(1, m + 1)
+        cur = slots.clone()
+        # Walk up one generation per step; the deepest node needs depth-1 steps.
+        for _ in range(int(self.depths.max())):
+            valid = cur > 0
+            if not bool(valid.any()):
+                break
+            anc[rows[valid], cur[valid]] = True
+            cur = torch.where(valid, slots[(cur - 1).clamp(min=0)], cur)
+        return anc
+
+    def children(self) -> list[list[int]]:
+        """Children of each slot (0 = root, i+1 = node i), best draft score first."""
+        kids: list[list[int]] = [[] for _ in range(self.size + 1)]
+        order = torch.argsort(self.scores, descending=True, stable=True).tolist() if self.size else []
+        parents = self.parents.tolist()
+        for i in order:
+            kids[parents[i] + 1].append(i)
+        return kids
+
+
+class _TreeRows:
+    """Tree rows drafted so far this round: inputs, positions and ancestor sets, in depth order."""
+
+    def __init__(self, capacity: int, hidden: int, device, dtype) -> None:
+        self.tokens = torch.empty(capacity, dtype=torch.long, device=device)
+        self.features = torch.empty(capacity, hidden, dtype=dtype, device=device)
+        self.depths = torch.empty(capacity, dtype=torch.long, device=device)
+        self.anc = torch.zeros(capacity, capacity, dtype=torch.bool, device=device)
+        self.count = 0
+
+    def add(self, tokens: torch.Tensor, features: torch.Tensor, depth: int, parent_rows: torch.Tensor | None) -> None:
+        n, r = int(tokens.numel()), self.count
+        self.tokens[r:r + n] = tokens
+        self.features[r:r + n] = features
+        self.depths[r:r + n] = depth
+        if parent_rows is not None:
+            self.anc[r:r + n] = self.anc[parent_rows]
+        idx = torch.arange(r, r + n, device=self.anc.device)
+        self.anc[idx, idx] = True
+        self.count += n
+
+
+def _run_group(draft: DraftModel, state: DraftState, rows: _TreeRows, group: int, done: list[int]) -> torch.Tensor:
+    """Let specialist `group` read every context and tree row it has not read; return its outputs for those rows."""
+    ctx_tokens, ctx_feats, start = state.pending(group)
+    n_ctx = int(ctx_tokens.numel())
+    r0, r1 = done[group], rows.count
+    if n_ctx and r0:
+        raise RuntimeError("a specialist read tree rows before the context: the draft state is inconsistent")
+    c = state.num_rows
+    device = rows.tokens.device
+    tokens = torch.cat([ctx_tokens, rows.tokens[r0:r1]])
+    feats = torch.cat([ctx_feats, rows.features[r0:r1]])
+    positions = torch.cat([torch.arange(start, c, device=device), c - 1 + rows.depths[r0:r1]])
+    past = start + r0
+    q = int(tokens.numel())
+    allowed = torch.zeros(q, past + q, dtype=torch.bool, device=device)
+    if n_ctx:
+        allowed[:n_ctx, :c] = causal_allowed(n_ctx, start, device)
+    if r1 > r0:
+        allowed[n_ctx:, :c] = True
+        allowed[n_ctx:, c:c + r1] = rows.anc[r0:r1, :r1]
+    out = draft.run_specialist(group, tokens[None], feats[None], positions[None],
+                               float_mask(allowed, feats.dtype), state.cache)[0]
+    if n_ctx:
+        state.mark_read(group)
+    done[group] = r1
+    return out
+
+
+@torch.inference_mode()
+def build_tree(draft: DraftModel, state: DraftState, depth: int, top_k: int, tree_budget: int) -> DraftTree:
+    """Draft one EAGLE-2 tree from the draft's state (which must hold the newly verified context rows)."""
+    device, dtype = draft.fc.weight.device, draft.fc.weight.dtype
+    k = min(top_k, draft.draft_vocab_size)
+    rows = _TreeRows(k * max(depth - 1, 0), draft.config.hidden_size, device, dtype)
+    done = [0] * draft.num_specialists
+
+    g0 = draft.specialist_of(1)
+    root_feature = _run_group(draft, state, rows, g0, done)[-1]
+    logp = torch.log_softmax(draft.head_logits(root_feature).float(), dim=-1)
+    top = torch.topk(logp, k)
+    cand_tokens = [draft.to_full_vocab(top.indices)]
+    cand_parents = [torch.full((k,), -1, dtype=torch.long, device=device)]
+    cand_depths = [torch.ones(k, dtype=torch.long, device=device)]
+    cand_scores = [top.values]
+    cand_logp = [top.values]
+    cand_groups = [torch.full((k,), g0, dtype=torch.long, device=device)]
+    features: dict[int, torch.Tensor] = {}
+
+    frontier = torch.arange(k, device=device)  # candidate indices
+    frontier_scores = top.values
+    frontier_feats = root_feature.expand(k, -1)
+    frontier_parent_rows: torch.Tensor | None = None
+    n_cand = k
+    for d in range(1, depth):
+        rows.add(torch.cat(cand_tokens)[frontier], frontier_feats, d, frontier_parent_rows)
+        g = draft.specialist_of(d + 1)
+        out = _run_group(draft, state, rows, g, done)[-k:]
+        for i, c in enumerate(frontier.tolist()):
+            features[c] = out[i]
+        logp = torch.log_softmax(draft.head_logits(out).float(), dim=-1)
+        top = torch.topk(logp, k, dim=-1)
+        cum = frontier_scores[:, None] + top.values
+        cand_tokens.append(draft.to_full_vocab(top.indices).reshape(-1))
+        cand_parents.append(frontier.repeat_interleave(k))
+        cand_depths.append(torch.full((k * k,), d + 1, dtype=torch.long, device=device))
+        cand_scores.append(cum.reshape(-1))
+        cand_logp.append(top.values.reshape(-1))
+        cand_groups.append(torch.full((k * k,), g, dtype=torch.long, device=device))
+        best = torch.topk(cum.reshape(-1), k)
+        this_rows = torch.arange(rows.count - k, rows.count, device=device)
+        frontier_parent_rows = this_rows[best.indices // k]
+        frontier_feats = out[best.indices // k]
+        frontier_scores = best.values
+        frontier = n_cand + best.indices
+        n_cand += k * k
+    state.reset_tree()
+    return _prune(torch.cat(cand_tokens), torch.cat(cand_parents), torch.cat(cand_depths), torch.cat(cand_scores),
+                  torch.cat(cand_logp), torch.cat(cand_groups), root_feature, features, tree_budget)
+
+
+def _prune(tokens, parents, depths, scores, logp, groups, root_feature, features, tree_budget) -> DraftTree:
+    """Keep the best `tree_budget - 1` candidates. A child's score never exceeds its parent's; the small depth
+    penalty breaks exact ties (log-prob 0) in the parent's favour, so the kept set is always a tree."""
+    keep = min(tree_budget - 1, int(scores.numel()))
+    key = scores.double() - 1e-9 * depths.double()
+    sel = torch.sort(torch.topk(key, keep).indices).values  # creation order: parents before children
+    remap = torch.full((int(scores.numel()) + 1,), -1, dtype=torch.long, device=scores.device)
+    remap[sel + 1] = torch.arange(keep, device=scores.device)
+    new_parents = remap[parents[sel] + 1]
+    h = root_feature.shape[-1]
+    node_features = torch.zeros(keep, h, dtype=root_feature.dtype, device=root_feature.device)
+    has_feature = torch.zeros(keep, dtype=torch.bool)
+    for i, c in enumerate(sel.tolist()):
+        f = features.get(c)
+        if f is not None:
+            node_features[i] = f
+            has_feature[i] = True
+    return DraftTree(tokens[sel].cpu(), new_parents.cpu(), depths[sel].cpu(), scores[sel].float().cpu(),
+                     logp[sel].exp().float().cpu(), groups[sel].cpu(), root_feature, node_features, has_feature)

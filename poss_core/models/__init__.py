@@ -1,0 +1,1 @@
+"""Target wrapper, draft model, checkpoints and presets."""

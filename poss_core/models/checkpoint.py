@@ -1,0 +1,177 @@
+"""Draft checkpoints: the released EAGLE/HASS/POSS layout (config.json + weights), plus our metadata file.
+
+Keys: embed_tokens.weight, fc.weight (fc.bias), layers.{i}.self_attn.{q,k,v,o}_proj.weight,
+layers.{i}.mlp.{gate,up,down}_proj.weight, layers.{i}.post_attention_layernorm.weight."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import warnings
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+from transformers import LlamaConfig
+
+from ..errors import CheckpointError
+from .draft import DraftModel, DraftSpec, draft_config_from_target
+from .target import TargetModel
+
+META_FILE = "poss_draft.json"
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+
+
+def target_fingerprint(target: TargetModel) -> str:
+    """A short hash of the target's sizes and a strided sample of its input embedding (dtype-independent)."""
+    emb = target.input_embedding_weight().detach()
+    sample = emb[:: max(1, emb.shape[0] // 64)][:64, :256].float().cpu().to(torch.bfloat16)
+    h = hashlib.sha256()
+    h.update(f"{target.vocab_size}x{target.hidden_size}".encode())
+    h.update(sample.view(torch.int16).numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def _weights_file(folder: Path) -> Path:
+    for name in WEIGHT_FILES:
+        if (folder / name).is_file():
+            return folder / name
+    raise CheckpointError(f"{folder} has no draft weights: expected one of {', '.join(WEIGHT_FILES)}.")
+
+
+def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
+    """Read weights without ever executing pickled code (weights_only for .bin)."""
+    try:
+        if path.suffix == ".safetensors":
+            return load_file(str(path))
+        return torch.load(str(path), map_location="cpu", weights_only=True)
+    except (SafetensorError, RuntimeError, EOFError, ValueError, OSError, Exception) as err:  # noqa: B014
+        raise CheckpointError(f"{path} is truncated or corrupt ({type(err).__name__}: "
+                              f"{str(err).splitlines()[0][:200] if str(err) else 'unreadable'}).") from err
+
+
+def _num_layers(keys) -> int:
+    idx = [int(m.group(1)) for k in keys if (m := re.match(r"layers\.(\d+)\.", k))]
+    if not idx:
+        raise CheckpointError("the checkpoint has no draft layers (no 'layers.N.' keys): is this a draft?")
+    return max(idx) + 1
+
+
+def expected_keys(draft: DraftModel, with_embedding: bool) -> set[str]:
+    keys = set(draft.state_dict().keys())
+    return keys if with_embedding else {k for k in keys if not k.startswith("embed_tokens.")}
+
+
+def load_draft(path: str | os.PathLike, target: TargetModel, positions_per_specialist: int | None = None,
+               allow_other_target: bool = False) -> DraftModel:
+    """Load a released or our own draft for `target`, refusing one made for another target."""
+    folder = Path(path)
+    if not folder.is_dir():
+        raise CheckpointError(f"draft folder {str(folder)!r} does not exist (give a checkpoint folder, a preset's "
+                              f"draft name, or random:eagle|poss1|poss2|poss3|matched).")
+    if not (folder / "config.json").is_file():
+        raise CheckpointError(f"{folder} has no config.json: a draft checkpoint needs one.")
+    try:
+        raw_cfg = json.loads((folder / "config.json").read_text())
+    except json.JSONDecodeError as err:
+        raise CheckpointError(f"{folder / 'config.json'} is not valid JSON ({err.msg}).") from err
+    meta = json.loads((folder / META_FILE).read_text()) if (folder / META_FILE).is_file() else {}
+    state = read_state_dict(_weights_file(folder))
+
+    hidden = int(raw_cfg.get("hidden_size", -1))
+    vocab = int(raw_cfg.get("vocab_size", -1))
+    if hidden != target.hidden_size:
+        raise CheckpointError(f"this draft has hidden size {hidden} but the target {target.name!r} has "
+                              f"{target.hidden_size}: it was made for another target.")
+    if vocab != target.vocab_size:
+        raise CheckpointError(f"this draft has a vocabulary of {vocab} tokens but the target {target.name!r} has "
+                              f"{target.vocab_size}: it was made for another target.")
+    fp = meta.get("target_fingerprint")
+    if fp and fp != target_fingerprint(target):
+        msg = (f"this draft was trained for target {meta.get('target', '?')!r} (fingerprint {fp}) but the loaded "
+               f"target's weights differ (fingerprint {target_fingerprint(target)}); acceptance will suffer.")
+        if not allow_other_target:
+            raise CheckpointError(msg + " Pass allow_other_target=True (--allow-other-target) to use it anyway.")
+        warnings.warn(msg, stacklevel=2)
+
+    layers = _num_layers(state.keys())
+    n = positions_per_specialist or int(meta.get("positions_per_specialist", 1))
+    method = meta.get("method") or ("eagle" if layers == 1 else "poss")
+    bias = bool(raw_cfg.get("bias", True))  # Llama-2 drafts have no key and a bias
+    spec = DraftSpec(method=method, num_layers=layers, positions_per_specialist=n, bias=bias)
+    vocab_ids = meta.get("draft_vocab")
+    draft = DraftModel(_draft_config(raw_cfg, target), spec,
+                       torch.tensor(vocab_ids, dtype=torch.long) if vocab_ids else None)
+    with_embedding = "embed_tokens.weight" in state
+    want = expected_keys(draft, with_embedding)
+    missing, unexpected = sorted(want - set(state)), sorted(set(state) - want)
+    if missing or unexpected:
+        raise CheckpointError(f"{folder} does not match the draft layout: missing keys {missing[:8]}"
+                              f"{' ...' if len(missing) > 8 else ''}, unexpected keys {unexpected[:8]}"
+                              f"{' ...' if len(unexpected) > 8 else ''}.")
+    for k, v in state.items():
+        if draft.state_dict()[k].shape != v.shape:
+            raise CheckpointError(f"{folder}: {k} has shape {tuple(v.shape)}, expected "
+                                  f"{tuple(draft.state_dict()[k].shape)}.")
+    draft.load_state_dict(state, strict=False)
+    draft = draft.to(device=target.device, dtype=_float_dtype(target))
+    draft.bind_target(target.input_embedding_weight(), target.lm_head_weight(), copy_embedding=not with_embedding)
+    draft.meta = meta
+    return draft.eval()
+
+
+def _float_dtype(target: TargetModel) -> torch.dtype:
+    return target.dtype if target.dtype.is_floating_point else torch.bfloat16
+
+
+def _draft_config(raw: dict[str, Any], target: TargetModel) -> LlamaConfig:
+    """The draft's layer config: the checkpoint's own sizes where given, the target's otherwise."""
+    base = draft_config_from_target(target.config)
+    for key in ("intermediate_size", "num_attention_heads", "num_key_value_heads", "rms_norm_eps", "head_dim"):
+        if raw.get(key) is not None:
+            setattr(base, key, raw[key])
+    theta = raw.get("rope_theta") or (raw.get("rope_parameters") or {}).get("rope_theta")
+    if theta:
+        params = dict(getattr(base, "rope_parameters", None) or {"rope_type": "default"})
+        params["rope_theta"] = float(theta)
+        base.rope_parameters = params
+    if raw.get("head_dim") is None:
+        base.head_dim = base.hidden_size // base.num_attention_heads
+    return base
+
+
+def save_draft(draft: DraftModel, folder: str | os.PathLike, target: TargetModel | None = None,
+               dtype: torch.dtype = torch.bfloat16, include_embedding: bool = False,
+               extra_meta: dict[str, Any] | None = None) -> Path:
+    """Write config.json (released layout, plus `bias`), model.safetensors and our metadata file.
+
+    The embedding is a frozen copy of the target's, so our own drafts leave it out by default (it is taken from the
+    target at load time); released checkpoints carry it."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    cfg = draft.config
+    config = {
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "bias": draft.spec.bias,
+        "hidden_size": cfg.hidden_size, "intermediate_size": cfg.intermediate_size,
+        "num_attention_heads": cfg.num_attention_heads, "num_key_value_heads": cfg.num_key_value_heads,
+        "head_dim": getattr(cfg, "head_dim", None), "rms_norm_eps": cfg.rms_norm_eps,
+        "max_position_embeddings": cfg.max_position_embeddings, "vocab_size": cfg.vocab_size,
+        "rope_theta": (getattr(cfg, "rope_parameters", None) or {}).get("rope_theta", 10000.0),
+        "hidden_act": cfg.hidden_act, "num_hidden_layers": draft.spec.num_layers,
+    }
+    (folder / "config.json").write_text(json.dumps(config, indent=2))
+    state = {k: v.detach().to("cpu", dtype).contiguous() for k, v in draft.state_dict().items()
+             if include_embedding or not k.startswith("embed_tokens.")}
+    save_file(state, str(folder / "model.safetensors"))
+    meta = {**asdict(draft.spec), "label": draft.spec.label,
+            "draft_vocab": draft.draft_vocab.tolist() if draft.draft_vocab is not None else None}
+    if target is not None:
+        meta.update(target=target.name, target_fingerprint=target_fingerprint(target))
+    meta.update(extra_meta or {})
+    (folder / META_FILE).write_text(json.dumps(meta))
+    return folder

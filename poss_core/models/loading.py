@@ -1,0 +1,84 @@
+"""Load targets (local path or Hugging Face id) and build drafts by name (`random:*`) or from checkpoints."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from ..errors import CheckpointError, ModelLoadError
+from .draft import DraftModel, DraftSpec, draft_config_from_target
+from .target import TargetModel
+
+RANDOM_DRAFTS = {
+    # name: (method, positions per specialist); the layer count follows the depth (6 positions -> 6, 3, 2 specialists)
+    "eagle": ("eagle", 1),
+    "poss1": ("poss", 1),
+    "poss2": ("poss", 2),
+    "poss3": ("poss", 3),
+    "matched": ("stacked", 2),  # as many stacked layers as POSS-2 has specialists, all run at every position
+}
+
+
+def pick_device(device: str | None = None) -> torch.device:
+    """CUDA if available, else Apple MPS, else CPU (unless a device is named)."""
+    if device:
+        return torch.device(device)
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+def default_dtype(device: torch.device) -> torch.dtype:
+    """bf16 on accelerators (fp16 overflows for Qwen2), fp32 on CPU."""
+    return torch.float32 if device.type == "cpu" else torch.bfloat16
+
+
+def load_target(name_or_path: str, device: str | None = None, dtype: torch.dtype | None = None,
+                quantization_config=None, quantization: str = "none") -> TargetModel:
+    """Load a causal LM and its tokenizer through the public transformers API."""
+    dev = pick_device(device)
+    dtype = dtype or default_dtype(dev)
+    kwargs = {"dtype": dtype, "attn_implementation": "sdpa"}
+    if quantization_config is not None:
+        kwargs["quantization_config"] = quantization_config
+        kwargs["device_map"] = {"": dev.index or 0} if dev.type == "cuda" else {"": str(dev)}
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(name_or_path)
+        model = AutoModelForCausalLM.from_pretrained(name_or_path, **kwargs)
+    except OSError as err:
+        where = "local folder" if os.path.isdir(name_or_path) else "Hugging Face id"
+        raise ModelLoadError(f"could not load target {name_or_path!r} ({where}): {str(err).splitlines()[0]}") from err
+    if quantization_config is None:
+        model = model.to(dev)
+    return TargetModel(model, tokenizer, name=name_or_path, quantization=quantization)
+
+
+def random_draft(target: TargetModel, kind: str, depth: int = 6, seed: int = 0) -> DraftModel:
+    """An untrained draft of the given kind for this target: what a draft knows before training (nothing)."""
+    if kind not in RANDOM_DRAFTS:
+        raise CheckpointError(f"random draft {kind!r} is unknown: use random:{', random:'.join(RANDOM_DRAFTS)}.")
+    method, n = RANDOM_DRAFTS[kind]
+    layers = 1 if method == "eagle" else -(-depth // n)
+    spec = DraftSpec(method=method, num_layers=layers, positions_per_specialist=n, bias=True)
+    torch.manual_seed(seed)
+    draft = DraftModel(draft_config_from_target(target.config), spec)
+    for layer in draft.layers:  # small init, as a freshly initialised draft would have
+        for p in layer.parameters():
+            if p.dim() > 1:
+                torch.nn.init.normal_(p, std=0.02)
+    draft = draft.to(device=target.device, dtype=target.dtype if target.dtype.is_floating_point else torch.float32)
+    draft.bind_target(target.input_embedding_weight(), target.lm_head_weight())
+    return draft.eval()
+
+
+def load_draft_by_name(name: str, target: TargetModel, depth: int = 6) -> DraftModel:
+    """`random:KIND` builds an untrained draft; anything else is a checkpoint folder."""
+    if name.startswith("random:"):
+        return random_draft(target, name.split(":", 1)[1], depth=depth)
+    from .checkpoint import load_draft
+
+    return load_draft(name, target)

@@ -1,0 +1,121 @@
+"""The target model: one forward over new tokens with explicit positions and a tree mask, and a cache commit."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
+
+
+@dataclass
+class TargetOutput:
+    logits: torch.Tensor | None  # [q, V] float32 (None when not asked for)
+    hidden: torch.Tensor  # [q, H] last hidden states after the final norm: the features drafts read
+
+
+def float_mask(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Turn a bool [q, k] visibility matrix into the float (1, 1, q, k) mask transformers accepts."""
+    mask = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device)
+    mask.masked_fill_(~allowed, torch.finfo(dtype).min)
+    return mask[None, None]
+
+
+def causal_allowed(q: int, past: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """Bool [q, past+q]: every new token sees the whole past and the new tokens up to itself."""
+    allowed = torch.ones(q, past + q, dtype=torch.bool, device=device)
+    allowed[:, past:] = torch.ones(q, q, dtype=torch.bool, device=device).tril()
+    return allowed
+
+
+def keep_cache_slots(cache: DynamicCache, past_len: int, keep: torch.Tensor) -> None:
+    """Keep the first `past_len` entries plus the entries at `past_len + keep` (in that order); drop the rest.
+
+    Only the tail is rewritten, so committing a verified tree costs O(tree), not O(context)."""
+    n = int(keep.numel())
+    for layer in cache.layers:
+        if not getattr(layer, "is_initialized", True) or layer.keys is None:
+            continue
+        idx = keep.to(layer.keys.device) + past_len
+        layer.keys[..., past_len : past_len + n, :] = layer.keys[..., idx, :]
+        layer.values[..., past_len : past_len + n, :] = layer.values[..., idx, :]
+        layer.keys = layer.keys[..., : past_len + n, :]
+        layer.values = layer.values[..., : past_len + n, :]
+
+
+def truncate_cache_layer(cache: DynamicCache, layer_idx: int, length: int) -> None:
+    """Cut one layer of a cache back to `length` entries."""
+    layer = cache.layers[layer_idx]
+    if getattr(layer, "is_initialized", True) and layer.keys is not None and layer.keys.shape[-2] > length:
+        layer.keys = layer.keys[..., :length, :]
+        layer.values = layer.values[..., :length, :]
+
+
+def cache_length(cache: DynamicCache, layer_idx: int = 0) -> int:
+    if len(cache.layers) <= layer_idx:
+        return 0
+    return int(cache.get_seq_length(layer_idx))
+
+
+class TargetModel:
+    """A transformers causal LM of the Llama family, seen through the one forward speculative decoding needs."""
+
+    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, name: str = "target",
+                 quantization: str = "none") -> None:
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.name = name
+        self.quantization = quantization
+        self.config = model.config
+        self.decoder = model.get_decoder()
+        self.lm_head = model.get_output_embeddings()
+        self.device = self.lm_head.weight.device
+        self.dtype = self.lm_head.weight.dtype if self.lm_head.weight.is_floating_point() else torch.bfloat16
+        self.hidden_size = int(self.config.hidden_size)
+        self.vocab_size = int(self.lm_head.weight.shape[0])
+        self.max_context = int(getattr(self.config, "max_position_embeddings", 4096) or 4096)
+        self.eos_ids = self._eos_ids()
+
+    def _eos_ids(self) -> set[int]:
+        ids: set[int] = set()
+        for source in (getattr(self.model, "generation_config", None), self.config, self.tokenizer):
+            eos = getattr(source, "eos_token_id", None) if source is not None else None
+            if eos is None:
+                continue
+            ids.update([eos] if isinstance(eos, int) else list(eos))
+        return ids
+
+    def new_cache(self) -> DynamicCache:
+        return DynamicCache(config=self.config)
+
+    @torch.inference_mode()
+    def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor, allowed: torch.Tensor,
+                cache: DynamicCache, logits: str = "all") -> TargetOutput:
+        """Run new tokens [q] at `position_ids` [q]; `allowed` is bool [q, past+q]. Extends `cache`.
+
+        `logits` is "all", "last" or "none": the LM head over a 49k vocabulary is costly, so ask only for what is used."""
+        mask = float_mask(allowed.to(self.device), self.dtype_for_mask)
+        out = self.decoder(
+            input_ids=input_ids.to(self.device)[None],
+            position_ids=position_ids.to(self.device)[None],
+            attention_mask=mask,
+            cache=cache,
+            use_cache=True,
+        )
+        hidden = out.last_hidden_state[0]
+        if logits == "none":
+            return TargetOutput(None, hidden)
+        head_in = hidden[-1:] if logits == "last" else hidden
+        return TargetOutput(self.lm_head(head_in).float(), hidden)
+
+    @property
+    def dtype_for_mask(self) -> torch.dtype:
+        # The mask must match the dtype of the attention scores: the model's compute dtype.
+        emb = self.model.get_input_embeddings().weight
+        return emb.dtype if emb.is_floating_point() else torch.float32
+
+    def input_embedding_weight(self) -> torch.Tensor:
+        return self.model.get_input_embeddings().weight
+
+    def lm_head_weight(self) -> torch.Tensor:
+        return self.lm_head.weight

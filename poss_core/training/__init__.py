@@ -1,0 +1,1 @@
+"""Training drafts: self-distillation data, feature extraction, losses, the trainer and its CLI."""

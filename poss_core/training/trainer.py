@@ -1,0 +1,145 @@
+"""Training loop for drafts: teacher forcing (EAGLE, matched control) and unrolled position steps (POSS)."""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from ..models.draft import DraftModel
+from ..models.target import float_mask
+from .losses import LossWeights, draft_loss
+
+
+@dataclass
+class TrainSequence:
+    """One training sequence: token ids [T], the target's features [T, H] (after the final norm), loss mask [T]."""
+
+    input_ids: torch.Tensor
+    hidden: torch.Tensor
+    loss_mask: torch.Tensor
+
+
+@dataclass
+class RowBatch:
+    """Draft rows of a padded batch: row j reads (token x[j+1], feature f[j]) and should predict f[j+1]."""
+
+    tokens: torch.Tensor  # [B, T-1]
+    features: torch.Tensor  # [B, T-1, H]
+    target_features: torch.Tensor  # [B, T-1, H]
+    mask: torch.Tensor  # [B, T-1] 1 where position j+1 is an answer token
+
+    @property
+    def positions(self) -> torch.Tensor:
+        b, t = self.tokens.shape
+        return torch.arange(t, device=self.tokens.device).expand(b, t)
+
+
+def make_batch(seqs: Sequence[TrainSequence], dtype: torch.dtype = torch.float32) -> RowBatch:
+    """Pad sequences on the right and pair tokens with features (reference section 5)."""
+    t = max(int(s.input_ids.numel()) for s in seqs) - 1
+    h = seqs[0].hidden.shape[-1]
+    tokens = torch.zeros(len(seqs), t, dtype=torch.long)
+    feats = torch.zeros(len(seqs), t, h, dtype=dtype)
+    target = torch.zeros(len(seqs), t, h, dtype=dtype)
+    mask = torch.zeros(len(seqs), t)
+    for i, s in enumerate(seqs):
+        n = int(s.input_ids.numel()) - 1
+        tokens[i, :n] = s.input_ids[1:]
+        feats[i, :n] = s.hidden[:-1].to(dtype)
+        target[i, :n] = s.hidden[1:].to(dtype)
+        mask[i, :n] = s.loss_mask[1:].float()
+    return RowBatch(tokens, feats, target, mask)
+
+
+def shift_predictions(first: torch.Tensor, pred: torch.Tensor) -> torch.Tensor:
+    """Next step's input features: row r reads the prediction made at row r-1 (row 0 keeps the true feature).
+    Detached: each step learns to correct the error it is given, not to change the previous step."""
+    return torch.cat([first[:, :1], pred[:, :-1].detach()], dim=1)
+
+
+def unroll(draft: DraftModel, batch: RowBatch, steps: int, noise: float = 0.0) -> list[tuple[int, torch.Tensor]]:
+    """Run `steps` simulated draft positions; step j uses specialist_of(j+1) and reads step j-1's predictions.
+    Returns [(specialist, predicted features [B, T, H])] per step."""
+    t = batch.tokens.shape[1]
+    causal = float_mask(torch.ones(t, t, dtype=torch.bool, device=batch.tokens.device).tril(), batch.features.dtype)
+    feats = batch.features
+    if noise > 0:
+        # EAGLE's uniform input noise: robustness to the error of the draft's own features.
+        feats = feats + (torch.rand_like(feats) - 0.5) * 2 * noise
+    out = []
+    for j in range(steps):
+        group = draft.specialist_of(j + 1)
+        pred = draft.run_specialist(group, batch.tokens, feats, batch.positions, causal)
+        out.append((group, pred))
+        feats = shift_predictions(batch.features, pred)
+    return out
+
+
+@dataclass
+class TrainConfig:
+    steps: int = 200
+    lr: float = 3e-4
+    warmup_frac: float = 0.01
+    betas: tuple[float, float] = (0.9, 0.95)
+    weight_decay: float = 0.0
+    grad_clip: float = 0.5
+    noise: float = 0.0
+    positions: int = 1  # simulated draft positions per step: 1 = teacher forcing (EAGLE), depth for POSS
+    weights: LossWeights = field(default_factory=LossWeights)
+    seed: int = 0
+
+
+def lr_at(step: int, cfg: TrainConfig) -> float:
+    """Linear warm-up, then cosine decay to 10%."""
+    warm = max(1, int(cfg.steps * cfg.warmup_frac))
+    if step < warm:
+        return cfg.lr * (step + 1) / warm
+    progress = (step - warm) / max(1, cfg.steps - warm)
+    return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def loss_on_batch(draft: DraftModel, batch: RowBatch, cfg: TrainConfig) -> tuple[torch.Tensor, list[dict[str, float]]]:
+    """Summed loss over the simulated positions, and the parts of each position's loss."""
+    target_logits = draft.head_logits(batch.target_features).detach()
+    total = torch.zeros((), dtype=torch.float32)
+    parts = []
+    for _, pred in unroll(draft, batch, cfg.positions, cfg.noise):
+        loss, p = draft_loss(pred, batch.target_features, target_logits, draft.head_logits(pred), batch.mask,
+                             cfg.weights)
+        total = total + loss
+        parts.append(p)
+    return total, parts
+
+
+def trainable(draft: DraftModel) -> list[nn.Parameter]:
+    return [p for p in draft.parameters() if p.requires_grad]
+
+
+def train(draft: DraftModel, batches: Iterator[RowBatch], cfg: TrainConfig, log=None) -> list[dict]:
+    """AdamW with warm-up and gradient value clipping; returns the loss log (one dict per step)."""
+    torch.manual_seed(cfg.seed)
+    random.seed(cfg.seed)
+    params = trainable(draft)
+    opt = torch.optim.AdamW(params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
+    draft.train()
+    history = []
+    for step in range(cfg.steps):
+        batch = next(batches)
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step, cfg)
+        loss, parts = loss_on_batch(draft, batch, cfg)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_value_(params, cfg.grad_clip)
+        opt.step()
+        record = {"step": step, "loss": float(loss.detach()), "lr": lr_at(step, cfg), "positions": parts}
+        history.append(record)
+        if log is not None:
+            log(record)
+    draft.eval()
+    return history

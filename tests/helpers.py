@@ -1,0 +1,49 @@
+"""Shared builders for tests: tiny targets, random and quickly trained drafts."""
+
+from __future__ import annotations
+
+import random
+
+import torch
+
+from poss_core.models.draft import DraftModel, DraftSpec, draft_config_from_target
+from poss_core.models.target import TargetModel
+from poss_core.training.trainer import TrainConfig, TrainSequence, make_batch, train
+
+
+def greedy_reference(target: TargetModel, ids: list[int], max_new_tokens: int) -> list[int]:
+    """The target's own `generate(do_sample=False)`, cut after the first EOS like our decoders."""
+    x = torch.tensor([ids])
+    out = target.model.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=max_new_tokens, do_sample=False,
+                                eos_token_id=sorted(target.eos_ids) or None, pad_token_id=0)[0, len(ids):].tolist()
+    for i, t in enumerate(out):
+        if t in target.eos_ids:
+            return out[: i + 1]
+    return out
+
+
+def self_distilled(target: TargetModel, n: int = 64, prompt_len: int = 8, new: int = 48, seed: int = 0):
+    """Sequences the target wrote itself, with its features: tiny self-distillation data."""
+    g = torch.Generator().manual_seed(seed)
+    prompts = torch.randint(5, target.vocab_size, (n, prompt_len), generator=g)
+    with torch.no_grad():
+        out = target.model.generate(prompts, max_new_tokens=new, do_sample=False, pad_token_id=0, eos_token_id=None)
+        hidden = target.model(out, output_hidden_states=True).hidden_states[-1]
+    mask = torch.zeros(out.shape[1])
+    mask[prompt_len:] = 1
+    return [TrainSequence(out[i], hidden[i], mask) for i in range(n)]
+
+
+def batches(seqs, size: int = 16, seed: int = 0):
+    rng = random.Random(seed)
+    while True:
+        yield make_batch(rng.sample(seqs, size))
+
+
+def trained_draft(target: TargetModel, spec: DraftSpec, steps: int = 150, positions: int = 1, seed: int = 1,
+                  draft_vocab=None) -> DraftModel:
+    torch.manual_seed(seed)
+    draft = DraftModel(draft_config_from_target(target.config), spec, draft_vocab).float()
+    draft.bind_target(target.input_embedding_weight(), target.lm_head_weight())
+    train(draft, batches(self_distilled(target)), TrainConfig(steps=steps, lr=3e-3, positions=positions))
+    return draft.eval()

@@ -1,0 +1,88 @@
+"""Greedy speculative output equals the target's own greedy generate, token for token."""
+
+import pytest
+import torch
+from helpers import greedy_reference
+
+from poss_core.decoding.config import DecodeConfig
+from poss_core.decoding.decoder import PlainDecoder, SpeculativeDecoder, encode_prompt
+from poss_core.decoding.events import DecodeSummary
+from poss_core.models.loading import random_draft
+
+PROMPTS = ["Hi there, how are you?", "Write a poem about the sea.", "2 + 2 = ?"]
+
+
+def run(decoder, ids):
+    items = list(decoder.generate(ids))
+    assert isinstance(items[-1], DecodeSummary)
+    return items[:-1], items[-1]
+
+
+@pytest.mark.parametrize("kind", ["eagle", "poss1", "poss2", "poss3", "matched"])
+def test_random_drafts_match_generate(tiny_target, kind):
+    draft = random_draft(tiny_target, kind, depth=6)
+    for prompt in PROMPTS[:2]:
+        ids = encode_prompt(tiny_target.tokenizer, prompt)
+        _, summary = run(SpeculativeDecoder(tiny_target, draft, DecodeConfig(max_new_tokens=30)), ids)
+        ref = greedy_reference(tiny_target, ids, 30)
+        assert summary.token_ids == ref
+        assert summary.stop_reason == ("eos" if ref[-1] in tiny_target.eos_ids else "max_new_tokens")
+
+
+@pytest.mark.parametrize("depth,top_k,budget", [(6, 10, 60), (3, 4, 8), (8, 2, 16), (5, 1, 6), (1, 3, 2)])
+@pytest.mark.parametrize("name", ["eagle", "poss2"])
+def test_trained_drafts_match_generate(tiny_target, trained_drafts, name, depth, top_k, budget):
+    draft = trained_drafts[name]
+    accepted_any = False
+    for prompt in PROMPTS:
+        ids = encode_prompt(tiny_target.tokenizer, prompt)
+        cfg = DecodeConfig(depth=depth, top_k=top_k, tree_budget=budget, max_new_tokens=40)
+        events, summary = run(SpeculativeDecoder(tiny_target, draft, cfg), ids)
+        assert summary.token_ids == greedy_reference(tiny_target, ids, 40)
+        accepted_any |= any(e.accept_len > 0 for e in events)
+        for e in events:
+            assert len(e.nodes) <= budget - 1
+            assert all(n.depth <= depth for n in e.nodes)
+            assert len(e.feature_deviation) == e.accept_len
+    assert accepted_any, "a trained draft should get some tokens accepted"
+
+
+def test_stops_at_eos_inside_an_accepted_path(tiny_target, trained_drafts):
+    ids = encode_prompt(tiny_target.tokenizer, PROMPTS[0])
+    ref = greedy_reference(tiny_target, ids, 40)
+    # Declare a token that the target emits mid-answer to be EOS: decoding must stop right after it.
+    eos_tok = ref[12]
+    first = ref.index(eos_tok)
+    old = set(tiny_target.eos_ids)
+    tiny_target.eos_ids = {eos_tok}
+    try:
+        for dec in (SpeculativeDecoder(tiny_target, trained_drafts["eagle"], DecodeConfig(max_new_tokens=40)),
+                    PlainDecoder(tiny_target, DecodeConfig(max_new_tokens=40))):
+            _, summary = run(dec, ids)
+            assert summary.token_ids == ref[: first + 1]
+            assert summary.stop_reason == "eos"
+    finally:
+        tiny_target.eos_ids = old
+
+
+def test_plain_decoder_matches_generate_and_has_tau_one(tiny_target):
+    ids = encode_prompt(tiny_target.tokenizer, PROMPTS[1])
+    events, summary = run(PlainDecoder(tiny_target, DecodeConfig(max_new_tokens=25)), ids)
+    assert summary.token_ids == greedy_reference(tiny_target, ids, 25)
+    assert summary.stats["tau"] == 1.0
+    assert all(e.nodes == [] for e in events)
+    assert "".join(e.text for e in events) == summary.text
+
+
+def test_context_limit_stops_cleanly():
+    from poss_core.models.tiny import tiny_target as make
+
+    target = make(seed=3, max_positions=40)
+    draft = random_draft(target, "poss2")
+    ids = encode_prompt(target.tokenizer, "A prompt of some length")
+    _, summary = run(SpeculativeDecoder(target, draft, DecodeConfig(max_new_tokens=100)), ids)
+    assert summary.stop_reason == "context_limit"
+    assert len(ids) + len(summary.token_ids) == 40
+    ref = target.model.generate(torch.tensor([ids]), max_new_tokens=40 - len(ids), do_sample=False,
+                                eos_token_id=None, pad_token_id=0)[0, len(ids):].tolist()
+    assert summary.token_ids == ref
