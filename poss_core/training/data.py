@@ -1,0 +1,222 @@
+"""Self-distillation data: the target answers training prompts, and its features are stored in shards.
+
+    python -m poss_core.training.data --preset smollm2-135m --prompts ../shared/data/train/*.jsonl \\
+        --limit 1500 --max-new-tokens 192 --batch-size 16 --out data/smollm2-135m
+
+Each batch becomes one shard (`shard-00012.safetensors`: tokens, loss mask, offsets, bf16 features). A rerun skips
+shards that exist, so an interrupted job resumes without duplicating rows."""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import random
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+from tqdm import tqdm
+
+from ..decoding.decoder import encode_prompt
+from ..errors import PossError
+from ..models.target import TargetModel
+from .trainer import TrainSequence
+
+
+# ----- prompts -------------------------------------------------------------------------------------------------------
+def prompt_from_row(row: dict) -> str | list[dict] | None:
+    """A prompt (or a conversation's opening messages) from the common dataset layouts."""
+    if "conversations" in row:  # ShareGPT: keep the first human turn (the target writes the answers itself)
+        for turn in row["conversations"]:
+            if turn.get("from") in ("human", "user"):
+                return str(turn.get("value", ""))
+        return None
+    if "messages" in row:
+        users = [m for m in row["messages"] if m.get("role") == "user"]
+        return str(users[0]["content"]) if users else None
+    if "turns" in row:
+        return str(row["turns"][0])
+    for key in ("question", "prompt", "instruction", "text"):
+        if row.get(key):
+            text = str(row[key])
+            extra = (row.get("instances") or [{}])[0].get("input") if key == "instruction" else None
+            return f"{text}\n\n{extra}" if extra else text
+    return None
+
+
+def read_prompts(paths: list[str]) -> list[str]:
+    """Prompts from JSONL files (any layout above) or text files (one prompt per line). Refuses the eval sets."""
+    prompts: list[str] = []
+    for pattern in paths:
+        files = sorted(glob.glob(pattern)) or [pattern]
+        for f in files:
+            p = Path(f)
+            if "eval" in p.parts:
+                raise PossError(f"{f} is an evaluation set: drafts are never trained on eval/ prompts.")
+            if not p.is_file():
+                raise PossError(f"prompt file {f} does not exist.")
+            if p.suffix == ".jsonl":
+                for line in p.read_text().splitlines():
+                    if line.strip():
+                        prompt = prompt_from_row(json.loads(line))
+                        if prompt and prompt.strip():
+                            prompts.append(prompt)
+            else:
+                prompts.extend(line.strip() for line in p.read_text().splitlines() if line.strip())
+    return prompts
+
+
+# ----- generation and features -------------------------------------------------------------------------------------
+@dataclass
+class DataConfig:
+    max_new_tokens: int = 192
+    max_prompt_tokens: int = 256
+    batch_size: int = 16
+    temperature: float = 0.0
+    seed: int = 0
+
+
+@torch.inference_mode()
+def answer_batch(target: TargetModel, prompt_ids: list[list[int]],
+                 cfg: DataConfig) -> list[tuple[list[int], int, torch.Tensor]]:
+    """Batched generation (left padding). Returns, per prompt, (prompt + answer ids up to and including EOS, prompt
+    length, the target's last hidden states for those ids). The features come from the generation itself (the last
+    hidden state is after the final norm), which saves a second forward over every sequence."""
+    pad = target.tokenizer.pad_token_id
+    pad = pad if pad is not None else min(target.eos_ids or {0})
+    width = max(len(p) for p in prompt_ids)
+    ids = torch.full((len(prompt_ids), width), pad, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, p in enumerate(prompt_ids):
+        ids[i, width - len(p):] = torch.tensor(p)
+        mask[i, width - len(p):] = 1
+    kwargs = dict(do_sample=cfg.temperature > 0, max_new_tokens=cfg.max_new_tokens, pad_token_id=pad,
+                  output_hidden_states=True, return_dict_in_generate=True)
+    if cfg.temperature > 0:
+        kwargs["temperature"] = cfg.temperature
+    out = target.model.generate(ids.to(target.device), attention_mask=mask.to(target.device), **kwargs)
+    # hidden_states: one tuple per generation step (the first covers the prompt), each with every layer's output.
+    last = torch.cat([step[-1] for step in out.hidden_states], dim=1).cpu()  # [B, width + new - 1, H]
+    seqs = out.sequences.cpu()
+    results = []
+    for i, p in enumerate(prompt_ids):
+        answer = seqs[i, width:].tolist()
+        for j, t in enumerate(answer):
+            if t in target.eos_ids:
+                answer = answer[: j + 1]
+                break
+        full = list(p) + answer
+        feats = last[i, width - len(p): width - len(p) + len(full)]
+        # The batch's very last token was never fed back, so it has no feature: drop it (one training row less).
+        full = full[: feats.shape[0]]
+        results.append((full, len(p), feats))
+    return results
+
+
+@torch.inference_mode()
+def features_batch(target: TargetModel, seqs: list[list[int]]) -> list[torch.Tensor]:
+    """The target's last hidden states (after the final norm) for each sequence (right padding, real tokens only)."""
+    width = max(len(s) for s in seqs)
+    ids = torch.zeros(len(seqs), width, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, s in enumerate(seqs):
+        ids[i, : len(s)] = torch.tensor(s)
+        mask[i, : len(s)] = 1
+    hidden = target.decoder(input_ids=ids.to(target.device), attention_mask=mask.to(target.device)).last_hidden_state
+    return [hidden[i, : len(s)].cpu() for i, s in enumerate(seqs)]
+
+
+def write_shard(path: Path, seqs: list[list[int]], prompt_lens: list[int], hidden: list[torch.Tensor]) -> None:
+    tokens = torch.tensor([t for s in seqs for t in s], dtype=torch.int32)
+    loss_mask = torch.tensor([int(i >= pl) for s, pl in zip(seqs, prompt_lens) for i in range(len(s))],
+                             dtype=torch.uint8)
+    offsets = torch.tensor([0] + list(torch.cumsum(torch.tensor([len(s) for s in seqs]), 0).tolist()),
+                           dtype=torch.int64)
+    tmp = path.with_suffix(".partial")
+    save_file({"tokens": tokens, "loss_mask": loss_mask, "offsets": offsets,
+               "hidden": torch.cat(hidden).to(torch.bfloat16).contiguous()}, str(tmp))
+    tmp.rename(path)  # a shard exists only when complete: resuming never reads half a shard
+
+
+def read_shards(folder: str | Path, max_len: int = 512) -> list[TrainSequence]:
+    """All sequences of a data folder, cut to `max_len` tokens; features stay bf16 until batched."""
+    seqs = []
+    for f in sorted(Path(folder).glob("shard-*.safetensors")):
+        d = load_file(str(f))
+        off = d["offsets"].tolist()
+        for a, b in zip(off[:-1], off[1:]):
+            b = min(b, a + max_len)
+            seqs.append(TrainSequence(d["tokens"][a:b].long(), d["hidden"][a:b], d["loss_mask"][a:b]))
+    return seqs
+
+
+def shard_plan(lengths: list[int], batch_size: int, seed: int) -> list[list[int]]:
+    """Deterministic batches of prompt indices, the same on every (re)run: prompts of similar length share a batch
+    (less padding), and the batches come in a seeded random order."""
+    order = sorted(range(len(lengths)), key=lambda i: (lengths[i], i))
+    plan = [order[i: i + batch_size] for i in range(0, len(order), batch_size)]
+    random.Random(seed).shuffle(plan)
+    return plan
+
+
+def build(target: TargetModel, prompts: list[str], out: Path, cfg: DataConfig,
+          progress: bool = True) -> dict:
+    """Generate answers and features for every planned batch that has no shard yet."""
+    out.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(cfg.seed)
+    encoded = [encode_prompt(target.tokenizer, p)[-cfg.max_prompt_tokens:] for p in prompts]
+    plan = shard_plan([len(e) for e in encoded], cfg.batch_size, cfg.seed)
+    todo = [i for i in range(len(plan)) if not (out / f"shard-{i:05d}.safetensors").exists()]
+    t0, tokens = time.time(), 0
+    bar = tqdm(todo, desc="self-distillation", unit="batch", disable=not progress)
+    for i in bar:
+        ids = [encoded[j] for j in plan[i]]
+        answered = answer_batch(target, ids, cfg)
+        write_shard(out / f"shard-{i:05d}.safetensors", [s for s, _, _ in answered], [pl for _, pl, _ in answered],
+                    [h for _, _, h in answered])
+        tokens += sum(len(s) - pl for s, pl, _ in answered)
+        bar.set_postfix(answer_tok_s=f"{tokens / (time.time() - t0):.0f}")
+    info = {"prompts": len(prompts), "shards": len(plan), "built_now": len(todo), "answer_tokens_now": tokens,
+            "seconds_now": round(time.time() - t0, 1), **cfg.__dict__}
+    (out / "data_card.json").write_text(json.dumps({**info, "target": target.name}, indent=2))
+    return info
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m poss_core.training.data", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--preset", default="smollm2-135m")
+    p.add_argument("--target", default=None, help="a model id or folder instead of the preset's target")
+    p.add_argument("--prompts", nargs="+", required=True, help="JSONL or text files (globs allowed); never eval/")
+    p.add_argument("--limit", type=int, default=None, help="use the first N prompts after a seeded shuffle")
+    p.add_argument("--out", required=True)
+    p.add_argument("--max-new-tokens", type=int, default=192)
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    try:
+        from ..models.loading import load_preset_target
+        from ..models.presets import get_preset
+
+        prompts = read_prompts(args.prompts)
+        random.Random(args.seed).shuffle(prompts)
+        if args.limit:
+            prompts = prompts[: args.limit]
+        target = load_preset_target(args.target or get_preset(args.preset).target, quantization="none")
+        info = build(target, prompts, Path(args.out), DataConfig(args.max_new_tokens, 256, args.batch_size,
+                                                                args.temperature, args.seed))
+        print(json.dumps(info))
+        return 0
+    except PossError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
