@@ -1,0 +1,1 @@
+"""The Gradio app of the POSS demo: lanes, token rendering, charts, runs on disk and the Blocks layout."""

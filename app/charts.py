@@ -1,0 +1,326 @@
+"""Plotly figures of runs (label -> RoundEvents): pure functions shared by the app and the benchmark's HTML report.
+
+Every number drawn comes from `poss_core.metrics`; this module only lays it out. Each chart names its sample size
+(rounds, or accepted positions) so nobody reads noise as a result.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from poss_core import metrics
+from poss_core.decoding.events import RoundEvent
+
+Runs = Mapping[str, Sequence[RoundEvent]]
+
+# Okabe-Ito: distinguishable with the common colour-vision deficiencies, and mid-bright enough for dark backgrounds.
+OKABE_ITO = ["#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#D55E00", "#CC79A7", "#999999"]
+# Specialists (draft layer groups): one categorical colour each; the same colours as the token view.
+SPECIALIST_COLORS = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#999999"]
+PLAIN_COLOR = "#999999"
+TARGET_COLOR = "#D55E00"
+# Mid-grey text and faint grids read on both the light and the dark Gradio theme (figures have no background).
+FONT_COLOR = "#8a8f98"
+GRID_COLOR = "rgba(128,128,128,0.22)"
+
+POS_ACC_FORMULA = "pos-acc<sub>k</sub> = P(accept_len ≥ k) / P(accept_len ≥ k−1)"
+POS_RATE_FORMULA = "rate<sub>k</sub> = P(accept_len ≥ k)"
+
+
+def specialist_color(specialist: int) -> str:
+    return SPECIALIST_COLORS[specialist % len(SPECIALIST_COLORS)]
+
+
+def run_colors(labels: Sequence[str], plain: Sequence[str] = ()) -> dict[str, str]:
+    """A colour per run label, in order; runs named in `plain` (no draft) get grey."""
+    out, i = {}, 0
+    for label in labels:
+        if label in plain:
+            out[label] = PLAIN_COLOR
+        else:
+            out[label] = OKABE_ITO[i % (len(OKABE_ITO) - 1)]
+            i += 1
+    return out
+
+
+def _none_for_nan(values: Sequence[float]) -> list[float | None]:
+    return [None if (v is None or (isinstance(v, float) and math.isnan(v))) else v for v in values]
+
+
+def _style(fig: go.Figure, title: str, height: int = 340, subtitle: str = "") -> go.Figure:
+    text = f"{title}<br><sup>{subtitle}</sup>" if subtitle else title
+    fig.update_layout(
+        title={"text": text, "x": 0.01, "xanchor": "left", "font": {"size": 15}},
+        height=height, margin={"l": 52, "r": 16, "t": 70 if subtitle else 46, "b": 46},
+        paper_bgcolor="rgba(0,0,0,0)", plot_bgcolor="rgba(0,0,0,0)",
+        font={"color": FONT_COLOR, "size": 12},
+        legend={"orientation": "h", "yanchor": "bottom", "y": 1.0, "xanchor": "right", "x": 1.0,
+                "bgcolor": "rgba(0,0,0,0)"},
+        hoverlabel={"font": {"size": 12}},
+    )
+    fig.update_xaxes(gridcolor=GRID_COLOR, zerolinecolor=GRID_COLOR, linecolor=GRID_COLOR)
+    fig.update_yaxes(gridcolor=GRID_COLOR, zerolinecolor=GRID_COLOR, linecolor=GRID_COLOR)
+    return fig
+
+
+def empty_figure(message: str, height: int = 300, title: str = "") -> go.Figure:
+    """A blank figure that says why it is blank (no rounds yet, plain decoding drafts nothing, ...)."""
+    fig = go.Figure()
+    fig.add_annotation(text=message, x=0.5, y=0.5, xref="paper", yref="paper", showarrow=False,
+                       font={"size": 14, "color": FONT_COLOR})
+    _style(fig, title, height)
+    fig.update_xaxes(visible=False)
+    fig.update_yaxes(visible=False)
+    return fig
+
+
+def _drafted_runs(runs: Runs) -> dict[str, list[RoundEvent]]:
+    """Runs with at least one verified draft round (plain decoding has none and no draft positions)."""
+    return {label: list(ev) for label, ev in runs.items() if metrics.draft_rounds(ev) and metrics.max_depth(ev) > 0}
+
+
+def _sample_sizes(runs: Mapping[str, Sequence[RoundEvent]]) -> str:
+    return "rounds: " + ", ".join(f"{label} n={len(metrics.draft_rounds(ev))}" for label, ev in runs.items())
+
+
+def specialists_by_position(events: Sequence[RoundEvent]) -> list[int]:
+    """Which specialist drafted each position 1..depth, read off the events' tree nodes (-1 where never drafted)."""
+    depth = metrics.max_depth(events)
+    out = [-1] * depth
+    for e in events:
+        for n in e.nodes:
+            if out[n.depth - 1] < 0:
+                out[n.depth - 1] = n.specialist
+    return out
+
+
+def pos_acc_figure(runs: Runs, conditional: bool = True,
+                   specialist_bands: bool | Mapping[str, Sequence[int]] | None = True,
+                   depth: int | None = None, colors: Mapping[str, str] | None = None,
+                   height: int = 380) -> go.Figure:
+    """Position-wise acceptance per draft position, one line per run on shared axes.
+
+    conditional=True draws POSS's pos-acc_k = P(accept_len >= k) / P(accept_len >= k-1); False draws the
+    unconditional rate P(accept_len >= k). `specialist_bands` adds a strip under the chart showing which specialist
+    drafts which position for each run: True reads it off the events, a mapping gives it per run label
+    (specialist index per position 1..depth), None/False leaves it out. Runs without draft rounds are skipped."""
+    drafted = _drafted_runs(runs)
+    name = "Position-wise acceptance, conditional (pos-acc)" if conditional else \
+        "Position-wise acceptance, unconditional"
+    if not drafted:
+        return empty_figure("No draft rounds yet (plain decoding drafts nothing).", height, name)
+    colors = dict(colors or run_colors(list(runs)))
+    bands: dict[str, list[int]] = {}
+    if specialist_bands is True:
+        bands = {label: specialists_by_position(ev) for label, ev in drafted.items()}
+    elif isinstance(specialist_bands, Mapping):
+        bands = {label: list(v) for label, v in specialist_bands.items() if label in drafted}
+    if bands:
+        fig = make_subplots(rows=2, cols=1, shared_xaxes=True, row_heights=[0.78, 0.22], vertical_spacing=0.06)
+    else:
+        fig = make_subplots(rows=1, cols=1)
+    for label, ev in drafted.items():
+        hist = metrics.accept_hist(ev, depth)
+        values = metrics.pos_acc_from_hist(hist) if conditional else metrics.pos_rate_from_hist(hist)
+        reached = [sum(hist[k:]) for k in range(len(hist))]  # rounds with accept_len >= k
+        x = list(range(1, len(values) + 1))
+        # How many rounds each point rests on: the denominator of the ratio.
+        base = [reached[k - 1] for k in x] if conditional else [reached[0]] * len(x)
+        hits = [reached[k] for k in x]
+        fig.add_trace(go.Scatter(
+            x=x, y=_none_for_nan(values), mode="lines+markers", name=label,
+            line={"color": colors.get(label), "width": 2.5}, marker={"size": 8},
+            customdata=list(zip(hits, base)),
+            hovertemplate=f"{label}<br>position %{{x}}: %{{y:.2f}}<br>%{{customdata[0]}} of %{{customdata[1]}} "
+                          "rounds<extra></extra>"), row=1, col=1)
+    fig.update_yaxes(title_text="accepted" + (" | reached k−1" if conditional else " (share of rounds)"),
+                     range=[0, 1.05], row=1, col=1)
+    if bands:
+        labels = list(bands)
+        width = max(len(v) for v in bands.values())
+        z = [[(v[k] if k < len(v) else -1) for k in range(width)] for v in bands.values()]
+        n_spec = max(max(row) for row in z) + 1 if z else 1
+        # A discrete colour scale: one flat step per specialist index (-1, never drafted, is transparent).
+        steps = max(n_spec, 1)
+        scale = []
+        for s in range(-1, steps):
+            color = "rgba(0,0,0,0)" if s < 0 else specialist_color(s)
+            lo, hi = (s + 1) / (steps + 1), (s + 2) / (steps + 1)
+            scale += [[lo, color], [hi, color]]
+        fig.add_trace(go.Heatmap(
+            z=z, x=list(range(1, width + 1)), y=labels, zmin=-1.5, zmax=steps - 0.5, colorscale=scale,
+            showscale=False, xgap=2, ygap=2, name="specialists",
+            text=[[("" if s < 0 else f"S{s + 1}") for s in row] for row in z], texttemplate="%{text}",
+            hovertemplate="%{y}: position %{x} drafted by specialist %{text}<extra></extra>"), row=2, col=1)
+        fig.update_yaxes(tickfont={"size": 10}, row=2, col=1)
+        fig.update_xaxes(title_text="draft position k", dtick=1, row=2, col=1)
+    else:
+        fig.update_xaxes(title_text="draft position k", dtick=1, row=1, col=1)
+    return _style(fig, name, height, f"{POS_ACC_FORMULA if conditional else POS_RATE_FORMULA}; "
+                                     f"{_sample_sizes(drafted)}")
+
+
+def feature_deviation_figure(runs: Runs, metric: str = "l2", colors: Mapping[str, str] | None = None,
+                             height: int = 340) -> go.Figure:
+    """Mean deviation between the draft's predicted feature and the target's true feature, by accepted position.
+
+    `metric` is "l2" (L2 norm) or "cosine" (1 - cos); the hover shows both and how many accepted positions each
+    mean rests on."""
+    if metric not in ("l2", "cosine"):
+        raise ValueError(f"metric={metric!r}: use 'l2' or 'cosine'.")
+    title = "Feature deviation by draft position (accepted positions)"
+    data = {label: metrics.feature_deviation_by_position(ev) for label, ev in _drafted_runs(runs).items()}
+    data = {label: d for label, d in data.items() if d["count"]}
+    if not data:
+        return empty_figure("No accepted draft tokens yet: deviation is measured on accepted positions.", height,
+                            title)
+    colors = dict(colors or run_colors(list(runs)))
+    fig = go.Figure()
+    for label, d in data.items():
+        x = list(range(1, len(d["count"]) + 1))
+        fig.add_trace(go.Scatter(
+            x=x, y=d[metric], mode="lines+markers", name=label, line={"color": colors.get(label), "width": 2.5},
+            marker={"size": 8}, customdata=list(zip(d["l2"], d["cosine"], d["count"])),
+            hovertemplate=f"{label}<br>position %{{x}}<br>L2 %{{customdata[0]:.3f}}, cosine distance "
+                          "%{customdata[1]:.4f}<br>over %{customdata[2]} accepted tokens<extra></extra>"))
+    fig.update_xaxes(title_text="draft position k", dtick=1)
+    fig.update_yaxes(title_text="mean L2 distance" if metric == "l2" else "mean cosine distance", rangemode="tozero")
+    counts = ", ".join(f"{label} n={sum(d['count'])}" for label, d in data.items())
+    return _style(fig, title, height, f"draft's predicted vs target's true feature; accepted positions: {counts}")
+
+
+def accept_hist_figure(runs: Runs, depth: int | None = None, colors: Mapping[str, str] | None = None,
+                       height: int = 340) -> go.Figure:
+    """Share of rounds that accepted exactly k draft tokens (k = 0..depth), grouped bars per run; hover gives counts."""
+    title = "Accept-length histogram"
+    drafted = _drafted_runs(runs)
+    if not drafted:
+        return empty_figure("No draft rounds yet.", height, title)
+    colors = dict(colors or run_colors(list(runs)))
+    fig = go.Figure()
+    for label, ev in drafted.items():
+        hist = metrics.accept_hist(ev, depth)
+        total = sum(hist)
+        fig.add_trace(go.Bar(
+            x=list(range(len(hist))), y=[h / total for h in hist], name=label, marker_color=colors.get(label),
+            customdata=[[h, total] for h in hist],
+            hovertemplate=f"{label}<br>accept_len %{{x}}: %{{y:.0%}} (%{{customdata[0]}} of %{{customdata[1]}} "
+                          "rounds)<extra></extra>"))
+    fig.update_layout(barmode="group", bargap=0.2)
+    fig.update_xaxes(title_text="accepted draft tokens per round (accept_len)", dtick=1)
+    fig.update_yaxes(title_text="share of rounds", tickformat=".0%", rangemode="tozero")
+    taus = ", ".join(f"{label} τ={metrics.tau(ev):.2f}" for label, ev in drafted.items())
+    return _style(fig, title, height, f"{_sample_sizes(drafted)}; {taus}")
+
+
+def tokens_per_s_figure(runs: Runs, colors: Mapping[str, str] | None = None, height: int = 340) -> go.Figure:
+    """Cumulative tokens/s against each run's own elapsed compute time (sum of its rounds' wall_ms)."""
+    title = "Tokens/s over time"
+    series = {label: metrics.tokens_per_s_series(ev) for label, ev in runs.items()}
+    series = {label: s for label, s in series.items() if s}
+    if not series:
+        return empty_figure("No rounds yet.", height, title)
+    colors = dict(colors or run_colors(list(runs)))
+    fig = go.Figure()
+    for label, s in series.items():
+        fig.add_trace(go.Scatter(
+            x=[t for t, _ in s], y=[v for _, v in s], mode="lines", name=label,
+            line={"color": colors.get(label), "width": 2.5},
+            hovertemplate=f"{label}<br>%{{x:.2f}} s: %{{y:.1f}} tokens/s<extra></extra>"))
+    fig.update_xaxes(title_text="the run's own compute time (s)", rangemode="tozero")
+    fig.update_yaxes(title_text="tokens/s so far", rangemode="tozero")
+    sizes = ", ".join(f"{label} n={len(runs[label])}" for label in series)
+    return _style(fig, title, height, f"rounds (prefill included): {sizes}")
+
+
+def tree_layout(event: RoundEvent) -> tuple[list[float], list[float]]:
+    """(x, y) of the root (index 0) and each node (index i+1): x is the depth, y stacks leaves best-scored first."""
+    m = len(event.nodes)
+    kids: list[list[int]] = [[] for _ in range(m + 1)]
+    for i, n in enumerate(event.nodes):
+        kids[n.parent + 1].append(i + 1)
+    for k in kids:
+        k.sort(key=lambda slot: -event.nodes[slot - 1].score)
+    y = [0.0] * (m + 1)
+    next_leaf = [0]
+
+    def place(slot: int) -> float:
+        if not kids[slot]:
+            y[slot] = -float(next_leaf[0])
+            next_leaf[0] += 1
+        else:
+            ys = [place(c) for c in kids[slot]]
+            y[slot] = (max(ys) + min(ys)) / 2
+        return y[slot]
+
+    place(0)
+    x = [0.0] + [float(n.depth) for n in event.nodes]
+    return x, y
+
+
+def tree_figure(event: RoundEvent | None, labels: Sequence[str] | None = None, root_label: str = "root",
+                bonus_label: str | None = None, title: str | None = None, height: int = 420) -> go.Figure:
+    """The draft tree of one round: nodes by depth, labelled with their token, coloured by specialist, sized by
+    cumulative draft probability; the accepted path drawn thick, rejected branches faded, and the target's
+    bonus token as a diamond after the accepted path.
+
+    `labels` gives each node's token text (default: the token id); traces are named "edges", "accepted path",
+    "specialist S<k>" (one per specialist), "root" and "target's token"."""
+    if event is None:
+        return empty_figure("No round yet.", height, title or "Draft tree")
+    head = title or f"Draft tree, round {event.round}"
+    if event.prefill:
+        return empty_figure("Prefill round: the target reads the prompt; nothing is drafted.", height, head)
+    if not event.nodes:
+        return empty_figure("Plain decoding drafts nothing: one target token per round.", height, head)
+    nodes = event.nodes
+    labels = list(labels) if labels is not None else [str(n.token) for n in nodes]
+    x, y = tree_layout(event)
+    accepted = set(event.accepted)
+
+    fig = go.Figure()
+    ex, ey, ax, ay = [], [], [], []
+    for i, n in enumerate(nodes):
+        px, py = x[n.parent + 1], y[n.parent + 1]
+        tx, ty = (ax, ay) if i in accepted else (ex, ey)
+        tx += [px, x[i + 1], None]
+        ty += [py, y[i + 1], None]
+    fig.add_trace(go.Scatter(x=ex, y=ey, mode="lines", name="edges", line={"color": GRID_COLOR, "width": 1.2},
+                             hoverinfo="skip", showlegend=False))
+    last = event.accepted[-1] + 1 if event.accepted else 0
+    bx, by = x[last] + 1, y[last]
+    fig.add_trace(go.Scatter(x=ax + [x[last], bx], y=ay + [y[last], by], mode="lines", name="accepted path",
+                             line={"color": TARGET_COLOR, "width": 4}, hoverinfo="skip"))
+    for spec in sorted({n.specialist for n in nodes}):
+        idx = [i for i, n in enumerate(nodes) if n.specialist == spec]
+        fig.add_trace(go.Scatter(
+            x=[x[i + 1] for i in idx], y=[y[i + 1] for i in idx], mode="markers+text", name=f"specialist S{spec + 1}",
+            text=[labels[i] for i in idx], textposition="middle right", textfont={"size": 11},
+            marker={"color": specialist_color(spec),
+                    "size": [8 + 18 * math.exp(nodes[i].score) for i in idx],
+                    "opacity": [1.0 if i in accepted else 0.4 for i in idx],
+                    "line": {"color": [TARGET_COLOR if i in accepted else "rgba(0,0,0,0)" for i in idx],
+                             "width": 3}},
+            customdata=[[i, nodes[i].depth, nodes[i].draft_prob, math.exp(nodes[i].score),
+                         event.target_probs[i] if i < len(event.target_probs) else float("nan"),
+                         "accepted" if i in accepted else "rejected", repr(labels[i])] for i in idx],
+            hovertemplate="%{customdata[6]} (node %{customdata[0]}, position %{customdata[1]})<br>"
+                          f"specialist S{spec + 1}; %{{customdata[5]}}<br>draft p %{{customdata[2]:.3f}}, "
+                          "path p %{customdata[3]:.3f}<br>target p %{customdata[4]:.3f}<extra></extra>"))
+    fig.add_trace(go.Scatter(x=[0], y=[y[0]], mode="markers+text", name="root", text=[root_label],
+                             textposition="middle left", marker={"color": FONT_COLOR, "size": 12, "symbol": "square"},
+                             hovertemplate="root: the last verified token<extra></extra>", showlegend=False))
+    bonus_text = bonus_label if bonus_label is not None else str(event.bonus)
+    fig.add_trace(go.Scatter(x=[bx], y=[by], mode="markers+text", name="target's token", text=[bonus_text],
+                             textposition="middle right",
+                             marker={"color": TARGET_COLOR, "size": 14, "symbol": "diamond"},
+                             hovertemplate=f"{bonus_text!r}: the target's own token (bonus/correction)"
+                                           "<extra></extra>"))
+    fig.update_xaxes(title_text="draft position (depth)", dtick=1, range=[-0.6, max(x) + 1.9])
+    fig.update_yaxes(visible=False, range=[min(y) - 0.8, 0.8])
+    return _style(fig, head, height, f"{len(nodes)} drafted, {event.accept_len} accepted, +1 target token; "
+                                     "size = path probability")
