@@ -1,0 +1,323 @@
+"""`--tree-budget auto`: measure the target's forward time against the number of verified tokens (once per device and
+model, cached as JSON), and pick the tree budget that maximises expected tokens per second for a draft.
+
+Expected tokens/s at budget B = τ(B) / (draft_ms + forward_ms(B) + overhead_ms) where
+- forward_ms(B) is the measured curve (the verify forward over B tokens, all logits, at a 256-token context);
+- draft_ms and overhead_ms are measured in a short calibration decode (they do not depend on B: EAGLE-2 drafts the
+  same top_k frontier per depth whatever the budget, and only the final pruning keeps fewer nodes);
+- τ(B) comes from the draft's acceptance profile. The calibration decode runs at the largest budget considered; since
+  EAGLE-2 keeps the best (B − 1) candidates by cumulative score and greedy acceptance walks the target's argmax, the
+  accept length a round would have had with a smaller budget is exactly the number of leading nodes of its accepted
+  path whose score rank is below B − 1. So τ(B) for every B ≤ the calibration budget is read off the same rounds
+  (`profile="calibrate"`, the default and what the benchmark uses; exact for greedy decoding, an estimate for
+  sampling).
+  Without calibration prompts, or with `profile="default"`, τ(B) = 1 + Σ_k Π_{i≤k} α_i·c(B): α is the published
+  EAGLE-2 conditional pos-acc (reference §6; 65% after position 4) and c(B) = 1 − 0.4^((B−1)/depth) is a heuristic
+  coverage (the chance that the target's token is among the ~(B − 1)/depth nodes a tree keeps per depth if each
+  further candidate catches 60% of what is left). It describes a trained draft, not an untrained one.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import random
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, replace
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+
+from .. import metrics
+from ..models.target import TargetModel, causal_allowed, truncate_cache_layer
+from .config import DecodeConfig
+from .events import RoundEvent
+
+CANDIDATE_BUDGETS = (2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 40, 48, 60, 64, 80, 96, 128)
+MAX_BUDGET = 96
+CURVE_CONTEXT = 256
+DEFAULT_POS_ACC = (0.920, 0.784, 0.717, 0.671)  # EAGLE-2, reference §6; later positions use DEFAULT_TAIL
+DEFAULT_TAIL = 0.65
+DEFAULT_MISS = 0.4  # coverage heuristic: each further kept candidate catches 60% of what is left
+CALIBRATION_PROMPTS = (
+    "Explain why the sky is blue in a short paragraph.",
+    "Write a Python function that returns the n-th Fibonacci number.",
+    "Natalia sold 48 clips in April and half as many in May. How many clips did she sell in total?",
+)
+
+
+# ----- the forward-time curve ------------------------------------------------------------------------------------
+@dataclass
+class ForwardCurve:
+    """Median milliseconds of one target forward over n new tokens (all logits), at a fixed context length."""
+
+    key: str
+    sizes: list[int]
+    ms: list[float]
+    context: int
+    measured: str = ""
+
+    def at(self, n: float) -> float:
+        """Piecewise-linear interpolation; beyond the last size, the last segment's slope."""
+        xs, ys = self.sizes, self.ms
+        if n <= xs[0]:
+            return ys[0]
+        for (x0, y0), (x1, y1) in zip(zip(xs, ys), zip(xs[1:], ys[1:])):
+            if n <= x1:
+                return y0 + (y1 - y0) * (n - x0) / (x1 - x0)
+        if len(xs) == 1:
+            return ys[-1]
+        slope = (ys[-1] - ys[-2]) / (xs[-1] - xs[-2])
+        return ys[-1] + slope * (n - xs[-1])
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, obj: dict) -> "ForwardCurve":
+        return cls(key=obj["key"], sizes=[int(s) for s in obj["sizes"]], ms=[float(m) for m in obj["ms"]],
+                   context=int(obj["context"]), measured=obj.get("measured", ""))
+
+
+def device_description(device: torch.device) -> str:
+    """The hardware a timing belongs to: GPU name, or CPU model, core count and torch threads."""
+    if device.type == "cuda":
+        return f"cuda:{torch.cuda.get_device_name(device)}"
+    name = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            name = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), name)
+    except OSError:
+        pass
+    return f"{device.type}:{name}, {os.cpu_count()} cores, {torch.get_num_threads()} torch threads"
+
+
+def curve_key(target: TargetModel) -> str:
+    """Device + model shape + dtype + quantization + torch version: what a forward's cost depends on."""
+    c = target.config
+    model = (f"{getattr(c, 'model_type', '?')} h{target.hidden_size} l{getattr(c, 'num_hidden_layers', '?')} "
+             f"a{getattr(c, 'num_attention_heads', '?')}/{getattr(c, 'num_key_value_heads', '?')} "
+             f"i{getattr(c, 'intermediate_size', '?')} v{target.vocab_size}")
+    return (f"{device_description(target.device)} | {model} | {target.dtype} {target.quantization} | "
+            f"torch {torch.__version__}")
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+@torch.inference_mode()
+def measure_forward_curve(target: TargetModel, sizes: Sequence[int] = CANDIDATE_BUDGETS, context: int = CURVE_CONTEXT,
+                          repeats: int = 5, seed: int = 0) -> ForwardCurve:
+    """Time the verify forward (n tokens after a `context`-token cache, all logits) for each n; sizes are visited in
+    a shuffled order per repeat so drift in machine speed spreads over all of them; the median is kept."""
+    sizes = sorted({int(s) for s in sizes if s >= 1} | {1})
+    context = max(1, min(context, target.max_context - max(sizes) - 1))
+    gen = torch.Generator().manual_seed(seed)
+    vocab = target.vocab_size
+    cache = target.new_cache()
+    target.forward(torch.randint(0, vocab, (context,), generator=gen), torch.arange(context),
+                   causal_allowed(context, 0), cache, logits="none")
+    layers = len(cache.layers)
+
+    def once(n: int) -> float:
+        tokens = torch.randint(0, vocab, (n,), generator=gen)
+        _sync(target.device)
+        t0 = time.perf_counter()
+        target.forward(tokens, context + torch.arange(n), causal_allowed(n, context), cache, logits="all")
+        _sync(target.device)
+        ms = (time.perf_counter() - t0) * 1000.0
+        for i in range(layers):
+            truncate_cache_layer(cache, i, context)
+        return ms
+
+    for n in (1, max(sizes), 1):  # warm-up
+        once(n)
+    times: dict[int, list[float]] = {n: [] for n in sizes}
+    rng = random.Random(seed)
+    for _ in range(repeats):
+        order = list(sizes)
+        rng.shuffle(order)
+        for n in order:
+            times[n].append(once(n))
+    return ForwardCurve(key=curve_key(target), sizes=sizes, ms=[statistics.median(times[n]) for n in sizes],
+                        context=context, measured=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+
+
+def curve_cache_path() -> Path:
+    from ..models.default_model import cache_root
+
+    return cache_root() / "forward_curves.json"
+
+
+def load_or_measure_curve(target: TargetModel, path: Path | None = None, remeasure: bool = False,
+                          log=None, **measure_kwargs) -> ForwardCurve:
+    """The cached curve for this device and model, or a fresh measurement (saved for next time)."""
+    path = Path(path) if path is not None else curve_cache_path()
+    key = curve_key(target)
+    store: dict = {}
+    if path.is_file():
+        try:
+            store = json.loads(path.read_text())
+        except (OSError, ValueError):
+            store = {}
+    if not remeasure and key in store:
+        return ForwardCurve.from_json(store[key])
+    say = log or (lambda msg: print(f"[poss] {msg}", file=sys.stderr, flush=True))
+    say(f"measuring the target's forward time vs verified tokens once for this device ({key}) ...")
+    curve = measure_forward_curve(target, **measure_kwargs)
+    store[key] = curve.to_json()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(store, indent=1))
+    tmp.replace(path)
+    say(f"forward-time curve saved to {path}")
+    return curve
+
+
+# ----- acceptance profiles ---------------------------------------------------------------------------------------
+def accepted_ranks(event: RoundEvent) -> list[int]:
+    """Score rank (0 = best) of each node on the round's accepted path among its drafted nodes, ranked the way
+    EAGLE-2 pruning ranks candidates (cumulative score, ties to the shallower node)."""
+    if not event.accepted:
+        return []
+    keys = [n.score - 1e-9 * n.depth for n in event.nodes]
+    order = sorted(range(len(keys)), key=lambda i: (-keys[i], i))
+    rank = {node: r for r, node in enumerate(order)}
+    return [rank[a] for a in event.accepted]
+
+
+def accept_len_at_budget(ranks: Sequence[int], budget: int) -> int:
+    """How many leading accepted nodes a tree of `budget` slots (root included) would still hold."""
+    n = 0
+    for r in ranks:
+        if r >= budget - 1:
+            break
+        n += 1
+    return n
+
+
+@dataclass
+class AcceptanceProfile:
+    """τ as a function of the tree budget: from calibration rounds (ranks) or the default heuristic (pos-acc)."""
+
+    source: str
+    max_budget: int
+    depth: int
+    ranks: list[list[int]] | None = None  # per calibration round
+    pos_acc: list[float] | None = None  # default profile: conditional pos-acc for a big tree
+
+    def expected_tau(self, budget: int) -> float:
+        budget = min(budget, self.max_budget)
+        if self.ranks is not None:
+            if not self.ranks:
+                return 1.0
+            return sum(accept_len_at_budget(r, budget) + 1 for r in self.ranks) / len(self.ranks)
+        cover = 1.0 - DEFAULT_MISS ** ((budget - 1) / self.depth)
+        tau, reach = 1.0, 1.0
+        for a in (self.pos_acc or [])[: self.depth]:
+            reach *= a * cover
+            tau += reach
+        return tau
+
+
+def profile_from_events(events: Sequence[RoundEvent], max_budget: int, depth: int, prompts: int = 0) -> AcceptanceProfile:
+    rounds = metrics.draft_rounds(events)
+    return AcceptanceProfile(source=f"calibration: {len(rounds)} rounds on {prompts} prompt(s) at budget {max_budget}",
+                             max_budget=max_budget, depth=depth, ranks=[accepted_ranks(e) for e in rounds])
+
+
+def default_profile(depth: int, max_budget: int = MAX_BUDGET) -> AcceptanceProfile:
+    alphas = list(DEFAULT_POS_ACC[:depth]) + [DEFAULT_TAIL] * max(0, depth - len(DEFAULT_POS_ACC))
+    return AcceptanceProfile(source="default profile (published EAGLE-2 pos-acc with a coverage heuristic)",
+                             max_budget=max_budget, depth=depth, pos_acc=alphas)
+
+
+# ----- the choice ------------------------------------------------------------------------------------------------
+@dataclass
+class BudgetChoice:
+    budget: int
+    expected_tokens_per_s: float
+    plain_tokens_per_s: float  # one forward over one token per new token: what plain decoding would reach
+    profile_source: str
+    draft_ms: float
+    overhead_ms: float
+    table: list[dict] = field(default_factory=list)  # per candidate: budget, tau, round_ms, tokens_per_s
+
+    def describe(self) -> str:
+        return (f"budget {self.budget}: expected {self.expected_tokens_per_s:.1f} tokens/s "
+                f"(plain ≈ {self.plain_tokens_per_s:.1f}); τ from {self.profile_source}; "
+                f"draft {self.draft_ms:.1f} ms + overhead {self.overhead_ms:.1f} ms per round")
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def max_useful_budget(depth: int, top_k: int) -> int:
+    """Root plus every candidate EAGLE-2 drafts: top_k at depth 1, top_k² at each further depth."""
+    return 1 + top_k + (depth - 1) * top_k * top_k
+
+
+def choose_budget(curve: ForwardCurve, profile: AcceptanceProfile, draft_ms: float, overhead_ms: float,
+                  candidates: Sequence[int] = CANDIDATE_BUDGETS, depth: int | None = None,
+                  top_k: int | None = None) -> BudgetChoice:
+    """The candidate budget with the highest τ(B) / round_ms(B)."""
+    limit = profile.max_budget
+    if depth is not None and top_k is not None:
+        limit = min(limit, max_useful_budget(depth, top_k))
+    table = []
+    for b in sorted({c for c in candidates if 2 <= c <= limit} or {2}):
+        tau = profile.expected_tau(b)
+        round_ms = draft_ms + curve.at(b) + overhead_ms
+        table.append({"budget": b, "tau": tau, "round_ms": round_ms, "tokens_per_s": 1000.0 * tau / round_ms})
+    best = max(table, key=lambda row: (row["tokens_per_s"], -row["budget"]))
+    return BudgetChoice(budget=best["budget"], expected_tokens_per_s=best["tokens_per_s"],
+                        plain_tokens_per_s=1000.0 / curve.at(1), profile_source=profile.source, draft_ms=draft_ms,
+                        overhead_ms=overhead_ms, table=table)
+
+
+def calibrate(target: TargetModel, draft, config: DecodeConfig, prompts: Sequence[Sequence[int]],
+              max_budget: int = MAX_BUDGET, max_new_tokens: int = 48) -> tuple[list[RoundEvent], int]:
+    """Decode the prompts at the largest budget considered; return every event and that budget."""
+    from .decoder import SpeculativeDecoder
+    from .events import DecodeSummary
+
+    budget = max(2, min(max_budget, max_useful_budget(config.depth, config.top_k)))
+    cfg = replace(config, tree_budget=budget, max_new_tokens=max_new_tokens)
+    decoder = SpeculativeDecoder(target, draft, cfg)
+    events: list[RoundEvent] = []
+    for ids in prompts:
+        for item in decoder.generate(list(ids)):
+            if not isinstance(item, DecodeSummary):
+                events.append(item)
+    return events, budget
+
+
+def auto_tree_budget(target: TargetModel, draft, config: DecodeConfig, prompts: Sequence[Sequence[int]] | None = None,
+                     profile: str = "calibrate", max_budget: int = MAX_BUDGET, calibration_tokens: int = 48,
+                     curve: ForwardCurve | None = None, remeasure: bool = False, log=None) -> BudgetChoice:
+    """Pick the tree budget for this target, draft and hardware (see the module docstring).
+
+    `prompts` are token-id lists for the calibration decode (default: three built-in chat prompts);
+    `profile="default"` keeps the calibration's timings but takes τ(B) from the default profile."""
+    from .decoder import encode_prompt
+
+    if profile not in ("calibrate", "default"):
+        raise ValueError(f"profile={profile!r}: use 'calibrate' or 'default'")
+    curve = curve or load_or_measure_curve(target, remeasure=remeasure, log=log)
+    if prompts is None:
+        prompts = [encode_prompt(target.tokenizer, p) for p in CALIBRATION_PROMPTS]
+    events, budget = calibrate(target, draft, config, prompts, max_budget, calibration_tokens)
+    split = metrics.time_split(events)
+    draft_ms = split["draft_ms"] if not math.isnan(split["draft_ms"]) else 0.0
+    overhead_ms = split["overhead_ms"] if not math.isnan(split["overhead_ms"]) else 0.0
+    prof = (profile_from_events(events, budget, config.depth, len(prompts)) if profile == "calibrate"
+            else default_profile(config.depth, budget))
+    return choose_budget(curve, prof, draft_ms, overhead_ms, depth=config.depth, top_k=config.top_k)
