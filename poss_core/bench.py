@@ -248,12 +248,10 @@ def make_methods(args, preset, target, names: list[str], base_cfg, questions: li
         by_ds: dict[str, list[Question]] = {}
         for q in questions:
             by_ds.setdefault(q.dataset, []).append(q)
-        i = 0
         while len(calib_prompts) < args.calibration_prompts and any(by_ds.values()):
             for ds in list(by_ds):
                 if by_ds[ds] and len(calib_prompts) < args.calibration_prompts:
                     calib_prompts.append(encode_prompt(target.tokenizer, by_ds[ds].pop(0).turns[0]))
-            i += 1
     for name in names:
         if name == "ar":
             methods.append(Method("ar", "plain (PlainDecoder)", PlainDecoder(target, base_cfg)))
@@ -300,6 +298,47 @@ def diagnose_mismatch(target, prompt_ids: list[int], want: list[int], index: int
 def _loud(lines: list[str]) -> None:
     bar = "!" * 100
     print("\n" + "\n".join([bar, *[f"!!! {line}" for line in lines], bar]) + "\n", file=sys.stderr, flush=True)
+
+
+def run_questions(methods: Sequence[Method], target, questions: Sequence[Question], runs: int, base_cfg,
+                  progress: bool = True) -> tuple[list, list[str]]:
+    """The timed loop: for each run, each question, every method (order rotated per question), every turn with the
+    method's own earlier answers in context. Returns the turn records and the turns skipped for lack of context."""
+    from tqdm import tqdm
+
+    from . import bench_report as br
+    from .decoding.decoder import encode_prompt
+
+    total = runs * sum(len(q.turns) for q in questions) * len(methods)
+    bar = tqdm(total=total, unit="decode", desc="bench", disable=not progress, dynamic_ncols=True, file=sys.stderr)
+    records: list[br.TurnRecord] = []
+    skipped: list[str] = []
+    methods = list(methods)
+    for run in range(runs):
+        for qi, q in enumerate(questions):
+            shift = qi % len(methods)
+            for m in methods[shift:] + methods[:shift]:
+                cfg = m.decoder.config if m.decoder is not None else base_cfg
+                messages: list[dict] = []
+                for ti, turn in enumerate(q.turns):
+                    messages.append({"role": "user", "content": turn})
+                    ids = encode_prompt(target.tokenizer, messages)
+                    if len(ids) + cfg.max_new_tokens > target.max_context:
+                        skipped.append(f"{q.dataset}/{q.question_id} turn {ti} ({m.name}): {len(ids)} prompt tokens "
+                                       f"+ {cfg.max_new_tokens} new exceed the context window {target.max_context}")
+                        bar.update(len(q.turns) - ti)
+                        break
+                    bar.set_postfix_str(f"run {run + 1} {q.dataset}/{q.question_id} {m.name}", refresh=False)
+                    gc.collect()
+                    tokens, text, stop, wall, events = decode_turn(m, target, ids, cfg)
+                    records.append(br.TurnRecord(run=run, method=m.name, dataset=q.dataset,
+                                                 question_id=q.question_id, category=q.category, turn=ti,
+                                                 token_ids=list(tokens), text=text, stop_reason=stop, wall_time=wall,
+                                                 events=events, prompt_ids=list(ids)))
+                    messages.append({"role": "assistant", "content": text})
+                    bar.update(1)
+    bar.close()
+    return records, skipped
 
 
 # ----- the run ---------------------------------------------------------------------------------------------------
@@ -356,39 +395,9 @@ def run_benchmark(args, argv: Sequence[str]) -> int:
         warm = _with_max_tokens(m, warm_tokens)
         decode_turn(warm, target, warm_ids, replace(base_cfg, max_new_tokens=warm_tokens))
 
-    total = args.runs * sum(len(q.turns) for q in questions) * len(methods)
-    from tqdm import tqdm
-
-    bar = tqdm(total=total, unit="decode", desc="bench", disable=args.no_progress, dynamic_ncols=True,
-               file=sys.stderr)
-    records: list[br.TurnRecord] = []
-    skipped: list[str] = []
-    for run in range(args.runs):
-        for qi, q in enumerate(questions):
-            shift = qi % len(methods)
-            for m in methods[shift:] + methods[:shift]:
-                cfg = m.decoder.config if m.decoder is not None else base_cfg
-                messages: list[dict] = []
-                for ti, turn in enumerate(q.turns):
-                    messages.append({"role": "user", "content": turn})
-                    ids = encode_prompt(target.tokenizer, messages)
-                    if len(ids) + cfg.max_new_tokens > target.max_context:
-                        skipped.append(f"{q.dataset}/{q.question_id} turn {ti} ({m.name}): {len(ids)} prompt tokens "
-                                       f"+ {cfg.max_new_tokens} new exceed the context window {target.max_context}")
-                        bar.update(len(q.turns) - ti)
-                        break
-                    bar.set_postfix_str(f"run {run + 1} {q.dataset}/{q.question_id} {m.name}", refresh=False)
-                    gc.collect()
-                    tokens, text, stop, wall, events = decode_turn(m, target, ids, cfg)
-                    records.append(br.TurnRecord(run=run, method=m.name, dataset=q.dataset,
-                                                 question_id=q.question_id, category=q.category, turn=ti,
-                                                 token_ids=list(tokens), text=text, stop_reason=stop, wall_time=wall,
-                                                 events=events, prompt_ids=list(ids)))
-                    messages.append({"role": "assistant", "content": text})
-                    bar.update(1)
-    bar.close()
-    for s in skipped:
-        say(f"skipped {s}")
+    records, skipped = run_questions(methods, target, questions, args.runs, base_cfg, progress=not args.no_progress)
+    for line in skipped:
+        say(f"skipped {line}")
 
     if args.temperature == 0:
         identity = br.identity_check(records)

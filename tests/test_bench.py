@@ -1,0 +1,303 @@
+"""The benchmark: aggregation from known records, the identity check, the Spec-Bench JSONL layout, the reports."""
+
+import json
+import math
+from unittest import mock
+
+import pytest
+
+from poss_core import bench, bench_report as br
+from poss_core.decoding import decoder as decoder_module
+from poss_core.decoding.config import DecodeConfig
+from poss_core.decoding.decoder import PlainDecoder, SpeculativeDecoder
+from poss_core.decoding.events import DraftNode, FeatureDeviation, RoundEvent
+from poss_core.models.loading import random_draft
+
+DEPTH = 3
+
+
+def events(accept_lens, wall_s, depth=DEPTH, spec=True):
+    """A prefill event (1 token) then one round per accept length; wall time spread evenly over the events."""
+    n = len(accept_lens) + 1
+    ms = wall_s * 1000.0 / n
+    out = [RoundEvent(round=0, nodes=[], accepted=[], bonus=5, target_probs=[], feature_deviation=[], draft_ms=0.0,
+                      verify_ms=ms, new_tokens=1, tokens=[5], wall_ms=ms, prefill=True)]
+    made = 1
+    for i, a in enumerate(accept_lens, 1):
+        nodes = [DraftNode(7, k - 1, k, -float(k), 0.5, 0) for k in range(depth)] if spec else []
+        for k, node in enumerate(nodes):
+            node.depth = k + 1
+        made += a + 1
+        out.append(RoundEvent(round=i, nodes=nodes, accepted=list(range(a)), bonus=5, target_probs=[0.5] * len(nodes),
+                              feature_deviation=[FeatureDeviation(float(k + 1), 0.1 * (k + 1)) for k in range(a)],
+                              draft_ms=ms / 2 if spec else 0.0, verify_ms=ms / 4 if spec else ms, new_tokens=made,
+                              tokens=[5] * (a + 1), wall_ms=ms))
+    return out
+
+
+def rec(run, method, dataset, evs, qid=0, turn=0, tokens=None):
+    n = evs[-1].new_tokens
+    return br.TurnRecord(run=run, method=method, dataset=dataset, question_id=qid, category="", turn=turn,
+                         token_ids=tokens if tokens is not None else list(range(n)), text="x" * n,
+                         stop_reason="max_new_tokens", wall_time=sum(e.wall_ms for e in evs) / 1000, events=evs)
+
+
+def known_records():
+    """d1: ar 10 tok in 1.0 s / 0.5 s; ar-hf 10 tok in 0.8 s / 1.0 s; eagle 11 tok (τ 2.5) in 0.5 s / 1.1 s;
+    poss2 17 tok (τ 4) in 0.5 s / 1.0 s.  d2: ar 4 tok in 1 s both runs; ar-hf 4 tok in 2 s; eagle 4 tok (τ 1.5) in
+    0.5 s both runs; poss2 4 tok (τ 3) in 0.25 s both runs."""
+    plain9, plain3 = [0] * 9, [0] * 3
+    data = [
+        ("d1", "ar", plain9, (1.0, 0.5), False), ("d1", "ar-hf", plain9, (0.8, 1.0), False),
+        ("d1", "eagle", [2, 0, 3, 1], (0.5, 1.1), True), ("d1", "poss2", [3, 3, 3, 3], (0.5, 1.0), True),
+        ("d2", "ar", plain3, (1.0, 1.0), False), ("d2", "ar-hf", plain3, (2.0, 2.0), False),
+        ("d2", "eagle", [1, 0], (0.5, 0.5), True), ("d2", "poss2", [2], (0.25, 0.25), True),
+    ]
+    return [rec(run, m, d, events(lens, walls[run], spec=spec)) for run in (0, 1) for d, m, lens, walls, spec in data]
+
+
+def test_pool_events_keeps_counting_tokens():
+    a, b = events([1, 2], 1.0), events([0], 3.0)
+    pooled = br.pool_events([a, b])
+    assert [e.new_tokens for e in pooled] == [1, 3, 6, 7, 8]
+    assert [e.round for e in pooled] == list(range(5))
+    from poss_core import metrics
+
+    assert metrics.tokens_per_s(pooled) == pytest.approx(8 / 4.0)
+    assert metrics.tau(pooled) == pytest.approx((2 + 3 + 1) / 3)
+
+
+def test_aggregation_of_known_records_gives_known_tables():
+    agg = br.aggregate(known_records(), DEPTH)
+    t = agg["table"]
+    assert agg["methods"] == ["ar", "ar-hf", "eagle", "poss2"] and agg["datasets"] == ["d1", "d2"]
+
+    # Baseline = the faster plain decoder of each run: d1 run 0 ar-hf (12.5 tok/s), run 1 ar (20 tok/s).
+    assert agg["baseline"]["d1"]["method"] == ["ar-hf", "ar"]
+    assert agg["baseline"]["d1"]["tokens_per_s"] == pytest.approx([12.5, 20.0])
+    assert agg["baseline"]["d2"]["tokens_per_s"] == pytest.approx([4.0, 4.0])
+
+    e1 = t["eagle"]["d1"]
+    assert e1["tau_pooled"] == pytest.approx(2.5) and e1["tau"] == pytest.approx(2.5) and e1["tau_std"] == 0
+    assert e1["tokens_per_s_runs"] == pytest.approx([22.0, 10.0])
+    assert e1["tokens_per_s"] == pytest.approx(16.0)
+    assert e1["tokens_per_s_std"] == pytest.approx(math.sqrt(72))  # sample std of 22 and 10
+    assert e1["speedup_runs"] == pytest.approx([22 / 12.5, 0.5])
+    assert e1["speedup"] == pytest.approx((1.76 + 0.5) / 2)
+    assert e1["speedup_std"] == pytest.approx(abs(1.76 - 0.5) / math.sqrt(2))
+    # accept lengths 2, 0, 3, 1 (twice, once per run): P(accept >= k) = 3/4, 2/4, 1/4.
+    assert e1["accept_hist"] == [2, 2, 2, 2]
+    assert e1["pos_rate"] == pytest.approx([0.75, 0.5, 0.25])
+    assert e1["pos_acc"] == pytest.approx([0.75, 2 / 3, 0.5])
+    fd = e1["feature_deviation"]
+    assert fd["count"] == [6, 4, 2] and fd["l2"] == pytest.approx([1.0, 2.0, 3.0])
+
+    # Overall pools both datasets per run: eagle run 0 = 15 tokens in 1.0 s, baseline = max(ar 14/2.0, ar-hf 14/2.8).
+    eo = t["eagle"]["overall"]
+    assert eo["tokens_per_s_runs"] == pytest.approx([15.0, 15 / 1.6])
+    assert agg["baseline"]["overall"]["tokens_per_s"] == pytest.approx([7.0, 14 / 1.5])
+    assert eo["speedup_runs"] == pytest.approx([15 / 7.0, (15 / 1.6) / (14 / 1.5)])
+    assert eo["tau_pooled"] == pytest.approx((3 + 1 + 4 + 2 + 2 + 1) / 6)
+    assert agg["mean_speedup_over_datasets"]["eagle"] == pytest.approx(((1.76 + 0.5) / 2 + 2.0) / 2)
+
+    # Plain decoding: τ = 1, no drafting time.
+    assert t["ar"]["d1"]["tau_pooled"] == 1.0 and t["ar"]["d1"]["draft_ms"] == 0.0
+
+    # POSS-2 over EAGLE: τ 4 vs 2.5 (+60%) on d1, 3 vs 1.5 (+100%) on d2; speed 34/22 and 17/10 on d1.
+    v = agg["vs_eagle"]["poss2"]
+    assert list(agg["vs_eagle"]) == ["poss2"]
+    assert v["d1"]["tau"] == pytest.approx(0.6) and v["d2"]["tau"] == pytest.approx(1.0)
+    assert v["d1"]["speed"] == pytest.approx((34 / 22 - 1 + 1.7 - 1) / 2)
+    assert v["d2"]["speed"] == pytest.approx(1.0) and v["d2"]["speed_std"] == pytest.approx(0.0)
+    assert v["mean_over_datasets"]["tau"] == pytest.approx(0.8)
+
+    # Time split per draft round (events give draft = wall/2, verify = wall/4).
+    assert e1["draft_ms"] == pytest.approx(e1["round_ms"] / 2) and e1["overhead_share"] == pytest.approx(0.25)
+
+
+def test_markdown_and_summary_show_the_tables(tmp_path):
+    records = known_records()
+    meta = {"preset": "unit", "command": "python -m poss_core.bench --unit", "labels": {"poss2": "POSS-2"}}
+    identity = {"reference": "ar", "checked": 12, "mismatches": []}  # (these made-up answers differ in length)
+    paths = br.write_outputs(tmp_path, records, meta, DEPTH, identity, plotlyjs="cdn")
+    md = paths["markdown"].read_text()
+    assert "Identity check PASSED" in md
+    assert "1.13× ± 0.89" in md  # eagle's d1 speed-up, mean ± sample std over the two runs
+    assert "| POSS-2 | τ +60.0%" in md
+    assert "| eagle | 66.7 | 50.0 | 50.0 |" in md  # overall conditional pos-acc: hist 4, 4, 2, 2
+    summary = json.loads(paths["summary"].read_text())
+    assert summary["table"]["eagle"]["d1"]["tau_pooled"] == pytest.approx(2.5)
+    html = paths["html"].read_text()
+    assert "<table>" in html and "python -m poss_core.bench --unit" in html
+    pytest.importorskip("app.charts")
+    assert "Conditional pos-acc by position" in html and "plotly" in html.lower()
+
+
+def test_records_survive_a_round_trip_through_json(tmp_path):
+    records = known_records()
+    paths = br.write_outputs(tmp_path, records, {"preset": "unit"}, DEPTH, plotlyjs="cdn")
+    back = br.read_records(paths["records"])
+    assert [r.token_ids for r in back] == [r.token_ids for r in records]
+    a, b = br.aggregate(records, DEPTH), br.aggregate(back, DEPTH)
+    for m in a["methods"]:
+        for s in a["datasets"] + ["overall"]:
+            for key in ("tau_pooled", "tokens_per_s", "speedup", "pos_acc", "accept_hist", "draft_ms"):
+                assert b["table"][m][s][key] == pytest.approx(a["table"][m][s][key], rel=1e-4, nan_ok=True), (m, s, key)
+
+
+def test_light_events_keep_the_accepted_path_and_every_depth():
+    nodes = [DraftNode(10, -1, 1, -0.1, 0.9, 0), DraftNode(11, -1, 1, -0.5, 0.6, 0), DraftNode(12, 1, 2, -0.7, 0.8, 1),
+             DraftNode(13, 0, 2, -0.2, 0.9, 1), DraftNode(14, 3, 3, -0.4, 0.8, 2)]
+    e = RoundEvent(round=1, nodes=nodes, accepted=[1], bonus=3, target_probs=[0.1, 0.2, 0.3, 0.4, 0.5],
+                   feature_deviation=[FeatureDeviation(1.0, 0.1)], draft_ms=1, verify_ms=1, new_tokens=3, wall_ms=3)
+    light = br.light_event(e)
+    assert [n.token for n in light.nodes] == [11, 12, 14]  # the path (node 1), then the first node of depths 2, 3
+    assert light.accepted == [0] and light.accept_len == 1 and light.target_probs == [0.2, 0.3, 0.5]
+    assert [n.parent for n in light.nodes] == [-1, 0, -1]
+
+
+def test_identity_check_compares_token_for_token():
+    a = rec(0, "ar", "d", events([0, 0], 1.0, spec=False), tokens=[1, 2, 3])
+    good = rec(0, "eagle", "d", events([2], 1.0), tokens=[1, 2, 3])
+    bad = rec(0, "poss2", "d", events([2], 1.0), tokens=[1, 9, 3])
+    short = rec(0, "poss3", "d", events([1], 1.0), tokens=[1, 2])
+    result = br.identity_check([a, good, bad, short])
+    assert result["reference"] == "ar" and result["checked"] == 3
+    got = {m["method"]: m for m in result["mismatches"]}
+    assert set(got) == {"poss2", "poss3"}
+    assert got["poss2"]["index"] == 1 and got["poss2"]["got"] == 9 and got["poss2"]["want"] == 2
+    assert got["poss3"]["index"] == 2 and got["poss3"]["got"] is None
+    assert "IDENTITY CHECK FAILED" in br.identity_banner(result)
+
+
+class BrokenDecoder(SpeculativeDecoder):
+    """A deliberately broken speculative decoder: its greedy verification returns the wrong bonus token after a few
+    rounds (an off-by-one in the vocabulary), the kind of bug that only shows up as changed output."""
+
+    def generate(self, input_ids, cancel=None):
+        real = decoder_module.verify_greedy
+        calls = {"n": 0}
+
+        def wrong_bonus(tree, logits):
+            path, bonus = real(tree, logits)
+            calls["n"] += 1
+            return path, (bonus + 1) % self.target.vocab_size if calls["n"] == 3 else bonus
+
+        with mock.patch.object(decoder_module, "verify_greedy", wrong_bonus):
+            yield from super().generate(input_ids, cancel)
+
+
+QUESTIONS = [bench.Question("mt", 81, "writing", ["Write a haiku about rain.", "Now make it rhyme."]),
+             bench.Question("qa", 1, "qa", ["Who wrote Hamlet?"])]
+
+
+def test_identity_check_catches_a_broken_decoder(tiny_target):
+    cfg = DecodeConfig(max_new_tokens=12, tree_budget=8)
+    draft = random_draft(tiny_target, "eagle", depth=cfg.depth)
+    methods = [bench.Method("ar", "plain", PlainDecoder(tiny_target, cfg)),
+               bench.Method("eagle", "EAGLE", SpeculativeDecoder(tiny_target, draft, cfg)),
+               bench.Method("broken", "broken", BrokenDecoder(tiny_target, draft, cfg))]
+    records, skipped = bench.run_questions(methods, tiny_target, QUESTIONS, 1, cfg, progress=False)
+    assert not skipped and len(records) == 3 * 3
+    result = br.identity_check(records)
+    assert result["checked"] == 6
+    assert {m["method"] for m in result["mismatches"]} == {"broken"}
+    assert len(result["mismatches"]) == 3  # every turn of the broken decoder
+    first = [m for m in result["mismatches"] if m["turn"] == 0 and m["dataset"] == "mt"][0]
+    ref = next(r for r in records if r.method == "ar" and r.dataset == "mt" and r.turn == 0)
+    # The broken bonus is the 3rd round's last token; the plain target's choice there is not a near-tie.
+    assert first["want"] == ref.token_ids[first["index"]]
+    assert first["got"] == (first["want"] + 1) % tiny_target.vocab_size
+    assert bench.diagnose_mismatch(tiny_target, ref.prompt_ids, ref.token_ids, first["index"]) > 1e-3
+
+
+@pytest.fixture()
+def eval_files(tmp_path):
+    d = tmp_path / "eval"
+    d.mkdir()
+    rows = {"mt_bench": [{"question_id": 81, "category": "writing", "turns": ["Write a haiku about rain.",
+                                                                              "Now make it rhyme."]},
+                         {"question_id": 82, "category": "writing", "turns": ["Name three colors.", "Which is warmest?"]},
+                         {"question_id": 83, "category": "writing", "turns": ["Say hi.", "Say bye."]}],
+            "qa": [{"question_id": 1, "category": "qa", "turns": ["Who wrote Hamlet?"]},
+                   {"question_id": 2, "category": "qa", "turns": ["What is 2 + 2?"]}]}
+    for name, items in rows.items():
+        (d / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in items))
+    return d
+
+
+def test_cli_reports_a_broken_decoder_loudly(tiny_target, eval_files, tmp_path, monkeypatch, capsys):
+    real_make = bench.make_methods
+
+    def with_broken(args, preset, target, names, base_cfg, questions, say):
+        methods = real_make(args, preset, target, names, base_cfg, questions, say)
+        draft = random_draft(target, "eagle", depth=base_cfg.depth)
+        return methods + [bench.Method("broken", "broken decoder", BrokenDecoder(target, draft, base_cfg))]
+
+    monkeypatch.setattr(bench, "make_methods", with_broken)
+    out = tmp_path / "res"
+    rc = bench.main(["--preset", "tiny-random", "--methods", "ar", "--data", str(eval_files / "qa.jsonl"),
+                     "--max-new-tokens", "16", "--runs", "1", "--tree-budget", "8", "--no-progress",
+                     "--no-hf-generate", "--out", str(out)])
+    assert rc == 3
+    err = capsys.readouterr().err
+    assert "IDENTITY CHECK FAILED" in err and "broken" in err
+    md = (out / "report.md").read_text()
+    assert md.splitlines()[2].startswith("**!!! IDENTITY CHECK FAILED")
+    assert "IDENTITY CHECK FAILED" in (out / "report.html").read_text()
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["identity"]["mismatches"] and all(m["method"] == "broken" for m in summary["identity"]["mismatches"])
+
+
+def test_cli_on_tiny_random_writes_spec_bench_jsonl(eval_files, tmp_path):
+    out = tmp_path / "res"
+    rc = bench.main(["--preset", "tiny-random", "--methods", "ar,eagle,poss2", "--data", str(eval_files / "*.jsonl"),
+                     "--limit", "1", "--max-new-tokens", "12", "--runs", "2", "--tree-budget", "8",
+                     "--no-progress", "--plotlyjs", "cdn", "--out", str(out)])
+    assert rc == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["methods"] == ["ar", "ar-hf", "eagle", "poss2"]
+    assert summary["datasets"] == ["mt_bench", "qa"]
+    assert summary["identity"]["checked"] == 3 * 2 * (2 + 1) and not summary["identity"]["mismatches"]
+    records = br.read_records(out / "records.jsonl")
+    for method in summary["methods"]:
+        rows = [json.loads(line) for line in (out / f"{method}.jsonl").read_text().splitlines()]
+        assert [(r["dataset"], r["question_id"]) for r in rows] == [("mt_bench", 81), ("qa", 1)]
+        for row in rows:
+            assert set(row) >= {"question_id", "category", "choices", "model_id"}
+            assert [c["index"] for c in row["choices"]] == [0, 1]  # one choice per run
+            n_turns = 2 if row["dataset"] == "mt_bench" else 1
+            for c in row["choices"]:
+                assert len(c["turns"]) == len(c["new_tokens"]) == len(c["wall_time"]) == n_turns
+                assert all(isinstance(t, str) for t in c["turns"])
+                assert all(isinstance(n, int) and 1 <= n <= 12 for n in c["new_tokens"])
+                assert all(w > 0 for w in c["wall_time"])
+                mine = [r for r in records if r.method == method and r.dataset == row["dataset"]
+                        and r.question_id == row["question_id"] and r.run == c["index"]]
+                assert c["new_tokens"] == [r.new_tokens for r in sorted(mine, key=lambda r: r.turn)]
+                # Spec-Bench's accept_lengths: tokens per draft round (accepted + bonus); plain decoding makes 1.
+                assert all(a >= 1 for a in c["accept_lengths"])
+                if method.startswith("ar"):
+                    assert set(c["accept_lengths"]) == {1}
+                assert sum(c["accept_lengths"]) + n_turns >= sum(c["new_tokens"])
+        # τ in the tables is the mean of Spec-Bench's accept_lengths over all questions and runs.
+        all_lens = [a for row in rows for c in row["choices"] for a in c["accept_lengths"]]
+        assert summary["table"][method]["overall"]["tau_pooled"] == pytest.approx(sum(all_lens) / len(all_lens))
+    md = (out / "report.md").read_text()
+    assert "Identity check PASSED" in md and "| mt_bench | qa | overall |" in md
+
+
+def test_tree_budget_auto_on_tiny_random(eval_files, tmp_path, monkeypatch):
+    monkeypatch.setenv("POSS_CACHE_DIR", str(tmp_path / "cache"))  # tiny-random needs nothing from the cache
+    out = tmp_path / "res"
+    args = ["--preset", "tiny-random", "--methods", "ar,poss2", "--data", str(eval_files / "qa.jsonl"),
+            "--max-new-tokens", "12", "--runs", "1", "--tree-budget", "auto", "--calibration-prompts", "1",
+            "--calibration-tokens", "12", "--max-tree-budget", "24", "--no-progress", "--no-hf-generate", "--plotlyjs", "cdn", "--out", str(out)]
+    assert bench.main(args) == 0
+    curves = json.loads((tmp_path / "cache" / "forward_curves.json").read_text())
+    assert len(curves) == 1
+    summary = json.loads((out / "summary.json").read_text())
+    choice = summary["meta"]["budget_choices"]["poss2"]
+    assert summary["meta"]["budgets"]["poss2"] == choice["budget"] and 2 <= choice["budget"] <= 24
+    assert "calibration" in choice["profile_source"]
+    assert "auto: poss2 → budget" in (out / "report.md").read_text()

@@ -1,0 +1,102 @@
+"""`--tree-budget auto`: the forward-time curve, its cache, acceptance profiles by budget, and the choice."""
+
+import json
+
+import pytest
+
+from poss_core.decoding import autobudget as ab
+from poss_core.decoding.config import DecodeConfig
+from poss_core.decoding.decoder import SpeculativeDecoder, encode_prompt
+from poss_core.decoding.events import DecodeSummary, DraftNode, RoundEvent
+from poss_core.models.loading import random_draft
+
+
+def curve(ms_of):
+    sizes = [1, 2, 4, 8, 16, 32, 64, 96]
+    return ab.ForwardCurve(key="unit", sizes=sizes, ms=[ms_of(n) for n in sizes], context=256)
+
+
+def test_curve_interpolates_and_extrapolates():
+    c = ab.ForwardCurve(key="k", sizes=[1, 8, 16], ms=[10.0, 24.0, 40.0], context=64)
+    assert c.at(1) == 10.0 and c.at(0) == 10.0
+    assert c.at(4) == pytest.approx(10 + 14 * 3 / 7)
+    assert c.at(12) == pytest.approx(32.0)
+    assert c.at(24) == pytest.approx(56.0)  # the last segment's slope
+
+
+def test_accepted_ranks_and_accept_len_at_budget():
+    # Scores: node 0 -0.1, node 1 -0.3, node 2 (child of 0) -0.2, node 3 (child of 2) -0.9, node 4 (child of 1) -0.4
+    nodes = [DraftNode(1, -1, 1, -0.1, 0.9, 0), DraftNode(2, -1, 1, -0.3, 0.7, 0), DraftNode(3, 0, 2, -0.2, 0.9, 1),
+             DraftNode(4, 2, 3, -0.9, 0.5, 2), DraftNode(5, 1, 2, -0.4, 0.8, 1)]
+    e = RoundEvent(round=1, nodes=nodes, accepted=[0, 2, 3], bonus=0, target_probs=[], feature_deviation=[],
+                   draft_ms=0, verify_ms=0, new_tokens=4)
+    ranks = ab.accepted_ranks(e)
+    assert ranks == [0, 1, 4]
+    assert [ab.accept_len_at_budget(ranks, b) for b in (2, 3, 5, 6, 60)] == [1, 2, 2, 3, 3]
+
+
+def test_calibrated_profile_reads_smaller_budgets_off_one_run():
+    prof = ab.AcceptanceProfile(source="unit", max_budget=60, depth=3, ranks=[[0, 1, 4], [], [0, 20]])
+    assert prof.expected_tau(2) == pytest.approx((2 + 1 + 2) / 3)
+    assert prof.expected_tau(6) == pytest.approx((4 + 1 + 2) / 3)
+    assert prof.expected_tau(60) == pytest.approx((4 + 1 + 3) / 3)
+    assert prof.expected_tau(500) == prof.expected_tau(60)  # nothing is known beyond the calibration budget
+
+
+def test_default_profile_grows_with_budget_towards_the_published_chain():
+    prof = ab.default_profile(depth=6)
+    taus = [prof.expected_tau(b) for b in (2, 8, 16, 60, 96)]
+    assert taus == sorted(taus) and taus[0] > 1.0
+    chain = 1.0
+    reach = 1.0
+    for a in list(ab.DEFAULT_POS_ACC) + [ab.DEFAULT_TAIL] * 2:
+        reach *= a
+        chain += reach
+    assert taus[-1] < chain and taus[-1] == pytest.approx(chain, rel=0.01)
+
+
+def test_choice_follows_the_hardware():
+    prof = ab.AcceptanceProfile(source="unit", max_budget=96, depth=6, ranks=[[0, 3, 9, 25, 50]] * 3 + [[0, 12]])
+    flat = ab.choose_budget(curve(lambda n: 20.0), prof, draft_ms=2.0, overhead_ms=0.5)  # a GPU: flat curve
+    steep = ab.choose_budget(curve(lambda n: 10.0 + 5.0 * n), prof, draft_ms=2.0, overhead_ms=0.5)  # a slow CPU
+    assert flat.budget >= 60
+    assert steep.budget <= 4
+    best = max(steep.table, key=lambda r: r["tokens_per_s"])
+    assert steep.expected_tokens_per_s == pytest.approx(best["tokens_per_s"]) and steep.budget == best["budget"]
+    assert flat.plain_tokens_per_s == pytest.approx(50.0)
+    # depth and top_k cap the budget at what EAGLE-2 can draft: 1 + 2 + 2 * 4 = 11 with depth 3, top-k 2.
+    capped = ab.choose_budget(curve(lambda n: 20.0), prof, 2.0, 0.5, depth=3, top_k=2)
+    assert capped.budget <= 11 and all(r["budget"] <= 11 for r in capped.table)
+
+
+def test_curve_is_measured_once_then_cached(tiny_target, tmp_path, monkeypatch):
+    path = tmp_path / "curves.json"
+    c = ab.load_or_measure_curve(tiny_target, path=path, sizes=(1, 4, 16), repeats=2, context=32, log=lambda m: None)
+    assert c.sizes == [1, 4, 16] and all(ms > 0 for ms in c.ms) and c.key == ab.curve_key(tiny_target)
+    stored = json.loads(path.read_text())
+    assert list(stored) == [c.key]
+
+    def no_measuring(*a, **k):
+        raise AssertionError("the cached curve should be used")
+
+    monkeypatch.setattr(ab, "measure_forward_curve", no_measuring)
+    again = ab.load_or_measure_curve(tiny_target, path=path, log=lambda m: None)
+    assert again == c
+
+
+def test_auto_tree_budget_calibrates_on_a_real_decode(tiny_target):
+    draft = random_draft(tiny_target, "poss2", depth=4)
+    cfg = DecodeConfig(depth=4, top_k=4, tree_budget=60, max_new_tokens=16)
+    c = curve(lambda n: 1.0 + 0.01 * n)
+    choice = ab.auto_tree_budget(tiny_target, draft, cfg, curve=c, calibration_tokens=10, max_budget=16)
+    assert 2 <= choice.budget <= 16 and "calibration" in choice.profile_source
+    assert choice.draft_ms > 0 and choice.table[0]["budget"] == 2
+    default = ab.auto_tree_budget(tiny_target, draft, cfg, curve=c, calibration_tokens=6, max_budget=16,
+                                   profile="default")
+    assert "default" in default.profile_source
+    # The chosen budget decodes losslessly like any other.
+    ids = encode_prompt(tiny_target.tokenizer, "Hello there")
+    out = [i for i in SpeculativeDecoder(tiny_target, draft, DecodeConfig(depth=4, top_k=4,
+                                                                          tree_budget=choice.budget,
+                                                                          max_new_tokens=8)).generate(ids)]
+    assert isinstance(out[-1], DecodeSummary)
