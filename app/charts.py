@@ -19,8 +19,9 @@ Runs = Mapping[str, Sequence[RoundEvent]]
 
 # Okabe-Ito: distinguishable with the common colour-vision deficiencies, and mid-bright enough for dark backgrounds.
 OKABE_ITO = ["#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#D55E00", "#CC79A7", "#999999"]
-# Specialists (draft layer groups): one categorical colour each; the same colours as the token view.
-SPECIALIST_COLORS = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#999999"]
+# Specialists (draft layer groups): one categorical colour each, the same as the token view (vermillion is kept
+# for the target's own tokens and the accepted path).
+SPECIALIST_COLORS = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#F0E442", "#8C6BB1", "#999999"]
 PLAIN_COLOR = "#999999"
 TARGET_COLOR = "#D55E00"
 # Mid-grey text and faint grids read on both the light and the dark Gradio theme (figures have no background).

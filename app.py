@@ -1,0 +1,70 @@
+"""Entry point (also the Hugging Face Space's app_file): parse flags, build the Gradio app, launch it.
+
+    python app.py [--preset smollm2-135m] [--host 127.0.0.1] [--port 7860] [--share] [--concurrency 2]
+"""
+
+from __future__ import annotations
+
+try:  # ZeroGPU Spaces: `spaces` must be imported before anything initialises CUDA
+    import spaces  # type: ignore  # noqa: F401
+except ImportError:
+    spaces = None
+
+import argparse
+import os
+import sys
+import threading
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from poss_core.models.presets import DEFAULT_PRESET, presets
+
+    p = argparse.ArgumentParser(prog="python app.py", description="POSS vs EAGLE speculative decoding demo (Gradio).")
+    p.add_argument("--preset", default=os.environ.get("POSS_PRESET", DEFAULT_PRESET), choices=list(presets()),
+                   help=f"model preset shown first (default {DEFAULT_PRESET}: runs offline on a CPU)")
+    p.add_argument("--host", default=None,
+                   help="interface to listen on (default 127.0.0.1, or $GRADIO_SERVER_NAME; 0.0.0.0 for a LAN)")
+    p.add_argument("--port", type=int, default=None, help="port (default 7860, or $GRADIO_SERVER_PORT)")
+    p.add_argument("--share", action="store_true", help="also open a public gradio.live link (off by default)")
+    p.add_argument("--concurrency", type=int, default=2,
+                   help="comparisons decoding at once; more wait in the queue (default 2)")
+    p.add_argument("--queue-size", type=int, default=64, help="most requests waiting in the queue (default 64)")
+    p.add_argument("--no-preload", action="store_true",
+                   help="do not load the preset's model in the background at start-up (the first Run loads it)")
+    return p
+
+
+def preload(preset_name: str) -> None:
+    """Load the target and the default lanes' drafts before anyone presses Run, so the first comparison is quick."""
+    from app import lanes
+    from app.ui import DEFAULT_METHODS
+    from poss_core.errors import PossError
+    from poss_core.models.presets import get_preset
+
+    preset = get_preset(preset_name)
+    if preset.device == "gpu" and not lanes.cuda_available():
+        return
+    try:
+        print(f"[poss] loading {preset_name} in the background ...", file=sys.stderr, flush=True)
+        target = lanes.MODELS.target(preset, "auto")
+        for method in DEFAULT_METHODS:
+            if method in preset.drafts:
+                lanes.MODELS.draft(preset, method, target, "auto")
+        print(f"[poss] {preset_name} ready.", file=sys.stderr, flush=True)
+    except PossError as err:  # the UI shows the same message when someone presses Run
+        print(f"[poss] could not preload {preset_name}: {err}", file=sys.stderr, flush=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    from app.ui import build_demo, launch_kwargs
+
+    demo = build_demo(preset=args.preset, concurrency=args.concurrency)
+    demo.queue(max_size=args.queue_size, default_concurrency_limit=args.concurrency)
+    if not args.no_preload:
+        threading.Thread(target=preload, args=(args.preset,), daemon=True, name="poss-preload").start()
+    demo.launch(server_name=args.host, server_port=args.port, share=args.share, **launch_kwargs())
+
+
+if __name__ == "__main__":
+    main()

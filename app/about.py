@@ -1,0 +1,106 @@
+"""The About tab: speculative decoding, EAGLE and POSS for a class, one diagram, the metric definitions, the hardware."""
+
+from __future__ import annotations
+
+import html
+
+INTRO = """
+### Speculative decoding in one minute
+A large language model writes one token per forward pass, and on most hardware that pass is limited by moving the
+weights, not by arithmetic: checking several tokens costs about as much as writing one. **Speculative decoding**
+lets a small, cheap **draft** guess the next few tokens; the big **target** model then scores all the guesses in
+*one* forward pass and keeps the longest prefix it agrees with, plus one token of its own (the **bonus** token, or
+the **correction** where the draft went wrong). At temperature 0 the output is exactly what the target alone would
+write, token for token; with sampling, a verification rule keeps the exact same distribution. Only the speed changes.
+
+### EAGLE
+EAGLE's draft is a single transformer layer that works on the target's *features* (its last hidden state) rather
+than on tokens: from the feature at position *t* and the next token it predicts the feature at *t+1*, and the
+target's own LM head turns that into a token distribution. EAGLE-2 grows a **tree** of guesses (the best `top_k`
+branches at each depth, pruned to a node budget) so that one verification pass tries many continuations at once.
+
+### POSS: position-specialised drafts
+At draft position 1 the draft reads a true target feature. At position 2 it reads its *own* prediction, at position
+3 a prediction of a prediction... errors pile up, and acceptance falls with depth. **POSS** (position-specialist
+self-distillation) gives each block of positions its own draft layer, a **specialist**, trained on exactly the
+error level it will see there. POSS-*n* means each specialist covers *n* consecutive positions (POSS-1 with depth 6
+has 6 specialists, POSS-2 has 3, POSS-3 has 2). Each position still runs *one* layer, so drafting costs the same as
+EAGLE; the **matched-capacity control** stacks the same number of layers and runs all of them at every position,
+to separate "more parameters" from "specialisation".
+
+### What to look at in the demo
+* Token colours: shaded tokens were guessed by the draft and accepted; the shade says at which draft position (or
+  by which specialist). Underlined tokens are the target's own. Struck-through tokens are drafts the target rejected.
+* The tree: every token the draft proposed in a round, by depth. The thick path is what the target accepted.
+* Position-wise acceptance: POSS's claim is that its curve stays higher at late positions than EAGLE's.
+"""
+
+METRICS = """
+### Metric definitions
+* **Round**: one draft-then-verify step. **accept_len**: draft tokens accepted in a round (0 .. depth).
+* **τ (mean acceptance length)** = mean over rounds of (accept_len + 1): tokens produced per target forward pass.
+  Plain decoding has τ = 1. (EAGLE's web UI calls it the "compression ratio".)
+* **Conditional position-wise acceptance (POSS "pos-acc")**: pos-acc<sub>k</sub> = P(accept_len ≥ k) /
+  P(accept_len ≥ k−1), the chance that position *k* is accepted given positions 1 .. k−1 were.
+  Chain rule: P(accept_len ≥ k) = Π<sub>i≤k</sub> pos-acc<sub>i</sub>, so one weak position caps everything after it.
+* **Unconditional per-position rate** = P(accept_len ≥ k) (vLLM's accepted-per-position / drafts).
+  Both come from the same accept-length histogram; every chart says which one it shows.
+* **Feature deviation** at position *k*: the distance (mean L2 norm, and cosine distance 1 − cos) between the
+  draft's predicted feature and the target's true feature for the same token, on accepted positions.
+* **Tokens/s**: new tokens over the lane's own compute time (prefill included). **Speed-up** = a lane's tokens/s ÷
+  the plain lane's tokens/s, same target, same hardware, same prompt and max tokens, batch 1.
+* Lanes run **in turns, one round each**, on one machine; each lane's time is the sum of its own rounds, so its
+  speed is what it would get alone. Every chart states its sample size (rounds): a few rounds are anecdotes.
+"""
+
+DIAGRAM = """
+<div class="poss-diagram">
+<svg viewBox="0 0 760 250" xmlns="http://www.w3.org/2000/svg" role="img"
+     aria-label="One round: the draft proposes a tree of tokens, positions handled by specialists, the target verifies
+     the tree in one forward pass and keeps the longest accepted prefix plus its own token.">
+  <style>
+    .t { font: 13px sans-serif; fill: currentColor; }
+    .s { font: 11px sans-serif; fill: currentColor; opacity: 0.8; }
+    .box { fill: none; stroke: currentColor; stroke-opacity: 0.5; rx: 6; }
+    .edge { stroke: currentColor; stroke-opacity: 0.35; stroke-width: 1.5; fill: none; }
+    .acc { stroke: #D55E00; stroke-width: 3.5; fill: none; }
+  </style>
+  <text class="t" x="10" y="22">1. draft: one cheap layer per position group (specialists S1, S2, S3)</text>
+  <rect x="60" y="40" width="120" height="22" fill="#0072B2" fill-opacity="0.35" rx="4"/>
+  <rect x="190" y="40" width="120" height="22" fill="#E69F00" fill-opacity="0.35" rx="4"/>
+  <rect x="320" y="40" width="120" height="22" fill="#009E73" fill-opacity="0.35" rx="4"/>
+  <text class="s" x="70" y="56">S1: positions 1-2</text>
+  <text class="s" x="200" y="56">S2: positions 3-4</text>
+  <text class="s" x="330" y="56">S3: positions 5-6</text>
+  <circle cx="30" cy="130" r="9" fill="#8a8f98"/><text class="s" x="6" y="155">root</text>
+  <path class="acc" d="M39 130 L 90 105 L 150 105 L 210 105"/>
+  <path class="edge" d="M39 130 L 90 160 M90 105 L150 135 M150 105 L210 130 M90 160 L150 185"/>
+  <circle cx="90" cy="105" r="9" fill="#0072B2"/><circle cx="90" cy="160" r="7" fill="#0072B2" fill-opacity="0.4"/>
+  <circle cx="150" cy="105" r="9" fill="#0072B2"/><circle cx="150" cy="135" r="6" fill="#0072B2" fill-opacity="0.4"/>
+  <circle cx="150" cy="185" r="6" fill="#0072B2" fill-opacity="0.4"/>
+  <circle cx="210" cy="105" r="9" fill="#E69F00"/><circle cx="210" cy="130" r="6" fill="#E69F00" fill-opacity="0.4"/>
+  <path class="edge" d="M210 105 L270 105 M270 105 L330 105"/>
+  <circle cx="270" cy="105" r="7" fill="#E69F00" fill-opacity="0.4"/>
+  <circle cx="330" cy="105" r="6" fill="#009E73" fill-opacity="0.4"/>
+  <polygon points="270,118 279,127 270,136 261,127" fill="#D55E00"/>
+  <path class="acc" d="M210 105 L 262 127"/>
+  <text class="s" x="285" y="140">target's token (correction)</text>
+  <text class="t" x="470" y="95">2. target: one forward pass</text>
+  <text class="s" x="470" y="113">scores every drafted node at once</text>
+  <text class="s" x="470" y="129">(tree attention mask)</text>
+  <text class="t" x="470" y="160">3. keep the longest agreed prefix</text>
+  <text class="s" x="470" y="178">+ one token of the target's own:</text>
+  <text class="s" x="470" y="194">here 3 accepted + 1 = 4 tokens for one pass</text>
+  <rect class="box" x="460" y="75" width="285" height="130"/>
+  <text class="s" x="10" y="235">Thick vermillion: the accepted path. Faded: rejected branches. Colours: which specialist drafted the node.</text>
+</svg>
+</div>
+"""
+
+
+def hardware_markdown(info: dict[str, str] | None, note: str = "") -> str:
+    """The hardware, dtype and quantization in use (filled once a model is loaded)."""
+    if not info:
+        return "### Hardware in use\nNo model loaded yet: the first Run loads it." + (f"\n\n{note}" if note else "")
+    rows = "\n".join(f"| {html.escape(k)} | {html.escape(str(v))} |" for k, v in info.items())
+    return f"### Hardware in use\n| | |\n|---|---|\n{rows}" + (f"\n\n{note}" if note else "")

@@ -1,0 +1,360 @@
+"""Lanes: one decode per method on the same prompt and seed, advanced in turns (one round each), and the model
+cache every browser session shares.
+
+Scheduling and timing: a comparison runs its lanes in one thread, calling each lane's generator once per turn, so
+every lane gets one draft-and-verify round in turn and none waits for another to finish. Each event's wall_ms,
+draft_ms and verify_ms time that lane's own compute only, so the speed a lane shows is the speed it would get alone
+(the other lanes' rounds happen between, not during, its rounds).
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import traceback
+from collections import OrderedDict
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from poss_core.decoding.config import DecodeConfig
+from poss_core.decoding.decoder import PlainDecoder, SpeculativeDecoder, encode_prompt
+from poss_core.decoding.events import DecodeSummary, RoundEvent
+from poss_core.errors import ConfigError, ModelLoadError, PossError, PromptError
+from poss_core.models.presets import Preset, get_preset, resolve_draft_name
+
+from .render import Detokenizer, TokenRecord, TokenTexts, round_records
+
+PLAIN = "plain"
+PLAIN_LABEL = "Plain decoding (target only)"
+MAX_LANES = 3
+QUANTIZATIONS = ("auto", "none", "8bit", "4bit")
+
+
+def cuda_available() -> bool:
+    try:
+        import torch
+
+        return bool(torch.cuda.is_available())
+    except Exception:  # noqa: BLE001 - no torch build with CUDA is just "no GPU"
+        return False
+
+
+def method_label(preset: Preset, method: str) -> str:
+    if method == PLAIN:
+        return PLAIN_LABEL
+    ref = preset.drafts.get(method)
+    return ref.label or method if ref is not None else method
+
+
+def method_choices(preset: Preset) -> list[tuple[str, str]]:
+    """(label, value) pairs for the methods a preset offers: plain decoding first, then its drafts."""
+    return [(PLAIN_LABEL, PLAIN)] + [(ref.label or name, name) for name, ref in preset.drafts.items()]
+
+
+class ModelCache:
+    """Targets and drafts loaded once and shared by every session; one lock per model so sessions loading
+    different models do not wait on each other. Keeps at most `max_targets` targets (and their drafts)."""
+
+    def __init__(self, max_targets: int = 2) -> None:
+        self.max_targets = max_targets
+        self._lock = threading.Lock()
+        self._key_locks: dict[tuple, threading.Lock] = {}
+        self._targets: OrderedDict[tuple, Any] = OrderedDict()
+        self._drafts: dict[tuple, Any] = {}
+
+    def _key_lock(self, key: tuple) -> threading.Lock:
+        with self._lock:
+            return self._key_locks.setdefault(key, threading.Lock())
+
+    def target(self, preset: Preset, quantization: str = "auto"):
+        from poss_core.models.loading import load_preset_target
+
+        key = (preset.target, quantization)
+        with self._key_lock(key):
+            with self._lock:
+                if key in self._targets:
+                    self._targets.move_to_end(key)
+                    return self._targets[key]
+            try:
+                target = load_preset_target(preset.target, quantization=quantization)
+            except PossError:
+                raise
+            except Exception as err:  # out of memory, missing packages, broken files: one readable line
+                raise ModelLoadError(f"could not load {preset.name!r}: {type(err).__name__}: "
+                                     f"{str(err).splitlines()[0] if str(err) else ''}") from err
+            with self._lock:
+                self._targets[key] = target
+                while len(self._targets) > self.max_targets:
+                    old, _ = self._targets.popitem(last=False)
+                    for dk in [k for k in self._drafts if k[:2] == old]:
+                        del self._drafts[dk]
+            return target
+
+    def draft(self, preset: Preset, method: str, target, quantization: str = "auto"):
+        from poss_core.models.loading import load_draft_by_name
+
+        ref = resolve_draft_name(preset, method)
+        key = (preset.target, quantization, ref.source, preset.depth, ref.positions_per_specialist)
+        with self._key_lock(key):
+            with self._lock:
+                if key in self._drafts:
+                    return self._drafts[key]
+            try:
+                draft = load_draft_by_name(ref.source, target, depth=preset.depth,
+                                           positions_per_specialist=ref.positions_per_specialist)
+            except PossError:
+                raise
+            except Exception as err:
+                raise ModelLoadError(f"could not load draft {method!r} of {preset.name!r}: {type(err).__name__}: "
+                                     f"{str(err).splitlines()[0] if str(err) else ''}") from err
+            with self._lock:
+                self._drafts[key] = draft
+            return draft
+
+    def loaded_targets(self) -> list:
+        with self._lock:
+            return list(self._targets.values())
+
+
+MODELS = ModelCache()
+
+
+@dataclass
+class RunSpec:
+    """What a comparison runs: the settings a saved run records."""
+
+    prompt: str | list[dict]
+    methods: list[str]
+    preset: str
+    temperature: float = 0.0
+    top_p: float = 1.0
+    depth: int = 6
+    top_k: int = 10
+    tree_budget: int = 60
+    max_new_tokens: int = 64
+    seed: int = 0
+    quantization: str = "auto"
+
+    def config(self) -> DecodeConfig:
+        def as_int(name: str) -> int:
+            value = getattr(self, name)
+            if isinstance(value, float) and value.is_integer():
+                return int(value)
+            return value
+
+        return DecodeConfig(depth=as_int("depth"), top_k=as_int("top_k"), tree_budget=as_int("tree_budget"),
+                            temperature=float(self.temperature), top_p=float(self.top_p),
+                            max_new_tokens=as_int("max_new_tokens"), seed=as_int("seed"))
+
+    def messages(self) -> list[dict]:
+        if isinstance(self.prompt, str):
+            return [{"role": "user", "content": self.prompt}]
+        return list(self.prompt)
+
+    def check(self) -> None:
+        """Raise ConfigError for settings no lane could run with, before anything loads."""
+        if not self.methods:
+            raise ConfigError("no method chosen: pick two or three (e.g. Plain, EAGLE and POSS-2).")
+        if len(self.methods) > MAX_LANES:
+            raise ConfigError(f"{len(self.methods)} methods chosen: pick at most {MAX_LANES} lanes.")
+        if self.quantization not in QUANTIZATIONS:
+            raise ConfigError(f"quantization={self.quantization!r}: use one of {', '.join(QUANTIZATIONS)}.")
+        self.config()
+        preset = get_preset(self.preset)
+        for m in self.methods:
+            if m != PLAIN and m not in preset.drafts:
+                raise ConfigError(f"method {m!r} is not available for preset {preset.name!r}: use "
+                                  f"{', '.join([PLAIN, *preset.drafts])}.")
+        if preset.device == "gpu" and not cuda_available():
+            raise ConfigError(f"preset {preset.name!r} needs a GPU and this machine has none: use smollm2-135m "
+                              f"(CPU) or tiny-random.")
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> "RunSpec":
+        known = {f for f in cls.__dataclass_fields__}
+        return cls(**{k: v for k, v in obj.items() if k in known})
+
+
+@dataclass
+class Lane:
+    """One method's decode: its events, the text of each token, and where the next round comes from."""
+
+    method: str
+    label: str
+    events: list[RoundEvent] = field(default_factory=list)
+    pieces: list[list[str]] = field(default_factory=list)  # per round: each emitted token's text in context
+    node_texts: list[list[str]] = field(default_factory=list)  # per round: each drafted node's own text
+    bonus_texts: list[str] = field(default_factory=list)
+    records: list[TokenRecord] = field(default_factory=list)
+    summary: dict[str, Any] | None = None  # {"text", "stop_reason", "stats"} once finished
+    error: str | None = None
+    special_ids: set[int] = field(default_factory=set)
+    source: Iterator | None = None  # the decoder's generator, or a replay of saved rounds
+    detok: Detokenizer | None = None
+    token_text: TokenTexts | None = None
+
+    @property
+    def plain(self) -> bool:
+        return self.method == PLAIN
+
+    @property
+    def finished(self) -> bool:
+        return self.summary is not None or self.error is not None
+
+    @property
+    def token_ids(self) -> list[int]:
+        return [t for e in self.events for t in e.tokens]
+
+    @property
+    def text(self) -> str:
+        return "".join(e.text for e in self.events)
+
+    @property
+    def stop_reason(self) -> str | None:
+        return self.summary["stop_reason"] if self.summary else None
+
+    def add(self, event: RoundEvent, pieces: list[str], node_texts: list[str], bonus_text: str) -> None:
+        self.events.append(event)
+        self.pieces.append(pieces)
+        self.node_texts.append(node_texts)
+        self.bonus_texts.append(bonus_text)
+        self.records.extend(round_records(event, pieces, node_texts, self.special_ids))
+
+    def take(self, item) -> None:
+        """Record one item from the source: a live event, a replayed (event, texts) tuple, or the summary."""
+        if isinstance(item, DecodeSummary):
+            self.summary = {"text": item.text, "stop_reason": item.stop_reason, "stats": item.stats}
+        elif isinstance(item, RoundEvent):
+            # Special tokens (EOS, ...) are shown by name, small; the text view leaves them out.
+            pieces = [self.token_text(t) if t in self.special_ids else self.detok.push(t) for t in item.tokens]
+            labels = [self.token_text(n.token) for n in item.nodes]
+            self.add(item, pieces, labels, self.token_text(item.bonus))
+        elif isinstance(item, tuple):
+            self.add(*item)
+        elif isinstance(item, dict):
+            self.summary = item
+
+    def advance(self) -> bool:
+        """Run one round; False once the lane has finished (summary, error, or an exhausted source)."""
+        if self.finished or self.source is None:
+            return False
+        try:
+            item = next(self.source)
+        except StopIteration:
+            if self.summary is None:
+                self.summary = {"text": self.text, "stop_reason": "cancelled", "stats": {}}
+            return False
+        except PossError as err:
+            self.error = str(err)
+            return False
+        except Exception as err:  # a bug or a device error: the lane stops with a message, the app keeps serving
+            traceback.print_exc(file=sys.stderr)
+            self.error = f"{type(err).__name__}: {err}"
+            return False
+        self.take(item)
+        return not self.finished
+
+    def close(self) -> None:
+        if self.source is not None and hasattr(self.source, "close"):
+            try:
+                self.source.close()
+            except Exception:  # noqa: BLE001 - closing a broken generator must not hide the real error
+                pass
+        self.source = None
+
+
+@dataclass
+class Comparison:
+    """The lanes of one run (live, stepped or replayed) and the settings they share."""
+
+    spec: RunSpec
+    lanes: list[Lane]
+    cancel: threading.Event = field(default_factory=threading.Event)
+    hardware: dict[str, str] = field(default_factory=dict)
+    replay: bool = False
+    prompt_tokens: int = 0
+
+    @property
+    def finished(self) -> bool:
+        return all(lane.finished or lane.source is None for lane in self.lanes)
+
+    @property
+    def cancelled(self) -> bool:
+        return self.cancel.is_set()
+
+    def turn(self) -> bool:
+        """Advance every unfinished lane by one round; True while any lane still has rounds to run."""
+        alive = False
+        for lane in self.lanes:
+            if not lane.finished and lane.source is not None:
+                alive = lane.advance() or alive
+                if lane.finished:
+                    lane.close()
+        return alive
+
+    def close(self) -> None:
+        for lane in self.lanes:
+            lane.close()
+
+    def stop(self) -> None:
+        """Cancel every lane at once: each decoder sees the flag before its next round and closes with a summary."""
+        self.cancel.set()
+
+    def lane(self, method: str) -> Lane | None:
+        return next((lane for lane in self.lanes if lane.method == method), None)
+
+
+def hardware_info(target) -> dict[str, str]:
+    import platform
+
+    import torch
+
+    device = str(target.device)
+    if target.device.type == "cuda":
+        device += f" ({torch.cuda.get_device_name(target.device)})"
+    else:
+        device += f" ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+    return {"model": str(target.name), "device": device, "dtype": str(target.dtype).replace("torch.", ""),
+            "quantization": str(target.quantization), "context": str(target.max_context),
+            "torch": torch.__version__}
+
+
+def start(spec: RunSpec, models: ModelCache = MODELS, cancel: threading.Event | None = None) -> Comparison:
+    """Load what the spec needs (from the shared cache), encode the prompt and open one generator per lane.
+
+    Raises a PossError with a readable message for bad settings, an empty or too long prompt, a missing draft or
+    a model that fails to load."""
+    spec.check()
+    preset = get_preset(spec.preset)
+    config = spec.config()
+    target = models.target(preset, spec.quantization)
+    ids = encode_prompt(target.tokenizer, spec.messages())
+    if len(ids) >= target.max_context:
+        raise PromptError(f"the prompt has {len(ids)} tokens but the model's context window is {target.max_context}:"
+                          f" shorten it.")
+    cancel = cancel or threading.Event()
+    special = set(getattr(target.tokenizer, "all_special_ids", []) or []) | set(target.eos_ids)
+    lanes = []
+    for method in spec.methods:
+        if method == PLAIN:
+            decoder = PlainDecoder(target, config)
+        else:
+            decoder = SpeculativeDecoder(target, models.draft(preset, method, target, spec.quantization), config)
+        lanes.append(Lane(method, method_label(preset, method), special_ids=special,
+                          source=decoder.generate(ids, cancel=cancel), detok=Detokenizer(target.tokenizer),
+                          token_text=TokenTexts(target.tokenizer)))
+    return Comparison(spec, lanes, cancel, hardware_info(target), prompt_tokens=len(ids))
+
+
+def run_to_end(comparison: Comparison) -> Comparison:
+    """Turn until every lane has finished (the API endpoint's non-streaming run)."""
+    try:
+        while comparison.turn():
+            pass
+    finally:
+        comparison.close()
+    return comparison

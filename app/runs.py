@@ -1,0 +1,114 @@
+"""Saved runs: every lane's events as JSONL plus the settings, loaded back and replayed without a model.
+
+Format (one JSON object per line):
+    {"type": "run", "version": 1, "settings": {...RunSpec}, "lanes": [{"method", "label", "special_ids"}], "hardware": {...}}
+    {"type": "event", "lane": i, "event": RoundEvent.to_json(), "pieces": [...], "node_texts": [...], "bonus_text": s}
+    {"type": "summary", "lane": i, "text": ..., "stop_reason": ..., "stats": {...}, "error": null}
+Token texts are stored with the events, so a replay needs no tokenizer.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from poss_core.decoding.events import RoundEvent
+from poss_core.errors import PossError
+
+from .lanes import Comparison, Lane, RunSpec
+
+VERSION = 1
+
+
+class RunFileError(PossError):
+    """A saved run that cannot be read."""
+
+
+def _clean(obj: Any) -> Any:
+    """JSON without NaN (positions no round reached become null)."""
+    if isinstance(obj, float):
+        return None if math.isnan(obj) or math.isinf(obj) else obj
+    if isinstance(obj, dict):
+        return {str(k): _clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v) for v in obj]
+    return obj
+
+
+def run_lines(comparison: Comparison) -> Iterator[dict[str, Any]]:
+    yield {"type": "run", "version": VERSION, "settings": comparison.spec.to_json(),
+           "lanes": [{"method": lane.method, "label": lane.label, "special_ids": sorted(lane.special_ids)}
+                     for lane in comparison.lanes],
+           "hardware": comparison.hardware, "prompt_tokens": comparison.prompt_tokens}
+    for i, lane in enumerate(comparison.lanes):
+        for event, pieces, labels, bonus in zip(lane.events, lane.pieces, lane.node_texts, lane.bonus_texts):
+            yield {"type": "event", "lane": i, "event": event.to_json(), "pieces": pieces, "node_texts": labels,
+                   "bonus_text": bonus}
+        summary = lane.summary or {}
+        yield {"type": "summary", "lane": i, "text": summary.get("text", lane.text),
+               "stop_reason": summary.get("stop_reason", "cancelled" if lane.error is None else "error"),
+               "stats": summary.get("stats", {}), "error": lane.error}
+
+
+def save_run(comparison: Comparison, path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        for line in run_lines(comparison):
+            f.write(json.dumps(_clean(line), ensure_ascii=False) + "\n")
+    return path
+
+
+def load_run(path: str | Path) -> Comparison:
+    """A finished comparison rebuilt from a saved file (its lanes have no source: nothing left to run)."""
+    path = Path(path)
+    try:
+        lines = [json.loads(s) for s in path.read_text(encoding="utf-8").splitlines() if s.strip()]
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise RunFileError(f"could not read the saved run {path.name!r}: {err}") from err
+    if not lines or lines[0].get("type") != "run":
+        raise RunFileError(f"{path.name!r} is not a saved run (its first line should be a \"run\" object).")
+    head = lines[0]
+    try:
+        spec = RunSpec.from_json(head["settings"])
+        lanes = [Lane(d["method"], d.get("label", d["method"]), special_ids={int(t) for t in d.get("special_ids", [])})
+                 for d in head["lanes"]]
+        for line in lines[1:]:
+            lane = lanes[int(line["lane"])]
+            if line["type"] == "event":
+                event = RoundEvent.from_json(line["event"])
+                lane.add(event, list(line.get("pieces", [])), list(line.get("node_texts", [])),
+                         str(line.get("bonus_text", "")))
+            elif line["type"] == "summary":
+                lane.summary = {"text": line.get("text", ""), "stop_reason": line.get("stop_reason", ""),
+                                "stats": line.get("stats", {})}
+                lane.error = line.get("error")
+    except (KeyError, IndexError, TypeError, ValueError) as err:
+        raise RunFileError(f"{path.name!r} is damaged: {type(err).__name__}: {err}") from err
+    for lane in lanes:
+        if lane.summary is None and lane.error is None:
+            lane.summary = {"text": lane.text, "stop_reason": "cancelled", "stats": {}}
+    return Comparison(spec, lanes, threading.Event(), dict(head.get("hardware", {})), replay=True,
+                      prompt_tokens=int(head.get("prompt_tokens", 0)))
+
+
+def _replay_source(lane: Lane) -> Iterator:
+    for item in zip(lane.events, lane.pieces, lane.node_texts, lane.bonus_texts):
+        yield item
+    yield dict(lane.summary or {"text": lane.text, "stop_reason": "cancelled", "stats": {}})
+
+
+def replay(comparison: Comparison) -> Comparison:
+    """A fresh comparison that plays back the rounds of a finished one, one round per lane per turn."""
+    lanes = []
+    for lane in comparison.lanes:
+        fresh = Lane(lane.method, lane.label, special_ids=set(lane.special_ids), source=_replay_source(lane))
+        if lane.error is not None and not lane.events:
+            fresh.error = lane.error
+        lanes.append(fresh)
+    return Comparison(comparison.spec, lanes, threading.Event(), dict(comparison.hardware), replay=True,
+                      prompt_tokens=comparison.prompt_tokens)
