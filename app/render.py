@@ -211,4 +211,4 @@ def stat_line(items: list[tuple[str, str]]) -> str:
 def status_html(message: str, kind: str = "info") -> str:
     """The status line above the lanes: kind is "info", "busy" or "error" (a message a user can act on)."""
     icon = {"error": "⚠ ", "busy": "⏳ ", "info": ""}.get(kind, "")
-    return f'<div class="poss-status {kind}">{icon}{html.escape(message)}</div>'
+    return f'<div class="poss-status {kind}">{icon}{html.escape(message, quote=False)}</div>'

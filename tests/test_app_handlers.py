@@ -1,0 +1,380 @@
+"""The app's event handlers called directly: token view, lane figures, charts and trees for known events, errors,
+step/stop, save/load/replay, sessions and the API function. Uses the tiny-random preset (loads instantly)."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import pytest
+
+from app import charts, lanes, render, runs, ui
+from poss_core import metrics
+from poss_core.decoding.events import DecodeSummary, DraftNode, FeatureDeviation, RoundEvent
+from poss_core.errors import ModelLoadError
+
+VIEW = ("draft position", True, "conditional")
+
+
+def settings(prompt="Hello there", methods=("plain", "eagle", "poss2"), max_new_tokens=12, **kw):
+    """The UI's settings inputs in order (see ui.build_demo: settings + view)."""
+    s = dict(prompt=prompt, multi_turn=False, preset="tiny-random", methods=list(methods), temperature=0.0, top_p=1.0,
+             depth=6, top_k=8, tree_budget=32, max_new_tokens=max_new_tokens, seed=0, quantization="auto")
+    s.update(kw)
+    return list(s.values()) + list(VIEW)
+
+
+def req(name):
+    return SimpleNamespace(session_hash=name)
+
+
+# ---------------------------------------------------------------- known events
+
+def prefill(token=40, ms=4.0):
+    return RoundEvent(round=0, nodes=[], accepted=[], bonus=token, target_probs=[], feature_deviation=[],
+                      draft_ms=0.0, verify_ms=ms, new_tokens=1, tokens=[token], text="A", wall_ms=ms, prefill=True)
+
+
+def spec_round(r, new_tokens):
+    """A round drafting a small tree: nodes 0,1 at depth 1 (node 0 accepted), node 2 at depth 2 (accepted, from
+    specialist 1), node 3 and 4 at depth 3 under node 2 (both rejected); the target's correction is token 50."""
+    nodes = [DraftNode(10, -1, 1, math.log(0.8), 0.8, 0), DraftNode(11, -1, 1, math.log(0.1), 0.1, 0),
+             DraftNode(12, 0, 2, math.log(0.48), 0.6, 1), DraftNode(13, 2, 3, math.log(0.24), 0.5, 1),
+             DraftNode(14, 2, 3, math.log(0.1), 0.2, 1)]
+    return RoundEvent(round=r, nodes=nodes, accepted=[0, 2], bonus=50, target_probs=[0.9, 0.05, 0.7, 0.1, 0.01],
+                      feature_deviation=[FeatureDeviation(1.0, 0.1), FeatureDeviation(3.0, 0.3)], draft_ms=2.0,
+                      verify_ms=6.0, new_tokens=new_tokens, tokens=[10, 12, 50], text="b<c>&", wall_ms=10.0)
+
+
+def miss_round(r, new_tokens):
+    nodes = [DraftNode(20, -1, 1, math.log(0.5), 0.5, 0)]
+    return RoundEvent(round=r, nodes=nodes, accepted=[], bonus=21, target_probs=[0.2], feature_deviation=[],
+                      draft_ms=1.0, verify_ms=5.0, new_tokens=new_tokens, tokens=[21], text="\n", wall_ms=8.0)
+
+
+def plain_round(r, token):
+    return RoundEvent(round=r, nodes=[], accepted=[], bonus=token, target_probs=[], feature_deviation=[],
+                      draft_ms=0.0, verify_ms=3.0, new_tokens=r + 1, tokens=[token], text="x", wall_ms=4.0)
+
+
+SPEC_EVENTS = [prefill(), spec_round(1, 4), miss_round(2, 5), spec_round(3, 8)]
+PIECES = [["A"], ["b", "<c>", "&"], ["\n"], ["b", "<c>", "&"]]
+LABELS = [[], ["b", "z", "<c>", "q", "w"], ["y"], ["b", "z", "<c>", "q", "w"]]
+PLAIN_TOKENS = [40, 10, 12, 50, 21, 10, 12, 50]
+
+
+def known_comparison(temperature=0.0, plain_tokens=PLAIN_TOKENS):
+    """A finished comparison built from known events, no model."""
+    spec = lanes.Lane("eagle", "EAGLE")
+    for e, p, lab in zip(SPEC_EVENTS, PIECES, LABELS):
+        spec.add(e, p, lab, "t")
+    spec.summary = {"text": "", "stop_reason": "max_new_tokens", "stats": {}}
+    plain = lanes.Lane("plain", lanes.PLAIN_LABEL)
+    plain.add(prefill(plain_tokens[0]), ["A"], [], "A")
+    for r, tok in enumerate(plain_tokens[1:], start=1):
+        plain.add(plain_round(r, tok), ["x"], [], "x")
+    plain.summary = {"text": "", "stop_reason": "max_new_tokens", "stats": {}}
+    run_spec = lanes.RunSpec("hi", ["plain", "eagle"], "tiny-random", temperature=temperature)
+    return lanes.Comparison(run_spec, [plain, spec])
+
+
+def test_round_records_classify_tokens():
+    recs = render.round_records(SPEC_EVENTS[1], PIECES[1], LABELS[1])
+    assert [r.source for r in recs] == ["draft", "draft", "corrected"]
+    assert [(r.position, r.specialist) for r in recs[:2]] == [(1, 0), (2, 1)]
+    assert recs[0].draft_prob == pytest.approx(0.8) and recs[0].target_prob == pytest.approx(0.9)
+    assert recs[1].target_prob == pytest.approx(0.7)
+    # Rejected at position 3: the children of the last accepted node (2), best draft score first.
+    assert [r.text for r in recs[2].rejected] == ["q", "w"]
+    assert recs[2].rejected[0].target_prob == pytest.approx(0.1)
+    assert render.round_records(SPEC_EVENTS[0], ["A"], [])[0].source == "prefill"
+    assert render.round_records(plain_round(1, 5), ["x"], [])[0].source == "plain"
+
+
+def test_tokens_html_escapes_and_colours():
+    recs = [r for e, p, lab in zip(SPEC_EVENTS, PIECES, LABELS) for r in render.round_records(e, p, lab)]
+    out = render.tokens_html(recs, "position", show_rejected=True)
+    assert "<c>" not in out and "&lt;c&gt;" in out and "&amp;" in out  # token text is escaped
+    assert out.count('class="tok draft p1 s1"') == 2 and out.count('class="tok draft p2 s2"') == 2
+    assert out.count('class="tok target corrected"') == 3 and out.count('class="rej"') == 3
+    assert 'title="round 1 · accepted draft token' in out
+    assert "draft p 0.800 · target p 0.900" in out
+    assert '<span class="nl">↵</span>' in out  # a newline token stays visible
+    by_spec = render.tokens_html(recs, "specialist", show_rejected=False)
+    assert "poss-tokens by-specialist hide-rej" in by_spec
+
+
+def test_lane_update_for_a_known_event_stream():
+    """A lane fed a known stream through its source: records, figures in the header, badge, tree and slider."""
+    lane = lanes.Lane("eagle", "EAGLE", source=iter([(e, p, lab, "t") for e, p, lab in zip(SPEC_EVENTS, PIECES,
+                                                                                             LABELS)]
+                                                   + [{"text": "", "stop_reason": "eos", "stats": {}}]))
+    while lane.advance():
+        pass
+    assert lane.finished and lane.stop_reason == "eos"
+    assert lane.token_ids == [40, 10, 12, 50, 21, 10, 12, 50]
+    comp = known_comparison()
+    comp.lanes[1] = lane
+    session = ui.Session(comparison=comp)
+    out = ui.outputs_dict(ui.render(session, ui.View(show_rejected=True)))
+    head = out["lane1_head"]
+    tps = metrics.tokens_per_s(SPEC_EVENTS)  # 8 tokens over 32 ms
+    assert f"<b>{tps:.1f}</b> tokens/s" in head
+    assert f"<b>{metrics.tau(SPEC_EVENTS):.2f}</b> τ" in head  # (3 + 1 + 3) / 3
+    assert "<b>3</b> rounds" in head and "<b>8</b> tokens" in head
+    speedup = metrics.speedup(tps, metrics.tokens_per_s(comp.lanes[0].events))
+    assert f"×{speedup:.2f}" in head
+    assert "✓ identical to plain decoding" in head and "finished (end of answer)" in head
+    assert out["lane1_tokens"].count("tok draft") == 4
+    assert out["lane1_text"] == "".join(e.text for e in SPEC_EVENTS)
+    tree = out["lane1_tree"]
+    assert tree.layout.title.text.startswith("EAGLE: draft tree, round 3")
+    assert out["lane1_slider"].maximum == 3 and out["lane1_slider"].value == 3
+    assert out["lane2_col"].visible is False and out["lane0_col"].visible is True
+
+
+def test_identity_badge_reports_the_first_difference():
+    comp = known_comparison(plain_tokens=[40, 10, 99, 50, 21, 10, 12, 50])
+    head = ui.lane_head_html(comp.lanes[1], comp, running=False)
+    assert "differs from plain decoding at token 3" in head
+    sampled = known_comparison(temperature=0.7)
+    assert "sampling" in ui.lane_head_html(sampled.lanes[1], sampled, running=False)
+
+
+def test_tree_figure_data():
+    e = SPEC_EVENTS[1]
+    fig = charts.tree_figure(e, labels=LABELS[1], root_label="A", bonus_label="t")
+    traces = {t.name: t for t in fig.data}
+    x, y = charts.tree_layout(e)
+    assert x == [0.0, 1.0, 1.0, 2.0, 3.0, 3.0]
+    # Accepted path: root -> node 0 -> node 2, then on to the target's token one step deeper.
+    path = traces["accepted path"]
+    assert list(path.x) == [0.0, 1.0, None, 1.0, 2.0, None, 2.0, 3.0]
+    assert list(path.y[:2]) == [y[0], y[1]]
+    s1, s2 = traces["specialist S1"], traces["specialist S2"]
+    assert list(s1.text) == ["b", "z"] and list(s2.text) == ["<c>", "q", "w"]
+    assert s1.marker.color == charts.specialist_color(0) and s2.marker.color == charts.specialist_color(1)
+    assert list(s1.marker.opacity) == [1.0, 0.4] and list(s2.marker.opacity) == [1.0, 0.4, 0.4]
+    assert s1.marker.size[0] == pytest.approx(8 + 18 * 0.8)
+    bonus = traces["target's token"]
+    assert list(bonus.x) == [3.0] and list(bonus.text) == ["t"]
+    # Rejected edges are the faded ones: node 1 (from root) and nodes 3, 4 (from node 2).
+    assert list(traces["edges"].x) == [0.0, 1.0, None, 2.0, 3.0, None, 2.0, 3.0, None]
+    assert "Prefill" in charts.tree_figure(SPEC_EVENTS[0]).layout.annotations[0].text
+    assert "Plain decoding" in charts.tree_figure(plain_round(1, 3)).layout.annotations[0].text
+
+
+def test_chart_figures_data():
+    plain = [prefill()] + [plain_round(r, 5) for r in range(1, 4)]
+    runs_ = {"EAGLE": SPEC_EVENTS, "Plain": plain}
+    fig = charts.pos_acc_figure(runs_, conditional=True)
+    lines = [t for t in fig.data if t.type == "scatter"]
+    assert [t.name for t in lines] == ["EAGLE"]  # plain decoding has no draft positions
+    hist = metrics.accept_hist(SPEC_EVENTS)
+    assert hist == [1, 0, 2, 0]
+    assert metrics.pos_acc(SPEC_EVENTS) == pytest.approx([2 / 3, 1.0, 0.0])
+    assert list(lines[0].y) == pytest.approx(metrics.pos_acc(SPEC_EVENTS))
+    assert "EAGLE n=3" in fig.layout.title.text
+    band = next(t for t in fig.data if t.type == "heatmap")
+    assert [list(row) for row in band.z] == [[0, 1, 1]]  # specialist per position, read off the nodes
+    unc = charts.pos_acc_figure(runs_, conditional=False, specialist_bands=None)
+    assert list(unc.data[0].y) == pytest.approx(metrics.pos_rate(SPEC_EVENTS))
+    assert all(t.type != "heatmap" for t in unc.data)
+    dev = charts.feature_deviation_figure(runs_)
+    assert list(dev.data[0].y) == [1.0, 3.0] and "EAGLE n=4" in dev.layout.title.text
+    assert list(charts.feature_deviation_figure(runs_, metric="cosine").data[0].y) == pytest.approx([0.1, 0.3])
+    bars = charts.accept_hist_figure(runs_)
+    assert list(bars.data[0].y) == pytest.approx([1 / 3, 0, 2 / 3, 0])
+    tps = charts.tokens_per_s_figure(runs_)
+    assert [t.name for t in tps.data] == ["EAGLE", "Plain"]
+    assert list(tps.data[0].y) == pytest.approx([y for _, y in metrics.tokens_per_s_series(SPEC_EVENTS)])
+    assert "No draft rounds" in charts.pos_acc_figure({"Plain": plain}).layout.annotations[0].text
+
+
+# ---------------------------------------------------------------- handlers on the tiny model
+
+def test_run_streams_three_lanes_identical_to_plain():
+    frames = list(ui.run_handler(*settings(max_new_tokens=16), request=req("run")))
+    assert len(frames) >= 3  # loading, at least one live frame, the final one
+    out = ui.outputs_dict(frames[-1])
+    assert "Done" in out["status"], out["status"]
+    for i in range(3):
+        assert out[f"lane{i}_col"].visible is True
+        assert "<b>16</b> tokens" in out[f"lane{i}_head"]
+    for i in (1, 2):
+        assert "✓ identical to plain decoding" in out[f"lane{i}_head"]
+    comp = ui.SESSIONS.get(req("run")).comparison
+    assert comp.lanes[1].token_ids == comp.lanes[0].token_ids
+    assert out["lane0_text"] == comp.lanes[0].summary["text"]
+    assert [t.name for t in out["tokens_per_s"].data] == ["Plain", "EAGLE", "POSS-2"]
+
+
+@pytest.mark.parametrize("change,message", [
+    (dict(prompt="   "), "the prompt is empty"),
+    (dict(methods=[]), "no method chosen"),
+    (dict(methods=["plain", "eagle", "poss1", "poss2"]), "at most 3 lanes"),
+    (dict(tree_budget=1), "tree_budget=1 is out of range"),
+    (dict(top_p=0.0), "top_p=0.0 is out of range"),
+    (dict(methods=["plain", "hass"]), "method 'hass' is not available"),
+    (dict(prompt="word " * 200), "context window is 512"),
+])
+def test_bad_inputs_show_a_message_not_a_traceback(change, message):
+    out = ui.outputs_dict(list(ui.run_handler(*settings(**change), request=req("bad")))[-1])
+    assert "poss-status error" in out["status"] and message in out["status"], out["status"]
+    assert "Traceback" not in out["status"]
+
+
+def test_gpu_preset_on_cpu_and_failing_model_load(monkeypatch):
+    if not lanes.cuda_available():
+        out = ui.outputs_dict(list(ui.run_handler(*settings(preset="llama3-8b-instruct", methods=["plain"]),
+                                                  request=req("gpu")))[-1])
+        assert "needs a GPU" in out["status"]
+
+    def broken(*a, **k):
+        raise ModelLoadError("could not load target 'x': disk on fire")
+
+    monkeypatch.setattr(lanes.MODELS, "target", broken)
+    out = ui.outputs_dict(list(ui.run_handler(*settings(), request=req("broken")))[-1])
+    assert "disk on fire" in out["status"]
+    monkeypatch.undo()
+    out = ui.outputs_dict(list(ui.run_handler(*settings(max_new_tokens=4), request=req("broken")))[-1])
+    assert "Done" in out["status"]  # the app keeps serving
+
+
+def test_unexpected_errors_are_contained(monkeypatch):
+    def boom(spec, *a, **k):
+        raise RuntimeError("kaboom")
+
+    monkeypatch.setattr(lanes, "start", boom)
+    out = ui.outputs_dict(list(ui.run_handler(*settings(), request=req("boom")))[-1])
+    assert "Something went wrong (RuntimeError: kaboom)" in out["status"]
+    assert not ui.SESSIONS.get(req("boom")).lock.locked()
+
+
+def test_step_then_stop_then_run_again():
+    r = req("step")
+    out = ui.outputs_dict(ui.step_handler(*settings(max_new_tokens=40), request=r))
+    assert "prefill" in out["status"]
+    comp = ui.SESSIONS.get(r).comparison
+    assert [len(lane.events) for lane in comp.lanes] == [1, 1, 1]
+    ui.step_handler(*settings(max_new_tokens=40), request=r)
+    assert [len(lane.events) for lane in comp.lanes] == [2, 2, 2]
+    assert "paused" in ui.outputs_dict(ui.view_handler(*VIEW, request=r))["lane1_head"]
+    out = ui.outputs_dict(ui.stop_handler(*VIEW, request=r))
+    assert "Stopped" in out["status"]
+    assert all(lane.stop_reason == "cancelled" and lane.source is None for lane in comp.lanes)
+    out = ui.outputs_dict(list(ui.run_handler(*settings(max_new_tokens=6), request=r))[-1])
+    assert "Done" in out["status"]
+
+
+def test_stop_cancels_a_running_comparison():
+    r = req("stop")
+    gen = ui.run_handler(*settings(max_new_tokens=400), request=r)
+    next(gen)  # loading
+    next(gen)  # first live frame
+    assert "Stopping" in ui.outputs_dict(ui.stop_handler(*VIEW, request=r))["status"]
+    rest = list(gen)
+    assert "Stopped" in ui.outputs_dict(rest[-1])["status"]
+    comp = ui.SESSIONS.get(r).comparison
+    assert all(lane.stop_reason == "cancelled" for lane in comp.lanes)
+    assert all(metrics.total_new_tokens(lane.events) < 400 for lane in comp.lanes)
+    assert not ui.SESSIONS.get(r).lock.locked()
+
+
+def test_closing_the_stream_releases_the_session():
+    r = req("close")
+    gen = ui.run_handler(*settings(max_new_tokens=400), request=r)
+    next(gen)
+    next(gen)
+    gen.close()  # what Gradio does when the browser goes away
+    session = ui.SESSIONS.get(r)
+    assert not session.lock.locked()
+    assert all(lane.source is None for lane in session.comparison.lanes)
+
+
+def test_save_load_replay_without_a_model(tmp_path, monkeypatch):
+    r = req("save")
+    list(ui.run_handler(*settings(methods=["plain", "poss2"], max_new_tokens=8), request=r))
+    live = ui.SESSIONS.get(r).comparison
+    path = ui.save_handler(request=r)
+    # Another tab loads it with no model available at all.
+    monkeypatch.setattr(lanes.MODELS, "target", lambda *a, **k: pytest.fail("replay must not load a model"))
+    other = req("load")
+    out = ui.outputs_dict(ui.load_handler(path, *VIEW, request=other))
+    assert "Loaded a saved run" in out["status"]
+    loaded = ui.SESSIONS.get(other).comparison
+    for a, b in zip(live.lanes, loaded.lanes):
+        assert a.token_ids == b.token_ids and a.text == b.text
+        assert [e.to_json() for e in a.events] == [e.to_json() for e in b.events]
+        assert render.tokens_html(a.records) == render.tokens_html(b.records)
+    assert out["lane1_head"].count("tokens/s") == 1
+    frames = list(ui.replay_handler(*VIEW, request=other))
+    assert "Replay finished" in ui.outputs_dict(frames[-1])["status"]
+    replayed = ui.SESSIONS.get(other).comparison
+    assert replayed.replay and [lane.token_ids for lane in replayed.lanes] == [lane.token_ids for lane in live.lanes]
+    # Step goes through a freshly loaded run round by round.
+    ui.load_handler(path, *VIEW, request=other)
+    ui.step_handler(*settings(), request=other)
+    assert [len(lane.events) for lane in ui.SESSIONS.get(other).comparison.lanes] == [1, 1]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("{not json\n")
+    assert "could not read the saved run" in ui.outputs_dict(ui.load_handler(str(bad), *VIEW, request=other))[
+        "status"]
+
+
+def test_sessions_do_not_mix():
+    a, b = req("tab-a"), req("tab-b")
+    list(ui.run_handler(*settings(prompt="first tab", methods=["plain"], max_new_tokens=5), request=a))
+    list(ui.run_handler(*settings(prompt="second tab", methods=["plain", "poss1"], max_new_tokens=5), request=b))
+    ca, cb = ui.SESSIONS.get(a).comparison, ui.SESSIONS.get(b).comparison
+    assert ca is not cb
+    assert ca.spec.prompt == "first tab" and [lane.method for lane in ca.lanes] == ["plain"]
+    assert cb.spec.prompt == "second tab" and [lane.method for lane in cb.lanes] == ["plain", "poss1"]
+
+
+def test_multi_turn_continues_the_conversation():
+    r = req("chat")
+    list(ui.run_handler(*settings(prompt="Hi", methods=["plain"], max_new_tokens=4), request=r))
+    first = ui.SESSIONS.get(r).history
+    assert [m["role"] for m in first] == ["user", "assistant"]
+    list(ui.run_handler(*settings(prompt="And then?", multi_turn=True, methods=["plain"], max_new_tokens=4),
+                        request=r))
+    spec = ui.SESSIONS.get(r).comparison.spec
+    assert [m["content"] for m in spec.prompt][:3] == ["Hi", first[1]["content"], "And then?"]
+    assert "Single turn" in ui.new_conversation_handler(request=r)
+
+
+def test_tree_slider_scrubs_back_and_follows_again():
+    r = req("slider")
+    list(ui.run_handler(*settings(methods=["eagle"], max_new_tokens=6), request=r))
+    lane = ui.SESSIONS.get(r).comparison.lanes[0]
+    fig = ui.tree_handler(0, 1, request=r)
+    assert "round 1" in fig.layout.title.text and ui.SESSIONS.get(r).pins == {0: 1}
+    assert [t.name for t in fig.data][:2] == ["edges", "accepted path"]
+    ui.tree_handler(0, len(lane.events) - 1, request=r)
+    assert ui.SESSIONS.get(r).pins == {}
+
+
+def test_compare_api_returns_texts_and_summaries():
+    out = ui.compare_api("Hello", ["plain", "eagle"], preset="tiny-random", max_new_tokens=8)
+    plain, eagle = out["lanes"]
+    assert plain["text"] == eagle["text"] and eagle["identical_to_plain"] is True
+    assert eagle["summary"]["new_tokens"] == 8 and eagle["summary"]["tau"] >= 1.0
+    assert out["settings"]["methods"] == ["plain", "eagle"]
+    with pytest.raises(Exception, match="prompt is empty"):
+        ui.compare_api("", ["plain"], preset="tiny-random")
+
+
+def test_saved_run_file_format(tmp_path):
+    comp = known_comparison()
+    path = runs.save_run(comp, tmp_path / "run.jsonl")
+    lines = path.read_text().splitlines()
+    assert lines[0].startswith('{"type": "run"')
+    back = runs.load_run(path)
+    assert [lane.token_ids for lane in back.lanes] == [lane.token_ids for lane in comp.lanes]
+    assert back.lanes[1].node_texts == comp.lanes[1].node_texts
+
+
+def test_engine_summary_closes_a_lane():
+    lane = lanes.Lane("plain", "Plain", source=iter([DecodeSummary("", [], "eos", {})]))
+    assert lane.advance() is False and lane.stop_reason == "eos"
