@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from app import charts, lanes, render, runs, ui
+from app import charts, handlers, lanes, render, runs
 from poss_core import metrics
 from poss_core.decoding.events import DecodeSummary, DraftNode, FeatureDeviation, RoundEvent
 from poss_core.errors import ModelLoadError
@@ -17,7 +17,7 @@ VIEW = ("draft position", True, "conditional")
 
 
 def settings(prompt="Hello there", methods=("plain", "eagle", "poss2"), max_new_tokens=12, **kw):
-    """The UI's settings inputs in order (see ui.build_demo: settings + view)."""
+    """The UI's settings inputs in order (see handlers.build_demo: settings + view)."""
     s = dict(prompt=prompt, multi_turn=False, preset="tiny-random", methods=list(methods), temperature=0.0, top_p=1.0,
              depth=6, top_k=8, tree_budget=32, max_new_tokens=max_new_tokens, seed=0, quantization="auto")
     s.update(kw)
@@ -115,8 +115,8 @@ def test_lane_update_for_a_known_event_stream():
     assert lane.token_ids == [40, 10, 12, 50, 21, 10, 12, 50]
     comp = known_comparison()
     comp.lanes[1] = lane
-    session = ui.Session(comparison=comp)
-    out = ui.outputs_dict(ui.render(session, ui.View(show_rejected=True)))
+    session = handlers.Session(comparison=comp)
+    out = handlers.outputs_dict(handlers.render(session, handlers.View(show_rejected=True)))
     head = out["lane1_head"]
     tps = metrics.tokens_per_s(SPEC_EVENTS)  # 8 tokens over 32 ms
     assert f"<b>{tps:.1f}</b> tokens/s" in head
@@ -135,10 +135,10 @@ def test_lane_update_for_a_known_event_stream():
 
 def test_identity_badge_reports_the_first_difference():
     comp = known_comparison(plain_tokens=[40, 10, 99, 50, 21, 10, 12, 50])
-    head = ui.lane_head_html(comp.lanes[1], comp, running=False)
+    head = handlers.lane_head_html(comp.lanes[1], comp, running=False)
     assert "differs from plain decoding at token 3" in head
     sampled = known_comparison(temperature=0.7)
-    assert "sampling" in ui.lane_head_html(sampled.lanes[1], sampled, running=False)
+    assert "sampling" in handlers.lane_head_html(sampled.lanes[1], sampled, running=False)
 
 
 def test_tree_figure_data():
@@ -194,16 +194,16 @@ def test_chart_figures_data():
 # ---------------------------------------------------------------- handlers on the tiny model
 
 def test_run_streams_three_lanes_identical_to_plain():
-    frames = list(ui.run_handler(*settings(max_new_tokens=16), request=req("run")))
+    frames = list(handlers.run_handler(*settings(max_new_tokens=16), request=req("run")))
     assert len(frames) >= 3  # loading, at least one live frame, the final one
-    out = ui.outputs_dict(frames[-1])
+    out = handlers.outputs_dict(frames[-1])
     assert "Done" in out["status"], out["status"]
     for i in range(3):
         assert out[f"lane{i}_col"].visible is True
         assert "<b>16</b> tokens" in out[f"lane{i}_head"]
     for i in (1, 2):
         assert "✓ identical to plain decoding" in out[f"lane{i}_head"]
-    comp = ui.SESSIONS.get(req("run")).comparison
+    comp = handlers.SESSIONS.get(req("run")).comparison
     assert comp.lanes[1].token_ids == comp.lanes[0].token_ids
     assert out["lane0_text"] == comp.lanes[0].summary["text"]
     assert [t.name for t in out["tokens_per_s"].data] == ["Plain", "EAGLE", "POSS-2"]
@@ -219,14 +219,14 @@ def test_run_streams_three_lanes_identical_to_plain():
     (dict(prompt="word " * 200), "context window is 512"),
 ])
 def test_bad_inputs_show_a_message_not_a_traceback(change, message):
-    out = ui.outputs_dict(list(ui.run_handler(*settings(**change), request=req("bad")))[-1])
+    out = handlers.outputs_dict(list(handlers.run_handler(*settings(**change), request=req("bad")))[-1])
     assert "poss-status error" in out["status"] and message in out["status"], out["status"]
     assert "Traceback" not in out["status"]
 
 
 def test_gpu_preset_on_cpu_and_failing_model_load(monkeypatch):
     if not lanes.cuda_available():
-        out = ui.outputs_dict(list(ui.run_handler(*settings(preset="llama3-8b-instruct", methods=["plain"]),
+        out = handlers.outputs_dict(list(handlers.run_handler(*settings(preset="llama3-8b-instruct", methods=["plain"]),
                                                   request=req("gpu")))[-1])
         assert "needs a GPU" in out["status"]
 
@@ -234,10 +234,10 @@ def test_gpu_preset_on_cpu_and_failing_model_load(monkeypatch):
         raise ModelLoadError("could not load target 'x': disk on fire")
 
     monkeypatch.setattr(lanes.MODELS, "target", broken)
-    out = ui.outputs_dict(list(ui.run_handler(*settings(), request=req("broken")))[-1])
+    out = handlers.outputs_dict(list(handlers.run_handler(*settings(), request=req("broken")))[-1])
     assert "disk on fire" in out["status"]
     monkeypatch.undo()
-    out = ui.outputs_dict(list(ui.run_handler(*settings(max_new_tokens=4), request=req("broken")))[-1])
+    out = handlers.outputs_dict(list(handlers.run_handler(*settings(max_new_tokens=4), request=req("broken")))[-1])
     assert "Done" in out["status"]  # the app keeps serving
 
 
@@ -246,87 +246,87 @@ def test_unexpected_errors_are_contained(monkeypatch):
         raise RuntimeError("kaboom")
 
     monkeypatch.setattr(lanes, "start", boom)
-    out = ui.outputs_dict(list(ui.run_handler(*settings(), request=req("boom")))[-1])
+    out = handlers.outputs_dict(list(handlers.run_handler(*settings(), request=req("boom")))[-1])
     assert "Something went wrong (RuntimeError: kaboom)" in out["status"]
-    assert not ui.SESSIONS.get(req("boom")).lock.locked()
+    assert not handlers.SESSIONS.get(req("boom")).lock.locked()
 
 
 def test_step_then_stop_then_run_again():
     r = req("step")
-    out = ui.outputs_dict(ui.step_handler(*settings(max_new_tokens=40), request=r))
+    out = handlers.outputs_dict(handlers.step_handler(*settings(max_new_tokens=40), request=r))
     assert "prefill" in out["status"]
-    comp = ui.SESSIONS.get(r).comparison
+    comp = handlers.SESSIONS.get(r).comparison
     assert [len(lane.events) for lane in comp.lanes] == [1, 1, 1]
-    ui.step_handler(*settings(max_new_tokens=40), request=r)
+    handlers.step_handler(*settings(max_new_tokens=40), request=r)
     assert [len(lane.events) for lane in comp.lanes] == [2, 2, 2]
-    assert "paused" in ui.outputs_dict(ui.view_handler(*VIEW, request=r))["lane1_head"]
-    out = ui.outputs_dict(ui.stop_handler(*VIEW, request=r))
+    assert "paused" in handlers.outputs_dict(handlers.view_handler(*VIEW, request=r))["lane1_head"]
+    out = handlers.outputs_dict(handlers.stop_handler(*VIEW, request=r))
     assert "Stopped" in out["status"]
     assert all(lane.stop_reason == "cancelled" and lane.source is None for lane in comp.lanes)
-    out = ui.outputs_dict(list(ui.run_handler(*settings(max_new_tokens=6), request=r))[-1])
+    out = handlers.outputs_dict(list(handlers.run_handler(*settings(max_new_tokens=6), request=r))[-1])
     assert "Done" in out["status"]
 
 
 def test_stop_cancels_a_running_comparison():
     r = req("stop")
-    gen = ui.run_handler(*settings(max_new_tokens=400), request=r)
+    gen = handlers.run_handler(*settings(max_new_tokens=400), request=r)
     next(gen)  # loading
     next(gen)  # first live frame
-    assert "Stopping" in ui.outputs_dict(ui.stop_handler(*VIEW, request=r))["status"]
+    assert "Stopping" in handlers.outputs_dict(handlers.stop_handler(*VIEW, request=r))["status"]
     rest = list(gen)
-    assert "Stopped" in ui.outputs_dict(rest[-1])["status"]
-    comp = ui.SESSIONS.get(r).comparison
+    assert "Stopped" in handlers.outputs_dict(rest[-1])["status"]
+    comp = handlers.SESSIONS.get(r).comparison
     assert all(lane.stop_reason == "cancelled" for lane in comp.lanes)
     assert all(metrics.total_new_tokens(lane.events) < 400 for lane in comp.lanes)
-    assert not ui.SESSIONS.get(r).lock.locked()
+    assert not handlers.SESSIONS.get(r).lock.locked()
 
 
 def test_closing_the_stream_releases_the_session():
     r = req("close")
-    gen = ui.run_handler(*settings(max_new_tokens=400), request=r)
+    gen = handlers.run_handler(*settings(max_new_tokens=400), request=r)
     next(gen)
     next(gen)
     gen.close()  # what Gradio does when the browser goes away
-    session = ui.SESSIONS.get(r)
+    session = handlers.SESSIONS.get(r)
     assert not session.lock.locked()
     assert all(lane.source is None for lane in session.comparison.lanes)
 
 
 def test_save_load_replay_without_a_model(tmp_path, monkeypatch):
     r = req("save")
-    list(ui.run_handler(*settings(methods=["plain", "poss2"], max_new_tokens=8), request=r))
-    live = ui.SESSIONS.get(r).comparison
-    path = ui.save_handler(request=r)
+    list(handlers.run_handler(*settings(methods=["plain", "poss2"], max_new_tokens=8), request=r))
+    live = handlers.SESSIONS.get(r).comparison
+    path = handlers.save_handler(request=r)
     # Another tab loads it with no model available at all.
     monkeypatch.setattr(lanes.MODELS, "target", lambda *a, **k: pytest.fail("replay must not load a model"))
     other = req("load")
-    out = ui.outputs_dict(ui.load_handler(path, *VIEW, request=other))
+    out = handlers.outputs_dict(handlers.load_handler(path, *VIEW, request=other))
     assert "Loaded a saved run" in out["status"]
-    loaded = ui.SESSIONS.get(other).comparison
+    loaded = handlers.SESSIONS.get(other).comparison
     for a, b in zip(live.lanes, loaded.lanes):
         assert a.token_ids == b.token_ids and a.text == b.text
         assert [e.to_json() for e in a.events] == [e.to_json() for e in b.events]
         assert render.tokens_html(a.records) == render.tokens_html(b.records)
     assert out["lane1_head"].count("tokens/s") == 1
-    frames = list(ui.replay_handler(*VIEW, request=other))
-    assert "Replay finished" in ui.outputs_dict(frames[-1])["status"]
-    replayed = ui.SESSIONS.get(other).comparison
+    frames = list(handlers.replay_handler(*VIEW, request=other))
+    assert "Replay finished" in handlers.outputs_dict(frames[-1])["status"]
+    replayed = handlers.SESSIONS.get(other).comparison
     assert replayed.replay and [lane.token_ids for lane in replayed.lanes] == [lane.token_ids for lane in live.lanes]
     # Step goes through a freshly loaded run round by round.
-    ui.load_handler(path, *VIEW, request=other)
-    ui.step_handler(*settings(), request=other)
-    assert [len(lane.events) for lane in ui.SESSIONS.get(other).comparison.lanes] == [1, 1]
+    handlers.load_handler(path, *VIEW, request=other)
+    handlers.step_handler(*settings(), request=other)
+    assert [len(lane.events) for lane in handlers.SESSIONS.get(other).comparison.lanes] == [1, 1]
     bad = tmp_path / "bad.jsonl"
     bad.write_text("{not json\n")
-    assert "could not read the saved run" in ui.outputs_dict(ui.load_handler(str(bad), *VIEW, request=other))[
+    assert "could not read the saved run" in handlers.outputs_dict(handlers.load_handler(str(bad), *VIEW, request=other))[
         "status"]
 
 
 def test_sessions_do_not_mix():
     a, b = req("tab-a"), req("tab-b")
-    list(ui.run_handler(*settings(prompt="first tab", methods=["plain"], max_new_tokens=5), request=a))
-    list(ui.run_handler(*settings(prompt="second tab", methods=["plain", "poss1"], max_new_tokens=5), request=b))
-    ca, cb = ui.SESSIONS.get(a).comparison, ui.SESSIONS.get(b).comparison
+    list(handlers.run_handler(*settings(prompt="first tab", methods=["plain"], max_new_tokens=5), request=a))
+    list(handlers.run_handler(*settings(prompt="second tab", methods=["plain", "poss1"], max_new_tokens=5), request=b))
+    ca, cb = handlers.SESSIONS.get(a).comparison, handlers.SESSIONS.get(b).comparison
     assert ca is not cb
     assert ca.spec.prompt == "first tab" and [lane.method for lane in ca.lanes] == ["plain"]
     assert cb.spec.prompt == "second tab" and [lane.method for lane in cb.lanes] == ["plain", "poss1"]
@@ -334,35 +334,35 @@ def test_sessions_do_not_mix():
 
 def test_multi_turn_continues_the_conversation():
     r = req("chat")
-    list(ui.run_handler(*settings(prompt="Hi", methods=["plain"], max_new_tokens=4), request=r))
-    first = ui.SESSIONS.get(r).history
+    list(handlers.run_handler(*settings(prompt="Hi", methods=["plain"], max_new_tokens=4), request=r))
+    first = handlers.SESSIONS.get(r).history
     assert [m["role"] for m in first] == ["user", "assistant"]
-    list(ui.run_handler(*settings(prompt="And then?", multi_turn=True, methods=["plain"], max_new_tokens=4),
+    list(handlers.run_handler(*settings(prompt="And then?", multi_turn=True, methods=["plain"], max_new_tokens=4),
                         request=r))
-    spec = ui.SESSIONS.get(r).comparison.spec
+    spec = handlers.SESSIONS.get(r).comparison.spec
     assert [m["content"] for m in spec.prompt][:3] == ["Hi", first[1]["content"], "And then?"]
-    assert "Single turn" in ui.new_conversation_handler(request=r)
+    assert "Single turn" in handlers.new_conversation_handler(request=r)
 
 
 def test_tree_slider_scrubs_back_and_follows_again():
     r = req("slider")
-    list(ui.run_handler(*settings(methods=["eagle"], max_new_tokens=6), request=r))
-    lane = ui.SESSIONS.get(r).comparison.lanes[0]
-    fig = ui.tree_handler(0, 1, request=r)
-    assert "round 1" in fig.layout.title.text and ui.SESSIONS.get(r).pins == {0: 1}
+    list(handlers.run_handler(*settings(methods=["eagle"], max_new_tokens=6), request=r))
+    lane = handlers.SESSIONS.get(r).comparison.lanes[0]
+    fig = handlers.tree_handler(0, 1, request=r)
+    assert "round 1" in fig.layout.title.text and handlers.SESSIONS.get(r).pins == {0: 1}
     assert [t.name for t in fig.data][:2] == ["edges", "accepted path"]
-    ui.tree_handler(0, len(lane.events) - 1, request=r)
-    assert ui.SESSIONS.get(r).pins == {}
+    handlers.tree_handler(0, len(lane.events) - 1, request=r)
+    assert handlers.SESSIONS.get(r).pins == {}
 
 
 def test_compare_api_returns_texts_and_summaries():
-    out = ui.compare_api("Hello", ["plain", "eagle"], preset="tiny-random", max_new_tokens=8)
+    out = handlers.compare_api("Hello", ["plain", "eagle"], preset="tiny-random", max_new_tokens=8)
     plain, eagle = out["lanes"]
     assert plain["text"] == eagle["text"] and eagle["identical_to_plain"] is True
     assert eagle["summary"]["new_tokens"] == 8 and eagle["summary"]["tau"] >= 1.0
     assert out["settings"]["methods"] == ["plain", "eagle"]
     with pytest.raises(Exception, match="prompt is empty"):
-        ui.compare_api("", ["plain"], preset="tiny-random")
+        handlers.compare_api("", ["plain"], preset="tiny-random")
 
 
 def test_saved_run_file_format(tmp_path):

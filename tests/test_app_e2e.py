@@ -1,0 +1,141 @@
+"""End to end: the app served on localhost (tiny-random preset, a free port), driven by gradio_client (run, stream,
+stop, the compare API, two sessions at once) and by a headless browser (Debian's chromium through Playwright), which
+saves a screenshot to screenshots/app.png."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from pathlib import Path
+
+import pytest
+
+from app.ui import build_demo, launch_kwargs
+
+ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM = "/usr/bin/chromium"
+SCREENSHOT = ROOT / "screenshots" / "app.png"
+VIEW = ["draft position", False, "conditional (POSS pos-acc)"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server():
+    demo = build_demo("tiny-random", concurrency=2)
+    demo.queue(max_size=16, default_concurrency_limit=2)
+    port = free_port()
+    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True,
+                **launch_kwargs())
+    try:
+        yield f"http://127.0.0.1:{port}/"
+    finally:
+        demo.close()
+
+
+def run_args(prompt="Hello there", methods=("plain", "eagle", "poss2"), max_new_tokens=16):
+    """/run's inputs: prompt, multi-turn, preset, methods, temperature, top-p, depth, top-k, tree budget,
+    max new tokens, seed, quantization, then the three view toggles."""
+    return [prompt, False, "tiny-random", list(methods), 0.0, 1.0, 6, 8, 32, max_new_tokens, 0, "auto"] + VIEW
+
+
+def client(url):
+    from gradio_client import Client
+
+    return Client(url, verbose=False)
+
+
+def status_of(frame) -> str:
+    return frame[0]
+
+
+def test_client_run_streams_and_stop_cancels(server):
+    c = client(server)
+    api = c.view_api(return_format="dict", print_info=False)["named_endpoints"]
+    assert {"/run", "/step", "/stop", "/replay", "/compare", "/save_run", "/load_run"} <= set(api)
+
+    job = c.submit(*run_args(max_new_tokens=16), api_name="/run")
+    frames = list(job)
+    assert "Loading" in status_of(frames[0])
+    assert any("Running: round" in status_of(f) for f in frames)  # it streamed while the lanes ran
+    final = job.outputs()[-1]
+    assert "Done" in status_of(final), status_of(final)
+    html = " ".join(v for v in final if isinstance(v, str))
+    assert 'class="tok ' in html and "✓ identical to plain decoding" in html
+
+    # Stop: a long run, cancelled after its first live frames, ends cleanly, and the next run works.
+    job = c.submit(*run_args(max_new_tokens=500), api_name="/run")
+    seen = threading.Event()
+    for frame in job:
+        if "Running" in status_of(frame):
+            seen.set()
+            c.predict(*VIEW, api_name="/stop")
+            break
+    assert seen.is_set()
+    job.result(timeout=120)
+    final = job.outputs()[-1]
+    assert "Stopped" in status_of(final), status_of(final)
+    assert "stopped" in " ".join(v for v in final if isinstance(v, str))
+    again = c.predict(*run_args(methods=("plain",), max_new_tokens=4), api_name="/run")
+    assert "Done" in status_of(again)
+
+
+def test_client_compare_api_and_two_sessions(server):
+    a, b = client(server), client(server)
+    ref_a = a.predict("Good morning", ["plain", "poss1"], "tiny-random", 10, api_name="/compare")
+    assert ref_a["lanes"][1]["identical_to_plain"] is True
+    assert ref_a["lanes"][0]["summary"]["new_tokens"] == 10 and ref_a["lanes"][1]["summary"]["tau"] >= 1.0
+    ref_b = b.predict("What is 2+2?", ["plain"], "tiny-random", 10, api_name="/compare")
+    # Two sessions streaming at once keep their own lanes.
+    jobs = {name: c.submit(*run_args(prompt=p, methods=m, max_new_tokens=10), api_name="/run")
+            for name, c, p, m in [("a", a, "Good morning", ("plain", "poss1")), ("b", b, "What is 2+2?", ("plain",))]}
+    outs = {name: job.result(timeout=180) for name, job in jobs.items()}
+    texts_a = [v for v in outs["a"] if isinstance(v, str)]
+    texts_b = [v for v in outs["b"] if isinstance(v, str)]
+    assert ref_a["lanes"][0]["text"] in texts_a and ref_b["lanes"][0]["text"] in texts_b
+    assert ref_a["lanes"][0]["text"] != ref_b["lanes"][0]["text"]
+    assert sum("POSS-1" in t for t in texts_a) >= 1 and not any("POSS-1" in t for t in texts_b)
+
+
+@pytest.mark.skipif(not os.path.exists(CHROMIUM),
+                    reason=f"Debian's chromium is not installed at {CHROMIUM} (apt-get install chromium)")
+def test_browser_shows_tokens_tree_and_charts(server):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--headless", "--no-sandbox", "--disable-gpu",
+                                                                    "--disable-background-networking"])
+        try:
+            page = browser.new_page(viewport={"width": 1500, "height": 1100})
+            page.goto(server)
+            page.wait_for_selector("#poss-run", timeout=60_000)
+            page.fill("#poss-prompt textarea", "Hello, how are you?")
+            page.click("#poss-run")
+            page.wait_for_function("document.querySelector('#poss-status').innerText.includes('Done')",
+                                   timeout=120_000)
+            # Coloured tokens: accepted draft tokens have a tint, the target's tokens an underline; all have tooltips.
+            drafts = page.locator(".poss-tokens .tok.draft")
+            assert drafts.count() > 0
+            tint = drafts.first.evaluate("e => getComputedStyle(e).backgroundColor")
+            assert tint not in ("rgba(0, 0, 0, 0)", "transparent")
+            target = page.locator("#poss-lane1-tokens .tok.target").first
+            assert "inset" in target.evaluate("e => getComputedStyle(e).boxShadow")
+            assert "round" in target.get_attribute("title")
+            assert page.locator("#poss-lane0-tokens .tok").count() > 5
+            assert page.locator(".poss-badge.ok").count() == 2  # both speculative lanes match plain decoding
+            # The draft tree of a speculative lane and the four charts are drawn by plotly.
+            assert page.locator("#poss-lane1-tree .main-svg .scatterlayer .trace").count() >= 3
+            for chart in ("pos-acc", "deviation", "hist", "tps"):
+                assert page.locator(f"#poss-chart-{chart} .main-svg").count() > 0, chart
+            assert page.locator("#poss-chart-tps .scatterlayer .trace").count() == 3
+            assert "Position-wise acceptance" in page.locator("#poss-chart-pos-acc").inner_text()
+            SCREENSHOT.parent.mkdir(exist_ok=True)
+            page.screenshot(path=str(SCREENSHOT), full_page=True)
+        finally:
+            browser.close()
+    assert SCREENSHOT.stat().st_size > 10_000
