@@ -71,6 +71,7 @@ class _BaseDecoder:
     """What both decoders share: prompt checks, the prefill round, stopping, and the closing summary."""
 
     method = "base"
+    _stats_depth: int | None = 0  # plain decoding drafts nothing: its histogram has only accept_len 0
 
     def __init__(self, target: TargetModel, config: DecodeConfig) -> None:
         config.validate()
@@ -101,7 +102,7 @@ class _BaseDecoder:
 
     def _finish(self, events: list[RoundEvent], stream: _Stream, reason: str | None) -> DecodeSummary:
         return DecodeSummary(text=stream.text, token_ids=list(stream.ids), stop_reason=reason or "max_new_tokens",
-                             stats=metrics.summarize(events))
+                             stats=metrics.summarize(events, depth=self._stats_depth))
 
     def _prefill_event(self, first: int, stream: _Stream, ms: float) -> RoundEvent:
         kept, delta = stream.push([first])
@@ -159,6 +160,7 @@ class SpeculativeDecoder(_BaseDecoder):
         super().__init__(target, config)
         check_draft_fits(draft, target)
         self.draft = draft
+        self._stats_depth = config.depth
 
     @torch.inference_mode()
     def generate(self, input_ids: Sequence[int],

@@ -28,6 +28,7 @@ def causal_allowed(q: int, past: int, device: torch.device | str = "cpu") -> tor
     return allowed
 
 
+@torch.inference_mode()
 def keep_cache_slots(cache: DynamicCache, past_len: int, keep: torch.Tensor) -> None:
     """Keep the first `past_len` entries plus the entries at `past_len + keep` (in that order); drop the rest.
 

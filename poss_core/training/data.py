@@ -49,6 +49,48 @@ def prompt_from_row(row: dict) -> str | list[dict] | None:
     return None
 
 
+def answer_from_row(row: dict) -> str | None:
+    """A dataset's own answer for its prompt, where the layout has one (gsm8k, self-instruct, ShareGPT)."""
+    if "conversations" in row:
+        for turn in row["conversations"]:
+            if turn.get("from") in ("gpt", "assistant"):
+                return str(turn.get("value", ""))
+        return None
+    if "messages" in row:
+        answers = [m for m in row["messages"] if m.get("role") == "assistant"]
+        return str(answers[0]["content"]) if answers else None
+    if row.get("answer"):
+        return str(row["answer"])
+    instances = row.get("instances") or []
+    if instances and instances[0].get("output"):
+        return str(instances[0]["output"])
+    return None
+
+
+def _jsonl_rows(paths: list[str]) -> Iterator[dict]:
+    for pattern in paths:
+        for f in sorted(glob.glob(pattern)) or [pattern]:
+            p = Path(f)
+            if "eval" in p.parts:
+                raise PossError(f"{f} is an evaluation set: drafts are never trained on eval/ prompts.")
+            if not p.is_file():
+                raise PossError(f"prompt file {f} does not exist.")
+            if p.suffix == ".jsonl":
+                for line in p.read_text().splitlines():
+                    if line.strip():
+                        yield json.loads(line)
+
+
+def read_pairs(paths: list[str]) -> list[tuple[str, str]]:
+    """(prompt, dataset answer) pairs, for feature extraction on fixed answers (as EAGLE trained on ShareGPT)."""
+    pairs = []
+    for row in _jsonl_rows(paths):
+        prompt, answer = prompt_from_row(row), answer_from_row(row)
+        if prompt and answer and prompt.strip() and answer.strip():
+            pairs.append((prompt, answer))
+    return pairs
+
+
 def read_prompts(paths: list[str]) -> list[str]:
     """Prompts from JSONL files (any layout above) or text files (one prompt per line). Refuses the eval sets."""
     prompts: list[str] = []
@@ -187,6 +229,35 @@ def build(target: TargetModel, prompts: list[str], out: Path, cfg: DataConfig,
     return info
 
 
+def encode_pair(tokenizer, prompt: str, answer: str, max_prompt_tokens: int, max_answer_tokens: int):
+    """Token ids of a prompt and its fixed answer through the chat template, and where the answer starts."""
+    prompt_ids = encode_prompt(tokenizer, prompt)[-max_prompt_tokens:]
+    answer_ids = tokenizer(answer, add_special_tokens=False)["input_ids"][:max_answer_tokens]
+    eos = tokenizer.eos_token_id
+    return prompt_ids + answer_ids + ([eos] if eos is not None else []), len(prompt_ids)
+
+
+def build_fixed(target: TargetModel, pairs: list[tuple[str, str]], out: Path, cfg: DataConfig,
+                progress: bool = True) -> dict:
+    """Features of the target over fixed (prompt, answer) pairs: no generation, so ~10x cheaper per token."""
+    out.mkdir(parents=True, exist_ok=True)
+    encoded = [encode_pair(target.tokenizer, p, a, cfg.max_prompt_tokens, cfg.max_new_tokens) for p, a in pairs]
+    plan = shard_plan([len(e) for e, _ in encoded], cfg.batch_size, cfg.seed)
+    todo = [i for i in range(len(plan)) if not (out / f"shard-{i:05d}.safetensors").exists()]
+    t0, tokens = time.time(), 0
+    bar = tqdm(todo, desc="feature extraction", unit="batch", disable=not progress)
+    for i in bar:
+        seqs = [encoded[j][0] for j in plan[i]]
+        hidden = features_batch(target, seqs)
+        write_shard(out / f"shard-{i:05d}.safetensors", seqs, [encoded[j][1] for j in plan[i]], hidden)
+        tokens += sum(len(s) for s in seqs)
+        bar.set_postfix(tok_s=f"{tokens / (time.time() - t0):.0f}")
+    info = {"pairs": len(pairs), "shards": len(plan), "built_now": len(todo), "tokens_now": tokens,
+            "seconds_now": round(time.time() - t0, 1), "answers": "dataset", **cfg.__dict__}
+    (out / "data_card.json").write_text(json.dumps({**info, "target": target.name}, indent=2))
+    return info
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m poss_core.training.data", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -199,18 +270,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--answers", choices=["target", "dataset"], default="target",
+                   help="target: the target writes the answers (self-distillation); dataset: use the rows' own "
+                        "answers and only extract features (much cheaper; EAGLE trained on fixed ShareGPT answers)")
     args = p.parse_args(argv)
     try:
         from ..models.loading import load_preset_target
         from ..models.presets import get_preset
 
-        prompts = read_prompts(args.prompts)
-        random.Random(args.seed).shuffle(prompts)
+        cfg = DataConfig(args.max_new_tokens, 256, args.batch_size, args.temperature, args.seed)
+        items = read_pairs(args.prompts) if args.answers == "dataset" else read_prompts(args.prompts)
+        random.Random(args.seed).shuffle(items)
         if args.limit:
-            prompts = prompts[: args.limit]
+            items = items[: args.limit]
+        if not items:
+            raise PossError("no usable prompts were found in the given files.")
         target = load_preset_target(args.target or get_preset(args.preset).target, quantization="none")
-        info = build(target, prompts, Path(args.out), DataConfig(args.max_new_tokens, 256, args.batch_size,
-                                                                args.temperature, args.seed))
+        builder = build_fixed if args.answers == "dataset" else build
+        info = builder(target, items, Path(args.out), cfg)
         print(json.dumps(info))
         return 0
     except PossError as err:

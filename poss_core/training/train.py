@@ -1,0 +1,239 @@
+"""Train EAGLE, POSS-n and the matched-capacity control on the same data, steps and initialisation.
+
+    python -m poss_core.training.train --preset smollm2-135m --data data/smollm2-135m \\
+        --methods eagle,poss1,poss2,poss3,matched --steps 600 --out runs/smollm2-135m
+
+Fairness (reference section 5): every method starts from the same initial layer (POSS specialists and the stacked
+layers are copies of EAGLE's initial layer), sees the same batches in the same order and takes the same number of
+optimizer steps. Checkpoints every --save-every steps make an interrupted run resume where it stopped."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import sys
+import time
+from collections import Counter
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from ..errors import PossError
+from ..models.checkpoint import save_draft
+from ..models.draft import DraftModel, DraftSpec, draft_config_from_target
+from ..models.target import TargetModel
+from .data import read_shards
+from .losses import LossWeights
+from .trainer import RowBatch, TrainConfig, TrainSequence, lr_at, loss_on_batch, make_batch, trainable, unroll
+
+METHODS = {
+    # name: (method, positions per specialist, simulated positions per step or 0 for "the depth")
+    "eagle": ("eagle", 1, 1),
+    "poss1": ("poss", 1, 0),
+    "poss2": ("poss", 2, 0),
+    "poss3": ("poss", 3, 0),
+    "matched": ("stacked", 2, 1),
+}
+
+
+def build_draft_vocab(seqs: list[TrainSequence], size: int, always: set[int]) -> torch.Tensor:
+    """The `size` most frequent answer tokens (plus the EOS/special ids in `always`), sorted."""
+    counts: Counter[int] = Counter()
+    for s in seqs:
+        counts.update(s.input_ids[s.loss_mask.bool()].tolist())
+    chosen = set(always)
+    for tok, _ in counts.most_common():
+        if len(chosen) >= size:
+            break
+        chosen.add(tok)
+    return torch.tensor(sorted(chosen), dtype=torch.long)
+
+
+def vocab_coverage(seqs: list[TrainSequence], vocab: torch.Tensor) -> float:
+    inside = set(vocab.tolist())
+    total = hit = 0
+    for s in seqs:
+        toks = s.input_ids[s.loss_mask.bool()].tolist()
+        total += len(toks)
+        hit += sum(t in inside for t in toks)
+    return hit / max(1, total)
+
+
+def token_batches(seqs: list[TrainSequence], tokens_per_batch: int, seed: int):
+    """An endless, seeded stream of batches of about `tokens_per_batch` tokens (the same for every method)."""
+    rng = random.Random(seed)
+    order: list[int] = []
+    while True:
+        batch, used = [], 0
+        while used < tokens_per_batch:
+            if not order:
+                order = list(range(len(seqs)))
+                rng.shuffle(order)
+            s = seqs[order.pop()]
+            batch.append(s)
+            used += int(s.input_ids.numel())
+        yield make_batch(batch)
+
+
+def make_draft(target: TargetModel, name: str, depth: int, vocab: torch.Tensor | None, init: DraftModel | None,
+               seed: int) -> DraftModel:
+    """A draft of kind `name`; its layers copy `init`'s first layer (so every method starts the same)."""
+    method, n, _ = METHODS[name]
+    layers = 1 if method == "eagle" else math.ceil(depth / n)
+    torch.manual_seed(seed)
+    draft = DraftModel(draft_config_from_target(target.config), DraftSpec(method, layers, n, True), vocab).float()
+    if init is not None:
+        draft.fc.load_state_dict(init.fc.state_dict())
+        for layer in draft.layers:
+            # strict=False: stacked layers after the first keep their own (fresh) input norm.
+            layer.load_state_dict(init.layers[0].state_dict(), strict=False)
+    draft.bind_target(target.input_embedding_weight(), target.lm_head_weight())
+    return draft
+
+
+@torch.no_grad()
+def evaluate(draft: DraftModel, batches: list[RowBatch], positions: int) -> list[float]:
+    """Held-out top-1 agreement with the target at each simulated draft position (1..positions), every draft
+    unrolled the same way, so EAGLE and POSS are compared on equal terms."""
+    draft.eval()
+    hits = [0.0] * positions
+    total = 0.0
+    for batch in batches:
+        target_top = draft.head_logits(batch.target_features).argmax(-1)
+        for j, (_, pred) in enumerate(unroll(draft, batch, positions)):
+            hits[j] += float(((draft.head_logits(pred).argmax(-1) == target_top).float() * batch.mask).sum())
+        total += float(batch.mask.sum())
+    draft.train()
+    return [h / max(total, 1.0) for h in hits]
+
+
+def train_one(name: str, draft: DraftModel, batches, cfg: TrainConfig, out: Path, heldout: list[RowBatch],
+              eval_positions: int, save_every: int, progress: bool = True) -> dict:
+    """Train one draft with resumable checkpoints; returns its training record."""
+    run_dir = out / name
+    run_dir.mkdir(parents=True, exist_ok=True)
+    ckpt, log_path = run_dir / "resume.pt", run_dir / "loss_log.jsonl"
+    params = trainable(draft)
+    opt = torch.optim.AdamW(params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
+    start = 0
+    if ckpt.is_file():
+        state = torch.load(ckpt, map_location="cpu", weights_only=True)
+        draft.load_state_dict(state["model"], strict=False)
+        opt.load_state_dict(state["optimizer"])
+        start = int(state["step"])
+    for _ in range(start):  # the data stream is deterministic: skip what was already used
+        next(batches)
+    torch.manual_seed(cfg.seed + start)
+    draft.train()
+    t0 = time.time()
+    bar = tqdm(range(start, cfg.steps), desc=f"train {name}", initial=start, total=cfg.steps, disable=not progress)
+    with open(log_path, "a") as log:
+        for step in bar:
+            for group in opt.param_groups:
+                group["lr"] = lr_at(step, cfg)
+            loss, parts = loss_on_batch(draft, next(batches), cfg)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_value_(params, cfg.grad_clip)
+            opt.step()
+            log.write(json.dumps({"step": step, "loss": float(loss.detach()), "lr": lr_at(step, cfg),
+                                  "positions": parts}) + "\n")
+            bar.set_postfix(loss=f"{float(loss.detach()):.3f}", acc=f"{parts[0]['acc']:.2f}")
+            if (step + 1) % save_every == 0 or step + 1 == cfg.steps:
+                log.flush()
+                torch.save({"model": draft.state_dict(), "optimizer": opt.state_dict(), "step": step + 1},
+                           ckpt.with_suffix(".tmp"))
+                ckpt.with_suffix(".tmp").replace(ckpt)
+    draft.eval()
+    return {"method": name, "steps": cfg.steps, "seconds_this_run": round(time.time() - t0, 1),
+            "heldout_top1_by_position": evaluate(draft, heldout, eval_positions)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m poss_core.training.train", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--preset", default="smollm2-135m")
+    p.add_argument("--target", default=None)
+    p.add_argument("--data", nargs="+", required=True, help="data folders written by poss_core.training.data")
+    p.add_argument("--methods", default="eagle,poss1,poss2,poss3,matched")
+    p.add_argument("--depth", type=int, default=6, help="draft positions POSS is trained for")
+    p.add_argument("--steps", type=int, default=600)
+    p.add_argument("--tokens-per-batch", type=int, default=2048)
+    p.add_argument("--max-len", type=int, default=512)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--noise", type=float, default=0.05, help="EAGLE's uniform input-feature noise (half-width)")
+    p.add_argument("--draft-vocab", type=int, default=8192, help="0 = the full vocabulary")
+    p.add_argument("--loss", default="paper", help="paper | hass | token-heavy")
+    p.add_argument("--heldout", type=float, default=0.03, help="fraction of training sequences held out")
+    p.add_argument("--save-every", type=int, default=50)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", required=True, help="run folder (resume state, logs, final drafts)")
+    p.add_argument("--export", default=None, help="also write the final drafts here (e.g. assets/drafts/NAME)")
+    p.add_argument("--threads", type=int, default=None)
+    args = p.parse_args(argv)
+    try:
+        return run(args)
+    except PossError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+
+
+def run(args) -> int:
+    from ..models.loading import load_preset_target
+    from ..models.presets import get_preset
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    names = [m.strip() for m in args.methods.split(",") if m.strip()]
+    unknown = [m for m in names if m not in METHODS]
+    if unknown:
+        raise PossError(f"unknown method(s) {unknown}: use {', '.join(METHODS)}.")
+    target = load_preset_target(args.target or get_preset(args.preset).target, quantization="none")
+    seqs = [s for folder in args.data for s in read_shards(folder, args.max_len)]
+    if not seqs:
+        raise PossError(f"no training sequences in {args.data}: run python -m poss_core.training.data first.")
+    rng = random.Random(args.seed)
+    rng.shuffle(seqs)
+    n_held = max(1, int(len(seqs) * args.heldout))
+    held, train_seqs = seqs[:n_held], seqs[n_held:]
+    vocab = None
+    if args.draft_vocab:
+        vocab = build_draft_vocab(train_seqs, args.draft_vocab, set(target.eos_ids))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    answer_tokens = sum(int(s.loss_mask.sum()) for s in train_seqs)
+    data_info = {"folders": args.data, "sequences": len(train_seqs), "heldout_sequences": len(held),
+                 "answer_tokens": answer_tokens, "tokens": sum(int(s.input_ids.numel()) for s in train_seqs),
+                 "draft_vocab": int(vocab.numel()) if vocab is not None else None,
+                 "draft_vocab_coverage": vocab_coverage(train_seqs, vocab) if vocab is not None else 1.0}
+    print(json.dumps({"data": data_info}), flush=True)
+    heldout_batches = [make_batch(held[i: i + 8]) for i in range(0, len(held), 8)]
+    weights = LossWeights.named(args.loss)
+    init = make_draft(target, "eagle", args.depth, vocab, None, args.seed)
+    cards = {}
+    for name in names:
+        method, n, positions = METHODS[name]
+        cfg = TrainConfig(steps=args.steps, lr=args.lr, noise=args.noise, weights=weights, seed=args.seed,
+                          positions=positions or args.depth)
+        draft = make_draft(target, name, args.depth, vocab, init, args.seed)
+        record = train_one(name, draft, token_batches(train_seqs, args.tokens_per_batch, args.seed), cfg, out,
+                           heldout_batches, args.depth, args.save_every)
+        card = {**record, "label": draft.spec.label, "train_config": {**asdict(cfg), "weights": asdict(weights)},
+                "tokens_per_batch": args.tokens_per_batch, "data": data_info, "target": target.name,
+                "init": "shared (EAGLE's initial layer, copied into every layer)"}
+        for folder in [out / name / "final"] + ([Path(args.export) / name] if args.export else []):
+            save_draft(draft, folder, target, extra_meta={"training": card})
+            (folder / "model_card.json").write_text(json.dumps(card, indent=2))
+        cards[name] = card
+        print(json.dumps({"trained": name, "heldout_top1_by_position": record["heldout_top1_by_position"]}),
+              flush=True)
+    (out / "summary.json").write_text(json.dumps(cards, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
