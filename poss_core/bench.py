@@ -224,6 +224,20 @@ def _hardware(target) -> str:
     return device_description(target.device) + f", {platform.system()} {platform.machine()}"
 
 
+def _load_average() -> float | None:
+    try:
+        return os.getloadavg()[0]
+    except (OSError, AttributeError):
+        return None
+
+
+def _load_text(start: float | None, end: float | None) -> str:
+    """Other work on the machine shows in the timings: say how busy it was."""
+    if start is None or end is None:
+        return ""
+    return f"; 1-minute load average {start:.1f} before loading, {end:.1f} at the end"
+
+
 def _software() -> str:
     import torch
     import transformers
@@ -317,6 +331,7 @@ def run_questions(methods: Sequence[Method], target, questions: Sequence[Questio
     for run in range(runs):
         for qi, q in enumerate(questions):
             shift = qi % len(methods)
+            gc.collect()  # between questions, so a collection does not land inside one method's timing
             for m in methods[shift:] + methods[:shift]:
                 cfg = m.decoder.config if m.decoder is not None else base_cfg
                 messages: list[dict] = []
@@ -329,12 +344,13 @@ def run_questions(methods: Sequence[Method], target, questions: Sequence[Questio
                         bar.update(len(q.turns) - ti)
                         break
                     bar.set_postfix_str(f"run {run + 1} {q.dataset}/{q.question_id} {m.name}", refresh=False)
-                    gc.collect()
                     tokens, text, stop, wall, events = decode_turn(m, target, ids, cfg)
                     records.append(br.TurnRecord(run=run, method=m.name, dataset=q.dataset,
                                                  question_id=q.question_id, category=q.category, turn=ti,
                                                  token_ids=list(tokens), text=text, stop_reason=stop, wall_time=wall,
-                                                 events=events, prompt_ids=list(ids)))
+                                                 events=events,
+                                                 # the reference's prompts let a mismatch be diagnosed later
+                                                 prompt_ids=list(ids) if m.name == "ar" else []))
                     messages.append({"role": "assistant", "content": text})
                     bar.update(1)
     bar.close()
@@ -378,6 +394,10 @@ def run_benchmark(args, argv: Sequence[str]) -> int:
             raise ConfigError(f"method {n!r} is not ar or one of preset {preset.name!r}'s drafts "
                               f"({', '.join(preset.drafts)}).")
 
+    load_start = _load_average()
+    if load_start is not None and load_start > 0.5:
+        say(f"note: the machine is already busy (1-minute load average {load_start:.1f} on {os.cpu_count()} cores): "
+            f"timings will be slow and noisy; with other work running, --threads 1 avoids thread contention.")
     say(f"loading {preset.name} ...")
     target = load_preset_target(preset.target, quantization=args.quantization, device=args.device)
     methods = make_methods(args, preset, target, names, base_cfg, questions, say)
@@ -422,7 +442,7 @@ def run_benchmark(args, argv: Sequence[str]) -> int:
         "preset": preset.name, "model_id": preset.name,
         "command": "python -m poss_core.bench " + shlex.join(list(argv)),
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "hardware": _hardware(target), "software": _software(),
+        "hardware": _hardware(target) + _load_text(load_start, _load_average()), "software": _software(),
         "target": f"{preset.description} (quantization: {target.quantization})",
         "settings": settings, "budget": budget_text,
         "questions": f"{len(questions)} questions, {n_turns} turns from "
