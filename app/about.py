@@ -21,9 +21,9 @@ branches at each depth, pruned to a node budget) so that one verification pass t
 
 ### POSS: position-specialised drafts
 At draft position 1 the draft reads a true target feature. At position 2 it reads its *own* prediction, at position
-3 a prediction of a prediction... errors pile up, and acceptance falls with depth. **POSS** (position-specialist
-self-distillation) gives each block of positions its own draft layer, a **specialist**, trained on exactly the
-error level it will see there. POSS-*n* means each specialist covers *n* consecutive positions (POSS-1 with depth 6
+3 a prediction of a prediction... errors pile up, and acceptance falls with depth. **POSS** (position
+specialists) gives each block of positions its own draft layer, a **specialist**, trained on exactly the error
+level it will see there. POSS-*n* means each specialist covers *n* consecutive positions (POSS-1 with depth 6
 has 6 specialists, POSS-2 has 3, POSS-3 has 2). Each position still runs *one* layer, so drafting costs the same as
 EAGLE; the **matched-capacity control** stacks the same number of layers and runs all of them at every position,
 to separate "more parameters" from "specialisation".
@@ -103,4 +103,4 @@ def hardware_markdown(info: dict[str, str] | None, note: str = "") -> str:
     if not info:
         return "### Hardware in use\nNo model loaded yet: the first Run loads it." + (f"\n\n{note}" if note else "")
     rows = "\n".join(f"| {html.escape(k)} | {html.escape(str(v))} |" for k, v in info.items())
-    return f"### Hardware in use\n| | |\n|---|---|\n{rows}" + (f"\n\n{note}" if note else "")
+    return f"### Hardware in use\n| setting | value |\n|---|---|\n{rows}" + (f"\n\n{note}" if note else "")

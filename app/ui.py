@@ -161,7 +161,9 @@ def build_demo(preset: str = DEFAULT_PRESET, concurrency: int = 2) -> gr.Blocks:
         for control in view:
             control.change(view_handler, view, outputs, api_visibility="private", **light)
         for i, parts in enumerate(lane_parts):
-            parts[5].release(handlers.tree_for(i), parts[5], parts[4], api_visibility="private", **light)
+            for trigger in (parts[5].input, parts[5].release):  # dragging, and the number box
+                trigger(handlers.tree_for(i), parts[5], parts[4], api_visibility="private",
+                        trigger_mode="always_last", **light)
         preset_dd.change(preset_handler, preset_dd, [methods, depth, top_k, tree_budget, max_new, note, status],
                          api_visibility="private", **light)
         new_conv.click(new_conversation_handler, None, conversation, api_visibility="private", **light)

@@ -3,7 +3,10 @@ step/stop, save/load/replay, sessions and the API function. Uses the tiny-random
 
 from __future__ import annotations
 
+import importlib.util
 import math
+import threading
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -13,6 +16,7 @@ from poss_core import metrics
 from poss_core.decoding.events import DecodeSummary, DraftNode, FeatureDeviation, RoundEvent
 from poss_core.errors import ModelLoadError
 
+ROOT = Path(__file__).resolve().parents[1]
 VIEW = ("draft position", True, "conditional")
 
 
@@ -378,3 +382,51 @@ def test_saved_run_file_format(tmp_path):
 def test_engine_summary_closes_a_lane():
     lane = lanes.Lane("plain", "Plain", source=iter([DecodeSummary("", [], "eos", {})]))
     assert lane.advance() is False and lane.stop_reason == "eos"
+
+
+def test_models_are_loaded_once_and_shared(monkeypatch):
+    import time as _time
+
+    from poss_core.models import loading
+    from poss_core.models.presets import get_preset
+
+    preset = get_preset("tiny-random")
+    assert lanes.MODELS.target(preset) is lanes.MODELS.target(preset)
+    target = lanes.MODELS.target(preset)
+    assert lanes.MODELS.draft(preset, "poss2", target) is lanes.MODELS.draft(preset, "poss2", target)
+    calls = []
+
+    def slow_load(name, quantization="auto"):
+        calls.append(name)
+        _time.sleep(0.2)
+        return target
+
+    monkeypatch.setattr(loading, "load_preset_target", slow_load)
+    cache = lanes.ModelCache()
+    got = []
+    threads = [threading.Thread(target=lambda: got.append(cache.target(preset))) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert calls == ["builtin:tiny-random"] and all(g is target for g in got)
+
+
+def test_preset_switch_and_app_flags():
+    from poss_core.models.presets import DEFAULT_PRESET, get_preset
+
+    out = handlers.preset_handler("tiny-random")
+    methods = out[0]
+    assert [v for _, v in methods.choices] == ["plain", "eagle", "poss1", "poss2", "poss3", "matched"]
+    assert methods.value == ["plain", "eagle", "poss2"]
+    smol = get_preset(DEFAULT_PRESET)
+    note = handlers.draft_note(smol)
+    untrained = [n for n, ref in smol.drafts.items() if "untrained" in ref.label]
+    assert ("untrained" in note) == bool(untrained)
+    assert handlers.ui_defaults(smol)["tree_budget"] <= smol.tree_budget
+    spec = importlib.util.spec_from_file_location("app_entry", ROOT / "app.py")
+    entry = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(entry)
+    args = entry.build_parser().parse_args([])
+    assert args.preset == DEFAULT_PRESET and args.share is False and args.host is None and args.port is None
+    assert entry.build_parser().parse_args(["--preset", "tiny-random", "--port", "7999"]).port == 7999
