@@ -282,6 +282,7 @@ def tree_figure(event: RoundEvent | None, labels: Sequence[str] | None = None, r
     labels = list(labels) if labels is not None else [str(n.token) for n in nodes]
     x, y = tree_layout(event)
     accepted = set(event.accepted)
+    text_size = 11 if -min(y) < 20 else 9  # many leaves: smaller labels
 
     fig = go.Figure()
     ex, ey, ax, ay = [], [], [], []
@@ -300,7 +301,7 @@ def tree_figure(event: RoundEvent | None, labels: Sequence[str] | None = None, r
         idx = [i for i, n in enumerate(nodes) if n.specialist == spec]
         fig.add_trace(go.Scatter(
             x=[x[i + 1] for i in idx], y=[y[i + 1] for i in idx], mode="markers+text", name=f"specialist S{spec + 1}",
-            text=[labels[i] for i in idx], textposition="middle right", textfont={"size": 11},
+            text=[labels[i] for i in idx], textposition="middle right", textfont={"size": text_size},
             marker={"color": specialist_color(spec),
                     "size": [8 + 18 * math.exp(nodes[i].score) for i in idx],
                     "opacity": [1.0 if i in accepted else 0.4 for i in idx],

@@ -307,10 +307,8 @@ def _stream(session: Session, view: View, comp: Comparison, label: str) -> Itera
     last, last_charts, gap = 0.0, 0.0, UPDATE_EVERY_S
     try:
         while True:
-            if comp.replay and comp.cancelled:
-                for lane in comp.lanes:
-                    if not lane.finished:
-                        lane.summary = {"text": lane.text, "stop_reason": "cancelled", "stats": {}}
+            if comp.replay and comp.cancelled:  # replayed lanes do not watch the flag themselves
+                comp.drain()
                 break
             alive = comp.turn()
             if not alive:
@@ -426,8 +424,7 @@ def stop_handler(color_by: str, show_rejected: bool, pos_acc_mode: str, request:
     comp.stop()
     if session.lock.acquire(blocking=False):  # a paused Step session: finish its lanes here
         try:
-            comp.turn()
-            comp.close()
+            comp.drain()
             session.stepping = False
             _remember_turn(session, comp)
             return render(session, view, _final_status(comp))

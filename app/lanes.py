@@ -304,6 +304,16 @@ class Comparison:
         """Cancel every lane at once: each decoder sees the flag before its next round and closes with a summary."""
         self.cancel.set()
 
+    def drain(self) -> None:
+        """After stop(), when nothing is turning the lanes: let each live decoder see the flag and close with its
+        cancelled summary; replayed lanes just end."""
+        for lane in self.lanes:
+            if not lane.finished and not self.replay:
+                lane.advance()
+            if not lane.finished:
+                lane.summary = {"text": lane.text, "stop_reason": "cancelled", "stats": {}}
+        self.close()
+
     def lane(self, method: str) -> Lane | None:
         return next((lane for lane in self.lanes if lane.method == method), None)
 

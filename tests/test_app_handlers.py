@@ -430,3 +430,15 @@ def test_preset_switch_and_app_flags():
     args = entry.build_parser().parse_args([])
     assert args.preset == DEFAULT_PRESET and args.share is False and args.host is None and args.port is None
     assert entry.build_parser().parse_args(["--preset", "tiny-random", "--port", "7999"]).port == 7999
+
+
+def test_stop_during_a_stepped_replay_ends_every_lane(tmp_path):
+    r = req("replay-stop")
+    path = runs.save_run(known_comparison(), tmp_path / "known.jsonl")
+    handlers.load_handler(str(path), *VIEW, request=r)
+    handlers.step_handler(*settings(), request=r)
+    out = handlers.outputs_dict(handlers.stop_handler(*VIEW, request=r))
+    assert "Stopped" in out["status"]
+    comp = handlers.SESSIONS.get(r).comparison
+    assert comp.replay and all(lane.stop_reason == "cancelled" for lane in comp.lanes)
+    assert [len(lane.events) for lane in comp.lanes] == [1, 1]
