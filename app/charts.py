@@ -318,7 +318,7 @@ def tree_figure(event: RoundEvent | None, labels: Sequence[str] | None = None, r
                              hovertemplate="root: the last verified token<extra></extra>", showlegend=False))
     bonus_text = bonus_label if bonus_label is not None else str(event.bonus)
     fig.add_trace(go.Scatter(x=[bx], y=[by], mode="markers+text", name="target's token", text=[bonus_text],
-                             textposition="middle right",
+                             textposition="middle right", textfont={"size": 13, "color": TARGET_COLOR},
                              marker={"color": TARGET_COLOR, "size": 14, "symbol": "diamond"},
                              hovertemplate=f"{bonus_text!r}: the target's own token (bonus/correction)"
                                            "<extra></extra>"))

@@ -142,8 +142,18 @@ def lane_head_html(lane: Lane, comp: Comparison, running: bool) -> str:
         state = f'<span class="poss-note">{"running…" if running else "paused (Step for the next round)"}</span>'
     if comp.replay:
         badges.append('<span class="poss-badge neutral">replay</span>')
-    return (f'<div class="poss-lane-head"><h3>{html.escape(lane.label)}</h3>{stat_line(items)}'
+    title, untrained = split_untrained(lane.label)
+    if untrained:
+        badges.insert(0, '<span class="poss-badge bad" title="No trained checkpoint is bundled for this draft yet: '
+                         'it is a random draft, so almost nothing gets accepted.">untrained draft</span>')
+    return (f'<div class="poss-lane-head"><h3>{html.escape(title)}</h3>{stat_line(items)}'
             f'<div>{"".join(badges)} {state}</div></div>')
+
+
+def split_untrained(label: str) -> tuple[str, bool]:
+    """("POSS-2 (3 specialists)", True) for a preset label that says its draft is untrained."""
+    marker = " (untrained: no bundled draft yet)"
+    return (label.replace(marker, ""), True) if marker in label else (label, False)
 
 
 def lane_tree(lane: Lane, round_index: int | None) -> Any:

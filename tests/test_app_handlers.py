@@ -442,3 +442,11 @@ def test_stop_during_a_stepped_replay_ends_every_lane(tmp_path):
     comp = handlers.SESSIONS.get(r).comparison
     assert comp.replay and all(lane.stop_reason == "cancelled" for lane in comp.lanes)
     assert [len(lane.events) for lane in comp.lanes] == [1, 1]
+
+
+def test_untrained_drafts_are_flagged_in_the_lane_header():
+    comp = known_comparison()
+    comp.lanes[1].label = "POSS-2 (3 specialists) (untrained: no bundled draft yet)"
+    head = handlers.lane_head_html(comp.lanes[1], comp, running=False)
+    assert "<h3>POSS-2 (3 specialists)</h3>" in head and "untrained draft</span>" in head
+    assert "untrained" not in handlers.lane_head_html(comp.lanes[0], comp, running=False)
