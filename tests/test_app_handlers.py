@@ -430,6 +430,7 @@ def test_preset_switch_and_app_flags():
     args = entry.build_parser().parse_args([])
     assert args.preset == DEFAULT_PRESET and args.share is False and args.host is None and args.port is None
     assert entry.build_parser().parse_args(["--preset", "tiny-random", "--port", "7999"]).port == 7999
+    assert entry.cpu_threads(None) >= 1 and entry.cpu_threads(3) == 3
 
 
 def test_stop_during_a_stepped_replay_ends_every_lane(tmp_path):
