@@ -258,7 +258,8 @@ def make_methods(args, preset, target, names: list[str], base_cfg, questions: li
     calib_prompts: list[list[int]] = []
     if auto:
         curve = load_or_measure_curve(target, remeasure=args.remeasure, log=say)
-        say("forward ms by verified tokens: " + ", ".join(f"{n}:{m:.1f}" for n, m in zip(curve.sizes, curve.ms)))
+        say("verify ms (forward + logits post-processing) by verified tokens: " + ", ".join(
+            f"{n}:{m:.1f}+{curve.post_at(n):.1f}" for n, m in zip(curve.sizes, curve.ms)))
         by_ds: dict[str, list[Question]] = {}
         for q in questions:
             by_ds.setdefault(q.dataset, []).append(q)

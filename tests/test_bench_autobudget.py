@@ -24,6 +24,22 @@ def test_curve_interpolates_and_extrapolates():
     assert c.at(24) == pytest.approx(56.0)  # the last segment's slope
 
 
+def test_curve_is_made_non_decreasing_and_adds_post_processing():
+    assert ab.non_decreasing([1.0, 3.0, 2.0, 4.0, 3.0, 3.0]) == pytest.approx([1.0, 2.5, 2.5, 3.0 + 1 / 3, 3 + 1 / 3,
+                                                                              3 + 1 / 3])
+    assert ab.non_decreasing([5.0, 1.0]) == [3.0, 3.0]
+    c = ab.ForwardCurve(key="k", sizes=[1, 9], ms=[10.0, 20.0], context=8, post_ms=[1.0, 5.0])
+    assert c.post_at(5) == pytest.approx(3.0)
+    assert ab.ForwardCurve.from_json(c.to_json()) == c
+    old = ab.ForwardCurve.from_json({"key": "k", "sizes": [1], "ms": [2.0], "context": 8})  # cached before post_ms
+    assert old.post_at(4) == 0.0
+    prof = ab.AcceptanceProfile(source="unit", max_budget=9, depth=2, ranks=[[0, 1]])
+    choice = ab.choose_budget(c, prof, draft_ms=4.0, fixed_ms=1.0, candidates=(2, 9))
+    row = {r["budget"]: r for r in choice.table}
+    assert row[9]["round_ms"] == pytest.approx(4.0 + 20.0 + 5.0 + 1.0)
+    assert choice.plain_tokens_per_s == pytest.approx(1000 / 11.0)
+
+
 def test_accepted_ranks_and_accept_len_at_budget():
     # Scores: node 0 -0.1, node 1 -0.3, node 2 (child of 0) -0.2, node 3 (child of 2) -0.9, node 4 (child of 1) -0.4
     nodes = [DraftNode(1, -1, 1, -0.1, 0.9, 0), DraftNode(2, -1, 1, -0.3, 0.7, 0), DraftNode(3, 0, 2, -0.2, 0.9, 1),
@@ -57,8 +73,8 @@ def test_default_profile_grows_with_budget_towards_the_published_chain():
 
 def test_choice_follows_the_hardware():
     prof = ab.AcceptanceProfile(source="unit", max_budget=96, depth=6, ranks=[[0, 3, 9, 25, 50]] * 3 + [[0, 12]])
-    flat = ab.choose_budget(curve(lambda n: 20.0), prof, draft_ms=2.0, overhead_ms=0.5)  # a GPU: flat curve
-    steep = ab.choose_budget(curve(lambda n: 10.0 + 5.0 * n), prof, draft_ms=2.0, overhead_ms=0.5)  # a slow CPU
+    flat = ab.choose_budget(curve(lambda n: 20.0), prof, draft_ms=2.0, fixed_ms=0.5)  # a GPU: flat curve
+    steep = ab.choose_budget(curve(lambda n: 10.0 + 5.0 * n), prof, draft_ms=2.0, fixed_ms=0.5)  # a slow CPU
     assert flat.budget >= 60
     assert steep.budget <= 4
     best = max(steep.table, key=lambda r: r["tokens_per_s"])
@@ -73,6 +89,7 @@ def test_curve_is_measured_once_then_cached(tiny_target, tmp_path, monkeypatch):
     path = tmp_path / "curves.json"
     c = ab.load_or_measure_curve(tiny_target, path=path, sizes=(1, 4, 16), repeats=2, context=32, log=lambda m: None)
     assert c.sizes == [1, 4, 16] and all(ms > 0 for ms in c.ms) and c.key == ab.curve_key(tiny_target)
+    assert c.ms == sorted(c.ms) and c.post_ms == sorted(c.post_ms) and len(c.post_ms) == 3
     stored = json.loads(path.read_text())
     assert list(stored) == [c.key]
 

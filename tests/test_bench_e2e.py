@@ -68,6 +68,5 @@ def test_bench_limit_2_on_the_default_preset(tmp_path):
     for heading in ("## Overall", "## Speed-up over the faster plain decoder per dataset",
                     "## Conditional pos-acc", "## Where the time goes per round"):
         assert heading in md
-    assert "untrained" in md.lower() or "Untrained" in md or "(random)" not in md
     assert (out / "report.html").stat().st_size > 5000
     print(md)

@@ -1,10 +1,14 @@
 """`--tree-budget auto`: measure the target's forward time against the number of verified tokens (once per device and
 model, cached as JSON), and pick the tree budget that maximises expected tokens per second for a draft.
 
-Expected tokens/s at budget B = τ(B) / (draft_ms + forward_ms(B) + overhead_ms) where
-- forward_ms(B) is the measured curve (the verify forward over B tokens, all logits, at a 256-token context);
-- draft_ms and overhead_ms are measured in a short calibration decode (they do not depend on B: EAGLE-2 drafts the
-  same top_k frontier per depth whatever the budget, and only the final pruning keeps fewer nodes);
+Expected tokens/s at budget B = τ(B) / (draft_ms + forward_ms(B) + post_ms(B) + fixed_ms) where
+- forward_ms(B) is the measured curve: the verify forward over B tokens with all logits, at a 256-token context;
+  post_ms(B) is measured with it: the per-row work greedy verification does on the [B, vocabulary] logits
+  (argmax, log-normaliser). Both are medians, made non-decreasing in B (noise can only make a bigger tree look
+  cheaper, never the other way round);
+- draft_ms and fixed_ms come from a short calibration decode: drafting does not depend on B (EAGLE-2 drafts the same
+  top_k frontier per depth whatever the budget, and only the final pruning keeps fewer nodes); fixed_ms is the
+  round's measured overhead minus post_ms at the calibration budget;
 - τ(B) comes from the draft's acceptance profile. The calibration decode runs at the largest budget considered; since
   EAGLE-2 keeps the best (B − 1) candidates by cumulative score and greedy acceptance walks the target's argmax, the
   accept length a round would have had with a smaller budget is exactly the number of leading nodes of its accepted
@@ -55,17 +59,19 @@ CALIBRATION_PROMPTS = (
 # ----- the forward-time curve ------------------------------------------------------------------------------------
 @dataclass
 class ForwardCurve:
-    """Median milliseconds of one target forward over n new tokens (all logits), at a fixed context length."""
+    """Median milliseconds of one target forward over n new tokens (all logits), and of the greedy post-processing of
+    those logits, at a fixed context length; both non-decreasing in n."""
 
     key: str
     sizes: list[int]
     ms: list[float]
     context: int
     measured: str = ""
+    post_ms: list[float] | None = None
 
-    def at(self, n: float) -> float:
+    @staticmethod
+    def _interp(xs: list[int], ys: list[float], n: float) -> float:
         """Piecewise-linear interpolation; beyond the last size, the last segment's slope."""
-        xs, ys = self.sizes, self.ms
         if n <= xs[0]:
             return ys[0]
         for (x0, y0), (x1, y1) in zip(zip(xs, ys), zip(xs[1:], ys[1:])):
@@ -76,13 +82,34 @@ class ForwardCurve:
         slope = (ys[-1] - ys[-2]) / (xs[-1] - xs[-2])
         return ys[-1] + slope * (n - xs[-1])
 
+    def at(self, n: float) -> float:
+        """The forward's milliseconds for n verified tokens."""
+        return self._interp(self.sizes, self.ms, n)
+
+    def post_at(self, n: float) -> float:
+        """The post-processing milliseconds for n verified tokens (0 for curves measured without it)."""
+        return self._interp(self.sizes, self.post_ms, n) if self.post_ms else 0.0
+
     def to_json(self) -> dict:
         return asdict(self)
 
     @classmethod
     def from_json(cls, obj: dict) -> "ForwardCurve":
+        post = obj.get("post_ms")
         return cls(key=obj["key"], sizes=[int(s) for s in obj["sizes"]], ms=[float(m) for m in obj["ms"]],
-                   context=int(obj["context"]), measured=obj.get("measured", ""))
+                   context=int(obj["context"]), measured=obj.get("measured", ""),
+                   post_ms=[float(m) for m in post] if post else None)
+
+
+def non_decreasing(values: Sequence[float]) -> list[float]:
+    """The closest non-decreasing sequence in least squares (pool adjacent violators)."""
+    blocks: list[list[float]] = []  # [mean, count]
+    for v in values:
+        blocks.append([float(v), 1.0])
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            (m1, c1), (m2, c2) = blocks[-2], blocks[-1]
+            blocks[-2:] = [[(m1 * c1 + m2 * c2) / (c1 + c2), c1 + c2]]
+    return [m for m, c in blocks for _ in range(int(c))]
 
 
 def device_description(device: torch.device) -> str:
@@ -127,28 +154,36 @@ def measure_forward_curve(target: TargetModel, sizes: Sequence[int] = CANDIDATE_
                    causal_allowed(context, 0), cache, logits="none")
     layers = len(cache.layers)
 
-    def once(n: int) -> float:
+    def once(n: int) -> tuple[float, float]:
         tokens = torch.randint(0, vocab, (n,), generator=gen)
         _sync(target.device)
         t0 = time.perf_counter()
-        target.forward(tokens, context + torch.arange(n), causal_allowed(n, context), cache, logits="all")
+        out = target.forward(tokens, context + torch.arange(n), causal_allowed(n, context), cache, logits="all")
         _sync(target.device)
-        ms = (time.perf_counter() - t0) * 1000.0
+        t1 = time.perf_counter()
+        # What greedy verification does per row of logits: bring them to the CPU, argmax, log-normaliser.
+        logits = out.logits.cpu()
+        logits.argmax(dim=-1)
+        torch.logsumexp(logits, dim=-1)
+        t2 = time.perf_counter()
         for i in range(layers):
             truncate_cache_layer(cache, i, context)
-        return ms
+        return (t1 - t0) * 1000.0, (t2 - t1) * 1000.0
 
     for n in (1, max(sizes), 1):  # warm-up
         once(n)
-    times: dict[int, list[float]] = {n: [] for n in sizes}
+    times: dict[int, list[tuple[float, float]]] = {n: [] for n in sizes}
     rng = random.Random(seed)
     for _ in range(repeats):
         order = list(sizes)
         rng.shuffle(order)
         for n in order:
             times[n].append(once(n))
-    return ForwardCurve(key=curve_key(target), sizes=sizes, ms=[statistics.median(times[n]) for n in sizes],
-                        context=context, measured=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    forward = [statistics.median(t[0] for t in times[n]) for n in sizes]
+    post = [statistics.median(t[1] for t in times[n]) for n in sizes]
+    return ForwardCurve(key=curve_key(target), sizes=sizes, ms=non_decreasing(forward), context=context,
+                        measured=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                        post_ms=non_decreasing(post))
 
 
 def curve_cache_path() -> Path:
@@ -248,13 +283,13 @@ class BudgetChoice:
     plain_tokens_per_s: float  # one forward over one token per new token: what plain decoding would reach
     profile_source: str
     draft_ms: float
-    overhead_ms: float
+    fixed_ms: float  # per-round overhead that does not grow with the tree
     table: list[dict] = field(default_factory=list)  # per candidate: budget, tau, round_ms, tokens_per_s
 
     def describe(self) -> str:
         return (f"budget {self.budget}: expected {self.expected_tokens_per_s:.1f} tokens/s "
                 f"(plain ≈ {self.plain_tokens_per_s:.1f}); τ from {self.profile_source}; "
-                f"draft {self.draft_ms:.1f} ms + overhead {self.overhead_ms:.1f} ms per round")
+                f"draft {self.draft_ms:.1f} ms + fixed overhead {self.fixed_ms:.1f} ms per round")
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -265,22 +300,22 @@ def max_useful_budget(depth: int, top_k: int) -> int:
     return 1 + top_k + (depth - 1) * top_k * top_k
 
 
-def choose_budget(curve: ForwardCurve, profile: AcceptanceProfile, draft_ms: float, overhead_ms: float,
+def choose_budget(curve: ForwardCurve, profile: AcceptanceProfile, draft_ms: float, fixed_ms: float,
                   candidates: Sequence[int] = CANDIDATE_BUDGETS, depth: int | None = None,
                   top_k: int | None = None) -> BudgetChoice:
-    """The candidate budget with the highest τ(B) / round_ms(B)."""
+    """The candidate budget with the highest τ(B) / round_ms(B), round_ms(B) = draft + forward(B) + post(B) + fixed."""
     limit = profile.max_budget
     if depth is not None and top_k is not None:
         limit = min(limit, max_useful_budget(depth, top_k))
     table = []
     for b in sorted({c for c in candidates if 2 <= c <= limit} or {2}):
         tau = profile.expected_tau(b)
-        round_ms = draft_ms + curve.at(b) + overhead_ms
+        round_ms = draft_ms + curve.at(b) + curve.post_at(b) + fixed_ms
         table.append({"budget": b, "tau": tau, "round_ms": round_ms, "tokens_per_s": 1000.0 * tau / round_ms})
     best = max(table, key=lambda row: (row["tokens_per_s"], -row["budget"]))
     return BudgetChoice(budget=best["budget"], expected_tokens_per_s=best["tokens_per_s"],
-                        plain_tokens_per_s=1000.0 / curve.at(1), profile_source=profile.source, draft_ms=draft_ms,
-                        overhead_ms=overhead_ms, table=table)
+                        plain_tokens_per_s=1000.0 / (curve.at(1) + curve.post_at(1)), profile_source=profile.source,
+                        draft_ms=draft_ms, fixed_ms=fixed_ms, table=table)
 
 
 def calibrate(target: TargetModel, draft, config: DecodeConfig, prompts: Sequence[Sequence[int]],
@@ -318,6 +353,7 @@ def auto_tree_budget(target: TargetModel, draft, config: DecodeConfig, prompts: 
     split = metrics.time_split(events)
     draft_ms = split["draft_ms"] if not math.isnan(split["draft_ms"]) else 0.0
     overhead_ms = split["overhead_ms"] if not math.isnan(split["overhead_ms"]) else 0.0
+    fixed_ms = max(0.0, overhead_ms - curve.post_at(budget))
     prof = (profile_from_events(events, budget, config.depth, len(prompts)) if profile == "calibrate"
             else default_profile(config.depth, budget))
-    return choose_budget(curve, prof, draft_ms, overhead_ms, depth=config.depth, top_k=config.top_k)
+    return choose_budget(curve, prof, draft_ms, fixed_ms, depth=config.depth, top_k=config.top_k)
