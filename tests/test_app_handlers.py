@@ -451,3 +451,13 @@ def test_untrained_drafts_are_flagged_in_the_lane_header():
     head = handlers.lane_head_html(comp.lanes[1], comp, running=False)
     assert "<h3>POSS-2 (3 specialists)</h3>" in head and "untrained draft</span>" in head
     assert "untrained" not in handlers.lane_head_html(comp.lanes[0], comp, running=False)
+
+
+def test_sampling_runs_are_reproducible_with_a_seed():
+    r = req("sample")
+    args = settings(methods=["plain", "eagle"], max_new_tokens=6, temperature=0.8, top_p=0.9, seed=7)
+    out = handlers.outputs_dict(list(handlers.run_handler(*args, request=r))[-1])
+    assert "Done" in out["status"] and "sampling" in out["lane1_head"]
+    first = [lane.token_ids for lane in handlers.SESSIONS.get(r).comparison.lanes]
+    list(handlers.run_handler(*args, request=r))
+    assert [lane.token_ids for lane in handlers.SESSIONS.get(r).comparison.lanes] == first
