@@ -1,0 +1,34 @@
+"""The generate CLI: streamed text and the --jsonl protocol."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+ROUND_KEYS = {"round", "nodes", "accepted", "bonus", "target_probs", "feature_deviation", "draft_ms", "verify_ms",
+              "new_tokens"}
+
+
+def run(*args):
+    return subprocess.run([sys.executable, "-m", "poss_core.generate", "--preset", "tiny-random", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_jsonl_rounds_then_summary():
+    r = run("--draft", "random:poss2", "--prompt", "Hello there", "--max-new-tokens", "12", "--jsonl")
+    assert r.returncode == 0, r.stderr
+    objs = [json.loads(line) for line in r.stdout.splitlines()]
+    rounds, summary = objs[:-1], objs[-1]["summary"]
+    assert rounds and all(ROUND_KEYS <= set(o) for o in rounds)
+    node_keys = {"token", "parent", "depth", "score", "draft_prob", "specialist"}
+    assert all(node_keys == set(n) for o in rounds for n in o["nodes"])
+    assert {"tau", "pos_acc", "pos_rate", "accept_hist", "tokens_per_s", "new_tokens", "text"} <= set(summary)
+    assert summary["new_tokens"] == rounds[-1]["new_tokens"] == 12
+
+
+def test_plain_text_stream_and_summary_line():
+    r = run("--method", "ar", "--prompt", "Hello there", "--max-new-tokens", "8")
+    assert r.returncode == 0, r.stderr
+    assert "[ar] 8 tokens" in r.stderr and "tau 1.00" in r.stderr
+    assert len(r.stdout) > 0

@@ -1,0 +1,77 @@
+"""Statistics from hand-built event lists give the known values."""
+
+import math
+
+from poss_core import metrics
+from poss_core.decoding.events import DraftNode, FeatureDeviation, RoundEvent
+
+
+def ev(round_, accept_len, depth=4, wall_ms=10.0, new_tokens=0, prefill=False, devs=None):
+    # A chain of `depth` nodes; the first `accept_len` are accepted.
+    nodes = [DraftNode(token=10 + d, parent=d - 1, depth=d + 1, score=-0.1 * d, draft_prob=0.9, specialist=0)
+             for d in range(depth)] if not prefill else []
+    return RoundEvent(round=round_, nodes=nodes, accepted=list(range(accept_len)), bonus=1,
+                      target_probs=[0.5] * len(nodes),
+                      feature_deviation=devs if devs is not None else [FeatureDeviation(1.0, 0.1)] * accept_len,
+                      draft_ms=2.0, verify_ms=5.0, new_tokens=new_tokens, wall_ms=wall_ms, prefill=prefill)
+
+
+def events():
+    # accept lengths 0, 1, 2, 2, 4 after a prefill round
+    out = [ev(0, 0, prefill=True, new_tokens=1)]
+    total = 1
+    for i, a in enumerate([0, 1, 2, 2, 4], start=1):
+        total += a + 1
+        out.append(ev(i, a, new_tokens=total))
+    return out
+
+
+def test_tau_and_histogram():
+    e = events()
+    assert metrics.tau(e) == (1 + 2 + 3 + 3 + 5) / 5
+    assert metrics.accept_hist(e) == [1, 1, 2, 0, 1]
+    assert metrics.accept_lengths(e) == [0, 1, 2, 2, 4]
+
+
+def test_conditional_pos_acc_and_unconditional_rate():
+    e = events()
+    # P(len >= k): k=0..4 -> 5/5, 4/5, 3/5, 1/5, 1/5
+    assert metrics.pos_rate(e) == [4 / 5, 3 / 5, 1 / 5, 1 / 5]
+    assert metrics.pos_acc(e) == [4 / 5, 3 / 4, 1 / 3, 1 / 1]
+    # The chain rule links them: P(len >= k) is the product of pos-acc up to k.
+    prod = 1.0
+    for acc, rate in zip(metrics.pos_acc(e), metrics.pos_rate(e)):
+        prod *= acc
+        assert math.isclose(prod, rate)
+
+
+def test_positions_never_reached_are_nan():
+    e = [ev(1, 0, depth=3), ev(2, 1, depth=3)]
+    acc = metrics.pos_acc(e)
+    assert acc[0] == 0.5 and acc[1] == 0.0 and math.isnan(acc[2])
+
+
+def test_feature_deviation_and_speed():
+    e = events()
+    e[5].feature_deviation = [FeatureDeviation(1.0, 0.1), FeatureDeviation(2.0, 0.2), FeatureDeviation(3.0, 0.3),
+                              FeatureDeviation(5.0, 0.5)]
+    dev = metrics.feature_deviation_by_position(e)
+    assert dev["count"] == [4, 3, 1, 1]
+    assert math.isclose(dev["l2"][1], (1.0 + 1.0 + 2.0) / 3)
+    assert math.isclose(dev["cosine"][3], 0.5)
+    assert metrics.total_new_tokens(e) == 1 + 1 + 2 + 3 + 3 + 5
+    assert math.isclose(metrics.tokens_per_s(e), 15 / 0.06)
+    split = metrics.time_split(e)
+    assert split["draft_ms"] == 2.0 and split["verify_ms"] == 5.0 and split["overhead_ms"] == 3.0
+    assert metrics.speedup(30.0, 15.0) == 2.0
+
+
+def test_summary_of_plain_decoding():
+    e = [ev(0, 0, prefill=True, new_tokens=1)] + [ev(i, 0, depth=0, new_tokens=i + 1) for i in range(1, 5)]
+    s = metrics.summarize(e, depth=0)
+    assert s["tau"] == 1.0 and s["accept_hist"] == [4] and s["pos_acc"] == [] and s["rounds"] == 4
+
+
+def test_event_json_round_trip():
+    e = events()[3]
+    assert RoundEvent.from_json(e.to_json()) == e

@@ -1,0 +1,101 @@
+"""Training: losses fall, POSS unrolls on detached predictions, checkpoints and data resume."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+from helpers import batches, self_distilled
+
+from poss_core.models.draft import DraftModel, DraftSpec, draft_config_from_target
+from poss_core.training import trainer
+from poss_core.training.data import read_shards
+from poss_core.training.losses import LossWeights
+from poss_core.training.trainer import TrainConfig, loss_on_batch, make_batch, train
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def fresh(target, spec, seed=0):
+    torch.manual_seed(seed)
+    d = DraftModel(draft_config_from_target(target.config), spec).float()
+    d.bind_target(target.input_embedding_weight(), target.lm_head_weight())
+    return d
+
+
+def test_short_training_lowers_the_loss(tiny_target):
+    seqs = self_distilled(tiny_target, n=32)
+    held = make_batch(seqs[:8])
+    for spec, positions in [(DraftSpec("eagle", 1), 1), (DraftSpec("poss", 3, 2), 6), (DraftSpec("stacked", 2), 1)]:
+        draft = fresh(tiny_target, spec)
+        cfg = TrainConfig(steps=60, lr=3e-3, positions=positions, weights=LossWeights.named("hass"))
+        before = float(loss_on_batch(draft, held, cfg)[0])
+        history = train(draft, batches(seqs[8:], size=8), cfg)
+        after = float(loss_on_batch(draft, held, cfg)[0])
+        assert after < 0.95 * before, (spec.label, before, after)
+        assert len(history) == 60 and len(history[-1]["positions"]) == positions
+
+
+def test_poss_step_j_reads_detached_predictions_of_step_j_minus_1(tiny_target, monkeypatch):
+    draft = fresh(tiny_target, DraftSpec("poss", 3, 2))
+    batch = make_batch(self_distilled(tiny_target, n=4))
+    calls = []
+    original = draft.run_specialist
+
+    def spy(group, tokens, features, position_ids, attention_mask, cache=None):
+        out = original(group, tokens, features, position_ids, attention_mask, cache)
+        calls.append((group, features, out))
+        return out
+
+    monkeypatch.setattr(draft, "run_specialist", spy)
+    steps = trainer.unroll(draft, batch, steps=6)
+    assert [g for g, _, _ in calls] == [0, 0, 1, 1, 2, 2]  # specialist j // n predicts step j
+    assert torch.equal(calls[0][1], batch.features)  # step 0 reads the target's features
+    for j in range(1, 6):
+        features, prev_out = calls[j][1], calls[j - 1][2]
+        assert torch.equal(features[:, 1:], prev_out[:, :-1].detach())  # row r reads row r-1's prediction
+        assert torch.equal(features[:, :1], batch.features[:, :1])
+        assert not features.requires_grad  # detached: no gradient flows back into step j-1
+        assert prev_out.requires_grad
+    assert len(steps) == 6
+
+
+def _run(module, *args):
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600)
+
+
+def test_data_cli_resumes_without_duplicates_and_trainer_resumes(tmp_path):
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("\n".join(f"Prompt number {i}: say something." for i in range(10)))
+    out = tmp_path / "data"
+    args = ["--preset", "tiny-random", "--prompts", str(prompts), "--batch-size", "4", "--max-new-tokens", "12",
+            "--out", str(out)]
+    r = _run("poss_core.training.data", *args)
+    assert r.returncode == 0, r.stderr
+    first = {f.name: f.read_bytes() for f in out.glob("shard-*.safetensors")}
+    assert len(first) == 3
+    # Simulate an interruption: one shard never finished (only its partial file exists).
+    (out / "shard-00001.safetensors").rename(out / "shard-00001.partial")
+    r = _run("poss_core.training.data", *args)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout.splitlines()[-1])["built_now"] == 1
+    again = {f.name: f.read_bytes() for f in out.glob("shard-*.safetensors")}
+    assert again.keys() == first.keys()
+    seqs = read_shards(out)
+    assert len(seqs) == 10
+    assert len({tuple(s.input_ids.tolist()) for s in seqs}) == 10  # no row twice
+
+    run_dir = tmp_path / "run"
+    train = ["--preset", "tiny-random", "--data", str(out), "--methods", "eagle,poss2", "--tokens-per-batch", "120",
+             "--draft-vocab", "30", "--save-every", "3", "--out", str(run_dir)]
+    assert _run("poss_core.training.train", *train, "--steps", "3").returncode == 0
+    r = _run("poss_core.training.train", *train, "--steps", "6")
+    assert r.returncode == 0, r.stderr
+    steps = [json.loads(line)["step"] for line in (run_dir / "poss2" / "loss_log.jsonl").read_text().splitlines()]
+    assert steps == [0, 1, 2, 3, 4, 5]  # resumed at step 3, nothing repeated
+    card = json.loads((run_dir / "poss2" / "final" / "model_card.json").read_text())
+    assert card["steps"] == 6 and len(card["heldout_top1_by_position"]) == 6
+    meta = json.loads((run_dir / "poss2" / "final" / "poss_draft.json").read_text())
+    assert meta["positions_per_specialist"] == 2 and 0 < len(meta["draft_vocab"]) <= 30
