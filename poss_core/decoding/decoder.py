@@ -37,7 +37,10 @@ def _ms(t0: float) -> float:
 
 
 class _Stream:
-    """Collects emitted tokens, applies the stop rules, and turns tokens into text deltas."""
+    """Collects emitted tokens, applies the stop rules, and turns tokens into text deltas.
+
+    Detokenization is incremental (a short window of recent tokens is decoded each round, as streaming servers do),
+    so a long answer costs O(round), not O(answer), per round; the stop round decodes everything once."""
 
     def __init__(self, tokenizer, eos_ids: set[int], max_new_tokens: int) -> None:
         self.tokenizer = tokenizer
@@ -46,6 +49,11 @@ class _Stream:
         self.ids: list[int] = []
         self.text = ""
         self.stop_reason: str | None = None
+        self._prefix = 0  # window start: tokens before it are already text
+        self._read = 0  # tokens up to here are already in self.text
+
+    def _decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True) if self.tokenizer is not None else ""
 
     def push(self, tokens: list[int]) -> tuple[list[int], str]:
         """Append a round's tokens (cut at EOS or the budget); return what was kept and its text."""
@@ -61,10 +69,28 @@ class _Stream:
         if self.stop_reason is None and len(self.ids) + len(kept) >= self.max_new_tokens:
             self.stop_reason = "max_new_tokens"
         self.ids.extend(kept)
-        full = self.tokenizer.decode(self.ids, skip_special_tokens=True) if self.tokenizer is not None else ""
-        delta = full[len(self.text):] if full.startswith(self.text) else full
-        self.text = full
-        return kept, delta
+        return kept, self._delta(final=self.stop_reason is not None)
+
+    def finish(self) -> str:
+        """Any text still held back (a cancelled or context-limited decode ends without a stop round)."""
+        return self._delta(final=True)
+
+    def _delta(self, final: bool) -> str:
+        if final:
+            full = self._decode(self.ids)
+            delta = full[len(self.text):] if full.startswith(self.text) else ""
+            self.text = full if full.startswith(self.text) else self.text + delta
+            self._prefix = self._read = len(self.ids)
+            return delta
+        before = self._decode(self.ids[self._prefix:self._read])
+        after = self._decode(self.ids[self._prefix:])
+        # Hold text back while it ends inside a multi-byte character.
+        if len(after) <= len(before) or after.endswith("\ufffd") or not after.startswith(before):
+            return ""
+        delta = after[len(before):]
+        self.text += delta
+        self._prefix, self._read = self._read, len(self.ids)
+        return delta
 
 
 class _BaseDecoder:
@@ -101,6 +127,7 @@ class _BaseDecoder:
         return torch.Generator().manual_seed(self.config.seed)
 
     def _finish(self, events: list[RoundEvent], stream: _Stream, reason: str | None) -> DecodeSummary:
+        stream.finish()
         return DecodeSummary(text=stream.text, token_ids=list(stream.ids), stop_reason=reason or "max_new_tokens",
                              stats=metrics.summarize(events, depth=self._stats_depth))
 
@@ -205,8 +232,9 @@ class SpeculativeDecoder(_BaseDecoder):
             logits = out.logits.cpu()
             if cfg.greedy:
                 path, bonus = verify_greedy(tree, logits)
-                log_z = torch.logsumexp(logits, dim=-1)
-                target_probs = (logits[tree.parents + 1, tree.tokens] - log_z[tree.parents + 1]).exp()
+                rows, where = torch.unique(tree.parents + 1, return_inverse=True)  # only slots that have children
+                log_z = torch.logsumexp(logits[rows], dim=-1)
+                target_probs = (logits[tree.parents + 1, tree.tokens] - log_z[where]).exp()
             else:
                 probs = target_distribution(logits, cfg.temperature, cfg.top_p)
                 path, bonus = verify_sampling(tree, probs, gen)
