@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,9 +34,15 @@ class Preset:
     notes: tuple[str, ...] = field(default_factory=tuple)
 
 
+def drafts_dir() -> Path:
+    """Where the default preset's drafts live: $POSS_DRAFTS_DIR (e.g. your own training run's --export folder),
+    else the bundled assets/drafts/smollm2-135m."""
+    return Path(os.environ.get("POSS_DRAFTS_DIR") or ASSETS / "drafts" / "smollm2-135m")
+
+
 def _bundled(name: str, n: int | None, label: str) -> DraftRef:
     """A draft bundled in assets/, or a random draft of the same kind (and say so) until it is trained."""
-    folder = ASSETS / "drafts" / "smollm2-135m" / name
+    folder = drafts_dir() / name
     if (folder / "model.safetensors").is_file():
         return DraftRef(str(folder), n, label)
     return DraftRef(f"random:{name}", n, f"{label} (untrained: no bundled draft yet)")

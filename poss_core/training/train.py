@@ -41,15 +41,20 @@ METHODS = {
 
 
 def build_draft_vocab(seqs: list[TrainSequence], size: int, always: set[int]) -> torch.Tensor:
-    """The `size` most frequent answer tokens (plus the EOS/special ids in `always`), sorted."""
-    counts: Counter[int] = Counter()
+    """The draft vocabulary: the EOS/special ids in `always`, then the most frequent answer tokens, then (to cover
+    text the answers never used) the most frequent prompt tokens, up to `size` ids, sorted."""
+    answers: Counter[int] = Counter()
+    prompts: Counter[int] = Counter()
     for s in seqs:
-        counts.update(s.input_ids[s.loss_mask.bool()].tolist())
+        mask = s.loss_mask.bool()
+        answers.update(s.input_ids[mask].tolist())
+        prompts.update(s.input_ids[~mask].tolist())
     chosen = set(always)
-    for tok, _ in counts.most_common():
-        if len(chosen) >= size:
-            break
-        chosen.add(tok)
+    for counts in (answers, prompts):
+        for tok, _ in counts.most_common():
+            if len(chosen) >= size:
+                break
+            chosen.add(tok)
     return torch.tensor(sorted(chosen), dtype=torch.long)
 
 
