@@ -67,7 +67,8 @@ def answer_from_row(row: dict) -> str | None:
     return None
 
 
-def _jsonl_rows(paths: list[str]) -> Iterator[dict]:
+def _files(paths: list[str]) -> Iterator[Path]:
+    """The files a list of paths/globs names, refusing the evaluation sets."""
     for pattern in paths:
         for f in sorted(glob.glob(pattern)) or [pattern]:
             p = Path(f)
@@ -75,10 +76,15 @@ def _jsonl_rows(paths: list[str]) -> Iterator[dict]:
                 raise PossError(f"{f} is an evaluation set: drafts are never trained on eval/ prompts.")
             if not p.is_file():
                 raise PossError(f"prompt file {f} does not exist.")
-            if p.suffix == ".jsonl":
-                for line in p.read_text().splitlines():
-                    if line.strip():
-                        yield json.loads(line)
+            yield p
+
+
+def _jsonl_rows(paths: list[str]) -> Iterator[dict]:
+    for p in _files(paths):
+        if p.suffix == ".jsonl":
+            for line in p.read_text().splitlines():
+                if line.strip():
+                    yield json.loads(line)
 
 
 def read_pairs(paths: list[str]) -> list[tuple[str, str]]:
@@ -93,23 +99,10 @@ def read_pairs(paths: list[str]) -> list[tuple[str, str]]:
 
 def read_prompts(paths: list[str]) -> list[str]:
     """Prompts from JSONL files (any layout above) or text files (one prompt per line). Refuses the eval sets."""
-    prompts: list[str] = []
-    for pattern in paths:
-        files = sorted(glob.glob(pattern)) or [pattern]
-        for f in files:
-            p = Path(f)
-            if "eval" in p.parts:
-                raise PossError(f"{f} is an evaluation set: drafts are never trained on eval/ prompts.")
-            if not p.is_file():
-                raise PossError(f"prompt file {f} does not exist.")
-            if p.suffix == ".jsonl":
-                for line in p.read_text().splitlines():
-                    if line.strip():
-                        prompt = prompt_from_row(json.loads(line))
-                        if prompt and prompt.strip():
-                            prompts.append(prompt)
-            else:
-                prompts.extend(line.strip() for line in p.read_text().splitlines() if line.strip())
+    prompts = [p for row in _jsonl_rows(paths) if (p := prompt_from_row(row)) and p.strip()]
+    for f in _files(paths):
+        if f.suffix != ".jsonl":
+            prompts.extend(line.strip() for line in f.read_text().splitlines() if line.strip())
     return prompts
 
 
