@@ -4,7 +4,8 @@
         --limit 1500 --max-new-tokens 192 --batch-size 16 --out data/smollm2-135m
 
 Each batch becomes one shard (`shard-00012.safetensors`: tokens, loss mask, offsets, bf16 features). A rerun skips
-shards that exist, so an interrupted job resumes without duplicating rows."""
+shards that exist, so an interrupted job resumes without duplicating rows. The generated token ids are also kept in
+`tokens/` (a few MB: small enough to commit), so a fresh machine rebuilds the features without generating again."""
 
 from __future__ import annotations
 
@@ -199,25 +200,44 @@ def shard_plan(lengths: list[int], batch_size: int, seed: int) -> list[list[int]
     return plan
 
 
+def tokens_path(out: Path, i: int) -> Path:
+    return out / "tokens" / f"tokens-{i:05d}.json"
+
+
 def build(target: TargetModel, prompts: list[str], out: Path, cfg: DataConfig,
           progress: bool = True) -> dict:
-    """Generate answers and features for every planned batch that has no shard yet."""
+    """Generate answers and features for every planned batch that has no shard yet.
+
+    The generated token ids of each batch are also kept in `out/tokens/` (small: commit or copy them). Generation is
+    the expensive part; on a fresh machine with only those files, a rerun rebuilds the feature shards from them
+    without generating again."""
     out.mkdir(parents=True, exist_ok=True)
+    (out / "tokens").mkdir(exist_ok=True)
     torch.manual_seed(cfg.seed)
     encoded = [encode_prompt(target.tokenizer, p)[-cfg.max_prompt_tokens:] for p in prompts]
     plan = shard_plan([len(e) for e in encoded], cfg.batch_size, cfg.seed)
     todo = [i for i in range(len(plan)) if not (out / f"shard-{i:05d}.safetensors").exists()]
-    t0, tokens = time.time(), 0
+    t0, tokens, reused = time.time(), 0, 0
     bar = tqdm(todo, desc="self-distillation", unit="batch", disable=not progress)
     for i in bar:
-        ids = [encoded[j] for j in plan[i]]
-        answered = answer_batch(target, ids, cfg)
-        write_shard(out / f"shard-{i:05d}.safetensors", [s for s, _, _ in answered], [pl for _, pl, _ in answered],
-                    [h for _, _, h in answered])
-        tokens += sum(len(s) - pl for s, pl, _ in answered)
+        saved = tokens_path(out, i)
+        if saved.is_file():  # generated earlier (maybe on another machine): only the features are missing
+            rows = json.loads(saved.read_text())
+            seqs, prompt_lens = rows["input_ids"], rows["prompt_lens"]
+            hidden = features_batch(target, seqs)
+            reused += 1
+        else:
+            answered = answer_batch(target, [encoded[j] for j in plan[i]], cfg)
+            seqs, prompt_lens, hidden = [s for s, _, _ in answered], [p for _, p, _ in answered], \
+                [h for _, _, h in answered]
+            tmp = saved.with_suffix(".partial")
+            tmp.write_text(json.dumps({"input_ids": seqs, "prompt_lens": prompt_lens}))
+            tmp.replace(saved)
+        write_shard(out / f"shard-{i:05d}.safetensors", seqs, prompt_lens, hidden)
+        tokens += sum(len(q) - pl for q, pl in zip(seqs, prompt_lens))
         bar.set_postfix(answer_tok_s=f"{tokens / (time.time() - t0):.0f}")
-    info = {"prompts": len(prompts), "shards": len(plan), "built_now": len(todo), "answer_tokens_now": tokens,
-            "seconds_now": round(time.time() - t0, 1), **cfg.__dict__}
+    info = {"prompts": len(prompts), "shards": len(plan), "built_now": len(todo), "from_saved_tokens": reused,
+            "answer_tokens_now": tokens, "seconds_now": round(time.time() - t0, 1), **cfg.__dict__}
     (out / "data_card.json").write_text(json.dumps({**info, "target": target.name}, indent=2))
     return info
 
