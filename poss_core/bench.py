@@ -30,7 +30,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError, PossError
+from .errors import ConfigError, PossError, run_cli
 
 DEFAULT_METHODS = "ar,eagle,poss1,poss2,poss3,matched"
 
@@ -608,25 +608,15 @@ def report_main(argv: Sequence[str]) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    try:
+
+    def body() -> int:
         if argv and argv[0] == "overhead":
             return overhead_main(argv[1:])
         if argv and argv[0] == "report":
             return report_main(argv[1:])
-        args = build_parser().parse_args(argv)
-        return run_benchmark(args, argv)
-    except PossError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("\ninterrupted", file=sys.stderr)
-        return 130
-    except Exception as err:  # one readable line; POSS_DEBUG=1 shows the traceback
-        if os.environ.get("POSS_DEBUG"):
-            raise
-        print(f"error: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''} "
-              f"(POSS_DEBUG=1 shows the traceback)", file=sys.stderr)
-        return 1
+        return run_benchmark(build_parser().parse_args(argv), argv)
+
+    return run_cli(body)
 
 
 if __name__ == "__main__":

@@ -19,3 +19,25 @@ class CheckpointError(PossError):
 
 class ModelLoadError(PossError):
     """A target model could not be found or loaded."""
+
+
+def run_cli(body, *args) -> int:
+    """Run a command-line entry point: a PossError or any other failure becomes one `error:` line on stderr and a
+    non-zero exit code, never a traceback (POSS_DEBUG=1 shows it)."""
+    import os
+    import sys
+
+    try:
+        return body(*args)
+    except PossError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("\ninterrupted", file=sys.stderr)
+        return 130
+    except Exception as err:
+        if os.environ.get("POSS_DEBUG"):
+            raise
+        first = str(err).splitlines()[0] if str(err) else ""
+        print(f"error: {type(err).__name__}: {first} (POSS_DEBUG=1 shows the traceback)", file=sys.stderr)
+        return 1

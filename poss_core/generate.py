@@ -13,7 +13,7 @@ import sys
 from .decoding.config import DecodeConfig
 from .decoding.decoder import PlainDecoder, SpeculativeDecoder, encode_prompt
 from .decoding.events import DecodeSummary
-from .errors import PossError
+from .errors import PossError, run_cli
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -107,18 +107,7 @@ def run(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        return run(args)
-    except PossError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("\ninterrupted", file=sys.stderr)
-        return 130
-    except Exception as err:  # a CLI prints one readable line, never a traceback
-        print(f"error: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}", file=sys.stderr)
-        return 1
+    return run_cli(run, build_parser().parse_args(argv))
 
 
 if __name__ == "__main__":

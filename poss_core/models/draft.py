@@ -14,7 +14,7 @@ from transformers import DynamicCache, LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
 
 from ..errors import CheckpointError
-from .target import float_mask, truncate_cache_layer
+from .target import truncate_cache_layer
 
 METHODS = ("eagle", "poss", "stacked")
 

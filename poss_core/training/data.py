@@ -24,7 +24,7 @@ from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
 from ..decoding.decoder import encode_prompt
-from ..errors import PossError
+from ..errors import PossError, run_cli
 from ..models.target import TargetModel
 from .trainer import TrainSequence
 
@@ -286,26 +286,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--answers", choices=["target", "dataset"], default="target",
                    help="target: the target writes the answers (self-distillation); dataset: use the rows' own "
                         "answers and only extract features (much cheaper; EAGLE trained on fixed ShareGPT answers)")
-    args = p.parse_args(argv)
-    try:
-        from ..models.loading import load_preset_target
-        from ..models.presets import get_preset
+    return run_cli(run, p.parse_args(argv))
 
-        cfg = DataConfig(args.max_new_tokens, 256, args.batch_size, args.temperature, args.seed)
-        items = read_pairs(args.prompts) if args.answers == "dataset" else read_prompts(args.prompts)
-        random.Random(args.seed).shuffle(items)
-        if args.limit:
-            items = items[: args.limit]
-        if not items:
-            raise PossError("no usable prompts were found in the given files.")
-        target = load_preset_target(args.target or get_preset(args.preset).target, quantization="none")
-        builder = build_fixed if args.answers == "dataset" else build
-        info = builder(target, items, Path(args.out), cfg)
-        print(json.dumps(info))
-        return 0
-    except PossError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+
+def run(args) -> int:
+    from ..models.loading import load_preset_target
+    from ..models.presets import get_preset
+
+    cfg = DataConfig(args.max_new_tokens, 256, args.batch_size, args.temperature, args.seed)
+    items = read_pairs(args.prompts) if args.answers == "dataset" else read_prompts(args.prompts)
+    random.Random(args.seed).shuffle(items)
+    if args.limit:
+        items = items[: args.limit]
+    if not items:
+        raise PossError("no usable prompts were found in the given files.")
+    target = load_preset_target(args.target or get_preset(args.preset).target, quantization="none")
+    builder = build_fixed if args.answers == "dataset" else build
+    print(json.dumps(builder(target, items, Path(args.out), cfg)))
+    return 0
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from ..errors import PossError
+from ..errors import PossError, run_cli
 from ..models.checkpoint import save_draft
 from ..models.draft import DraftModel, DraftSpec, draft_config_from_target
 from ..models.target import TargetModel
@@ -180,11 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--export", default=None, help="also write the final drafts here (e.g. assets/drafts/NAME)")
     p.add_argument("--threads", type=int, default=None)
     args = p.parse_args(argv)
-    try:
-        return run(args)
-    except PossError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    return run_cli(run, args)
 
 
 def run(args) -> int:
