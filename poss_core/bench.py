@@ -202,8 +202,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="tokens verified per round, root included, or 'auto' (measure and choose per draft); "
                         "default: the preset's")
     p.add_argument("--max-tree-budget", type=int, default=96, help="largest budget 'auto' considers")
-    p.add_argument("--calibration-prompts", type=int, default=3,
-                   help="'auto': prompts (first turns, one per dataset in turn) for the calibration decode")
+    p.add_argument("--calibration-prompts", type=int, default=6,
+                   help="'auto': how many of the built-in calibration prompts to decode (never the evaluation "
+                        "sets, so the budget is not tuned on what is measured)")
+    p.add_argument("--fixed-depth", action="store_true",
+                   help="'auto': keep --depth; by default auto also considers shallower trees")
     p.add_argument("--calibration-tokens", type=int, default=48)
     p.add_argument("--remeasure", action="store_true", help="'auto': measure the forward-time curve again")
     p.add_argument("--no-hf-generate", action="store_true", help="time plain decoding with PlainDecoder only")
@@ -245,9 +248,9 @@ def _software() -> str:
     return f"Python {platform.python_version()}, torch {torch.__version__}, transformers {transformers.__version__}"
 
 
-def make_methods(args, preset, target, names: list[str], base_cfg, questions: list[Question], say) -> list[Method]:
+def make_methods(args, preset, target, names: list[str], base_cfg, say) -> list[Method]:
     """Decoders for every method; with --tree-budget auto, each draft gets the budget chosen for it."""
-    from .decoding.autobudget import auto_tree_budget, load_or_measure_curve
+    from .decoding.autobudget import CALIBRATION_PROMPTS, auto_tree_budget, load_or_measure_curve
     from .decoding.decoder import PlainDecoder, SpeculativeDecoder, encode_prompt
     from .models.loading import load_draft_by_name
     from .models.presets import resolve_draft_name
@@ -260,13 +263,7 @@ def make_methods(args, preset, target, names: list[str], base_cfg, questions: li
         curve = load_or_measure_curve(target, remeasure=args.remeasure, log=say)
         say("verify ms (forward + logits post-processing) by verified tokens: " + ", ".join(
             f"{n}:{m:.1f}+{curve.post_at(n):.1f}" for n, m in zip(curve.sizes, curve.ms)))
-        by_ds: dict[str, list[Question]] = {}
-        for q in questions:
-            by_ds.setdefault(q.dataset, []).append(q)
-        while len(calib_prompts) < args.calibration_prompts and any(by_ds.values()):
-            for ds in list(by_ds):
-                if by_ds[ds] and len(calib_prompts) < args.calibration_prompts:
-                    calib_prompts.append(encode_prompt(target.tokenizer, by_ds[ds].pop(0).turns[0]))
+        calib_prompts = [encode_prompt(target.tokenizer, p) for p in CALIBRATION_PROMPTS[: args.calibration_prompts]]
     for name in names:
         if name == "ar":
             methods.append(Method("ar", "plain (PlainDecoder)", PlainDecoder(target, base_cfg)))
@@ -282,8 +279,9 @@ def make_methods(args, preset, target, names: list[str], base_cfg, questions: li
         if auto:
             say(f"calibrating {name} for the tree budget ...")
             choice = auto_tree_budget(target, draft, base_cfg, prompts=calib_prompts, max_budget=args.max_tree_budget,
-                                      calibration_tokens=args.calibration_tokens, curve=curve, log=say)
-            cfg = replace(base_cfg, tree_budget=choice.budget)
+                                      calibration_tokens=args.calibration_tokens, curve=curve, log=say,
+                                      choose_depth=not args.fixed_depth)
+            cfg = replace(base_cfg, tree_budget=choice.budget, depth=choice.depth or base_cfg.depth)
             say(f"{name}: {choice.describe()}")
         methods.append(Method(name, label, SpeculativeDecoder(target, draft, cfg), cfg.tree_budget, choice))
     return methods
@@ -401,7 +399,7 @@ def run_benchmark(args, argv: Sequence[str]) -> int:
             f"timings will be slow and noisy; with other work running, --threads 1 avoids thread contention.")
     say(f"loading {preset.name} ...")
     target = load_preset_target(preset.target, quantization=args.quantization, device=args.device)
-    methods = make_methods(args, preset, target, names, base_cfg, questions, say)
+    methods = make_methods(args, preset, target, names, base_cfg, say)
 
     untrained = [m.name for m in methods if "untrained" in m.label or "random" in m.label]
     notes = []

@@ -117,3 +117,23 @@ def test_auto_tree_budget_calibrates_on_a_real_decode(tiny_target):
                                                                           tree_budget=choice.budget,
                                                                           max_new_tokens=8)).generate(ids)]
     assert isinstance(out[-1], DecodeSummary)
+
+
+def test_shallower_trees_are_read_off_the_same_rounds_and_chosen_when_cheaper():
+    # One round: 3 depth-1 nodes (scores -0.1,-1,-2), 2 depth-2 children of node 0 (-0.3, -0.5) and one depth-3 node.
+    nodes = [DraftNode(i, p, d, s, 0.5, 0) for i, (p, d, s) in
+             enumerate([(-1, 1, -0.1), (-1, 1, -1.0), (-1, 1, -2.0), (0, 2, -0.3), (0, 2, -0.5), (3, 3, -0.6)])]
+    ev = RoundEvent(round=1, nodes=nodes, accepted=[0, 3, 5], bonus=0, target_probs=[], feature_deviation=[],
+                    draft_ms=1, verify_ms=1, new_tokens=4)
+    assert ab.accepted_ranks(ev) == [0, 1, 3]
+    assert ab.accepted_ranks(ev, max_depth=2) == [0, 1]
+    prof = ab.profile_from_events([ev] * 4, max_budget=16, depth=3)
+    assert prof.expected_tau(16, depth=1) == 2 and prof.expected_tau(16, depth=2) == 3 and prof.expected_tau(16) == 4
+    assert prof.expected_tau(5) == 4 and prof.expected_tau(4) == 3  # rank 3 needs 3 + 1 drafted slots + the root
+    # Drafting dominates the round (15 ms per depth): depth 1 pays, depth 3 does not.
+    costly = ab.choose_budget(curve(lambda n: 10.0), prof, draft_ms=45.0, fixed_ms=0.0, choose_depth=True)
+    assert costly.depth == 1 and costly.expected_tokens_per_s == pytest.approx(1000 * 2 / 25)
+    cheap = ab.choose_budget(curve(lambda n: 10.0), prof, draft_ms=0.3, fixed_ms=0.0, choose_depth=True)
+    assert cheap.depth == 3 and cheap.budget == 5
+    fixed = ab.choose_budget(curve(lambda n: 10.0), prof, draft_ms=45.0, fixed_ms=0.0)
+    assert fixed.depth is None and {r["depth"] for r in fixed.table} == {3}

@@ -49,10 +49,15 @@ CURVE_CONTEXT = 256
 DEFAULT_POS_ACC = (0.920, 0.784, 0.717, 0.671)  # EAGLE-2, reference §6; later positions use DEFAULT_TAIL
 DEFAULT_TAIL = 0.65
 DEFAULT_MISS = 0.4  # coverage heuristic: each further kept candidate catches 60% of what is left
+# Written for calibration (chat, code, arithmetic, a fact, a summary, an instruction); never the evaluation sets.
 CALIBRATION_PROMPTS = (
     "Explain why the sky is blue in a short paragraph.",
     "Write a Python function that returns the n-th Fibonacci number.",
-    "Natalia sold 48 clips in April and half as many in May. How many clips did she sell in total?",
+    "A baker makes 24 rolls in the morning and twice as many in the afternoon. How many rolls does he make a day?",
+    "Who wrote the novel Pride and Prejudice, and when was it published?",
+    "Summarize in two sentences: The town council voted on Tuesday to build a new library next to the park. "
+    "Construction starts in spring and should take eighteen months.",
+    "Give three tips for staying focused while studying.",
 )
 
 
@@ -218,15 +223,19 @@ def load_or_measure_curve(target: TargetModel, path: Path | None = None, remeasu
 
 
 # ----- acceptance profiles ---------------------------------------------------------------------------------------
-def accepted_ranks(event: RoundEvent) -> list[int]:
+def accepted_ranks(event: RoundEvent, max_depth: int | None = None) -> list[int]:
     """Score rank (0 = best) of each node on the round's accepted path among its drafted nodes, ranked the way
-    EAGLE-2 pruning ranks candidates (cumulative score, ties to the shallower node)."""
+    EAGLE-2 pruning ranks candidates (cumulative score, ties to the shallower node).
+
+    With `max_depth`, the ranks a tree drafted only that deep would give: EAGLE-2 drafts depth by depth, so the nodes
+    up to that depth are the same, and the deeper ones simply do not compete for the budget."""
     if not event.accepted:
         return []
-    keys = [n.score - 1e-9 * n.depth for n in event.nodes]
-    order = sorted(range(len(keys)), key=lambda i: (-keys[i], i))
+    keep = [i for i, n in enumerate(event.nodes) if max_depth is None or n.depth <= max_depth]
+    keys = {i: event.nodes[i].score - 1e-9 * event.nodes[i].depth for i in keep}
+    order = sorted(keep, key=lambda i: (-keys[i], i))
     rank = {node: r for r, node in enumerate(order)}
-    return [rank[a] for a in event.accepted]
+    return [rank[a] for a in event.accepted if a in rank]
 
 
 def accept_len_at_budget(ranks: Sequence[int], budget: int) -> int:
@@ -241,32 +250,44 @@ def accept_len_at_budget(ranks: Sequence[int], budget: int) -> int:
 
 @dataclass
 class AcceptanceProfile:
-    """τ as a function of the tree budget: from calibration rounds (ranks) or the default heuristic (pos-acc)."""
+    """τ as a function of the tree budget (and depth): from calibration rounds (ranks) or the default heuristic."""
 
     source: str
     max_budget: int
     depth: int
-    ranks: list[list[int]] | None = None  # per calibration round
+    ranks: list[list[int]] | None = None  # per calibration round, at the full depth
     pos_acc: list[float] | None = None  # default profile: conditional pos-acc for a big tree
+    ranks_by_depth: dict[int, list[list[int]]] = field(default_factory=dict)  # shallower trees, same rounds
 
-    def expected_tau(self, budget: int) -> float:
+    def expected_tau(self, budget: int, depth: int | None = None) -> float:
         budget = min(budget, self.max_budget)
+        depth = self.depth if depth is None else min(depth, self.depth)
         if self.ranks is not None:
-            if not self.ranks:
+            ranks = self.ranks if depth == self.depth else self.ranks_by_depth.get(depth)
+            if ranks is None:
+                raise ValueError(f"this profile has no ranks for depth {depth}")
+            if not ranks:
                 return 1.0
-            return sum(accept_len_at_budget(r, budget) + 1 for r in self.ranks) / len(self.ranks)
-        cover = 1.0 - DEFAULT_MISS ** ((budget - 1) / self.depth)
+            return sum(accept_len_at_budget(r, budget) + 1 for r in ranks) / len(ranks)
+        cover = 1.0 - DEFAULT_MISS ** ((budget - 1) / depth)
         tau, reach = 1.0, 1.0
-        for a in (self.pos_acc or [])[: self.depth]:
+        for a in (self.pos_acc or [])[:depth]:
             reach *= a * cover
             tau += reach
         return tau
+
+    def depths(self) -> list[int]:
+        """Depths this profile can predict τ for."""
+        if self.ranks is None:
+            return list(range(1, self.depth + 1))
+        return sorted(set(self.ranks_by_depth) | {self.depth})
 
 
 def profile_from_events(events: Sequence[RoundEvent], max_budget: int, depth: int, prompts: int = 0) -> AcceptanceProfile:
     rounds = metrics.draft_rounds(events)
     return AcceptanceProfile(source=f"calibration: {len(rounds)} rounds on {prompts} prompt(s) at budget {max_budget}",
-                             max_budget=max_budget, depth=depth, ranks=[accepted_ranks(e) for e in rounds])
+                             max_budget=max_budget, depth=depth, ranks=[accepted_ranks(e) for e in rounds],
+                             ranks_by_depth={d: [accepted_ranks(e, d) for e in rounds] for d in range(1, depth)})
 
 
 def default_profile(depth: int, max_budget: int = MAX_BUDGET) -> AcceptanceProfile:
@@ -282,12 +303,14 @@ class BudgetChoice:
     expected_tokens_per_s: float
     plain_tokens_per_s: float  # one forward over one token per new token: what plain decoding would reach
     profile_source: str
-    draft_ms: float
+    draft_ms: float  # at the chosen depth
     fixed_ms: float  # per-round overhead that does not grow with the tree
-    table: list[dict] = field(default_factory=list)  # per candidate: budget, tau, round_ms, tokens_per_s
+    table: list[dict] = field(default_factory=list)  # per candidate: depth, budget, tau, round_ms, tokens_per_s
+    depth: int | None = None  # the chosen draft depth (None: the configured one)
 
     def describe(self) -> str:
-        return (f"budget {self.budget}: expected {self.expected_tokens_per_s:.1f} tokens/s "
+        depth = f"depth {self.depth}, " if self.depth is not None else ""
+        return (f"{depth}budget {self.budget}: expected {self.expected_tokens_per_s:.1f} tokens/s "
                 f"(plain ≈ {self.plain_tokens_per_s:.1f}); τ from {self.profile_source}; "
                 f"draft {self.draft_ms:.1f} ms + fixed overhead {self.fixed_ms:.1f} ms per round")
 
@@ -302,20 +325,31 @@ def max_useful_budget(depth: int, top_k: int) -> int:
 
 def choose_budget(curve: ForwardCurve, profile: AcceptanceProfile, draft_ms: float, fixed_ms: float,
                   candidates: Sequence[int] = CANDIDATE_BUDGETS, depth: int | None = None,
-                  top_k: int | None = None) -> BudgetChoice:
-    """The candidate budget with the highest τ(B) / round_ms(B), round_ms(B) = draft + forward(B) + post(B) + fixed."""
-    limit = profile.max_budget
-    if depth is not None and top_k is not None:
-        limit = min(limit, max_useful_budget(depth, top_k))
+                  top_k: int | None = None, choose_depth: bool = False) -> BudgetChoice:
+    """The candidate with the highest τ(B, d) / round_ms(B, d), round_ms = draft(d) + forward(B) + post(B) + fixed.
+
+    `draft_ms` is the drafting time at the profile's depth; with `choose_depth`, shallower trees are considered too,
+    their drafting time scaled by depth (each depth is one draft forward over the frontier)."""
+    full_depth = profile.depth  # the calibration's depth, which draft_ms was measured at
+    top = min(full_depth, depth) if depth is not None else full_depth
+    # A hand-made profile may know only its own depth: then that depth, with the budget capped as `depth` says.
+    depths = [d for d in profile.depths() if d <= top and (choose_depth or d == top)] or [full_depth]
     table = []
-    for b in sorted({c for c in candidates if 2 <= c <= limit} or {2}):
-        tau = profile.expected_tau(b)
-        round_ms = draft_ms + curve.at(b) + curve.post_at(b) + fixed_ms
-        table.append({"budget": b, "tau": tau, "round_ms": round_ms, "tokens_per_s": 1000.0 * tau / round_ms})
-    best = max(table, key=lambda row: (row["tokens_per_s"], -row["budget"]))
+    for d in depths:
+        limit = profile.max_budget
+        if top_k is not None:
+            limit = min(limit, max_useful_budget(min(d, top), top_k))
+        d_ms = draft_ms * d / full_depth
+        for b in sorted({c for c in candidates if 2 <= c <= limit} or {2}):
+            tau = profile.expected_tau(b, d)
+            round_ms = d_ms + curve.at(b) + curve.post_at(b) + fixed_ms
+            table.append({"depth": d, "budget": b, "tau": tau, "round_ms": round_ms,
+                          "tokens_per_s": 1000.0 * tau / round_ms})
+    best = max(table, key=lambda row: (row["tokens_per_s"], -row["budget"], -row["depth"]))
     return BudgetChoice(budget=best["budget"], expected_tokens_per_s=best["tokens_per_s"],
                         plain_tokens_per_s=1000.0 / (curve.at(1) + curve.post_at(1)), profile_source=profile.source,
-                        draft_ms=draft_ms, fixed_ms=fixed_ms, table=table)
+                        draft_ms=draft_ms * best["depth"] / full_depth, fixed_ms=fixed_ms, table=table,
+                        depth=best["depth"] if choose_depth else None)
 
 
 def calibrate(target: TargetModel, draft, config: DecodeConfig, prompts: Sequence[Sequence[int]],
@@ -337,10 +371,12 @@ def calibrate(target: TargetModel, draft, config: DecodeConfig, prompts: Sequenc
 
 def auto_tree_budget(target: TargetModel, draft, config: DecodeConfig, prompts: Sequence[Sequence[int]] | None = None,
                      profile: str = "calibrate", max_budget: int = MAX_BUDGET, calibration_tokens: int = 48,
-                     curve: ForwardCurve | None = None, remeasure: bool = False, log=None) -> BudgetChoice:
-    """Pick the tree budget for this target, draft and hardware (see the module docstring).
+                     curve: ForwardCurve | None = None, remeasure: bool = False, log=None,
+                     choose_depth: bool = True) -> BudgetChoice:
+    """Pick the tree budget (and, with `choose_depth`, a depth up to the configured one) for this target, draft and
+    hardware (see the module docstring).
 
-    `prompts` are token-id lists for the calibration decode (default: three built-in chat prompts);
+    `prompts` are token-id lists for the calibration decode (default: built-in prompts, never the evaluation sets);
     `profile="default"` keeps the calibration's timings but takes τ(B) from the default profile."""
     from .decoder import encode_prompt
 
@@ -356,4 +392,5 @@ def auto_tree_budget(target: TargetModel, draft, config: DecodeConfig, prompts: 
     fixed_ms = max(0.0, overhead_ms - curve.post_at(budget))
     prof = (profile_from_events(events, budget, config.depth, len(prompts)) if profile == "calibrate"
             else default_profile(config.depth, budget))
-    return choose_budget(curve, prof, draft_ms, fixed_ms, depth=config.depth, top_k=config.top_k)
+    return choose_budget(curve, prof, draft_ms, fixed_ms, depth=config.depth, top_k=config.top_k,
+                         choose_depth=choose_depth)

@@ -8,7 +8,7 @@ import sys
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from ..errors import CheckpointError, ModelLoadError
+from ..errors import CheckpointError, ConfigError, ModelLoadError
 from .draft import DraftModel, DraftSpec, draft_config_from_target
 from .target import TargetModel
 
@@ -31,6 +31,18 @@ def pick_device(device: str | None = None) -> torch.device:
     if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
         return torch.device("mps")
     return torch.device("cpu")
+
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def parse_dtype(name: str | None) -> torch.dtype | None:
+    """`None`/"auto" = the device's default; otherwise one of DTYPES (a clear error for anything else)."""
+    if name in (None, "auto"):
+        return None
+    if name not in DTYPES:
+        raise ConfigError(f"dtype {name!r} is unknown: use auto, {', '.join(DTYPES)}.")
+    return DTYPES[name]
 
 
 def default_dtype(device: torch.device) -> torch.dtype:
@@ -101,7 +113,7 @@ def download_draft(repo_id: str) -> str:
 
 
 def load_preset_target(target_name: str, quantization: str = "auto", device: str | None = None,
-                       extra_bytes: int = 0) -> TargetModel:
+                       extra_bytes: int = 0, dtype: torch.dtype | None = None) -> TargetModel:
     """Load a preset's target (`builtin:smollm2-135m`, `builtin:tiny-random`, or an id/folder), quantized when
     `quantization` says so or `auto` finds it would not fit."""
     from .quantization import bnb_config, choose_quantization, estimate_kv_bytes, estimate_target_bytes, free_cuda_bytes
@@ -129,8 +141,8 @@ def load_preset_target(target_name: str, quantization: str = "auto", device: str
         mode = choice.mode
     else:
         choose_quantization(quantization, dev.type, 0, None)  # validates the name
-    qcfg = bnb_config(mode, default_dtype(dev))
-    return load_target(target_name, device=str(dev), quantization_config=qcfg, quantization=mode)
+    qcfg = bnb_config(mode, dtype or default_dtype(dev))
+    return load_target(target_name, device=str(dev), dtype=dtype, quantization_config=qcfg, quantization=mode)
 
 
 def load_preset(preset_name: str, quantization: str = "auto", device: str | None = None) -> TargetModel:

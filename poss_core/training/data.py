@@ -286,13 +286,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--answers", choices=["target", "dataset"], default="target",
                    help="target: the target writes the answers (self-distillation); dataset: use the rows' own "
                         "answers and only extract features (much cheaper; EAGLE trained on fixed ShareGPT answers)")
+    p.add_argument("--dtype", default="auto", help="auto | float32 | bfloat16 (bf16 is ~2x faster on CPUs with "
+                                                   "AMX; features are stored in half precision either way)")
     return run_cli(run, p.parse_args(argv))
 
 
 def run(args) -> int:
-    from ..models.loading import load_preset_target
+    from ..models.loading import load_preset_target, parse_dtype
     from ..models.presets import get_preset
 
+    dtype = parse_dtype(args.dtype)
     cfg = DataConfig(args.max_new_tokens, 256, args.batch_size, args.temperature, args.seed)
     items = read_pairs(args.prompts) if args.answers == "dataset" else read_prompts(args.prompts)
     random.Random(args.seed).shuffle(items)
@@ -300,7 +303,7 @@ def run(args) -> int:
         items = items[: args.limit]
     if not items:
         raise PossError("no usable prompts were found in the given files.")
-    target = load_preset_target(args.target or get_preset(args.preset).target, quantization="none")
+    target = load_preset_target(args.target or get_preset(args.preset).target, quantization="none", dtype=dtype)
     builder = build_fixed if args.answers == "dataset" else build
     print(json.dumps(builder(target, items, Path(args.out), cfg)))
     return 0

@@ -179,6 +179,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", required=True, help="run folder (resume state, logs, final drafts)")
     p.add_argument("--export", default=None, help="also write the final drafts here (e.g. assets/drafts/NAME)")
     p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--autocast", default="none", choices=["none", "bfloat16"],
+                   help="mixed precision for the draft's forward/backward (fp32 master weights); bfloat16 is "
+                        "about 2x faster for POSS on CPUs with AMX")
     args = p.parse_args(argv)
     return run_cli(run, args)
 
@@ -219,7 +222,7 @@ def run(args) -> int:
     for name in names:
         method, n, positions = METHODS[name]
         cfg = TrainConfig(steps=args.steps, lr=args.lr, noise=args.noise, weights=weights, seed=args.seed,
-                          positions=positions or args.depth)
+                          positions=positions or args.depth, autocast=args.autocast)
         draft = make_draft(target, name, args.depth, vocab, init, args.seed)
         record = train_one(name, draft, token_batches(train_seqs, args.tokens_per_batch, args.seed), cfg, out,
                            heldout_batches, args.depth, args.save_every)

@@ -92,6 +92,7 @@ class TrainConfig:
     positions: int = 1  # simulated draft positions per step: 1 = teacher forcing (EAGLE), depth for POSS
     weights: LossWeights = field(default_factory=LossWeights)
     seed: int = 0
+    autocast: str = "none"  # "bfloat16": mixed precision (fp32 master weights); ~2x faster on CPUs with AMX
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
@@ -104,15 +105,25 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
 
 
 def loss_on_batch(draft: DraftModel, batch: RowBatch, cfg: TrainConfig) -> tuple[torch.Tensor, list[dict[str, float]]]:
-    """Summed loss over the simulated positions, and the parts of each position's loss."""
-    target_logits = draft.head_logits(batch.target_features).detach()
-    total = torch.zeros((), dtype=torch.float32)
-    parts = []
-    for _, pred in unroll(draft, batch, cfg.positions, cfg.noise):
-        loss, p = draft_loss(pred, batch.target_features, target_logits, draft.head_logits(pred), batch.mask,
-                             cfg.weights)
-        total = total + loss
-        parts.append(p)
+    """Summed loss over the simulated positions, and the parts of each position's loss.
+
+    Only answer rows carry a loss, so the LM head and the losses run on those rows alone (the draft layers still
+    see every row, as attention context); this roughly halves the cost of the head on chat data."""
+    device = batch.tokens.device.type
+    enabled = cfg.autocast != "none"
+    dtype = getattr(torch, cfg.autocast) if enabled else None
+    with torch.autocast(device, dtype=dtype, enabled=enabled):
+        sel = batch.mask.bool()
+        target_feat = batch.target_features[sel]
+        target_logits = draft.head_logits(target_feat).detach()
+        ones = torch.ones(target_feat.shape[0], device=target_feat.device)
+        total = torch.zeros((), dtype=torch.float32, device=target_feat.device)
+        parts = []
+        for _, pred in unroll(draft, batch, cfg.positions, cfg.noise):
+            rows = pred[sel]
+            loss, p = draft_loss(rows, target_feat, target_logits, draft.head_logits(rows), ones, cfg.weights)
+            total = total + loss
+            parts.append(p)
     return total, parts
 
 
