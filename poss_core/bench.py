@@ -212,6 +212,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-hf-generate", action="store_true", help="time plain decoding with PlainDecoder only")
     p.add_argument("--warmup-tokens", type=int, default=16)
     p.add_argument("--quantization", choices=["auto", "none", "8bit", "4bit"], default="auto")
+    p.add_argument("--dtype", default="auto", help="target precision: auto (fp32 on CPU, bf16 on GPUs) | float32 | "
+                                                   "bfloat16 | float16")
     p.add_argument("--device", default=None)
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--plotlyjs", choices=["inline", "cdn"], default="inline",
@@ -363,7 +365,7 @@ def run_benchmark(args, argv: Sequence[str]) -> int:
     from . import bench_report as br
     from .decoding.config import DecodeConfig
     from .decoding.decoder import encode_prompt
-    from .models.loading import load_preset_target
+    from .models.loading import load_preset_target, parse_dtype
     from .models.presets import get_preset
 
     def say(msg: str) -> None:
@@ -398,7 +400,8 @@ def run_benchmark(args, argv: Sequence[str]) -> int:
         say(f"note: the machine is already busy (1-minute load average {load_start:.1f} on {os.cpu_count()} cores): "
             f"timings will be slow and noisy; with other work running, --threads 1 avoids thread contention.")
     say(f"loading {preset.name} ...")
-    target = load_preset_target(preset.target, quantization=args.quantization, device=args.device)
+    target = load_preset_target(preset.target, quantization=args.quantization, device=args.device,
+                                dtype=parse_dtype(args.dtype))
     methods = make_methods(args, preset, target, names, base_cfg, say)
 
     untrained = [m.name for m in methods if "untrained" in m.label or "random" in m.label]

@@ -28,6 +28,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--positions-per-specialist", type=int, default=None,
                    help="n for a draft path that does not record it")
     p.add_argument("--quantization", choices=["auto", "none", "8bit", "4bit"], default="auto")
+    p.add_argument("--dtype", default="auto", help="target precision: auto (fp32 on CPU, bf16 on GPUs) | float32 | "
+                                                   "bfloat16 | float16")
     p.add_argument("--allow-other-target", action="store_true",
                    help="use a draft whose recorded target fingerprint differs from the loaded target")
     p.add_argument("--prompt", required=True, help="the user's message")
@@ -59,7 +61,7 @@ def _clean(obj):
 
 def make_decoder(args):
     """Load what the arguments name and return (decoder, target)."""
-    from .models.loading import load_draft_by_name, load_preset_target
+    from .models.loading import load_draft_by_name, load_preset_target, parse_dtype
     from .models.presets import DraftRef, get_preset, resolve_draft_name
 
     preset = get_preset(args.preset) if args.preset else None
@@ -74,7 +76,8 @@ def make_decoder(args):
                           tree_budget=pick(args.tree_budget, preset and preset.tree_budget, 60),
                           temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens,
                           seed=args.seed)
-    target = load_preset_target(args.target or preset.target, quantization=args.quantization, device=args.device)
+    target = load_preset_target(args.target or preset.target, quantization=args.quantization, device=args.device,
+                                dtype=parse_dtype(args.dtype))
     if args.method == "ar":
         return PlainDecoder(target, config), target
     if not args.draft:

@@ -37,6 +37,32 @@ def test_short_training_lowers_the_loss(tiny_target):
         assert len(history) == 60 and len(history[-1]["positions"]) == positions
 
 
+def test_bf16_mixed_precision_trains_and_keeps_fp32_weights(tiny_target):
+    seqs = self_distilled(tiny_target, n=24)
+    held = make_batch(seqs[:6])
+    draft = fresh(tiny_target, DraftSpec("poss", 2, 3))
+    cfg = TrainConfig(steps=40, lr=3e-3, positions=4, autocast="bfloat16")
+    before = float(loss_on_batch(draft, held, cfg)[0])
+    train(draft, batches(seqs[6:], size=6), cfg)
+    after = float(loss_on_batch(draft, held, cfg)[0])
+    assert after < 0.95 * before, (before, after)
+    assert all(p.dtype == torch.float32 for p in draft.parameters())  # master weights stay fp32
+
+
+def test_the_loss_ignores_prompt_rows(tiny_target):
+    """Only answer rows (mask 1) carry a loss: changing the target's features on a prompt row changes nothing."""
+    draft = fresh(tiny_target, DraftSpec("eagle", 1))
+    batch = make_batch(self_distilled(tiny_target, n=4))
+    cfg = TrainConfig(positions=1)
+    row = (batch.mask[0] == 0).nonzero()[0].item()
+    base = float(loss_on_batch(draft, batch, cfg)[0])
+    batch.target_features[0, row] += 5.0
+    assert float(loss_on_batch(draft, batch, cfg)[0]) == base
+    answer = (batch.mask[0] == 1).nonzero()[0].item()
+    batch.target_features[0, answer] += 5.0
+    assert float(loss_on_batch(draft, batch, cfg)[0]) != base
+
+
 def test_poss_step_j_reads_detached_predictions_of_step_j_minus_1(tiny_target, monkeypatch):
     draft = fresh(tiny_target, DraftSpec("poss", 3, 2))
     batch = make_batch(self_distilled(tiny_target, n=4))

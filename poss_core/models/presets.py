@@ -45,7 +45,8 @@ def _bundled(name: str, n: int | None, label: str) -> DraftRef:
     folder = drafts_dir() / name
     if (folder / "model.safetensors").is_file():
         return DraftRef(str(folder), n, label)
-    return DraftRef(f"random:{name}", n, f"{label} (untrained: no bundled draft yet)")
+    return DraftRef(f"random:{name}", n, f"{label} (untrained: not in {folder.parent}; train it as the README's "
+                                         f"'Training drafts' says, or point POSS_DRAFTS_DIR at a run's drafts)")
 
 
 def _smollm2() -> Preset:
