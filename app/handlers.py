@@ -552,7 +552,7 @@ def draft_note(preset: Preset) -> str:
     untrained = [name for name, ref in preset.drafts.items() if "untrained" in ref.label]
     text = html.escape(preset.description)
     if untrained:
-        text += (f'<br>⚠ No trained draft is bundled yet for {", ".join(SHORT_NAMES.get(n, n) for n in untrained)}:'
+        text += (f'<br>⚠ No trained draft is bundled for {", ".join(SHORT_NAMES.get(n, n) for n in untrained)}:'
                  f' those lanes use <b>untrained</b> random drafts, so almost nothing gets accepted.')
     return f'<div class="poss-note">{text}</div>'
 
