@@ -183,6 +183,8 @@ def decode_turn(method: Method, target, ids: list[int], cfg) -> tuple[list[int],
 
 # ----- set-up ----------------------------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
+    from .models.loading import add_dtype_argument  # torch is loaded by every run anyway
+
     p = argparse.ArgumentParser(prog="python -m poss_core.bench", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--preset", default="smollm2-135m", help="smollm2-135m (default), tiny-random, llama3-8b-instruct, "
@@ -212,8 +214,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-hf-generate", action="store_true", help="time plain decoding with PlainDecoder only")
     p.add_argument("--warmup-tokens", type=int, default=16)
     p.add_argument("--quantization", choices=["auto", "none", "8bit", "4bit"], default="auto")
-    p.add_argument("--dtype", default="auto", help="target precision: auto (fp32 on CPU, bf16 on GPUs) | float32 | "
-                                                   "bfloat16 | float16")
+    add_dtype_argument(p)
     p.add_argument("--device", default=None)
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--plotlyjs", choices=["inline", "cdn"], default="inline",

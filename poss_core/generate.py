@@ -17,6 +17,8 @@ from .errors import PossError, run_cli
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .models.loading import add_dtype_argument  # torch is loaded by every run anyway
+
     p = argparse.ArgumentParser(prog="python -m poss_core.generate", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--preset", default=None,
@@ -28,8 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--positions-per-specialist", type=int, default=None,
                    help="n for a draft path that does not record it")
     p.add_argument("--quantization", choices=["auto", "none", "8bit", "4bit"], default="auto")
-    p.add_argument("--dtype", default="auto", help="target precision: auto (fp32 on CPU, bf16 on GPUs) | float32 | "
-                                                   "bfloat16 | float16")
+    add_dtype_argument(p)
     p.add_argument("--allow-other-target", action="store_true",
                    help="use a draft whose recorded target fingerprint differs from the loaded target")
     p.add_argument("--prompt", required=True, help="the user's message")

@@ -272,6 +272,8 @@ def build_fixed(target: TargetModel, pairs: list[tuple[str, str]], out: Path, cf
 
 
 def main(argv: list[str] | None = None) -> int:
+    from ..models.loading import add_dtype_argument  # torch is loaded by every run anyway
+
     p = argparse.ArgumentParser(prog="python -m poss_core.training.data", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--preset", default="smollm2-135m")
@@ -286,8 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--answers", choices=["target", "dataset"], default="target",
                    help="target: the target writes the answers (self-distillation); dataset: use the rows' own "
                         "answers and only extract features (much cheaper; EAGLE trained on fixed ShareGPT answers)")
-    p.add_argument("--dtype", default="auto", help="auto | float32 | bfloat16 (bf16 is ~2x faster on CPUs with "
-                                                   "AMX; features are stored in half precision either way)")
+    add_dtype_argument(p, "the target's precision for generation (features are stored in bf16 either way)")
     return run_cli(run, p.parse_args(argv))
 
 

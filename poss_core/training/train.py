@@ -28,7 +28,8 @@ from ..models.draft import DraftModel, DraftSpec, draft_config_from_target
 from ..models.target import TargetModel
 from .data import read_shards
 from .losses import LossWeights
-from .trainer import RowBatch, TrainConfig, TrainSequence, lr_at, loss_on_batch, make_batch, trainable, unroll
+from .trainer import (RowBatch, TrainConfig, TrainSequence, make_batch, make_optimizer, optimizer_step, trainable,
+                      unroll)
 
 METHODS = {
     # name: (method, positions per specialist, simulated positions per step or 0 for "the depth")
@@ -123,7 +124,7 @@ def train_one(name: str, draft: DraftModel, batches, cfg: TrainConfig, out: Path
     run_dir.mkdir(parents=True, exist_ok=True)
     ckpt, log_path = run_dir / "resume.pt", run_dir / "loss_log.jsonl"
     params = trainable(draft)
-    opt = torch.optim.AdamW(params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
+    opt = make_optimizer(params, cfg)
     start = 0
     if ckpt.is_file():
         state = torch.load(ckpt, map_location="cpu", weights_only=True)
@@ -138,16 +139,9 @@ def train_one(name: str, draft: DraftModel, batches, cfg: TrainConfig, out: Path
     bar = tqdm(range(start, cfg.steps), desc=f"train {name}", initial=start, total=cfg.steps, disable=not progress)
     with open(log_path, "a") as log:
         for step in bar:
-            for group in opt.param_groups:
-                group["lr"] = lr_at(step, cfg)
-            loss, parts = loss_on_batch(draft, next(batches), cfg)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_value_(params, cfg.grad_clip)
-            opt.step()
-            log.write(json.dumps({"step": step, "loss": float(loss.detach()), "lr": lr_at(step, cfg),
-                                  "positions": parts}) + "\n")
-            bar.set_postfix(loss=f"{float(loss.detach()):.3f}", acc=f"{parts[0]['acc']:.2f}")
+            record = optimizer_step(draft, opt, params, next(batches), cfg, step)
+            log.write(json.dumps(record) + "\n")
+            bar.set_postfix(loss=f"{record['loss']:.3f}", acc=f"{record['positions'][0]['acc']:.2f}")
             if (step + 1) % save_every == 0 or step + 1 == cfg.steps:
                 log.flush()
                 torch.save({"model": draft.state_dict(), "optimizer": opt.state_dict(), "step": step + 1},

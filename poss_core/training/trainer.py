@@ -131,24 +131,33 @@ def trainable(draft: DraftModel) -> list[nn.Parameter]:
     return [p for p in draft.parameters() if p.requires_grad]
 
 
+def optimizer_step(draft: DraftModel, opt: torch.optim.Optimizer, params: list[nn.Parameter], batch: RowBatch,
+                   cfg: TrainConfig, step: int) -> dict:
+    """One AdamW step at the scheduled learning rate, with gradient value clipping; returns the step's log record."""
+    for group in opt.param_groups:
+        group["lr"] = lr_at(step, cfg)
+    loss, parts = loss_on_batch(draft, batch, cfg)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_value_(params, cfg.grad_clip)
+    opt.step()
+    return {"step": step, "loss": float(loss.detach()), "lr": lr_at(step, cfg), "positions": parts}
+
+
+def make_optimizer(params: list[nn.Parameter], cfg: TrainConfig) -> torch.optim.Optimizer:
+    return torch.optim.AdamW(params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
+
+
 def train(draft: DraftModel, batches: Iterator[RowBatch], cfg: TrainConfig, log=None) -> list[dict]:
     """AdamW with warm-up and gradient value clipping; returns the loss log (one dict per step)."""
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
     params = trainable(draft)
-    opt = torch.optim.AdamW(params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
+    opt = make_optimizer(params, cfg)
     draft.train()
     history = []
     for step in range(cfg.steps):
-        batch = next(batches)
-        for group in opt.param_groups:
-            group["lr"] = lr_at(step, cfg)
-        loss, parts = loss_on_batch(draft, batch, cfg)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_value_(params, cfg.grad_clip)
-        opt.step()
-        record = {"step": step, "loss": float(loss.detach()), "lr": lr_at(step, cfg), "positions": parts}
+        record = optimizer_step(draft, opt, params, next(batches), cfg, step)
         history.append(record)
         if log is not None:
             log(record)
