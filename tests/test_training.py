@@ -133,3 +133,55 @@ def test_data_cli_resumes_without_duplicates_and_trainer_resumes(tmp_path):
     assert card["steps"] == 6 and len(card["heldout_top1_by_position"]) == 6
     meta = json.loads((run_dir / "poss2" / "final" / "poss_draft.json").read_text())
     assert meta["positions_per_specialist"] == 2 and 0 < len(meta["draft_vocab"]) <= 30
+
+
+def test_self_prompts_are_written_by_the_target_and_resume_identically(tmp_path):
+    out = tmp_path / "data"
+    args = ["--preset", "tiny-random", "--self-prompts", "8", "--batch-size", "4", "--max-new-tokens", "8",
+            "--seed", "5", "--out", str(out)]
+    r = _run("poss_core.training.data", *args)
+    assert r.returncode == 0, r.stderr
+    path = out / "self_prompts.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [row["batch"] for row in rows] == [0, 1]
+    written = [p for row in rows for p in row["prompts"]]
+    assert written and all(len(p) >= 12 for p in written)
+    assert len(read_shards(out)) == len(set(written))  # every distinct prompt was answered once
+    # Interrupted after the first batch of prompts: the rerun writes the same second batch (per-batch seeds).
+    path.write_text(json.dumps(rows[0]) + "\n")
+    for f in list(out.glob("shard-*")) + list((out / "tokens").glob("*")):
+        f.unlink()
+    r = _run("poss_core.training.data", *args)
+    assert r.returncode == 0, r.stderr
+    assert [json.loads(line) for line in path.read_text().splitlines()] == rows
+    # Self-prompts need answers from the target, so the dataset-answers mode refuses them clearly.
+    r = _run("poss_core.training.data", *args, "--answers", "dataset")
+    assert r.returncode != 0 and "--self-prompts" in r.stderr
+
+
+def test_training_continues_from_exported_drafts(tmp_path):
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("\n".join(f"Tell me about topic {i}." for i in range(8)))
+    data = tmp_path / "data"
+    assert _run("poss_core.training.data", "--preset", "tiny-random", "--prompts", str(prompts), "--batch-size", "4",
+                "--max-new-tokens", "10", "--out", str(data)).returncode == 0
+    common = ["--preset", "tiny-random", "--data", str(data), "--tokens-per-batch", "100", "--draft-vocab", "30"]
+    first = tmp_path / "first"
+    r = _run("poss_core.training.train", *common, "--methods", "eagle,poss2", "--steps", "4", "--out",
+             str(tmp_path / "run1"), "--export", str(first))
+    assert r.returncode == 0, r.stderr
+    # lr 0: one more step changes nothing, so the continued drafts must hold exactly the first run's weights.
+    r = _run("poss_core.training.train", *common, "--methods", "eagle,poss2", "--steps", "1", "--lr", "0",
+             "--init-from", str(first), "--out", str(tmp_path / "run2"))
+    assert r.returncode == 0, r.stderr
+    from safetensors.torch import load_file
+    for name in ("eagle", "poss2"):
+        before = load_file(str(first / name / "model.safetensors"))
+        after = load_file(str(tmp_path / "run2" / name / "final" / "model.safetensors"))
+        assert before.keys() == after.keys()
+        assert all(torch.equal(before[k].float(), after[k].float()) for k in before)
+        card = json.loads((tmp_path / "run2" / name / "final" / "model_card.json").read_text())
+        assert card["init"].startswith("continued from")
+    r = _run("poss_core.training.train", *common, "--methods", "poss3", "--steps", "1", "--init-from", str(first),
+             "--out", str(tmp_path / "run3"))
+    assert r.returncode != 0 and "no trained 'poss3' draft" in r.stderr

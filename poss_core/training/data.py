@@ -107,6 +107,60 @@ def read_prompts(paths: list[str]) -> list[str]:
     return prompts
 
 
+# ----- prompts the target writes itself (Magpie, arXiv 2406.08464) --------------------------------------------------
+_PLACEHOLDER = "\u2063POSS_PROMPT\u2063"
+
+
+def user_turn_prefix(tokenizer) -> list[int]:
+    """Token ids of the chat template up to where a user's message begins (system prompt included)."""
+    if not getattr(tokenizer, "chat_template", None):
+        raise PossError("--self-prompts needs a target with a chat template (an instruct model).")
+    text = tokenizer.apply_chat_template([{"role": "user", "content": _PLACEHOLDER}], tokenize=False)
+    return tokenizer(text[: text.index(_PLACEHOLDER)], add_special_tokens=False)["input_ids"]
+
+
+def _clean_prompt(text: str) -> str | None:
+    text = text.strip()
+    return text if len(text) >= 12 else None  # drops empty and one-word "prompts"
+
+
+@torch.inference_mode()
+def write_self_prompts(target: TargetModel, n: int, path: Path, batch_size: int, seed: int,
+                       max_tokens: int = 96, temperature: float = 1.0, top_p: float = 0.95,
+                       progress: bool = True) -> list[str]:
+    """The target writes `n` user prompts: fed only the template's user-turn prefix, an instruct model samples the
+    kind of request it was tuned on (general chat, writing, coding, advice), which covers what the eval sets ask far
+    better than the GSM8K-heavy training files. Kept in `path` (JSONL, one line per batch) so a rerun resumes."""
+    done: dict[int, list[str]] = {}
+    if path.is_file():
+        for line in path.read_text().splitlines():
+            if line.strip():
+                row = json.loads(line)
+                done[int(row["batch"])] = row["prompts"]
+    prefix = torch.tensor([user_turn_prefix(target.tokenizer)], device=target.device)
+    pad = target.tokenizer.pad_token_id
+    pad = pad if pad is not None else min(target.eos_ids or {0})
+    batches = (n + batch_size - 1) // batch_size
+    todo = [b for b in range(batches) if b not in done]
+    for b in tqdm(todo, desc="self-prompts", unit="batch", disable=not progress):
+        torch.manual_seed(seed * 100_003 + b)  # per batch, so a resumed run writes what an uninterrupted one would
+        size = min(batch_size, n - b * batch_size)
+        out = target.model.generate(prefix.expand(size, -1), attention_mask=torch.ones_like(prefix).expand(size, -1),
+                                    do_sample=True, temperature=temperature, top_p=top_p, max_new_tokens=max_tokens,
+                                    pad_token_id=pad, eos_token_id=sorted(target.eos_ids))
+        texts = target.tokenizer.batch_decode(out[:, prefix.shape[1]:], skip_special_tokens=True)
+        done[b] = [t for t in map(_clean_prompt, texts) if t]
+        with open(path, "a") as f:
+            f.write(json.dumps({"batch": b, "prompts": done[b]}) + "\n")
+    seen, prompts = set(), []
+    for b in sorted(done):
+        for t in done[b]:
+            if t not in seen:
+                seen.add(t)
+                prompts.append(t)
+    return prompts
+
+
 # ----- generation and features -------------------------------------------------------------------------------------
 @dataclass
 class DataConfig:
@@ -278,7 +332,10 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--preset", default="smollm2-135m")
     p.add_argument("--target", default=None, help="a model id or folder instead of the preset's target")
-    p.add_argument("--prompts", nargs="+", required=True, help="JSONL or text files (globs allowed); never eval/")
+    p.add_argument("--prompts", nargs="+", default=[], help="JSONL or text files (globs allowed); never eval/")
+    p.add_argument("--self-prompts", type=int, default=0, metavar="N",
+                   help="the target first writes N user prompts itself (Magpie: sampled from the chat template's "
+                        "user-turn prefix; kept in OUT/self_prompts.jsonl) and answers them with the others")
     p.add_argument("--limit", type=int, default=None, help="use the first N prompts after a seeded shuffle")
     p.add_argument("--out", required=True)
     p.add_argument("--max-new-tokens", type=int, default=192)
@@ -298,13 +355,21 @@ def run(args) -> int:
 
     dtype = parse_dtype(args.dtype)
     cfg = DataConfig(args.max_new_tokens, 256, args.batch_size, args.temperature, args.seed)
+    if not args.prompts and not args.self_prompts:
+        raise PossError("give --prompts FILES, --self-prompts N, or both.")
+    if args.self_prompts and args.answers == "dataset":
+        raise PossError("--self-prompts has no dataset answers: use --answers target with it.")
     items = read_pairs(args.prompts) if args.answers == "dataset" else read_prompts(args.prompts)
     random.Random(args.seed).shuffle(items)
     if args.limit:
         items = items[: args.limit]
-    if not items:
+    if not items and not args.self_prompts:
         raise PossError("no usable prompts were found in the given files.")
     target = load_preset_target(args.target or get_preset(args.preset).target, quantization="none", dtype=dtype)
+    if args.self_prompts:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        items += write_self_prompts(target, args.self_prompts, out / "self_prompts.jsonl", args.batch_size, args.seed)
     builder = build_fixed if args.answers == "dataset" else build
     print(json.dumps(builder(target, items, Path(args.out), cfg)))
     return 0

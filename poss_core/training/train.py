@@ -23,7 +23,7 @@ import torch
 from tqdm import tqdm
 
 from ..errors import PossError, run_cli
-from ..models.checkpoint import save_draft
+from ..models.checkpoint import load_draft, save_draft
 from ..models.draft import DraftModel, DraftSpec, draft_config_from_target
 from ..models.target import TargetModel
 from .data import read_shards
@@ -101,6 +101,22 @@ def make_draft(target: TargetModel, name: str, depth: int, vocab: torch.Tensor |
     return draft
 
 
+def continue_from(draft: DraftModel, folder: str | Path, target: TargetModel, name: str) -> str:
+    """Load the trained weights of `folder/name` into `draft` (its draft vocabulary may differ: the LM head is the
+    target's, sliced, so only the fc and the layers carry over). Returns a description for the model card."""
+    path = Path(folder) / name
+    if not path.is_dir():
+        raise PossError(f"--init-from {folder}: there is no trained '{name}' draft in it ({path} is missing).")
+    trained = load_draft(path, target)
+    if trained.spec.method != draft.spec.method or len(trained.layers) != len(draft.layers):
+        raise PossError(f"{path} is a {trained.spec.label} draft with {len(trained.layers)} layer(s); '{name}' needs "
+                        f"{draft.spec.method} with {len(draft.layers)}: continue from the drafts of the same methods.")
+    weights = {k: v.float() for k, v in trained.state_dict().items() if not k.startswith("embed_tokens.")}
+    draft.load_state_dict(weights, strict=False)
+    card = json.loads((path / "model_card.json").read_text()) if (path / "model_card.json").is_file() else {}
+    return f"continued from {path} ({card.get('steps', '?')} steps before)"
+
+
 @torch.no_grad()
 def evaluate(draft: DraftModel, batches: list[RowBatch], positions: int) -> list[float]:
     """Held-out top-1 agreement with the target at each simulated draft position (1..positions), every draft
@@ -171,6 +187,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--save-every", type=int, default=50)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", required=True, help="run folder (resume state, logs, final drafts)")
+    p.add_argument("--init-from", default=None, metavar="FOLDER",
+                   help="continue training the drafts in FOLDER/<method> (e.g. the bundled ones) instead of a "
+                        "shared fresh initialisation; every method gets the same extra steps and batches")
     p.add_argument("--export", default=None, help="also write the final drafts here (e.g. assets/drafts/NAME)")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--autocast", default="none", choices=["none", "bfloat16"],
@@ -218,11 +237,14 @@ def run(args) -> int:
         cfg = TrainConfig(steps=args.steps, lr=args.lr, noise=args.noise, weights=weights, seed=args.seed,
                           positions=positions or args.depth, autocast=args.autocast)
         draft = make_draft(target, name, args.depth, vocab, init, args.seed)
+        init_note = "shared (EAGLE's initial layer, copied into every layer)"
+        if args.init_from:
+            init_note = continue_from(draft, args.init_from, target, name)
         record = train_one(name, draft, token_batches(train_seqs, args.tokens_per_batch, args.seed), cfg, out,
                            heldout_batches, args.depth, args.save_every)
         card = {**record, "label": draft.spec.label, "train_config": {**asdict(cfg), "weights": asdict(weights)},
                 "tokens_per_batch": args.tokens_per_batch, "data": data_info, "target": target.name,
-                "init": "shared (EAGLE's initial layer, copied into every layer)"}
+                "init": init_note}
         for folder in [out / name / "final"] + ([Path(args.export) / name] if args.export else []):
             save_draft(draft, folder, target, extra_meta={"training": card})
             (folder / "model_card.json").write_text(json.dumps(card, indent=2))
