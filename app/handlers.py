@@ -124,6 +124,8 @@ def lane_head_html(lane: Lane, comp: Comparison, running: bool) -> str:
     plain = comp.lane(PLAIN)
     items = [("tokens/s", _fmt(tps)), ("τ", _fmt(metrics.tau(ev), ".2f")),
              ("rounds", str(len(metrics.draft_rounds(ev)))), ("tokens", str(metrics.total_new_tokens(ev)))]
+    if lane.budget is not None:
+        items.append(("budget", f"{lane.budget} auto" if lane.budget_auto else str(lane.budget)))
     if plain is not None and not lane.plain and plain.events and ev:
         items.append(("vs plain", "×" + _fmt(metrics.speedup(tps, metrics.tokens_per_s(plain.events)), ".2f")))
     badges = []
@@ -266,7 +268,7 @@ def _skip_all(session: Session, status: tuple[str, str]) -> list:
 
 def build_spec(prompt: str, multi_turn: bool, history: list[dict], preset: str, methods: list[str],
                temperature: float, top_p: float, depth: float, top_k: float, tree_budget: float,
-               max_new_tokens: float, seed: float, quantization: str) -> RunSpec:
+               max_new_tokens: float, seed: float, quantization: str, auto_budget: bool = False) -> RunSpec:
     """The settings of a Run from the UI's values (raises PossError with a readable message)."""
     if not str(prompt or "").strip():
         raise PromptError("the prompt is empty: type a question or instruction (or pick an example).")
@@ -285,7 +287,7 @@ def build_spec(prompt: str, multi_turn: bool, history: list[dict], preset: str, 
     return RunSpec(prompt=message, methods=chosen, preset=preset, temperature=num(temperature, float),
                    top_p=num(top_p, float), depth=num(depth, int), top_k=num(top_k, int),
                    tree_budget=num(tree_budget, int), max_new_tokens=num(max_new_tokens, int),
-                   seed=num(seed, int), quantization=quantization or "auto")
+                   seed=num(seed, int), quantization=quantization or "auto", auto_budget=bool(auto_budget))
 
 
 def _remember_turn(session: Session, comp: Comparison) -> None:
@@ -356,7 +358,7 @@ def _guard(session: Session, view: View, fn) -> Iterator[list]:
 
 def run_handler(prompt: str, multi_turn: bool, preset: str, methods: list[str], temperature: float, top_p: float,
                 depth: float, top_k: float, tree_budget: float, max_new_tokens: float, seed: float,
-                quantization: str, color_by: str, show_rejected: bool, pos_acc_mode: str,
+                quantization: str, auto_budget: bool, color_by: str, show_rejected: bool, pos_acc_mode: str,
                 request: gr.Request | None = None) -> Iterator[list]:
     """Run a comparison: one lane per method on the same prompt and seed, streamed round by round."""
     session = SESSIONS.get(request)
@@ -371,10 +373,12 @@ def run_handler(prompt: str, multi_turn: bool, preset: str, methods: list[str], 
                 session.comparison.close()
             session.stepping = False
             spec = build_spec(prompt, multi_turn, session.history, preset, methods, temperature, top_p, depth,
-                              top_k, tree_budget, max_new_tokens, seed, quantization)
+                              top_k, tree_budget, max_new_tokens, seed, quantization, auto_budget)
             spec.check()
             session.pins.clear()
             yield _skip_all(session, (f"Loading {spec.preset} and {len(spec.methods)} lane(s)…", "busy"))
+            for line in lanes.fit_budgets(spec):
+                yield _skip_all(session, (line, "busy"))
             comp = lanes.start(spec)
             session.comparison, session.loaded = comp, None
             yield from _stream(session, view, comp, "Running")
@@ -386,7 +390,7 @@ def run_handler(prompt: str, multi_turn: bool, preset: str, methods: list[str], 
 
 def step_handler(prompt: str, multi_turn: bool, preset: str, methods: list[str], temperature: float, top_p: float,
                  depth: float, top_k: float, tree_budget: float, max_new_tokens: float, seed: float,
-                 quantization: str, color_by: str, show_rejected: bool, pos_acc_mode: str,
+                 quantization: str, auto_budget: bool, color_by: str, show_rejected: bool, pos_acc_mode: str,
                  request: gr.Request | None = None) -> list:
     """Advance every lane by one round (starting a new comparison, or a loaded run's replay, if none is paused)."""
     session = SESSIONS.get(request)
@@ -402,7 +406,7 @@ def step_handler(prompt: str, multi_turn: bool, preset: str, methods: list[str],
                     session.loaded = None
                 else:
                     spec = build_spec(prompt, multi_turn, session.history, preset, methods, temperature, top_p,
-                                      depth, top_k, tree_budget, max_new_tokens, seed, quantization)
+                                      depth, top_k, tree_budget, max_new_tokens, seed, quantization, auto_budget)
                     comp = lanes.start(spec)
                 session.comparison, session.stepping = comp, True
                 session.pins.clear()
@@ -545,7 +549,7 @@ def ui_defaults(preset: Preset) -> dict[str, Any]:
     cpu = preset.device == "cpu"
     return {"depth": preset.depth, "top_k": min(preset.top_k, 8) if cpu else preset.top_k,
             "tree_budget": min(preset.tree_budget, 32) if cpu else preset.tree_budget,
-            "max_new_tokens": 64 if cpu else 128}
+            "max_new_tokens": 64 if cpu else 128, "auto_budget": True}
 
 
 def draft_note(preset: Preset) -> str:
@@ -583,8 +587,9 @@ def compare_api(prompt: str, methods: list[str], preset: str = "", max_new_token
     """Run one comparison (no streaming) and return each lane's text and summary.
 
     methods: two or three of plain, eagle, poss1, poss2, poss3, matched (the preset's drafts).
-    preset: empty for the app's preset. depth, top_k, tree_budget: 0 for the UI's defaults.
-    Returns {"preset", "settings", "lanes": [{"method", "label", "text", "stop_reason", "identical_to_plain",
+    preset: empty for the app's preset. depth, top_k: 0 for the UI's defaults. tree_budget: 0 fits each draft's
+    budget to this machine (auto, as the UI does by default; the first call per draft calibrates it).
+    Returns {"preset", "settings", "lanes": [{"method", "label", "text", "stop_reason", "tree_budget", "identical_to_plain",
     "speedup_vs_plain", "summary": {tau, pos_acc, pos_rate, accept_hist, tokens_per_s, new_tokens, rounds, ...}}],
     "timing"}. Lanes run in turns, one round each; tokens/s counts each lane's own compute."""
     name = preset or APP_PRESET[0]
@@ -592,7 +597,8 @@ def compare_api(prompt: str, methods: list[str], preset: str = "", max_new_token
         p = get_preset(name)
         d = ui_defaults(p)
         spec = build_spec(prompt, False, [], name, list(methods or []), temperature, top_p, depth or d["depth"],
-                          top_k or d["top_k"], tree_budget or d["tree_budget"], max_new_tokens, seed, "auto")
+                          top_k or d["top_k"], tree_budget or d["tree_budget"], max_new_tokens, seed, "auto",
+                          auto_budget=not tree_budget)
         comp = lanes.run_to_end(lanes.start(spec))
     except PossError as err:
         raise gr.Error(str(err)) from err
@@ -604,7 +610,7 @@ def compare_api(prompt: str, methods: list[str], preset: str = "", max_new_token
         tps = stats["tokens_per_s"]
         out_lanes.append({
             "method": lane.method, "label": lane.label, "text": lane.text, "error": lane.error,
-            "stop_reason": summary.get("stop_reason"),
+            "stop_reason": summary.get("stop_reason"), "tree_budget": lane.budget, "budget_auto": lane.budget_auto,
             "identical_to_plain": (lane.token_ids == plain.token_ids) if plain is not None and not lane.plain
             else None,
             "speedup_vs_plain": metrics.speedup(tps, metrics.tokens_per_s(plain.events))

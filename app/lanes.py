@@ -14,7 +14,7 @@ import threading
 import traceback
 from collections import OrderedDict
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from poss_core.decoding.config import DecodeConfig
@@ -112,6 +112,14 @@ class ModelCache:
                 self._drafts[key] = draft
             return draft
 
+    def budget(self, target, draft, config: DecodeConfig, log=None):
+        """The tree budget fitted to this machine for `draft` at the config's depth and top_k (calibrated once per
+        machine and cached on disk; one calibration at a time per draft)."""
+        from poss_core.decoding.autobudget import cached_budget_choice, draft_fingerprint
+
+        with self._key_lock(("budget", draft_fingerprint(draft), config.depth, config.top_k)):
+            return cached_budget_choice(target, draft, config, log=log)
+
     def loaded_targets(self) -> list:
         with self._lock:
             return list(self._targets.values())
@@ -135,6 +143,7 @@ class RunSpec:
     max_new_tokens: int = 64
     seed: int = 0
     quantization: str = "auto"
+    auto_budget: bool = False  # each draft lane's budget fitted to this machine (tree_budget is then ignored)
 
     def config(self) -> DecodeConfig:
         def as_int(name: str) -> int:
@@ -193,6 +202,8 @@ class Lane:
     summary: dict[str, Any] | None = None  # {"text", "stop_reason", "stats"} once finished
     error: str | None = None
     special_ids: set[int] = field(default_factory=set)
+    budget: int | None = None  # the tree budget this lane decodes with (draft lanes)
+    budget_auto: bool = False  # chosen by `auto` for this machine
     source: Iterator | None = None  # the decoder's generator, or a replay of saved rounds
     detok: Detokenizer | None = None
     token_text: TokenTexts | None = None
@@ -350,14 +361,39 @@ def start(spec: RunSpec, models: ModelCache = MODELS, cancel: threading.Event | 
     special = set(getattr(target.tokenizer, "all_special_ids", []) or []) | set(target.eos_ids)
     lanes = []
     for method in spec.methods:
+        budget = None
         if method == PLAIN:
             decoder = PlainDecoder(target, config)
         else:
-            decoder = SpeculativeDecoder(target, models.draft(preset, method, target, spec.quantization), config)
-        lanes.append(Lane(method, method_label(preset, method), special_ids=special,
+            draft = models.draft(preset, method, target, spec.quantization)
+            budget = models.budget(target, draft, config).budget if spec.auto_budget else config.tree_budget
+            decoder = SpeculativeDecoder(target, draft, replace(config, tree_budget=budget))
+        lanes.append(Lane(method, method_label(preset, method), special_ids=special, budget=budget,
+                          budget_auto=spec.auto_budget and budget is not None,
                           source=decoder.generate(ids, cancel=cancel), detok=Detokenizer(target.tokenizer),
                           token_text=TokenTexts(target.tokenizer)))
     return Comparison(spec, lanes, cancel, hardware_info(target), prompt_tokens=len(ids))
+
+
+def fit_budgets(spec: RunSpec, models: ModelCache = MODELS) -> Iterator[str]:
+    """Before `start` with auto_budget: load the models and fit each draft lane's budget, yielding a status line
+    before each step that may take a while (the first calibration of a draft on a CPU takes tens of seconds; later
+    ones read the cache)."""
+    if not spec.auto_budget:
+        return
+    spec.check()
+    preset = get_preset(spec.preset)
+    config = spec.config()
+    target = models.target(preset, spec.quantization)
+    from poss_core.decoding.autobudget import known_budget_choice
+
+    for method in spec.methods:
+        if method != PLAIN:
+            draft = models.draft(preset, method, target, spec.quantization)
+            if known_budget_choice(target, draft, config) is None:
+                yield (f"Fitting the tree budget of {method_label(preset, method)} to this machine (once per draft "
+                       f"and setting, then cached)…")
+                models.budget(target, draft, config)
 
 
 def run_to_end(comparison: Comparison) -> Comparison:

@@ -41,8 +41,8 @@ def _clean(obj: Any) -> Any:
 
 def run_lines(comparison: Comparison) -> Iterator[dict[str, Any]]:
     yield {"type": "run", "version": VERSION, "settings": comparison.spec.to_json(),
-           "lanes": [{"method": lane.method, "label": lane.label, "special_ids": sorted(lane.special_ids)}
-                     for lane in comparison.lanes],
+           "lanes": [{"method": lane.method, "label": lane.label, "special_ids": sorted(lane.special_ids),
+                      "budget": lane.budget, "budget_auto": lane.budget_auto} for lane in comparison.lanes],
            "hardware": comparison.hardware, "prompt_tokens": comparison.prompt_tokens}
     for i, lane in enumerate(comparison.lanes):
         for event, pieces, labels, bonus in zip(lane.events, lane.pieces, lane.node_texts, lane.bonus_texts):
@@ -75,8 +75,8 @@ def load_run(path: str | Path) -> Comparison:
     head = lines[0]
     try:
         spec = RunSpec.from_json(head["settings"])
-        lanes = [Lane(d["method"], d.get("label", d["method"]), special_ids={int(t) for t in d.get("special_ids", [])})
-                 for d in head["lanes"]]
+        lanes = [Lane(d["method"], d.get("label", d["method"]), special_ids={int(t) for t in d.get("special_ids", [])},
+                      budget=d.get("budget"), budget_auto=bool(d.get("budget_auto", False))) for d in head["lanes"]]
         for line in lines[1:]:
             lane = lanes[int(line["lane"])]
             if line["type"] == "event":
@@ -106,7 +106,8 @@ def replay(comparison: Comparison) -> Comparison:
     """A fresh comparison that plays back the rounds of a finished one, one round per lane per turn."""
     lanes = []
     for lane in comparison.lanes:
-        fresh = Lane(lane.method, lane.label, special_ids=set(lane.special_ids), source=_replay_source(lane))
+        fresh = Lane(lane.method, lane.label, special_ids=set(lane.special_ids), source=_replay_source(lane),
+                     budget=lane.budget, budget_auto=lane.budget_auto)
         if lane.error is not None and not lane.events:
             fresh.error = lane.error
         lanes.append(fresh)

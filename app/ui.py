@@ -87,6 +87,9 @@ def build_demo(preset: str = DEFAULT_PRESET, concurrency: int = 2) -> gr.Blocks:
                                 top_k = gr.Slider(1, 20, value=d["top_k"], step=1, label="Top-k per node")
                                 tree_budget = gr.Slider(2, 128, value=d["tree_budget"], step=1,
                                                         label="Tree budget (nodes verified, root included)")
+                            auto_budget = gr.Checkbox(value=d["auto_budget"], label="Auto budget: fit each draft's tree "
+                                                      "budget to this machine", info="measured once per machine and "
+                                                      "draft (tens of seconds on a CPU, then cached); off: the slider")
                             with gr.Row():
                                 max_new = gr.Slider(1, 512, value=d["max_new_tokens"], step=1,
                                                     label="Max new tokens")
@@ -146,7 +149,7 @@ def build_demo(preset: str = DEFAULT_PRESET, concurrency: int = 2) -> gr.Blocks:
             pos_acc_plot, dev_plot, hist_plot, tps_plot, hardware]
         assert len(outputs) == len(OUTPUT_NAMES)
         settings = [prompt, multi_turn, preset_dd, methods, temperature, top_p, depth, top_k, tree_budget, max_new,
-                    seed, quantization]
+                    seed, quantization, auto_budget]
         view = [color_by, show_rejected, pos_acc_mode]
 
         run_btn.click(_gpu(run_handler), settings + view, outputs, api_name="run", **decode,

@@ -40,8 +40,8 @@ def server():
 
 def run_args(prompt="Hello there", methods=("plain", "eagle", "poss2"), max_new_tokens=16):
     """/run's inputs: prompt, multi-turn, preset, methods, temperature, top-p, depth, top-k, tree budget,
-    max new tokens, seed, quantization, then the three view toggles."""
-    return [prompt, False, "tiny-random", list(methods), 0.0, 1.0, 6, 8, 32, max_new_tokens, 0, "auto"] + VIEW
+    max new tokens, seed, quantization, auto budget, then the three view toggles."""
+    return [prompt, False, "tiny-random", list(methods), 0.0, 1.0, 6, 8, 32, max_new_tokens, 0, "auto", False] + VIEW
 
 
 def client(url):

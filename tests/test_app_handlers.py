@@ -23,7 +23,8 @@ VIEW = ("draft position", True, "conditional")
 def settings(prompt="Hello there", methods=("plain", "eagle", "poss2"), max_new_tokens=12, **kw):
     """The UI's settings inputs in order (see handlers.build_demo: settings + view)."""
     s = dict(prompt=prompt, multi_turn=False, preset="tiny-random", methods=list(methods), temperature=0.0, top_p=1.0,
-             depth=6, top_k=8, tree_budget=32, max_new_tokens=max_new_tokens, seed=0, quantization="auto")
+             depth=6, top_k=8, tree_budget=32, max_new_tokens=max_new_tokens, seed=0, quantization="auto",
+             auto_budget=False)
     s.update(kw)
     return list(s.values()) + list(VIEW)
 
@@ -211,6 +212,31 @@ def test_run_streams_three_lanes_identical_to_plain():
     assert comp.lanes[1].token_ids == comp.lanes[0].token_ids
     assert out["lane0_text"] == comp.lanes[0].summary["text"]
     assert [t.name for t in out["tokens_per_s"].data] == ["Plain", "EAGLE", "POSS-2"]
+
+
+def test_auto_budget_fits_each_draft_lane_once_then_reads_the_cache(tmp_path, monkeypatch):
+    from poss_core.decoding import autobudget
+
+    monkeypatch.setattr(autobudget, "choice_cache_path", lambda: tmp_path / "choices.json")
+    monkeypatch.setattr(autobudget, "curve_cache_path", lambda: tmp_path / "curves.json")
+    frames = list(handlers.run_handler(*settings(max_new_tokens=8, auto_budget=True), request=req("auto")))
+    statuses = [handlers.outputs_dict(f)["status"] for f in frames]
+    assert sum("Fitting the tree budget of" in s for s in statuses) == 2  # once per draft lane
+    comp = handlers.SESSIONS.get(req("auto")).comparison
+    plain, eagle, poss2 = comp.lanes
+    assert plain.budget is None and eagle.budget_auto and poss2.budget_auto
+    assert all(2 <= lane.budget <= autobudget.MAX_BUDGET for lane in (eagle, poss2))
+    assert eagle.token_ids == plain.token_ids  # any budget is lossless
+    assert f"<b>{eagle.budget} auto</b> budget" in handlers.outputs_dict(frames[-1])["lane1_head"]
+
+    def no_calibration(*a, **k):
+        raise AssertionError("the cached choice should be used")
+
+    monkeypatch.setattr(autobudget, "auto_tree_budget", no_calibration)
+    frames = list(handlers.run_handler(*settings(max_new_tokens=4, auto_budget=True), request=req("auto")))
+    assert not any("Fitting" in handlers.outputs_dict(f)["status"] for f in frames)
+    again = handlers.SESSIONS.get(req("auto")).comparison
+    assert [lane.budget for lane in again.lanes] == [None, eagle.budget, poss2.budget]
 
 
 @pytest.mark.parametrize("change,message", [

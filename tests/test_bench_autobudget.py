@@ -137,3 +137,27 @@ def test_shallower_trees_are_read_off_the_same_rounds_and_chosen_when_cheaper():
     assert cheap.depth == 3 and cheap.budget == 5
     fixed = ab.choose_budget(curve(lambda n: 10.0), prof, draft_ms=45.0, fixed_ms=0.0)
     assert fixed.depth is None and {r["depth"] for r in fixed.table} == {3}
+
+
+def test_the_apps_budget_choice_is_calibrated_once_per_draft_and_cached(tiny_target, tmp_path, monkeypatch):
+    calls = []
+    real = ab.auto_tree_budget
+
+    def counting(*args, **kwargs):
+        calls.append(kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(ab, "auto_tree_budget", counting)
+    path, c = tmp_path / "choices.json", curve(lambda n: 5.0 + 0.5 * n)
+    cfg = DecodeConfig(depth=4, top_k=4, tree_budget=60, max_new_tokens=16)
+    eagle, poss = random_draft(tiny_target, "eagle", depth=4), random_draft(tiny_target, "poss2", depth=4)
+    first = ab.cached_budget_choice(tiny_target, eagle, cfg, path=path, calibration_tokens=8, curve=c, max_budget=16)
+    assert len(calls) == 1 and calls[0]["choose_depth"] is False  # the app keeps the depth the user chose
+    assert first.depth is None and 2 <= first.budget <= 16
+    again = ab.cached_budget_choice(tiny_target, eagle, cfg, path=path, curve=c)
+    assert again == first and len(calls) == 1
+    ab.cached_budget_choice(tiny_target, poss, cfg, path=path, calibration_tokens=8, curve=c, max_budget=16)
+    ab.cached_budget_choice(tiny_target, eagle, DecodeConfig(depth=3, top_k=4), path=path, calibration_tokens=8,
+                            curve=c, max_budget=16)
+    assert len(calls) == 3  # another draft, another depth: each calibrated once
+    assert len(json.loads(path.read_text())) == 3

@@ -202,24 +202,37 @@ def load_or_measure_curve(target: TargetModel, path: Path | None = None, remeasu
     """The cached curve for this device and model, or a fresh measurement (saved for next time)."""
     path = Path(path) if path is not None else curve_cache_path()
     key = curve_key(target)
-    store: dict = {}
-    if path.is_file():
-        try:
-            store = json.loads(path.read_text())
-        except (OSError, ValueError):
-            store = {}
+    store = read_store(path)
     if not remeasure and key in store:
         return ForwardCurve.from_json(store[key])
-    say = log or (lambda msg: print(f"[poss] {msg}", file=sys.stderr, flush=True))
+    say = log or _say
     say(f"measuring the target's forward time vs verified tokens once for this device ({key}) ...")
     curve = measure_forward_curve(target, **measure_kwargs)
-    store[key] = curve.to_json()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(store, indent=1))
-    tmp.replace(path)
+    write_store(path, key, curve.to_json())
     say(f"forward-time curve saved to {path}")
     return curve
+
+
+def _say(msg: str) -> None:
+    print(f"[poss] {msg}", file=sys.stderr, flush=True)
+
+
+def read_store(path: Path) -> dict:
+    """A JSON cache file as a dict (empty when missing or unreadable: a cache is never worth an error)."""
+    try:
+        return json.loads(path.read_text()) if path.is_file() else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def write_store(path: Path, key: str, value) -> None:
+    """Set one entry of a JSON cache file (re-read first, so other entries written meanwhile are kept)."""
+    store = read_store(path)
+    store[key] = value
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(store, indent=1))
+    tmp.replace(path)
 
 
 # ----- acceptance profiles ---------------------------------------------------------------------------------------
@@ -394,3 +407,50 @@ def auto_tree_budget(target: TargetModel, draft, config: DecodeConfig, prompts: 
             else default_profile(config.depth, budget))
     return choose_budget(curve, prof, draft_ms, fixed_ms, depth=config.depth, top_k=config.top_k,
                          choose_depth=choose_depth)
+
+
+# ----- a cached choice per draft (the app) ------------------------------------------------------------------------
+def draft_fingerprint(draft) -> str:
+    """Identifies a draft's trained weights cheaply: its kind and a hash of its fc layer."""
+    import hashlib
+
+    digest = hashlib.sha1(draft.fc.weight.detach().float().cpu().numpy().tobytes()).hexdigest()[:12]
+    return f"{draft.spec.label} fc:{digest}"
+
+
+def choice_cache_path() -> Path:
+    from ..models.default_model import cache_root
+
+    return cache_root() / "auto_budgets.json"
+
+
+def cached_choice_key(target: TargetModel, draft, config: DecodeConfig) -> str:
+    return f"{curve_key(target)} | {draft_fingerprint(draft)} | depth {config.depth} top_k {config.top_k}"
+
+
+def known_budget_choice(target: TargetModel, draft, config: DecodeConfig,
+                        path: Path | None = None) -> BudgetChoice | None:
+    """The cached choice for this hardware, target, draft, depth and top_k, if one was calibrated before."""
+    path = Path(path) if path is not None else choice_cache_path()
+    known = read_store(path).get(cached_choice_key(target, draft, config))
+    return BudgetChoice(**known) if known is not None else None
+
+
+def cached_budget_choice(target: TargetModel, draft, config: DecodeConfig, path: Path | None = None,
+                         calibration_prompts: int = 3, calibration_tokens: int = 32, log=None,
+                         **auto_kwargs) -> BudgetChoice:
+    """The tree budget for this hardware, target, draft, depth and top_k, at the configured depth (the app keeps the
+    depth the user chose: the tree and the per-position charts are what it shows). Calibrated once (a few seconds
+    to a minute on a CPU) and cached as JSON beside the forward-time curve."""
+    from .decoder import encode_prompt
+
+    known = known_budget_choice(target, draft, config, path)
+    if known is not None:
+        return known
+    path = Path(path) if path is not None else choice_cache_path()
+    prompts = [encode_prompt(target.tokenizer, p) for p in CALIBRATION_PROMPTS[:calibration_prompts]]
+    (log or _say)(f"fitting the tree budget of {draft.spec.label} to this machine (once) ...")
+    choice = auto_tree_budget(target, draft, config, prompts=prompts, calibration_tokens=calibration_tokens,
+                              log=log, choose_depth=False, **auto_kwargs)
+    write_store(path, cached_choice_key(target, draft, config), choice.to_json())
+    return choice
