@@ -5,6 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 from helpers import batches, self_distilled
 
@@ -185,3 +186,30 @@ def test_training_continues_from_exported_drafts(tmp_path):
     r = _run("poss_core.training.train", *common, "--methods", "poss3", "--steps", "1", "--init-from", str(first),
              "--out", str(tmp_path / "run3"))
     assert r.returncode != 0 and "no trained 'poss3' draft" in r.stderr
+    # The evaluation CLI compares drafts on full-vocabulary agreement with the target's real next token.
+    r = _run("poss_core.training.evaluate", "--preset", "tiny-random", "--data", str(data), "--drafts", str(first),
+             "--methods", "eagle,poss2,poss3", "--depth", "4", "--out", str(tmp_path / "eval.json"))
+    assert r.returncode == 0, r.stderr
+    report = json.loads((tmp_path / "eval.json").read_text())
+    assert [row["method"] for row in report["results"]] == ["eagle", "poss2"]  # poss3 is absent: skipped
+    assert all(len(row["top1_by_position"]) == 4 and all(0 <= x <= 1 for x in row["top1_by_position"])
+               for row in report["results"])
+    assert "| k=1 | k=2 | k=3 | k=4 |" in r.stdout and "skipping" in r.stderr
+
+
+def test_full_vocabulary_agreement_counts_tokens_outside_the_draft_vocabulary_as_misses(tiny_target):
+    from poss_core.training.train import evaluate
+
+    seqs = self_distilled(tiny_target, n=8)
+    batches = [make_batch(seqs)]
+    head = tiny_target.lm_head_weight().detach().float()
+    full = fresh(tiny_target, DraftSpec("poss", 3, 2))
+    assert evaluate(full, batches, 4, full_head=head) == pytest.approx(evaluate(full, batches, 4))
+    # A draft vocabulary holding only the tokens the draft itself predicts can never hit the rest.
+    answers = torch.cat([s.input_ids[s.loss_mask.bool()] for s in seqs])
+    common = torch.unique(answers)[:3]
+    small = DraftModel(draft_config_from_target(tiny_target.config), DraftSpec("poss", 3, 2), common).float()
+    small.load_state_dict(full.state_dict(), strict=False)
+    small.bind_target(tiny_target.input_embedding_weight(), tiny_target.lm_head_weight())
+    share = float(sum(int(t in set(common.tolist())) for t in answers)) / len(answers)
+    assert all(x <= share + 0.05 for x in evaluate(small, batches, 4, full_head=head))

@@ -118,14 +118,22 @@ def continue_from(draft: DraftModel, folder: str | Path, target: TargetModel, na
 
 
 @torch.no_grad()
-def evaluate(draft: DraftModel, batches: list[RowBatch], positions: int) -> list[float]:
+def evaluate(draft: DraftModel, batches: list[RowBatch], positions: int,
+             full_head: torch.Tensor | None = None) -> list[float]:
     """Held-out top-1 agreement with the target at each simulated draft position (1..positions), every draft
-    unrolled the same way, so EAGLE and POSS are compared on equal terms."""
+    unrolled the same way, so EAGLE and POSS are compared on equal terms.
+
+    Without `full_head`, the target's choice is its argmax within the draft vocabulary (what the losses see); with
+    the target's full LM head, it is the target's real next token, and a token outside the draft vocabulary counts
+    as a miss: comparable across drafts with different vocabularies."""
     draft.eval()
     hits = [0.0] * positions
     total = 0.0
     for batch in batches:
-        target_top = draft.head_logits(batch.target_features).argmax(-1)
+        if full_head is None:
+            target_top = draft.head_logits(batch.target_features).argmax(-1)
+        else:
+            target_top = draft.to_draft_vocab((batch.target_features @ full_head.T).argmax(-1))
         for j, (_, pred) in enumerate(unroll(draft, batch, positions)):
             hits[j] += float(((draft.head_logits(pred).argmax(-1) == target_top).float() * batch.mask).sum())
         total += float(batch.mask.sum())

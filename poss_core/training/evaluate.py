@@ -1,0 +1,93 @@
+"""Top-1 agreement with the target by draft position, for trained drafts on a data folder none of them trained on.
+
+    python -m poss_core.training.evaluate --preset smollm2-135m --data data/smollm2-135m-selfeval \\
+        --drafts assets/drafts/smollm2-135m runs/s3a/export --methods eagle,poss2,poss3,matched
+
+Every draft is unrolled the same way as in training (step j reads step j-1's predicted features) and compared with
+the target's real next token over the full vocabulary (a token outside a draft's vocabulary is a miss), so drafts
+with different vocabularies, and drafts before and after more training, are compared on equal terms. This is an
+offline proxy for the benchmark's pos-acc, cheap enough to run after every training stage; it reads only the data
+folders given, so keep one made from prompts no draft trained on (a different --seed of --self-prompts, say)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from ..errors import PossError, run_cli
+from .data import read_shards
+from .trainer import make_batch
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m poss_core.training.evaluate", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--preset", default="smollm2-135m")
+    p.add_argument("--target", default=None, help="a model id or folder instead of the preset's target")
+    p.add_argument("--data", nargs="+", required=True, help="data folders written by poss_core.training.data")
+    p.add_argument("--drafts", nargs="+", required=True, help="folders holding one subfolder per method")
+    p.add_argument("--methods", default="eagle,poss2,poss3,matched")
+    p.add_argument("--depth", type=int, default=6, help="draft positions to unroll")
+    p.add_argument("--batch-size", type=int, default=4)
+    p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--out", default=None, help="also write the results here (JSON)")
+    return run_cli(run, p.parse_args(argv))
+
+
+def run(args) -> int:
+    from ..models.checkpoint import load_draft
+    from ..models.loading import load_preset_target
+    from ..models.presets import get_preset
+    from .train import evaluate
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    seqs = [s for folder in args.data for s in read_shards(folder)]
+    if not seqs:
+        raise PossError(f"no sequences in {args.data}: run python -m poss_core.training.data first.")
+    target = load_preset_target(args.target or get_preset(args.preset).target, quantization="none")
+    head = target.lm_head_weight().detach().float()
+    batches = [make_batch(seqs[i: i + args.batch_size]) for i in range(0, len(seqs), args.batch_size)]
+    answer_rows = int(sum(float(b.mask.sum()) for b in batches))
+    results = []
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    for folder in args.drafts:
+        for name in tqdm(methods, desc=f"evaluate {folder}"):
+            path = Path(folder) / name
+            if not path.is_dir():
+                print(f"[poss] skipping {path}: not found", file=sys.stderr)
+                continue
+            draft = load_draft(path, target).float()
+            top1 = evaluate(draft, batches, args.depth, full_head=head)
+            results.append({"drafts": str(folder), "method": name, "label": draft.spec.label,
+                            "top1_by_position": [round(x, 4) for x in top1]})
+            print(json.dumps(results[-1]), flush=True)
+    if not results:
+        raise PossError(f"none of {methods} was found in {args.drafts}.")
+    report = {"data": args.data, "sequences": len(seqs), "answer_rows": answer_rows, "results": results}
+    print(markdown_table(report))
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(report, indent=2))
+    return 0
+
+
+def markdown_table(report: dict) -> str:
+    depth = max(len(r["top1_by_position"]) for r in report["results"])
+    lines = [f"Top-1 agreement with the target by draft position ({report['sequences']} sequences, "
+             f"{report['answer_rows']} answer tokens)", "",
+             "| drafts | draft | " + " | ".join(f"k={k}" for k in range(1, depth + 1)) + " |",
+             "|---|---|" + "---|" * depth]
+    for r in report["results"]:
+        lines.append(f"| {r['drafts']} | {r['label']} | " + " | ".join(f"{x:.3f}" for x in r["top1_by_position"])
+                     + " |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
