@@ -115,9 +115,10 @@ class ModelCache:
     def budget(self, target, draft, config: DecodeConfig, log=None):
         """The tree budget fitted to this machine for `draft` at the config's depth and top_k (calibrated once per
         machine and cached on disk; one calibration at a time per draft)."""
-        from poss_core.decoding.autobudget import cached_budget_choice, draft_fingerprint
+        from poss_core.decoding.autobudget import cached_budget_choice
 
-        with self._key_lock(("budget", draft_fingerprint(draft), config.depth, config.top_k)):
+        # Drafts are shared objects of this cache, so their identity names them (no need to hash the weights).
+        with self._key_lock(("budget", id(draft), config.depth, config.top_k)):
             return cached_budget_choice(target, draft, config, log=log)
 
     def loaded_targets(self) -> list:
@@ -379,14 +380,14 @@ def fit_budgets(spec: RunSpec, models: ModelCache = MODELS) -> Iterator[str]:
     """Before `start` with auto_budget: load the models and fit each draft lane's budget, yielding a status line
     before each step that may take a while (the first calibration of a draft on a CPU takes tens of seconds; later
     ones read the cache)."""
+    from poss_core.decoding.autobudget import known_budget_choice
+
     if not spec.auto_budget:
         return
     spec.check()
     preset = get_preset(spec.preset)
     config = spec.config()
     target = models.target(preset, spec.quantization)
-    from poss_core.decoding.autobudget import known_budget_choice
-
     for method in spec.methods:
         if method != PLAIN:
             draft = models.draft(preset, method, target, spec.quantization)

@@ -198,13 +198,13 @@ def test_training_continues_from_exported_drafts(tmp_path):
 
 
 def test_full_vocabulary_agreement_counts_tokens_outside_the_draft_vocabulary_as_misses(tiny_target):
-    from poss_core.training.train import evaluate
+    from poss_core.training.train import evaluate, target_next_tokens
 
     seqs = self_distilled(tiny_target, n=8)
     batches = [make_batch(seqs)]
-    head = tiny_target.lm_head_weight().detach().float()
+    nxt = target_next_tokens(batches, tiny_target.lm_head_weight().detach().float())
     full = fresh(tiny_target, DraftSpec("poss", 3, 2))
-    assert evaluate(full, batches, 4, full_head=head) == pytest.approx(evaluate(full, batches, 4))
+    assert evaluate(full, batches, 4, nxt) == pytest.approx(evaluate(full, batches, 4))
     # A draft vocabulary holding only the tokens the draft itself predicts can never hit the rest.
     answers = torch.cat([s.input_ids[s.loss_mask.bool()] for s in seqs])
     common = torch.unique(answers)[:3]
@@ -212,4 +212,4 @@ def test_full_vocabulary_agreement_counts_tokens_outside_the_draft_vocabulary_as
     small.load_state_dict(full.state_dict(), strict=False)
     small.bind_target(tiny_target.input_embedding_weight(), tiny_target.lm_head_weight())
     share = float(sum(int(t in set(common.tolist())) for t in answers)) / len(answers)
-    assert all(x <= share + 0.05 for x in evaluate(small, batches, 4, full_head=head))
+    assert all(x <= share + 0.05 for x in evaluate(small, batches, 4, nxt))

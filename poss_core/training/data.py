@@ -152,13 +152,7 @@ def write_self_prompts(target: TargetModel, n: int, path: Path, batch_size: int,
         done[b] = [t for t in map(_clean_prompt, texts) if t]
         with open(path, "a") as f:
             f.write(json.dumps({"batch": b, "prompts": done[b]}) + "\n")
-    seen, prompts = set(), []
-    for b in sorted(done):
-        for t in done[b]:
-            if t not in seen:
-                seen.add(t)
-                prompts.append(t)
-    return prompts
+    return list(dict.fromkeys(t for b in sorted(done) for t in done[b]))  # in batch order, each prompt once
 
 
 # ----- generation and features -------------------------------------------------------------------------------------

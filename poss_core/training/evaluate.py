@@ -43,7 +43,7 @@ def run(args) -> int:
     from ..models.checkpoint import load_draft
     from ..models.loading import load_preset_target
     from ..models.presets import get_preset
-    from .train import evaluate
+    from .train import evaluate, target_next_tokens
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -51,8 +51,8 @@ def run(args) -> int:
     if not seqs:
         raise PossError(f"no sequences in {args.data}: run python -m poss_core.training.data first.")
     target = load_preset_target(args.target or get_preset(args.preset).target, quantization="none")
-    head = target.lm_head_weight().detach().float()
     batches = [make_batch(seqs[i: i + args.batch_size]) for i in range(0, len(seqs), args.batch_size)]
+    next_tokens = target_next_tokens(batches, target.lm_head_weight().detach().float())
     answer_rows = int(sum(float(b.mask.sum()) for b in batches))
     results = []
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
@@ -63,7 +63,7 @@ def run(args) -> int:
                 print(f"[poss] skipping {path}: not found", file=sys.stderr)
                 continue
             draft = load_draft(path, target).float()
-            top1 = evaluate(draft, batches, args.depth, full_head=head)
+            top1 = evaluate(draft, batches, args.depth, next_tokens)
             results.append({"drafts": str(folder), "method": name, "label": draft.spec.label,
                             "top1_by_position": [round(x, 4) for x in top1]})
             print(json.dumps(results[-1]), flush=True)

@@ -118,22 +118,28 @@ def continue_from(draft: DraftModel, folder: str | Path, target: TargetModel, na
 
 
 @torch.no_grad()
+def target_next_tokens(batches: list[RowBatch], full_head: torch.Tensor) -> list[torch.Tensor]:
+    """The target's real next token (argmax over its full vocabulary) for every row of every batch."""
+    return [(batch.target_features @ full_head.T).argmax(-1) for batch in batches]
+
+
+@torch.no_grad()
 def evaluate(draft: DraftModel, batches: list[RowBatch], positions: int,
-             full_head: torch.Tensor | None = None) -> list[float]:
+             next_tokens: list[torch.Tensor] | None = None) -> list[float]:
     """Held-out top-1 agreement with the target at each simulated draft position (1..positions), every draft
     unrolled the same way, so EAGLE and POSS are compared on equal terms.
 
-    Without `full_head`, the target's choice is its argmax within the draft vocabulary (what the losses see); with
-    the target's full LM head, it is the target's real next token, and a token outside the draft vocabulary counts
-    as a miss: comparable across drafts with different vocabularies."""
+    Without `next_tokens`, the target's choice is its argmax within the draft vocabulary (what the losses see); with
+    the target's real next tokens (`target_next_tokens`, computed once for any number of drafts), a token outside
+    the draft vocabulary counts as a miss: comparable across drafts with different vocabularies."""
     draft.eval()
     hits = [0.0] * positions
     total = 0.0
-    for batch in batches:
-        if full_head is None:
+    for i, batch in enumerate(batches):
+        if next_tokens is None:
             target_top = draft.head_logits(batch.target_features).argmax(-1)
         else:
-            target_top = draft.to_draft_vocab((batch.target_features @ full_head.T).argmax(-1))
+            target_top = draft.to_draft_vocab(next_tokens[i])
         for j, (_, pred) in enumerate(unroll(draft, batch, positions)):
             hits[j] += float(((draft.head_logits(pred).argmax(-1) == target_top).float() * batch.mask).sum())
         total += float(batch.mask.sum())
