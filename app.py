@@ -1,6 +1,7 @@
 """Entry point (also the Hugging Face Space's app_file): parse flags, build the Gradio app, launch it.
 
     python app.py [--preset smollm2-135m] [--host 127.0.0.1] [--port 7860] [--share] [--concurrency 2] [--threads N]
+                  [--dtype auto|float32|bfloat16|float16]
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import threading
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from poss_core.models.loading import add_dtype_argument
     from poss_core.models.presets import DEFAULT_PRESET, presets
 
     p = argparse.ArgumentParser(prog="python app.py", description="POSS vs EAGLE speculative decoding demo (Gradio).")
@@ -32,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=None,
                    help="torch CPU threads (default: half the cores, at least 1, which leaves a core to the web "
                         "server and the drawing; on a busy CPU it is also far faster than oversubscribing)")
+    add_dtype_argument(p, "the target's precision for every lane", default=os.environ.get("POSS_DTYPE", "auto"))
     p.add_argument("--no-preload", action="store_true",
                    help="do not load the preset's model in the background at start-up (the first Run loads it)")
     return p
@@ -66,7 +69,11 @@ def main(argv: list[str] | None = None) -> None:
     import torch
 
     torch.set_num_threads(cpu_threads(args.threads))
+    from app import lanes
     from app.ui import build_demo, launch_kwargs
+    from poss_core.models.loading import parse_dtype
+
+    lanes.MODELS.dtype = parse_dtype(args.dtype)
 
     demo = build_demo(preset=args.preset, concurrency=args.concurrency)
     demo.queue(max_size=args.queue_size, default_concurrency_limit=args.concurrency)

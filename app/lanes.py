@@ -62,6 +62,7 @@ class ModelCache:
         self._key_locks: dict[tuple, threading.Lock] = {}
         self._targets: OrderedDict[tuple, Any] = OrderedDict()
         self._drafts: dict[tuple, Any] = {}
+        self.dtype = None  # the targets' precision (None: the device's default); `python app.py --dtype` sets it
 
     def _key_lock(self, key: tuple) -> threading.Lock:
         with self._lock:
@@ -77,7 +78,7 @@ class ModelCache:
                     self._targets.move_to_end(key)
                     return self._targets[key]
             try:
-                target = load_preset_target(preset.target, quantization=quantization)
+                target = load_preset_target(preset.target, quantization=quantization, dtype=self.dtype)
             except PossError:
                 raise
             except Exception as err:  # out of memory, missing packages, broken files: one readable line

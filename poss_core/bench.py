@@ -53,6 +53,7 @@ class Method:
     budget: int | None = None
     budget_choice: Any = None
     notes: list[str] = field(default_factory=list)
+    target: Any = None  # a second copy of the target in another precision (plain baselines like `ar-float32`)
 
 
 # ----- inputs ----------------------------------------------------------------------------------------------------
@@ -190,7 +191,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--preset", default="smollm2-135m", help="smollm2-135m (default), tiny-random, llama3-8b-instruct, "
                                                             "llama2-13b-chat")
     p.add_argument("--methods", default=DEFAULT_METHODS,
-                   help=f"comma-separated: ar (plain decoding) and the preset's drafts (default {DEFAULT_METHODS})")
+                   help=f"comma-separated: ar (plain decoding), the preset's drafts, and optionally ar-float32 / "
+                        f"ar-bfloat16 / ar-float16 (plain decoding of a second copy of the target in that precision, "
+                        f"a speed baseline: with --dtype bfloat16, add ar-float32) (default {DEFAULT_METHODS})")
     p.add_argument("--data", nargs="+", required=True, help="eval JSONL files or globs; the dataset is the file stem")
     p.add_argument("--limit", type=int, default=None, help="first N questions of each dataset")
     p.add_argument("--max-new-tokens", type=int, default=256)
@@ -258,6 +261,8 @@ def make_methods(args, preset, target, names: list[str], base_cfg, say) -> list[
     from .models.loading import load_draft_by_name
     from .models.presets import resolve_draft_name
 
+    from . import bench_report as br
+
     methods: list[Method] = []
     auto = str(args.tree_budget).lower() == "auto"
     curve = None
@@ -273,6 +278,9 @@ def make_methods(args, preset, target, names: list[str], base_cfg, say) -> list[
             continue
         if name == "ar-hf":
             methods.append(Method("ar-hf", "plain (transformers generate)", None))
+            continue
+        if name in br.OTHER_PRECISION_PLAIN:
+            methods.append(other_precision_plain(args, preset, name, base_cfg, say))
             continue
         ref = resolve_draft_name(preset, name)
         draft = load_draft_by_name(ref.source, target, depth=base_cfg.depth,
@@ -290,23 +298,47 @@ def make_methods(args, preset, target, names: list[str], base_cfg, say) -> list[
     return methods
 
 
+def other_precision_plain(args, preset, name: str, base_cfg, say) -> Method:
+    """Plain decoding of a second copy of the target in another precision (`ar-float32` beside a bf16 run), so the
+    speed-up is also measured against the fastest precision for plain decoding, in the same run."""
+    from .decoding.decoder import PlainDecoder
+    from .models.loading import load_preset_target, parse_dtype
+
+    dtype = name.removeprefix("ar-")
+    say(f"loading a second copy of the target in {dtype} for {name} ...")
+    other = load_preset_target(preset.target, quantization=args.quantization, device=args.device,
+                               dtype=parse_dtype(dtype))
+    return Method(name, f"plain (PlainDecoder, {dtype})", PlainDecoder(other, base_cfg), target=other)
+
+
+def near_tie_tolerance(dtype) -> float:
+    """How far apart two logits may be and still swap under rounding between a batched and a one-token forward:
+    a few units in the last place of bf16/fp16 at the logits' scale (|logit| ~ 10-30), a hair in fp32."""
+    import torch
+
+    return {torch.bfloat16: 0.5, torch.float16: 0.0625}.get(dtype, 0.01)
+
+
 def _with_max_tokens(method: Method, max_new_tokens: int) -> Method:
     """The same lane with another token budget (decoders are cheap views of the shared target and draft)."""
     if method.decoder is None:
         return method
     dec = copy.copy(method.decoder)
     dec.config = replace(dec.config, max_new_tokens=max_new_tokens)
-    return Method(method.name, method.label, dec, method.budget)
+    return Method(method.name, method.label, dec, method.budget, target=method.target)
 
 
-def diagnose_mismatch(target, prompt_ids: list[int], want: list[int], index: int) -> float:
-    """The plain target's top-1 minus top-2 logit where a method first diverged: ~0 means a numerical near-tie,
-    a large gap means a real bug."""
+def diagnose_mismatch(target, prompt_ids: list[int], want: list[int], index: int, got: int | None = None) -> float:
+    """Where a method first diverged, the plain target's logit of its own token minus that of the method's token
+    (top-1 minus top-2 when the method's output simply ended there): ~0 means a numerical near-tie, a large margin
+    a real bug."""
     import torch
 
     ids = torch.tensor([list(prompt_ids) + list(want[:index])], device=target.device)
     with torch.inference_mode():
         logits = target.model(ids).logits[0, -1].float()
+    if got is not None and index < len(want):
+        return float(logits[want[index]] - logits[got])
     top = torch.topk(logits, 2).values
     return float(top[0] - top[1])
 
@@ -392,9 +424,10 @@ def run_benchmark(args, argv: Sequence[str]) -> int:
     questions = load_questions(args.data, args.limit)
     names = parse_methods(args.methods, hf_generate=not args.no_hf_generate)
     for n in names:
-        if n not in ("ar", "ar-hf") and n not in preset.drafts and not n.startswith("random:"):
-            raise ConfigError(f"method {n!r} is not ar or one of preset {preset.name!r}'s drafts "
-                              f"({', '.join(preset.drafts)}).")
+        if (n not in ("ar", "ar-hf", *br.OTHER_PRECISION_PLAIN) and n not in preset.drafts
+                and not n.startswith("random:")):
+            raise ConfigError(f"method {n!r} is not ar, {', '.join(br.OTHER_PRECISION_PLAIN)} or one of preset "
+                              f"{preset.name!r}'s drafts ({', '.join(preset.drafts)}).")
 
     load_start = _load_average()
     if load_start is not None and load_start > 0.5:
@@ -425,11 +458,17 @@ def run_benchmark(args, argv: Sequence[str]) -> int:
     if args.temperature == 0:
         identity = br.identity_check(records)
         by_key = {(r.method, r.key): r for r in records}
-        for mm in identity["mismatches"][:20]:
+        for mm in identity["mismatches"]:
+            if mm["turn"] > 0 and any(o is not mm and o["method"] == mm["method"] and o["run"] == mm["run"]
+                                      and o["dataset"] == mm["dataset"] and o["question_id"] == mm["question_id"]
+                                      and o["turn"] < mm["turn"] for o in identity["mismatches"]):
+                continue  # its context already differs; the margin would be measured in the wrong context
             rec = by_key[(identity["reference"], (mm["run"], mm["dataset"], mm["question_id"], mm["turn"]))]
-            mm["margin"] = diagnose_mismatch(target, rec.prompt_ids, rec.token_ids, mm["index"])
+            mm["margin"] = diagnose_mismatch(target, rec.prompt_ids, rec.token_ids, mm["index"], mm["got"])
+        identity = br.classify_mismatches(identity, near_tie_tolerance(target.dtype),
+                                          str(target.dtype).replace("torch.", ""))
     else:
-        identity = {"reference": None, "checked": 0, "mismatches": [],
+        identity = {"reference": None, "checked": 0, "mismatches": [], "near_ties": [],
                     "skipped": f"temperature {args.temperature} > 0 (outputs are samples; losslessness is tested "
                                f"statistically in tests/)"}
 
@@ -446,7 +485,8 @@ def run_benchmark(args, argv: Sequence[str]) -> int:
         "command": "python -m poss_core.bench " + shlex.join(list(argv)),
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "hardware": _hardware(target) + _load_text(load_start, _load_average()), "software": _software(),
-        "target": f"{preset.description} (quantization: {target.quantization})",
+        "target": f"{preset.description}, {str(target.dtype).replace('torch.', '')} on {target.device.type} "
+                  f"(quantization: {target.quantization})",
         "settings": settings, "budget": budget_text,
         "questions": f"{len(questions)} questions, {n_turns} turns from "
                      f"{', '.join(dict.fromkeys(q.dataset for q in questions))}"
@@ -464,7 +504,7 @@ def run_benchmark(args, argv: Sequence[str]) -> int:
     if identity["mismatches"]:
         _loud([br.identity_banner(identity)] +
               [f"{m['method']} run {m['run']} {m['dataset']}/{m['question_id']} turn {m['turn']}: first difference at "
-               f"token {m['index']} (got {m['got']}, plain {m['want']}; plain top-2 logit gap "
+               f"token {m['index']} (got {m['got']}, plain {m['want']}; plain logit margin "
                f"{m.get('margin', float('nan')):.4g})" for m in identity["mismatches"][:10]])
         return 3
     say(br.identity_banner(identity))

@@ -455,6 +455,7 @@ def test_preset_switch_and_app_flags():
     spec.loader.exec_module(entry)
     args = entry.build_parser().parse_args([])
     assert args.preset == DEFAULT_PRESET and args.share is False and args.host is None and args.port is None
+    assert args.dtype == "auto" and entry.build_parser().parse_args(["--dtype", "bfloat16"]).dtype == "bfloat16"
     assert entry.build_parser().parse_args(["--preset", "tiny-random", "--port", "7999"]).port == 7999
     assert entry.cpu_threads(None) >= 1 and entry.cpu_threads(3) == 3
 

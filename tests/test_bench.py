@@ -302,3 +302,32 @@ def test_tree_budget_auto_on_tiny_random(eval_files, tmp_path, monkeypatch):
     assert "calibration" in choice["profile_source"]
     assert choice["depth"] >= 1 and {r["depth"] for r in choice["table"]} >= {1}  # shallower trees were considered
     assert f"auto: poss2 → depth {choice['depth']}, budget {choice['budget']}" in (out / "report.md").read_text()
+
+
+def test_near_ties_are_told_from_real_mismatches():
+    """A divergence where the plain target's logits nearly tie is rounding; a later turn of that conversation has
+    another context and follows it; a divergence with a clear margin stays a failure."""
+    ms = [{"method": "eagle", "run": 0, "dataset": "d", "question_id": 1, "turn": 0, "index": 5, "got": 7, "want": 8,
+           "margin": 0.125},
+          {"method": "eagle", "run": 0, "dataset": "d", "question_id": 1, "turn": 1, "index": 2, "got": 3, "want": 4},
+          {"method": "poss2", "run": 0, "dataset": "d", "question_id": 2, "turn": 0, "index": 9, "got": 1, "want": 2,
+           "margin": 4.0}]
+    identity = br.classify_mismatches({"reference": "ar", "checked": 6, "mismatches": ms}, 0.5, "bfloat16")
+    assert [m["method"] for m in identity["mismatches"]] == ["poss2"]
+    assert [m["kind"] for m in identity["near_ties"]] == ["near-tie", "after an earlier turn's divergence"]
+    assert "IDENTITY CHECK FAILED" in br.identity_banner(identity)
+    only_ties = br.classify_mismatches({"reference": "ar", "checked": 6, "mismatches": ms[:2]}, 0.5, "bfloat16")
+    banner = br.identity_banner(only_ties)
+    assert banner.startswith("Identity check PASSED up to rounding: 4 of 6") and "bfloat16" in banner
+    strict = br.classify_mismatches({"reference": "ar", "checked": 6, "mismatches": ms[:2]}, 0.01, "float32")
+    assert len(strict["mismatches"]) == 2 and not strict["near_ties"]
+
+
+def test_other_precision_plain_is_a_speed_baseline_not_an_identity_reference():
+    ar = rec(0, "ar", "d", events([0, 0], 1.0, spec=False), tokens=[1, 2, 3])
+    fp32 = rec(0, "ar-float32", "d", events([0, 0], 0.5, spec=False), tokens=[1, 9, 3])
+    eagle = rec(0, "eagle", "d", events([2], 1.0), tokens=[1, 2, 3])
+    assert br.identity_check([ar, fp32, eagle])["mismatches"] == []
+    agg = br.aggregate([ar, fp32, eagle], DEPTH)
+    assert agg["baseline"][br.OVERALL]["method"] == ["ar-float32"]  # the faster plain decoder sets the speed-up
+    assert "ar-float32" not in agg["vs_eagle"]

