@@ -132,7 +132,7 @@ def lane_head_html(lane: Lane, comp: Comparison, running: bool) -> str:
     if not lane.plain:
         badges.append(identity_badge(lane.token_ids, plain.token_ids if plain is not None else None,
                                      float(comp.spec.temperature) == 0.0, lane.finished and plain is not None
-                                     and plain.finished))
+                                     and plain.finished, comp.hardware.get("dtype", "")))
     if lane.error:
         state = f'<div class="poss-lane-error">⚠ {html.escape(lane.error)}</div>'
     elif lane.finished:
