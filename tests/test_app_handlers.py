@@ -10,6 +10,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import torch
 
 from app import charts, handlers, lanes, render, runs
 from poss_core import metrics
@@ -425,20 +426,21 @@ def test_models_are_loaded_once_and_shared(monkeypatch):
     assert lanes.MODELS.draft(preset, "poss2", target) is lanes.MODELS.draft(preset, "poss2", target)
     calls = []
 
-    def slow_load(name, quantization="auto"):
-        calls.append(name)
+    def slow_load(name, quantization="auto", dtype=None):
+        calls.append((name, dtype))
         _time.sleep(0.2)
         return target
 
     monkeypatch.setattr(loading, "load_preset_target", slow_load)
     cache = lanes.ModelCache()
+    cache.dtype = torch.bfloat16  # what `python app.py --dtype bfloat16` sets: every target loads in it
     got = []
     threads = [threading.Thread(target=lambda: got.append(cache.target(preset))) for _ in range(4)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert calls == ["builtin:tiny-random"] and all(g is target for g in got)
+    assert calls == [("builtin:tiny-random", torch.bfloat16)] and all(g is target for g in got)
 
 
 def test_preset_switch_and_app_flags():
