@@ -126,7 +126,8 @@ def pos_acc_figure(runs: Runs, conditional: bool = True,
         fig = make_subplots(rows=1, cols=1)
     for label, ev in drafted.items():
         hist = metrics.accept_hist(ev, depth)
-        values = metrics.pos_acc_from_hist(hist) if conditional else metrics.pos_rate_from_hist(hist)
+        values = metrics.only_drafted(
+            metrics.pos_acc_from_hist(hist) if conditional else metrics.pos_rate_from_hist(hist), ev)
         reached = [sum(hist[k:]) for k in range(len(hist))]  # rounds with accept_len >= k
         x = list(range(1, len(values) + 1))
         # How many rounds each point rests on: the denominator of the ratio.

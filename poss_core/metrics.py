@@ -63,12 +63,21 @@ def pos_acc_from_hist(hist: Sequence[int]) -> list[float]:
     return [ge[k] / ge[k - 1] if ge[k - 1] else math.nan for k in range(1, len(hist))]
 
 
+def only_drafted(values: Sequence[float], events: Iterable[RoundEvent]) -> list[float]:
+    """NaN at positions deeper than any drafted node (a depth-2 tree under a depth-6 setting, or plain decoding):
+    nothing was proposed there, so a rate of 0 would be a claim the data cannot make."""
+    deepest = max_depth(events)
+    return [v if k <= deepest else math.nan for k, v in enumerate(values, 1)]
+
+
 def pos_rate(events: Iterable[RoundEvent], depth: int | None = None) -> list[float]:
-    return pos_rate_from_hist(accept_hist(events, depth))
+    events = list(events)
+    return only_drafted(pos_rate_from_hist(accept_hist(events, depth)), events)
 
 
 def pos_acc(events: Iterable[RoundEvent], depth: int | None = None) -> list[float]:
-    return pos_acc_from_hist(accept_hist(events, depth))
+    events = list(events)
+    return only_drafted(pos_acc_from_hist(accept_hist(events, depth)), events)
 
 
 def feature_deviation_by_position(events: Iterable[RoundEvent]) -> dict[str, list[float]]:
@@ -142,8 +151,8 @@ def summarize(events: Sequence[RoundEvent], depth: int | None = None) -> dict[st
     hist = accept_hist(events, depth)
     return {
         "tau": tau(events),
-        "pos_acc": pos_acc_from_hist(hist),
-        "pos_rate": pos_rate_from_hist(hist),
+        "pos_acc": only_drafted(pos_acc_from_hist(hist), events),
+        "pos_rate": only_drafted(pos_rate_from_hist(hist), events),
         "accept_hist": hist,
         "tokens_per_s": tokens_per_s(events),
         "new_tokens": total_new_tokens(events),

@@ -51,6 +51,16 @@ def test_positions_never_reached_are_nan():
     assert acc[0] == 0.5 and acc[1] == 0.0 and math.isnan(acc[2])
 
 
+def test_positions_deeper_than_the_tree_are_nan_not_zero():
+    """A depth-2 tree under a depth-6 setting (what --tree-budget auto may choose) drafts nothing at 3..6."""
+    e = [ev(1, 0, depth=2), ev(2, 2, depth=2), ev(3, 1, depth=2)]
+    s = metrics.summarize(e, depth=6)
+    assert s["accept_hist"] == [1, 1, 1, 0, 0, 0, 0]
+    assert s["pos_acc"][:2] == [2 / 3, 1 / 2] and all(math.isnan(v) for v in s["pos_acc"][2:])
+    assert s["pos_rate"][:2] == [2 / 3, 1 / 3] and all(math.isnan(v) for v in s["pos_rate"][2:])
+    assert metrics.pos_acc(e, depth=6)[1] == 1 / 2 and math.isnan(metrics.pos_rate(e, depth=6)[2])
+
+
 def test_feature_deviation_and_speed():
     e = events()
     e[5].feature_deviation = [FeatureDeviation(1.0, 0.1), FeatureDeviation(2.0, 0.2), FeatureDeviation(3.0, 0.3),

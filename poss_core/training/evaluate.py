@@ -7,7 +7,12 @@ Every draft is unrolled the same way as in training (step j reads step j-1's pre
 the target's real next token over the full vocabulary (a token outside a draft's vocabulary is a miss), so drafts
 with different vocabularies, and drafts before and after more training, are compared on equal terms. This is an
 offline proxy for the benchmark's pos-acc, cheap enough to run after every training stage; it reads only the data
-folders given, so keep one made from prompts no draft trained on (a different --seed of --self-prompts, say)."""
+folders given, so keep one made from prompts no draft trained on (a different --seed of --self-prompts, say).
+
+It is harsher than decoding at k >= 2: at step j *every* context feature is a step-(j-1) prediction (HASS-style, as
+POSS trains), while a decoding draft reads the target's true features up to the last verified token and its own
+only for the newest few. A draft trained teacher-forced only (the matched control) scores near zero here at k >= 2
+yet accepts well in decoding; compare drafts trained the same way, and check with the benchmark."""
 
 from __future__ import annotations
 
