@@ -88,6 +88,33 @@ def test_poss_step_j_reads_detached_predictions_of_step_j_minus_1(tiny_target, m
     assert len(steps) == 6
 
 
+@pytest.mark.parametrize("spec", [DraftSpec("poss", 3, 2), DraftSpec("stacked", 3)])
+def test_decoding_unroll_gives_each_chain_the_context_decoding_gives_it(tiny_target, spec):
+    """Step j for the chain anchored at row t, run directly: the specialist reads the true rows 0..t, then the
+    chain's own rows t+1..t+j-1 (features predicted by the previous steps), causally. The stacked blocks of
+    `decoding_unroll` must give the same prediction for every anchor at once."""
+    draft = fresh(tiny_target, spec).eval()
+    batch = make_batch(self_distilled(tiny_target, n=2))
+    with torch.no_grad():
+        steps = trainer.decoding_unroll(draft, batch, steps=4)
+        assert trainer.decoding_unroll(draft, batch, steps=1)[0][1].allclose(trainer.unroll(draft, batch, 1)[0][1],
+                                                                              atol=1e-5)
+        for anchor in (0, 3, 7):
+            chain = []  # predicted features of this chain, step by step
+            for j in range(1, 5):
+                rows = anchor + j  # true rows 0..anchor, then j-1 chain rows
+                feats = torch.cat([batch.features[:1, :anchor + 1]] + [f[None, None] for f in chain], dim=1)
+                causal = torch.ones(rows, rows, dtype=torch.bool).tril()
+                x = draft.run_specialist(draft.specialist_of(j), batch.tokens[:1, :rows], feats,
+                                         batch.positions[:1, :rows], trainer.float_mask(causal, feats.dtype))
+                chain.append(x[0, -1])
+                group, pred = steps[j - 1]
+                assert group == draft.specialist_of(j)
+                assert torch.allclose(pred[0, anchor + j - 1], x[0, -1], atol=1e-4)
+    # Not the training unroll from step 2 on: there every context feature is a prediction.
+    assert not torch.allclose(steps[1][1], trainer.unroll(draft, batch, 2)[1][1], atol=1e-4)
+
+
 def _run(module, *args):
     return subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=600)

@@ -28,8 +28,8 @@ from ..models.draft import DraftModel, DraftSpec, draft_config_from_target
 from ..models.target import TargetModel
 from .data import read_shards
 from .losses import LossWeights
-from .trainer import (RowBatch, TrainConfig, TrainSequence, make_batch, make_optimizer, optimizer_step, trainable,
-                      unroll)
+from .trainer import (RowBatch, TrainConfig, TrainSequence, decoding_unroll, make_batch, make_optimizer,
+                      optimizer_step, trainable, unroll)
 
 METHODS = {
     # name: (method, positions per specialist, simulated positions per step or 0 for "the depth")
@@ -125,13 +125,14 @@ def target_next_tokens(batches: list[RowBatch], full_head: torch.Tensor) -> list
 
 @torch.no_grad()
 def evaluate(draft: DraftModel, batches: list[RowBatch], positions: int,
-             next_tokens: list[torch.Tensor] | None = None) -> list[float]:
+             next_tokens: list[torch.Tensor] | None = None, as_decoding: bool = False) -> list[float]:
     """Held-out top-1 agreement with the target at each simulated draft position (1..positions), every draft
     unrolled the same way, so EAGLE and POSS are compared on equal terms.
 
     Without `next_tokens`, the target's choice is its argmax within the draft vocabulary (what the losses see); with
     the target's real next tokens (`target_next_tokens`, computed once for any number of drafts), a token outside
-    the draft vocabulary counts as a miss: comparable across drafts with different vocabularies."""
+    the draft vocabulary counts as a miss: comparable across drafts with different vocabularies. `as_decoding` unrolls
+    with the true context a decoding draft sees (`decoding_unroll`) instead of the training unroll."""
     draft.eval()
     hits = [0.0] * positions
     total = 0.0
@@ -140,7 +141,8 @@ def evaluate(draft: DraftModel, batches: list[RowBatch], positions: int,
             target_top = draft.head_logits(batch.target_features).argmax(-1)
         else:
             target_top = draft.to_draft_vocab(next_tokens[i])
-        for j, (_, pred) in enumerate(unroll(draft, batch, positions)):
+        steps = decoding_unroll(draft, batch, positions) if as_decoding else unroll(draft, batch, positions)
+        for j, (_, pred) in enumerate(steps):
             hits[j] += float(((draft.head_logits(pred).argmax(-1) == target_top).float() * batch.mask).sum())
         total += float(batch.mask.sum())
     draft.train()

@@ -80,6 +80,45 @@ def unroll(draft: DraftModel, batch: RowBatch, steps: int, noise: float = 0.0) -
     return out
 
 
+def decoding_mask(steps: int, t: int, device=None) -> torch.Tensor:
+    """Which rows of `steps` stacked blocks of t rows each may attend to which, as in decoding. Block i (1-based)
+    row r holds step i of the draft chain anchored at t0 = r - i + 1 (the last row with a true feature). It sees
+    the true context (block 1, rows <= t0) and its own chain's earlier steps (block k <= i, row t0 + k - 1).
+    Returns bool [steps*t, steps*t]."""
+    block = torch.arange(steps, device=device).repeat_interleave(t)  # 0-based block of every stacked row
+    row = torch.arange(t, device=device).repeat(steps)
+    anchor = row - block
+    q_anchor, k_anchor = anchor[:, None], anchor[None, :]
+    q_block, k_block = block[:, None], block[None, :]
+    context = (k_block == 0) & (row[None, :] <= q_anchor)
+    chain = (k_block >= 1) & (k_block <= q_block) & (k_anchor == q_anchor)
+    return context | chain
+
+
+def decoding_unroll(draft: DraftModel, batch: RowBatch, steps: int) -> list[tuple[int, torch.Tensor]]:
+    """Like `unroll`, but every step sees what it sees in decoding: the target's true features up to the chain's
+    anchor and the draft's own predictions only after it (`unroll`, as POSS trains, makes every context feature a
+    prediction). Step j re-runs its specialist over the true rows and the earlier steps' rows, as a decoding
+    specialist reads the context and the tree rows before it. Costs ~j times a training step, for evaluation."""
+    b, t = batch.tokens.shape
+    out: list[tuple[int, torch.Tensor]] = []
+    preds: list[torch.Tensor] = []
+    for j in range(1, steps + 1):
+        group = draft.specialist_of(j)
+        feats = [batch.features]
+        for i in range(2, j + 1):
+            # Block i row r belongs to anchor r - i + 1, whose step-(i-1) prediction sits at row r - 1 of block i-1.
+            prev = preds[i - 2]
+            feats.append(torch.cat([torch.zeros_like(prev[:, :1]), prev[:, :-1]], dim=1))
+        allowed = decoding_mask(j, t, batch.tokens.device)
+        x = draft.run_specialist(group, batch.tokens.repeat(1, j), torch.cat(feats, dim=1),
+                                 batch.positions.repeat(1, j), float_mask(allowed, batch.features.dtype))
+        pred = x[:, (j - 1) * t:]
+        preds.append(pred)
+        out.append((group, pred))
+    return out
+
+
 @dataclass
 class TrainConfig:
     steps: int = 200
