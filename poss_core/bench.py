@@ -53,7 +53,6 @@ class Method:
     budget: int | None = None
     budget_choice: Any = None
     notes: list[str] = field(default_factory=list)
-    target: Any = None  # a second copy of the target in another precision (plain baselines like `ar-float32`)
 
 
 # ----- inputs ----------------------------------------------------------------------------------------------------
@@ -308,7 +307,7 @@ def other_precision_plain(args, preset, name: str, base_cfg, say) -> Method:
     say(f"loading a second copy of the target in {dtype} for {name} ...")
     other = load_preset_target(preset.target, quantization=args.quantization, device=args.device,
                                dtype=parse_dtype(dtype))
-    return Method(name, f"plain (PlainDecoder, {dtype})", PlainDecoder(other, base_cfg), target=other)
+    return Method(name, f"plain (PlainDecoder, {dtype})", PlainDecoder(other, base_cfg))
 
 
 def near_tie_tolerance(dtype) -> float:
@@ -325,7 +324,7 @@ def _with_max_tokens(method: Method, max_new_tokens: int) -> Method:
         return method
     dec = copy.copy(method.decoder)
     dec.config = replace(dec.config, max_new_tokens=max_new_tokens)
-    return Method(method.name, method.label, dec, method.budget, target=method.target)
+    return Method(method.name, method.label, dec, method.budget)
 
 
 def diagnose_mismatch(target, prompt_ids: list[int], want: list[int], index: int, got: int | None = None) -> float:
@@ -424,8 +423,7 @@ def run_benchmark(args, argv: Sequence[str]) -> int:
     questions = load_questions(args.data, args.limit)
     names = parse_methods(args.methods, hf_generate=not args.no_hf_generate)
     for n in names:
-        if (n not in ("ar", "ar-hf", *br.OTHER_PRECISION_PLAIN) and n not in preset.drafts
-                and not n.startswith("random:")):
+        if not br.is_plain(n) and n not in preset.drafts and not n.startswith("random:"):
             raise ConfigError(f"method {n!r} is not ar, {', '.join(br.OTHER_PRECISION_PLAIN)} or one of preset "
                               f"{preset.name!r}'s drafts ({', '.join(preset.drafts)}).")
 
@@ -458,11 +456,7 @@ def run_benchmark(args, argv: Sequence[str]) -> int:
     if args.temperature == 0:
         identity = br.identity_check(records)
         by_key = {(r.method, r.key): r for r in records}
-        for mm in identity["mismatches"]:
-            if mm["turn"] > 0 and any(o is not mm and o["method"] == mm["method"] and o["run"] == mm["run"]
-                                      and o["dataset"] == mm["dataset"] and o["question_id"] == mm["question_id"]
-                                      and o["turn"] < mm["turn"] for o in identity["mismatches"]):
-                continue  # its context already differs; the margin would be measured in the wrong context
+        for mm in br.first_divergences(identity["mismatches"]).values():
             rec = by_key[(identity["reference"], (mm["run"], mm["dataset"], mm["question_id"], mm["turn"]))]
             mm["margin"] = diagnose_mismatch(target, rec.prompt_ids, rec.token_ids, mm["index"], mm["got"])
         identity = br.classify_mismatches(identity, near_tie_tolerance(target.dtype),

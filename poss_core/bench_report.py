@@ -274,24 +274,33 @@ def identity_check(records: Sequence[TurnRecord], reference: str | None = None) 
     return {"reference": reference, "checked": checked, "mismatches": mismatches, "near_ties": []}
 
 
+def _conversation(m: dict[str, Any]) -> tuple:
+    return m["method"], m["run"], m["dataset"], str(m["question_id"])
+
+
+def first_divergences(mismatches: Sequence[dict[str, Any]]) -> dict[tuple, dict[str, Any]]:
+    """The earliest differing turn of each method's conversation: later turns have another context (the method's
+    own earlier answer), so only these can be diagnosed against the reference's prompt."""
+    first: dict[tuple, dict[str, Any]] = {}
+    for m in mismatches:
+        key = _conversation(m)
+        if key not in first or m["turn"] < first[key]["turn"]:
+            first[key] = m
+    return first
+
+
 def classify_mismatches(identity: dict[str, Any], tolerance: float, precision: str = "") -> dict[str, Any]:
     """Split the mismatches into real ones and rounding near-ties. A turn counts as a near-tie when, where it first
     differs, the plain target's own logits put the two tokens within `tolerance` of each other (`margin`, set by the
     caller): a batched verify pass and a one-token plain step round differently, and in low precision that can flip
     an exact or near tie. A later turn of a conversation whose earlier turn diverged that way has a different
     context, so it is counted with the near-ties too. Everything else stays a mismatch."""
-    first_kind: dict[tuple, str] = {}
+    first = first_divergences(identity["mismatches"])
     real, ties = [], []
-    for m in sorted(identity["mismatches"], key=lambda m: (m["method"], m["run"], m["dataset"], str(m["question_id"]),
-                                                             m["turn"])):
-        conv = (m["method"], m["run"], m["dataset"], str(m["question_id"]))
-        if conv in first_kind:
-            m["kind"] = "after an earlier turn's divergence"
-            (ties if first_kind[conv] == "near-tie" else real).append(m)
-            continue
-        margin = m.get("margin")
-        tie = margin is not None and m["got"] is not None and abs(margin) <= tolerance
-        m["kind"] = first_kind[conv] = "near-tie" if tie else "mismatch"
+    for m in sorted(identity["mismatches"], key=lambda m: (*_conversation(m), m["turn"])):
+        lead = first[_conversation(m)]
+        tie = lead.get("margin") is not None and lead["got"] is not None and abs(lead["margin"]) <= tolerance
+        m["kind"] = ("near-tie" if tie else "mismatch") if m is lead else "after an earlier turn's divergence"
         (ties if tie else real).append(m)
     return {**identity, "mismatches": real, "near_ties": ties, "tolerance": tolerance, "precision": precision}
 
