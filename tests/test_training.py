@@ -115,6 +115,27 @@ def test_decoding_unroll_gives_each_chain_the_context_decoding_gives_it(tiny_tar
     assert not torch.allclose(steps[1][1], trainer.unroll(draft, batch, 2)[1][1], atol=1e-4)
 
 
+def test_training_with_the_decoding_unroll_lowers_its_loss_and_keeps_steps_apart(tiny_target):
+    """POSS trained on the context decoding gives it (HASS's context alignment): the loss falls, and no gradient
+    flows from a step back into the previous step's prediction (the earlier rows it reads are detached)."""
+    seqs = self_distilled(tiny_target, n=24)
+    held = make_batch(seqs[:6])
+    draft = fresh(tiny_target, DraftSpec("poss", 2, 2))
+    cfg = TrainConfig(steps=40, lr=3e-3, positions=4, unroll="decoding", noise=0.05)
+    before = float(loss_on_batch(draft, held, cfg)[0])
+    train(draft, batches(seqs[6:], size=6), cfg)
+    after = float(loss_on_batch(draft, held, cfg)[0])
+    assert after < 0.95 * before, (before, after)
+
+    steps = trainer.decoding_unroll(draft, held, steps=3)
+    # Step 3 is specialist 1; a loss on step 3 alone must leave specialist 0 (which made steps 1-2) untouched.
+    assert [g for g, _ in steps] == [0, 0, 1]
+    draft.zero_grad(set_to_none=True)
+    steps[2][1].sum().backward()
+    assert all(p.grad is None or not p.grad.any() for p in draft.layers[0].parameters())
+    assert any(p.grad is not None and p.grad.any() for p in draft.layers[1].parameters())
+
+
 def _run(module, *args):
     return subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=600)

@@ -1,18 +1,19 @@
 """Top-1 agreement with the target by draft position, for trained drafts on a data folder none of them trained on.
 
     python -m poss_core.training.evaluate --preset smollm2-135m --data data/smollm2-135m-selfeval \\
-        --drafts assets/drafts/smollm2-135m runs/s3a/export --methods eagle,poss2,poss3,matched
+        --drafts assets/drafts/smollm2-135m runs/s4-export --methods eagle,poss2,poss3,matched
 
-Every draft is unrolled the same way as in training (step j reads step j-1's predicted features) and compared with
-the target's real next token over the full vocabulary (a token outside a draft's vocabulary is a miss), so drafts
-with different vocabularies, and drafts before and after more training, are compared on equal terms. This is an
-offline proxy for the benchmark's pos-acc, cheap enough to run after every training stage; it reads only the data
-folders given, so keep one made from prompts no draft trained on (a different --seed of --self-prompts, say).
+Every draft is unrolled the same way (`--unroll predicted` by default: step j reads step j-1's predicted features)
+and compared with the target's real next token over the full vocabulary (a token outside a draft's vocabulary is a
+miss), so drafts with different vocabularies, and drafts before and after more training, are compared on equal
+terms. This is an offline proxy for the benchmark's pos-acc, cheap enough to run after every training stage; it
+reads only the data folders given, so keep one made from prompts no draft trained on (a different --seed of
+--self-prompts, say).
 
-It is harsher than decoding at k >= 2: at step j *every* context feature is a step-(j-1) prediction (HASS-style, as
-POSS trains), while a decoding draft reads the target's true features up to the last verified token and its own
-only for the newest few. A draft trained teacher-forced only (the matched control) scores near zero here at k >= 2
-yet accepts well in decoding. `--unroll decoding` gives every step the context decoding gives it instead."""
+The default is harsher than decoding at k >= 2: at step j *every* context feature is a step-(j-1) prediction, while
+a decoding draft reads the target's true features up to the last verified token and its own only for the newest
+few. A draft trained teacher-forced only (the matched control) scores near zero there at k >= 2 yet accepts well in
+decoding. `--unroll decoding` gives every step the context decoding gives it instead."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ from tqdm import tqdm
 
 from ..errors import PossError, run_cli
 from .data import read_shards
-from .trainer import make_batch
+from .trainer import UNROLLS, make_batch
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -38,9 +39,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--drafts", nargs="+", required=True, help="folders holding one subfolder per method")
     p.add_argument("--methods", default="eagle,poss2,poss3,matched")
     p.add_argument("--depth", type=int, default=6, help="draft positions to unroll")
-    p.add_argument("--unroll", choices=["training", "decoding"], default="training",
-                   help="training: every context feature a prediction (as POSS trains); decoding: true features up "
-                        "to the chain's anchor, predictions after it (as in decoding; ~3.5x the compute)")
+    p.add_argument("--unroll", choices=list(UNROLLS), default="predicted",
+                   help="predicted: every context feature a prediction (POSS's default training unroll); decoding: "
+                        "true features up to the chain's anchor, predictions after it (as in decoding; ~3.5x the "
+                        "compute)")
     p.add_argument("--batch-size", type=int, default=4)
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--out", default=None, help="also write the results here (JSON)")
@@ -71,7 +73,7 @@ def run(args) -> int:
                 print(f"[poss] skipping {path}: not found", file=sys.stderr)
                 continue
             draft = load_draft(path, target).float()
-            top1 = evaluate(draft, batches, args.depth, next_tokens, as_decoding=args.unroll == "decoding")
+            top1 = evaluate(draft, batches, args.depth, next_tokens, unroll=args.unroll)
             results.append({"drafts": str(folder), "method": name, "label": draft.spec.label,
                             "top1_by_position": [round(x, 4) for x in top1]})
             print(json.dumps(results[-1]), flush=True)
@@ -89,7 +91,7 @@ def run(args) -> int:
 def markdown_table(report: dict) -> str:
     depth = max(len(r["top1_by_position"]) for r in report["results"])
     lines = [f"Top-1 agreement with the target by draft position ({report['sequences']} sequences, "
-             f"{report['answer_rows']} answer tokens, {report.get('unroll', 'training')} unroll)", "",
+             f"{report['answer_rows']} answer tokens, {report.get('unroll', 'predicted')} unroll)", "",
              "| drafts | draft | " + " | ".join(f"k={k}" for k in range(1, depth + 1)) + " |",
              "|---|---|" + "---|" * depth]
     for r in report["results"]:

@@ -28,8 +28,8 @@ from ..models.draft import DraftModel, DraftSpec, draft_config_from_target
 from ..models.target import TargetModel
 from .data import read_shards
 from .losses import LossWeights
-from .trainer import (RowBatch, TrainConfig, TrainSequence, decoding_unroll, make_batch, make_optimizer,
-                      optimizer_step, trainable, unroll)
+from .trainer import (UNROLLS, RowBatch, TrainConfig, TrainSequence, make_batch, make_optimizer, optimizer_step,
+                      trainable)
 
 METHODS = {
     # name: (method, positions per specialist, simulated positions per step or 0 for "the depth")
@@ -125,14 +125,15 @@ def target_next_tokens(batches: list[RowBatch], full_head: torch.Tensor) -> list
 
 @torch.no_grad()
 def evaluate(draft: DraftModel, batches: list[RowBatch], positions: int,
-             next_tokens: list[torch.Tensor] | None = None, as_decoding: bool = False) -> list[float]:
+             next_tokens: list[torch.Tensor] | None = None, unroll: str = "predicted") -> list[float]:
     """Held-out top-1 agreement with the target at each simulated draft position (1..positions), every draft
     unrolled the same way, so EAGLE and POSS are compared on equal terms.
 
     Without `next_tokens`, the target's choice is its argmax within the draft vocabulary (what the losses see); with
     the target's real next tokens (`target_next_tokens`, computed once for any number of drafts), a token outside
-    the draft vocabulary counts as a miss: comparable across drafts with different vocabularies. `as_decoding` unrolls
-    with the true context a decoding draft sees (`decoding_unroll`) instead of the training unroll."""
+    the draft vocabulary counts as a miss: comparable across drafts with different vocabularies. `unroll` names the
+    context of later positions (`UNROLLS`): "predicted" (every context feature a prediction) or "decoding" (the
+    target's true features up to the chain's anchor, as a decoding draft sees)."""
     draft.eval()
     hits = [0.0] * positions
     total = 0.0
@@ -141,7 +142,7 @@ def evaluate(draft: DraftModel, batches: list[RowBatch], positions: int,
             target_top = draft.head_logits(batch.target_features).argmax(-1)
         else:
             target_top = draft.to_draft_vocab(next_tokens[i])
-        steps = decoding_unroll(draft, batch, positions) if as_decoding else unroll(draft, batch, positions)
+        steps = UNROLLS[unroll](draft, batch, positions)
         for j, (_, pred) in enumerate(steps):
             hits[j] += float(((draft.head_logits(pred).argmax(-1) == target_top).float() * batch.mask).sum())
         total += float(batch.mask.sum())
@@ -181,7 +182,8 @@ def train_one(name: str, draft: DraftModel, batches, cfg: TrainConfig, out: Path
                 ckpt.with_suffix(".tmp").replace(ckpt)
     draft.eval()
     return {"method": name, "steps": cfg.steps, "seconds_this_run": round(time.time() - t0, 1),
-            "heldout_top1_by_position": evaluate(draft, heldout, eval_positions)}
+            "heldout_top1_by_position": evaluate(draft, heldout, eval_positions),
+            "heldout_top1_by_position_decoding": evaluate(draft, heldout, eval_positions, unroll="decoding")}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -199,9 +201,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--noise", type=float, default=0.05, help="EAGLE's uniform input-feature noise (half-width)")
     p.add_argument("--draft-vocab", type=int, default=8192, help="0 = the full vocabulary")
     p.add_argument("--loss", default="paper", help="paper | hass | token-heavy")
+    p.add_argument("--unroll", choices=list(UNROLLS), default="predicted",
+                   help="how POSS's later training positions see their context: predicted = every context feature "
+                        "the previous step's prediction (cheap); decoding = the target's true features up to each "
+                        "chain's anchor and the draft's own after it, as decoding sees them (HASS's context "
+                        "alignment; about 3-4x the cost per step). Teacher-forced methods are unaffected")
     p.add_argument("--heldout", type=float, default=0.03, help="fraction of training sequences held out")
     p.add_argument("--save-every", type=int, default=50)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="initialisation, held-out split and (by default) batch order")
+    p.add_argument("--batch-seed", type=int, default=None,
+                   help="a different batch order for a later training stage, keeping --seed's held-out split")
     p.add_argument("--out", required=True, help="run folder (resume state, logs, final drafts)")
     p.add_argument("--init-from", default=None, metavar="FOLDER",
                    help="continue training the drafts in FOLDER/<method> (e.g. the bundled ones) instead of a "
@@ -251,15 +260,17 @@ def run(args) -> int:
     for name in names:
         method, n, positions = METHODS[name]
         cfg = TrainConfig(steps=args.steps, lr=args.lr, noise=args.noise, weights=weights, seed=args.seed,
-                          positions=positions or args.depth, autocast=args.autocast)
+                          positions=positions or args.depth, autocast=args.autocast, unroll=args.unroll)
         draft = make_draft(target, name, args.depth, vocab, init, args.seed)
         init_note = "shared (EAGLE's initial layer, copied into every layer)"
         if args.init_from:
             init_note = continue_from(draft, args.init_from, target, name)
-        record = train_one(name, draft, token_batches(train_seqs, args.tokens_per_batch, args.seed), cfg, out,
+        batch_seed = args.seed if args.batch_seed is None else args.batch_seed
+        record = train_one(name, draft, token_batches(train_seqs, args.tokens_per_batch, batch_seed), cfg, out,
                            heldout_batches, args.depth, args.save_every)
         card = {**record, "label": draft.spec.label, "train_config": {**asdict(cfg), "weights": asdict(weights)},
-                "tokens_per_batch": args.tokens_per_batch, "data": data_info, "target": target.name,
+                "tokens_per_batch": args.tokens_per_batch, "batch_seed": batch_seed, "data": data_info,
+                "target": target.name,
                 "init": init_note}
         for folder in [out / name / "final"] + ([Path(args.export) / name] if args.export else []):
             save_draft(draft, folder, target, extra_meta={"training": card})

@@ -62,15 +62,19 @@ def shift_predictions(first: torch.Tensor, pred: torch.Tensor) -> torch.Tensor:
     return torch.cat([first[:, :1], pred[:, :-1].detach()], dim=1)
 
 
+def noisy(features: torch.Tensor, noise: float) -> torch.Tensor:
+    """EAGLE's uniform input noise (half-width `noise`): robustness to the error of the draft's own features."""
+    if noise <= 0:
+        return features
+    return features + (torch.rand_like(features) - 0.5) * 2 * noise
+
+
 def unroll(draft: DraftModel, batch: RowBatch, steps: int, noise: float = 0.0) -> list[tuple[int, torch.Tensor]]:
     """Run `steps` simulated draft positions; step j uses specialist_of(j+1) and reads step j-1's predictions.
     Returns [(specialist, predicted features [B, T, H])] per step."""
     t = batch.tokens.shape[1]
     causal = float_mask(torch.ones(t, t, dtype=torch.bool, device=batch.tokens.device).tril(), batch.features.dtype)
-    feats = batch.features
-    if noise > 0:
-        # EAGLE's uniform input noise: robustness to the error of the draft's own features.
-        feats = feats + (torch.rand_like(feats) - 0.5) * 2 * noise
+    feats = noisy(batch.features, noise)
     out = []
     for j in range(steps):
         group = draft.specialist_of(j + 1)
@@ -95,20 +99,22 @@ def decoding_mask(steps: int, t: int, device=None) -> torch.Tensor:
     return context | chain
 
 
-def decoding_unroll(draft: DraftModel, batch: RowBatch, steps: int) -> list[tuple[int, torch.Tensor]]:
+def decoding_unroll(draft: DraftModel, batch: RowBatch, steps: int, noise: float = 0.0) -> list[tuple[int, torch.Tensor]]:
     """Like `unroll`, but every step sees what it sees in decoding: the target's true features up to the chain's
-    anchor and the draft's own predictions only after it (`unroll`, as POSS trains, makes every context feature a
-    prediction). Step j re-runs its specialist over the true rows and the earlier steps' rows, as a decoding
-    specialist reads the context and the tree rows before it. Costs ~j times a training step, for evaluation."""
+    anchor and the draft's own predictions only after it (`unroll` makes every context feature a prediction). HASS's
+    context alignment trains this way. Step j re-runs its specialist over the true rows and the earlier steps' rows
+    (detached predictions), as a decoding specialist reads the context and the tree rows before it. Step j costs
+    about j times a step of `unroll` (its attention j^2 times)."""
     b, t = batch.tokens.shape
+    true_feats = noisy(batch.features, noise)
     out: list[tuple[int, torch.Tensor]] = []
     preds: list[torch.Tensor] = []
     for j in range(1, steps + 1):
         group = draft.specialist_of(j)
-        feats = [batch.features]
+        feats = [true_feats]
         for i in range(2, j + 1):
             # Block i row r belongs to anchor r - i + 1, whose step-(i-1) prediction sits at row r - 1 of block i-1.
-            prev = preds[i - 2]
+            prev = preds[i - 2].detach()
             feats.append(torch.cat([torch.zeros_like(prev[:, :1]), prev[:, :-1]], dim=1))
         allowed = decoding_mask(j, t, batch.tokens.device)
         x = draft.run_specialist(group, batch.tokens.repeat(1, j), torch.cat(feats, dim=1),
@@ -117,6 +123,10 @@ def decoding_unroll(draft: DraftModel, batch: RowBatch, steps: int) -> list[tupl
         preds.append(pred)
         out.append((group, pred))
     return out
+
+
+# How later simulated positions see their context (TrainConfig.unroll, the evaluation's --unroll).
+UNROLLS = {"predicted": unroll, "decoding": decoding_unroll}
 
 
 @dataclass
@@ -129,6 +139,7 @@ class TrainConfig:
     grad_clip: float = 0.5
     noise: float = 0.0
     positions: int = 1  # simulated draft positions per step: 1 = teacher forcing (EAGLE), depth for POSS
+    unroll: str = "predicted"  # "predicted": every context feature a prediction; "decoding": as decoding sees it
     weights: LossWeights = field(default_factory=LossWeights)
     seed: int = 0
     autocast: str = "none"  # "bfloat16": mixed precision (fp32 master weights); ~2x faster on CPUs with AMX
@@ -158,7 +169,7 @@ def loss_on_batch(draft: DraftModel, batch: RowBatch, cfg: TrainConfig) -> tuple
         ones = torch.ones(target_feat.shape[0], device=target_feat.device)
         total = torch.zeros((), dtype=torch.float32, device=target_feat.device)
         parts = []
-        for _, pred in unroll(draft, batch, cfg.positions, cfg.noise):
+        for _, pred in UNROLLS[cfg.unroll](draft, batch, cfg.positions, cfg.noise):
             rows = pred[sel]
             loss, p = draft_loss(rows, target_feat, target_logits, draft.head_logits(rows), ones, cfg.weights)
             total = total + loss
