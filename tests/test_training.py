@@ -261,3 +261,23 @@ def test_full_vocabulary_agreement_counts_tokens_outside_the_draft_vocabulary_as
     small.bind_target(tiny_target.input_embedding_weight(), tiny_target.lm_head_weight())
     share = float(sum(int(t in set(common.tolist())) for t in answers)) / len(answers)
     assert all(x <= share + 0.05 for x in evaluate(small, batches, 4, nxt))
+
+
+def test_specialists_can_start_from_a_trained_eagle_layer(tiny_target, tmp_path):
+    """`--specialists-from`: every POSS specialist (and EAGLE itself) starts as a copy of the trained EAGLE layer."""
+    from poss_core.errors import PossError
+    from poss_core.models.checkpoint import save_draft
+    from poss_core.training.train import make_draft, trained_eagle
+
+    eagle = fresh(tiny_target, DraftSpec("eagle", 1), seed=3)
+    save_draft(eagle, tmp_path / "eagle", tiny_target, dtype=torch.float32)
+    init, note = trained_eagle(tmp_path, tiny_target)
+    assert str(tmp_path / "eagle") in note
+    poss = make_draft(tiny_target, "poss2", 6, None, init, seed=0)
+    assert len(poss.layers) == 3
+    for layer in poss.layers:
+        assert torch.equal(layer.self_attn.q_proj.weight, eagle.layers[0].self_attn.q_proj.weight)
+        assert torch.equal(layer.mlp.down_proj.weight, eagle.layers[0].mlp.down_proj.weight)
+    assert torch.equal(poss.fc.weight, eagle.fc.weight)
+    with pytest.raises(PossError, match="no trained 'eagle' draft"):
+        trained_eagle(tmp_path / "nowhere", tiny_target)

@@ -117,6 +117,16 @@ def continue_from(draft: DraftModel, folder: str | Path, target: TargetModel, na
     return f"continued from {path} ({card.get('steps', '?')} steps before)"
 
 
+def trained_eagle(folder: str | Path, target: TargetModel) -> tuple[DraftModel, str]:
+    """The trained EAGLE draft in `folder/eagle`, whose fc and layer every method's layers start from."""
+    path = Path(folder) / "eagle"
+    if not path.is_dir():
+        raise PossError(f"--specialists-from {folder}: there is no trained 'eagle' draft in it ({path} is missing).")
+    eagle = load_draft(path, target).float()
+    card = json.loads((path / "model_card.json").read_text()) if (path / "model_card.json").is_file() else {}
+    return eagle, f"every layer copied from {path} ({card.get('steps', '?')} steps before)"
+
+
 @torch.no_grad()
 def target_next_tokens(batches: list[RowBatch], full_head: torch.Tensor) -> list[torch.Tensor]:
     """The target's real next token (argmax over its full vocabulary) for every row of every batch."""
@@ -215,6 +225,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--init-from", default=None, metavar="FOLDER",
                    help="continue training the drafts in FOLDER/<method> (e.g. the bundled ones) instead of a "
                         "shared fresh initialisation; every method gets the same extra steps and batches")
+    p.add_argument("--specialists-from", default=None, metavar="FOLDER",
+                   help="start every method's layers (POSS's specialists, the matched control's stack, EAGLE's own "
+                        "layer) as copies of the trained FOLDER/eagle draft, as POSS's paper does; EAGLE thereby "
+                        "continues for the same steps, which keeps the comparison fair. Not with --init-from")
     p.add_argument("--export", default=None, help="also write the final drafts here (e.g. assets/drafts/NAME)")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--autocast", default="none", choices=["none", "bfloat16"],
@@ -256,13 +270,17 @@ def run(args) -> int:
     heldout_batches = [make_batch(held[i: i + 8]) for i in range(0, len(held), 8)]
     weights = LossWeights.named(args.loss)
     init = make_draft(target, "eagle", args.depth, vocab, None, args.seed)
+    init_note = "shared (EAGLE's initial layer, copied into every layer)"
+    if args.specialists_from:
+        if args.init_from:
+            raise PossError("--specialists-from and --init-from both set where training starts: give one.")
+        init, init_note = trained_eagle(args.specialists_from, target)
     cards = {}
     for name in names:
         method, n, positions = METHODS[name]
         cfg = TrainConfig(steps=args.steps, lr=args.lr, noise=args.noise, weights=weights, seed=args.seed,
                           positions=positions or args.depth, autocast=args.autocast, unroll=args.unroll)
         draft = make_draft(target, name, args.depth, vocab, init, args.seed)
-        init_note = "shared (EAGLE's initial layer, copied into every layer)"
         if args.init_from:
             init_note = continue_from(draft, args.init_from, target, name)
         batch_seed = args.seed if args.batch_seed is None else args.batch_seed
