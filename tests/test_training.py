@@ -31,9 +31,9 @@ def test_short_training_lowers_the_loss(tiny_target):
     for spec, positions in [(DraftSpec("eagle", 1), 1), (DraftSpec("poss", 3, 2), 6), (DraftSpec("stacked", 2), 1)]:
         draft = fresh(tiny_target, spec)
         cfg = TrainConfig(steps=60, lr=3e-3, positions=positions, weights=LossWeights.named("hass"))
-        before = float(loss_on_batch(draft, held, cfg)[0])
+        before = float(loss_on_batch(draft, held, cfg)[0].detach())
         history = train(draft, batches(seqs[8:], size=8), cfg)
-        after = float(loss_on_batch(draft, held, cfg)[0])
+        after = float(loss_on_batch(draft, held, cfg)[0].detach())
         assert after < 0.95 * before, (spec.label, before, after)
         assert len(history) == 60 and len(history[-1]["positions"]) == positions
 
@@ -43,9 +43,9 @@ def test_bf16_mixed_precision_trains_and_keeps_fp32_weights(tiny_target):
     held = make_batch(seqs[:6])
     draft = fresh(tiny_target, DraftSpec("poss", 2, 3))
     cfg = TrainConfig(steps=40, lr=3e-3, positions=4, autocast="bfloat16")
-    before = float(loss_on_batch(draft, held, cfg)[0])
+    before = float(loss_on_batch(draft, held, cfg)[0].detach())
     train(draft, batches(seqs[6:], size=6), cfg)
-    after = float(loss_on_batch(draft, held, cfg)[0])
+    after = float(loss_on_batch(draft, held, cfg)[0].detach())
     assert after < 0.95 * before, (before, after)
     assert all(p.dtype == torch.float32 for p in draft.parameters())  # master weights stay fp32
 
@@ -56,12 +56,12 @@ def test_the_loss_ignores_prompt_rows(tiny_target):
     batch = make_batch(self_distilled(tiny_target, n=4))
     cfg = TrainConfig(positions=1)
     row = (batch.mask[0] == 0).nonzero()[0].item()
-    base = float(loss_on_batch(draft, batch, cfg)[0])
+    base = float(loss_on_batch(draft, batch, cfg)[0].detach())
     batch.target_features[0, row] += 5.0
-    assert float(loss_on_batch(draft, batch, cfg)[0]) == base
+    assert float(loss_on_batch(draft, batch, cfg)[0].detach()) == base
     answer = (batch.mask[0] == 1).nonzero()[0].item()
     batch.target_features[0, answer] += 5.0
-    assert float(loss_on_batch(draft, batch, cfg)[0]) != base
+    assert float(loss_on_batch(draft, batch, cfg)[0].detach()) != base
 
 
 def test_poss_step_j_reads_detached_predictions_of_step_j_minus_1(tiny_target, monkeypatch):
@@ -122,9 +122,9 @@ def test_training_with_the_decoding_unroll_lowers_its_loss_and_keeps_steps_apart
     held = make_batch(seqs[:6])
     draft = fresh(tiny_target, DraftSpec("poss", 2, 2))
     cfg = TrainConfig(steps=40, lr=3e-3, positions=4, unroll="decoding", noise=0.05)
-    before = float(loss_on_batch(draft, held, cfg)[0])
+    before = float(loss_on_batch(draft, held, cfg)[0].detach())
     train(draft, batches(seqs[6:], size=6), cfg)
-    after = float(loss_on_batch(draft, held, cfg)[0])
+    after = float(loss_on_batch(draft, held, cfg)[0].detach())
     assert after < 0.95 * before, (before, after)
 
     steps = trainer.decoding_unroll(draft, held, steps=3)
