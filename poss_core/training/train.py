@@ -101,30 +101,32 @@ def make_draft(target: TargetModel, name: str, depth: int, vocab: torch.Tensor |
     return draft
 
 
+def trained_draft(folder: str | Path, name: str, option: str, target: TargetModel) -> tuple[DraftModel, Path, str]:
+    """The trained draft in `folder/name` (errors name the CLI `option` that asked for it), its folder, and where it
+    came from with its step count, for the model card."""
+    path = Path(folder) / name
+    if not path.is_dir():
+        raise PossError(f"{option} {folder}: there is no trained '{name}' draft in it ({path} is missing).")
+    card = json.loads((path / "model_card.json").read_text()) if (path / "model_card.json").is_file() else {}
+    return load_draft(path, target), path, f"{path} ({card.get('steps', '?')} steps before)"
+
+
 def continue_from(draft: DraftModel, folder: str | Path, target: TargetModel, name: str) -> str:
     """Load the trained weights of `folder/name` into `draft` (its draft vocabulary may differ: the LM head is the
     target's, sliced, so only the fc and the layers carry over). Returns a description for the model card."""
-    path = Path(folder) / name
-    if not path.is_dir():
-        raise PossError(f"--init-from {folder}: there is no trained '{name}' draft in it ({path} is missing).")
-    trained = load_draft(path, target)
+    trained, path, source = trained_draft(folder, name, "--init-from", target)
     if trained.spec.method != draft.spec.method or len(trained.layers) != len(draft.layers):
         raise PossError(f"{path} is a {trained.spec.label} draft with {len(trained.layers)} layer(s); '{name}' needs "
                         f"{draft.spec.method} with {len(draft.layers)}: continue from the drafts of the same methods.")
     weights = {k: v.float() for k, v in trained.state_dict().items() if not k.startswith("embed_tokens.")}
     draft.load_state_dict(weights, strict=False)
-    card = json.loads((path / "model_card.json").read_text()) if (path / "model_card.json").is_file() else {}
-    return f"continued from {path} ({card.get('steps', '?')} steps before)"
+    return f"continued from {source}"
 
 
 def trained_eagle(folder: str | Path, target: TargetModel) -> tuple[DraftModel, str]:
     """The trained EAGLE draft in `folder/eagle`, whose fc and layer every method's layers start from."""
-    path = Path(folder) / "eagle"
-    if not path.is_dir():
-        raise PossError(f"--specialists-from {folder}: there is no trained 'eagle' draft in it ({path} is missing).")
-    eagle = load_draft(path, target).float()
-    card = json.loads((path / "model_card.json").read_text()) if (path / "model_card.json").is_file() else {}
-    return eagle, f"every layer copied from {path} ({card.get('steps', '?')} steps before)"
+    eagle, _, source = trained_draft(folder, "eagle", "--specialists-from", target)
+    return eagle.float(), f"every layer copied from {source}"
 
 
 @torch.no_grad()

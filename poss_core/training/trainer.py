@@ -105,7 +105,7 @@ def decoding_unroll(draft: DraftModel, batch: RowBatch, steps: int, noise: float
     context alignment trains this way. Step j re-runs its specialist over the true rows and the earlier steps' rows
     (detached predictions), as a decoding specialist reads the context and the tree rows before it. Step j costs
     about j times a step of `unroll` (its attention j^2 times)."""
-    b, t = batch.tokens.shape
+    t = batch.tokens.shape[1]
     true_feats = noisy(batch.features, noise)
     out: list[tuple[int, torch.Tensor]] = []
     preds: list[torch.Tensor] = []
