@@ -268,7 +268,8 @@ def make_methods(args, preset, target, names: list[str], base_cfg, say) -> list[
     calib_prompts: list[list[int]] = []
     if auto:
         curve = load_or_measure_curve(target, remeasure=args.remeasure, log=say)
-        say("verify ms (forward + logits post-processing) by verified tokens: " + ", ".join(
+        say("verify ms by verified tokens n (forward to the hidden states + LM head and post-processing over n "
+            "rows; verification reads only the rows of slots with children and the stopping slot): " + ", ".join(
             f"{n}:{m:.1f}+{curve.post_at(n):.1f}" for n, m in zip(curve.sizes, curve.ms)))
         calib_prompts = [encode_prompt(target.tokenizer, p) for p in CALIBRATION_PROMPTS[: args.calibration_prompts]]
     for name in names:

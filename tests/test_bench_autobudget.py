@@ -51,6 +51,46 @@ def test_accepted_ranks_and_accept_len_at_budget():
     assert [ab.accept_len_at_budget(ranks, b) for b in (2, 3, 5, 6, 60)] == [1, 2, 2, 3, 3]
 
 
+def test_head_rows_count_the_slots_with_children_and_a_stopping_leaf():
+    # Pruning order: node 0 (-0.1), 2 (-0.2), 1 (-0.3), 4 (-0.4), 3 (-0.9); the accepted path 0 -> 2 -> 3.
+    nodes = [DraftNode(1, -1, 1, -0.1, 0.9, 0), DraftNode(2, -1, 1, -0.3, 0.7, 0), DraftNode(3, 0, 2, -0.2, 0.9, 1),
+             DraftNode(4, 2, 3, -0.9, 0.5, 2), DraftNode(5, 1, 2, -0.4, 0.8, 1)]
+    e = RoundEvent(round=1, nodes=nodes, accepted=[0, 2, 3], bonus=0, target_probs=[], feature_deviation=[],
+                   draft_ms=0, verify_ms=0, new_tokens=4)
+    # b=2: root + leaf 0; b=3: root, 0 + leaf 2; b=4 adds node 1 under the root; b=5 node 4 under 1; b=6 leaf 3.
+    assert ab.head_rows_by_budget(e, 7)[2:] == [2, 3, 3, 4, 5, 5]
+    # Acceptance stopping at node 0, which has children: no extra row.
+    stops_inside = RoundEvent(round=1, nodes=nodes, accepted=[0], bonus=0, target_probs=[], feature_deviation=[],
+                              draft_ms=0, verify_ms=0, new_tokens=2)
+    assert ab.head_rows_by_budget(stops_inside, 6)[6] == 4
+    assert ab.head_rows_by_budget(e, 6, max_depth=1)[6] == 2  # only the root has children; leaf 0 stops it
+    prof = ab.profile_from_events([e, stops_inside], max_budget=6, depth=3)
+    assert prof.expected_head_rows(6) == 4.5 and prof.expected_head_rows(60) == 4.5
+    assert ab.default_profile(depth=6).expected_head_rows(16) == 16  # no rounds: every slot, an upper bound
+
+
+def test_the_decoders_lm_head_rows_are_what_the_profile_counts(tiny_target, trained_drafts, monkeypatch):
+    rows_per_call: list[int] = []
+    real = tiny_target.logits
+
+    def counting(hidden):
+        rows_per_call.append(int(hidden.shape[0]))
+        return real(hidden)
+
+    monkeypatch.setattr(tiny_target, "logits", counting)
+    cfg = DecodeConfig(depth=4, top_k=3, tree_budget=12, max_new_tokens=24)
+    ids = encode_prompt(tiny_target.tokenizer, "Tell me about the sea.")
+    events, per_round = [], []
+    for item in SpeculativeDecoder(tiny_target, trained_drafts["poss2"], cfg).generate(ids):
+        if isinstance(item, RoundEvent) and not item.prefill:
+            events.append(item)
+            per_round.append(sum(rows_per_call))
+        rows_per_call.clear()
+    assert any(e.accepted for e in events)
+    assert per_round == [ab.head_rows_by_budget(e, 12)[12] for e in events]
+    assert max(per_round) < 12  # fewer rows than slots
+
+
 def test_calibrated_profile_reads_smaller_budgets_off_one_run():
     prof = ab.AcceptanceProfile(source="unit", max_budget=60, depth=3, ranks=[[0, 1, 4], [], [0, 20]])
     assert prof.expected_tau(2) == pytest.approx((2 + 1 + 2) / 3)

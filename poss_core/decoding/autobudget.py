@@ -1,14 +1,17 @@
 """`--tree-budget auto`: measure the target's forward time against the number of verified tokens (once per device and
 model, cached as JSON), and pick the tree budget that maximises expected tokens per second for a draft.
 
-Expected tokens/s at budget B = τ(B) / (draft_ms + forward_ms(B) + post_ms(B) + fixed_ms) where
-- forward_ms(B) is the measured curve: the verify forward over B tokens with all logits, at a 256-token context;
-  post_ms(B) is measured with it: the per-row work greedy verification does on the [B, vocabulary] logits
-  (argmax, log-normaliser). Both are medians, made non-decreasing in B (noise can only make a bigger tree look
-  cheaper, never the other way round);
+Expected tokens/s at budget B = τ(B) / (draft_ms + forward_ms(B) + head_ms(R(B)) + fixed_ms) where
+- forward_ms(B) is the measured curve: the verify forward over B tokens up to the hidden states, at a 256-token
+  context; head_ms(r) is measured with it: the LM head over r of those rows and the per-row work greedy verification
+  does on them (to the CPU, argmax, log-normaliser). Both are medians, made non-decreasing (noise can only make a
+  bigger tree look cheaper, never the other way round);
+- R(B) is how many rows verification puts through the LM head: one per slot with children, plus the slot where
+  acceptance stops when it is a leaf (`verify.SlotRows`). It comes from the calibration rounds like τ(B) below
+  (every slot, an upper bound, for the default profile);
 - draft_ms and fixed_ms come from a short calibration decode: drafting does not depend on B (EAGLE-2 drafts the same
   top_k frontier per depth whatever the budget, and only the final pruning keeps fewer nodes); fixed_ms is the
-  round's measured overhead minus post_ms at the calibration budget;
+  round's measured overhead (acceptance, cache commit, events);
 - τ(B) comes from the draft's acceptance profile. The calibration decode runs at the largest budget considered; since
   EAGLE-2 keeps the best (B − 1) candidates by cumulative score and greedy acceptance walks the target's argmax, the
   accept length a round would have had with a smaller budget is exactly the number of leading nodes of its accepted
@@ -64,8 +67,8 @@ CALIBRATION_PROMPTS = (
 # ----- the forward-time curve ------------------------------------------------------------------------------------
 @dataclass
 class ForwardCurve:
-    """Median milliseconds of one target forward over n new tokens (all logits), and of the greedy post-processing of
-    those logits, at a fixed context length; both non-decreasing in n."""
+    """Median milliseconds of one target forward over n new tokens (hidden states only), and of the LM head plus
+    greedy post-processing over n rows, at a fixed context length; both non-decreasing in n."""
 
     key: str
     sizes: list[int]
@@ -92,7 +95,7 @@ class ForwardCurve:
         return self._interp(self.sizes, self.ms, n)
 
     def post_at(self, n: float) -> float:
-        """The post-processing milliseconds for n verified tokens (0 for curves measured without it)."""
+        """The LM head and post-processing milliseconds for n rows (0 for curves measured without it)."""
         return self._interp(self.sizes, self.post_ms, n) if self.post_ms else 0.0
 
     def to_json(self) -> dict:
@@ -130,6 +133,10 @@ def device_description(device: torch.device) -> str:
     return f"{device.type}:{name}, {os.cpu_count()} cores, {torch.get_num_threads()} torch threads"
 
 
+# What a curve measures; a curve cached under another version measured something else and is measured again.
+CURVE_VERSION = "verify v2: forward to hidden states + LM head on the rows read"
+
+
 def curve_key(target: TargetModel) -> str:
     """Device + model shape + dtype + quantization + torch version: what a forward's cost depends on."""
     c = target.config
@@ -137,7 +144,7 @@ def curve_key(target: TargetModel) -> str:
              f"a{getattr(c, 'num_attention_heads', '?')}/{getattr(c, 'num_key_value_heads', '?')} "
              f"i{getattr(c, 'intermediate_size', '?')} v{target.vocab_size}")
     return (f"{device_description(target.device)} | {model} | {target.dtype} {target.quantization} | "
-            f"torch {torch.__version__}")
+            f"torch {torch.__version__} | {CURVE_VERSION}")
 
 
 def _sync(device: torch.device) -> None:
@@ -148,8 +155,9 @@ def _sync(device: torch.device) -> None:
 @torch.inference_mode()
 def measure_forward_curve(target: TargetModel, sizes: Sequence[int] = CANDIDATE_BUDGETS, context: int = CURVE_CONTEXT,
                           repeats: int = 5, seed: int = 0) -> ForwardCurve:
-    """Time the verify forward (n tokens after a `context`-token cache, all logits) for each n; sizes are visited in
-    a shuffled order per repeat so drift in machine speed spreads over all of them; the median is kept."""
+    """Time the verify forward (n tokens after a `context`-token cache, to the hidden states) and the LM head with
+    greedy post-processing over n rows, for each n; sizes are visited in a shuffled order per repeat so drift in
+    machine speed spreads over all of them; the median is kept."""
     sizes = sorted({int(s) for s in sizes if s >= 1} | {1})
     context = max(1, min(context, target.max_context - max(sizes) - 1))
     gen = torch.Generator().manual_seed(seed)
@@ -163,11 +171,11 @@ def measure_forward_curve(target: TargetModel, sizes: Sequence[int] = CANDIDATE_
         tokens = torch.randint(0, vocab, (n,), generator=gen)
         _sync(target.device)
         t0 = time.perf_counter()
-        out = target.forward(tokens, context + torch.arange(n), causal_allowed(n, context), cache, logits="all")
+        out = target.forward(tokens, context + torch.arange(n), causal_allowed(n, context), cache, logits="none")
         _sync(target.device)
         t1 = time.perf_counter()
-        # What greedy verification does per row of logits: bring them to the CPU, argmax, log-normaliser.
-        logits = out.logits.cpu()
+        # What greedy verification does per row it reads: the LM head, to the CPU, argmax, log-normaliser.
+        logits = target.logits(out.hidden)
         logits.argmax(dim=-1)
         torch.logsumexp(logits, dim=-1)
         t2 = time.perf_counter()
@@ -244,11 +252,31 @@ def accepted_ranks(event: RoundEvent, max_depth: int | None = None) -> list[int]
     up to that depth are the same, and the deeper ones simply do not compete for the budget."""
     if not event.accepted:
         return []
+    rank = {node: r for r, node in enumerate(_pruning_order(event, max_depth))}
+    return [rank[a] for a in event.accepted if a in rank]
+
+
+def _pruning_order(event: RoundEvent, max_depth: int | None) -> list[int]:
+    """The round's drafted nodes (up to `max_depth`) best first, the way EAGLE-2 pruning ranks candidates."""
     keep = [i for i, n in enumerate(event.nodes) if max_depth is None or n.depth <= max_depth]
     keys = {i: event.nodes[i].score - 1e-9 * event.nodes[i].depth for i in keep}
-    order = sorted(keep, key=lambda i: (-keys[i], i))
-    rank = {node: r for r, node in enumerate(order)}
-    return [rank[a] for a in event.accepted if a in rank]
+    return sorted(keep, key=lambda i: (-keys[i], i))
+
+
+def head_rows_by_budget(event: RoundEvent, max_budget: int, max_depth: int | None = None) -> list[int]:
+    """Entry b (2 ≤ b ≤ max_budget): the rows verification would put through the LM head had the round's tree kept
+    only its best b − 1 nodes: one per slot with children, plus the slot where acceptance stops if it is a leaf."""
+    order = _pruning_order(event, max_depth)
+    ranks = accepted_ranks(event, max_depth)
+    rows = [1] * (max_budget + 1)  # a lone root: its own row
+    with_children: set[int] = set()  # parent node index, -1 for the root
+    for b in range(2, max_budget + 1):
+        if b - 2 < len(order):
+            with_children.add(event.nodes[order[b - 2]].parent)
+        n_acc = accept_len_at_budget(ranks, b)
+        stop = event.accepted[n_acc - 1] if n_acc else -1
+        rows[b] = len(with_children) + (0 if stop in with_children else 1)
+    return rows
 
 
 def accept_len_at_budget(ranks: Sequence[int], budget: int) -> int:
@@ -271,6 +299,7 @@ class AcceptanceProfile:
     ranks: list[list[int]] | None = None  # per calibration round, at the full depth
     pos_acc: list[float] | None = None  # default profile: conditional pos-acc for a big tree
     ranks_by_depth: dict[int, list[list[int]]] = field(default_factory=dict)  # shallower trees, same rounds
+    head_rows: dict[int, list[list[int]]] = field(default_factory=dict)  # per depth, per round: LM-head rows by budget
 
     def expected_tau(self, budget: int, depth: int | None = None) -> float:
         budget = min(budget, self.max_budget)
@@ -289,6 +318,16 @@ class AcceptanceProfile:
             tau += reach
         return tau
 
+    def expected_head_rows(self, budget: int, depth: int | None = None) -> float:
+        """Mean rows verification puts through the LM head at this budget; every slot (an upper bound) when the
+        profile has no rounds to count them on."""
+        depth = self.depth if depth is None else min(depth, self.depth)
+        per_round = self.head_rows.get(depth)
+        if not per_round:
+            return float(budget)
+        b = max(2, min(budget, self.max_budget))
+        return sum(r[b] for r in per_round) / len(per_round)
+
     def depths(self) -> list[int]:
         """Depths this profile can predict τ for."""
         if self.ranks is None:
@@ -300,7 +339,9 @@ def profile_from_events(events: Sequence[RoundEvent], max_budget: int, depth: in
     rounds = metrics.draft_rounds(events)
     return AcceptanceProfile(source=f"calibration: {len(rounds)} rounds on {prompts} prompt(s) at budget {max_budget}",
                              max_budget=max_budget, depth=depth, ranks=[accepted_ranks(e) for e in rounds],
-                             ranks_by_depth={d: [accepted_ranks(e, d) for e in rounds] for d in range(1, depth)})
+                             ranks_by_depth={d: [accepted_ranks(e, d) for e in rounds] for d in range(1, depth)},
+                             head_rows={d: [head_rows_by_budget(e, max_budget, d) for e in rounds]
+                                        for d in range(1, depth + 1)})
 
 
 def default_profile(depth: int, max_budget: int = MAX_BUDGET) -> AcceptanceProfile:
@@ -339,7 +380,8 @@ def max_useful_budget(depth: int, top_k: int) -> int:
 def choose_budget(curve: ForwardCurve, profile: AcceptanceProfile, draft_ms: float, fixed_ms: float,
                   candidates: Sequence[int] = CANDIDATE_BUDGETS, depth: int | None = None,
                   top_k: int | None = None, choose_depth: bool = False) -> BudgetChoice:
-    """The candidate with the highest τ(B, d) / round_ms(B, d), round_ms = draft(d) + forward(B) + post(B) + fixed.
+    """The candidate with the highest τ(B, d) / round_ms(B, d),
+    round_ms = draft(d) + forward(B) + head(rows(B, d)) + fixed.
 
     `draft_ms` is the drafting time at the profile's depth; with `choose_depth`, shallower trees are considered too,
     their drafting time scaled by depth (each depth is one draft forward over the frontier)."""
@@ -355,8 +397,9 @@ def choose_budget(curve: ForwardCurve, profile: AcceptanceProfile, draft_ms: flo
         d_ms = draft_ms * d / full_depth
         for b in sorted({c for c in candidates if 2 <= c <= limit} or {2}):
             tau = profile.expected_tau(b, d)
-            round_ms = d_ms + curve.at(b) + curve.post_at(b) + fixed_ms
-            table.append({"depth": d, "budget": b, "tau": tau, "round_ms": round_ms,
+            head_rows = profile.expected_head_rows(b, d)
+            round_ms = d_ms + curve.at(b) + curve.post_at(head_rows) + fixed_ms
+            table.append({"depth": d, "budget": b, "tau": tau, "head_rows": head_rows, "round_ms": round_ms,
                           "tokens_per_s": 1000.0 * tau / round_ms})
     best = max(table, key=lambda row: (row["tokens_per_s"], -row["budget"], -row["depth"]))
     return BudgetChoice(budget=best["budget"], expected_tokens_per_s=best["tokens_per_s"],
@@ -402,7 +445,9 @@ def auto_tree_budget(target: TargetModel, draft, config: DecodeConfig, prompts: 
     split = metrics.time_split(events)
     draft_ms = split["draft_ms"] if not math.isnan(split["draft_ms"]) else 0.0
     overhead_ms = split["overhead_ms"] if not math.isnan(split["overhead_ms"]) else 0.0
-    fixed_ms = max(0.0, overhead_ms - curve.post_at(budget))
+    # The LM head over the rows verification reads runs inside the measured verify time; what is left in the
+    # overhead (a leaf's row when acceptance stops there, argmax over a few rows) is counted as fixed.
+    fixed_ms = max(0.0, overhead_ms)
     prof = (profile_from_events(events, budget, config.depth, len(prompts)) if profile == "calibrate"
             else default_profile(config.depth, budget))
     return choose_budget(curve, prof, draft_ms, fixed_ms, depth=config.depth, top_k=config.top_k,

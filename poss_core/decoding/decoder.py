@@ -15,7 +15,7 @@ from ..models.target import TargetModel, causal_allowed, keep_cache_slots
 from .config import DecodeConfig
 from .events import DecodeSummary, DraftNode, FeatureDeviation, RoundEvent
 from .tree import DraftTree, build_tree
-from .verify import target_distribution, verify_greedy, verify_sampling
+from .verify import SlotRows, target_distribution, verify_greedy, verify_sampling
 
 Message = dict  # {"role": ..., "content": ...}
 
@@ -189,6 +189,13 @@ class SpeculativeDecoder(_BaseDecoder):
         self.draft = draft
         self._stats_depth = config.depth
 
+    def _target_rows(self, hidden: torch.Tensor) -> torch.Tensor:
+        """What verification reads at a slot: the target's logits (greedy) or the distribution it samples from."""
+        logits = self.target.logits(hidden)
+        if self.config.greedy:
+            return logits
+        return target_distribution(logits, self.config.temperature, self.config.top_p)
+
     @torch.inference_mode()
     def generate(self, input_ids: Sequence[int],
                  cancel: threading.Event | None = None) -> Iterator[RoundEvent | DecodeSummary]:
@@ -226,19 +233,16 @@ class SpeculativeDecoder(_BaseDecoder):
             allowed = torch.ones(tree.size + 1, n + tree.size, dtype=torch.bool)
             allowed[:, n - 1:] = tree.ancestors()
             out = self.target.forward(slots, n - 1 + torch.cat([torch.zeros(1, dtype=torch.long), tree.depths]),
-                                      allowed, cache, logits="all")
+                                      allowed, cache, logits="none")
+            rows = SlotRows(self._target_rows, out.hidden, tree.parents)
             verify_ms = _ms(t0)
 
-            logits = out.logits.cpu()
             if cfg.greedy:
-                path, bonus = verify_greedy(tree, logits)
-                rows, where = torch.unique(tree.parents + 1, return_inverse=True)  # only slots that have children
-                log_z = torch.logsumexp(logits[rows], dim=-1)
-                target_probs = (logits[tree.parents + 1, tree.tokens] - log_z[where]).exp()
+                path, bonus = verify_greedy(tree, rows)
+                target_probs = (rows.at_nodes(tree.tokens) - torch.logsumexp(rows.block, dim=-1)[rows.where]).exp()
             else:
-                probs = target_distribution(logits, cfg.temperature, cfg.top_p)
-                path, bonus = verify_sampling(tree, probs, gen)
-                target_probs = probs[tree.parents + 1, tree.tokens]
+                path, bonus = verify_sampling(tree, rows, gen)
+                target_probs = rows.at_nodes(tree.tokens)
 
             keep = torch.tensor([0] + [a + 1 for a in path])
             keep_cache_slots(cache, n - 1, keep)

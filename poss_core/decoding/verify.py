@@ -2,9 +2,47 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from .tree import DraftTree
+
+
+class SlotRows:
+    """The target's rows (logits or probabilities) for a tree's slots, computed only where verification reads them.
+
+    Verification reads the row of every slot that has children (to test them) and the row of the slot where
+    acceptance stops (for the bonus token). The first are computed up front in one batched LM-head call; a leaf's row
+    only if acceptance ends there. Over a 49k vocabulary the LM head is a fifth of a small target's weights, so
+    applying it to every slot of a tree costs a CPU verify pass roughly a tenth more (the README measures it).
+    Indexing by slot (0 = root, i+1 = node i) works like indexing a full [slots, V] tensor."""
+
+    def __init__(self, rows_of: Callable[[torch.Tensor], torch.Tensor], hidden: torch.Tensor,
+                 parents: torch.Tensor) -> None:
+        self._rows_of = rows_of
+        self._hidden = hidden
+        self.slots, self.where = torch.unique(parents + 1, return_inverse=True)  # slots with children; node -> row
+        self.block = rows_of(hidden[self.slots.to(hidden.device)])
+        self._index = {s: i for i, s in enumerate(self.slots.tolist())}
+        self._more: dict[int, torch.Tensor] = {}
+
+    def __getitem__(self, slot: int) -> torch.Tensor:
+        i = self._index.get(slot)
+        if i is not None:
+            return self.block[i]
+        if slot not in self._more:
+            self._more[slot] = self._rows_of(self._hidden[slot:slot + 1])[0]
+        return self._more[slot]
+
+    @property
+    def computed(self) -> int:
+        """How many slots' rows were computed (the LM head's work this round)."""
+        return len(self._index) + len(self._more)
+
+    def at_nodes(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Each node's entry in its parent's row: the target's logit (or probability) of the drafted token."""
+        return self.block[self.where, tokens]
 
 
 def target_distribution(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
@@ -25,24 +63,25 @@ def target_distribution(logits: torch.Tensor, temperature: float, top_p: float) 
     return probs
 
 
-def verify_greedy(tree: DraftTree, logits: torch.Tensor) -> tuple[list[int], int]:
+def verify_greedy(tree: DraftTree, logits: torch.Tensor | SlotRows) -> tuple[list[int], int]:
     """Accept down the tree while the drafted token is the target's argmax at its parent; return (path, bonus).
 
-    `logits` has one row per slot: the root first, then the nodes in tree order."""
-    best = logits.argmax(dim=-1).tolist()
+    `logits[slot]` is the target's row at a slot: the root is slot 0, node i is slot i + 1."""
     tokens = tree.tokens.tolist()
     kids = tree.children()
     path: list[int] = []
     slot = 0
     while True:
-        nxt = next((c for c in kids[slot] if tokens[c] == best[slot]), None)
+        best = int(logits[slot].argmax())
+        nxt = next((c for c in kids[slot] if tokens[c] == best), None)
         if nxt is None:
-            return path, best[slot]
+            return path, best
         path.append(nxt)
         slot = nxt + 1
 
 
-def verify_sampling(tree: DraftTree, probs: torch.Tensor, generator: torch.Generator) -> tuple[list[int], int]:
+def verify_sampling(tree: DraftTree, probs: torch.Tensor | SlotRows,
+                    generator: torch.Generator) -> tuple[list[int], int]:
     """Lossless multi-candidate verification. At each slot, try its children best-first: accept child x with
     probability p(x) under the residual distribution (the draft proposes deterministically, q = 1), else remove x
     from p and renormalise. The accepted path followed by the bonus token is distributed exactly as the target's own

@@ -109,6 +109,11 @@ class TargetModel:
         head_in = hidden[-1:] if logits == "last" else hidden
         return TargetOutput(self.lm_head(head_in).float(), hidden)
 
+    @torch.inference_mode()
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The LM head over some rows of `forward`'s hidden states: float32 logits on the CPU."""
+        return self.lm_head(hidden).float().cpu()
+
     @property
     def dtype_for_mask(self) -> torch.dtype:
         # The mask must match the dtype of the attention scores: the model's compute dtype.
