@@ -3,7 +3,7 @@
     python -m poss_core.bench --preset smollm2-135m --methods ar,eagle,poss1,poss2,poss3,matched \\
         --data ../shared/data/eval/*.jsonl [--limit N] [--max-new-tokens 256] [--runs 3] [--temperature 0] \\
         [--depth 6 --top-k 10 --tree-budget 60 | --tree-budget auto] --out results/
-    python -m poss_core.bench overhead [--preset tiny-random] [--tree-budget 60] [--rounds 60]
+    python -m poss_core.bench overhead [--preset tiny-random] [--tree-budget 60] [--rounds 60] [--dtype ...]
     python -m poss_core.bench report results/        # tables and charts again from results/records.jsonl
 
 `ar` is plain decoding, timed two ways: the project's PlainDecoder (`ar`) and transformers' `generate` (`ar-hf`);
@@ -527,14 +527,18 @@ def _print_console(agg: dict, meta: dict) -> None:
 def measure_overhead(target, draft, cfg, prompt: str = "Tell me a story about a lighthouse keeper.",
                      rounds: int = 60, warmup_rounds: int = 5) -> dict[str, float]:
     """Per draft round: wall, draft and verify ms as events report them, and the engine's own overhead = wall minus
-    the time spent inside model forwards (the target's forward, the draft's specialist layers and its LM head),
-    measured by timing those calls. Nodes per tree are reported to show the tree was full."""
+    the time spent inside model forwards (the target's forward and LM head, the draft's specialist layers and its
+    LM head), measured by timing those calls. Nodes per tree are reported to show the tree was full.
+
+    The target's LM head is also timed both ways on the same rounds: over the rows verification reads (what the
+    engine does) and, as an extra call outside the round's accounting, over every slot of the tree (what it did
+    before `verify.SlotRows`): an A/B in one run, so the machine's speed cancels out."""
     import statistics
 
     from .decoding.decoder import SpeculativeDecoder, encode_prompt
     from .decoding.events import DecodeSummary
 
-    clock = {"model": 0.0}
+    clock = {"model": 0.0, "extra": 0.0, "head": 0.0, "head_rows": 0, "all_head": 0.0, "all_rows": 0}
 
     def timed(fn):
         def wrapper(*a, **k):
@@ -545,8 +549,27 @@ def measure_overhead(target, draft, cfg, prompt: str = "Tell me a story about a 
                 clock["model"] += time.perf_counter() - t0
         return wrapper
 
+    def timed_head(hidden):
+        t0 = time.perf_counter()
+        out = type(target).logits(target, hidden)
+        clock["head"] += time.perf_counter() - t0
+        clock["model"] += time.perf_counter() - t0
+        clock["head_rows"] += int(hidden.shape[0])
+        return out
+
+    def forward_and_full_head(*a, **k):
+        out = timed(type(target).forward.__get__(target))(*a, **k)
+        if k.get("logits") == "none" and out.hidden.shape[0] > 1:  # a verify pass: the old LM head, for comparison
+            t0 = time.perf_counter()
+            type(target).logits(target, out.hidden)
+            clock["all_head"] += time.perf_counter() - t0
+            clock["extra"] += time.perf_counter() - t0
+            clock["all_rows"] += int(out.hidden.shape[0])
+        return out
+
     # Instance attributes shadow the methods for these two objects only; the engine's code is unchanged.
-    target.forward = timed(type(target).forward.__get__(target))
+    target.forward = forward_and_full_head
+    target.logits = timed_head
     draft.run_specialist = timed(type(draft).run_specialist.__get__(draft))
     draft.head_logits = timed(type(draft).head_logits.__get__(draft))
     try:
@@ -554,20 +577,24 @@ def measure_overhead(target, draft, cfg, prompt: str = "Tell me a story about a 
         ids = encode_prompt(target.tokenizer, prompt)
         rows = []
         gen = dec.generate(ids)
-        last = clock["model"]
+        last = dict(clock)
         for item in gen:
             if isinstance(item, DecodeSummary):
                 break
-            model_ms = (clock["model"] - last) * 1000.0
-            last = clock["model"]
+            delta = {key: clock[key] - last[key] for key in clock}
+            last = dict(clock)
             if item.prefill:
                 continue
-            rows.append((item.wall_ms, item.draft_ms, item.verify_ms, model_ms, len(item.nodes), item.accept_len))
+            # The comparison's extra LM-head call ran inside this round's verify timing: take it out again.
+            extra_ms = delta["extra"] * 1000.0
+            rows.append((item.wall_ms - extra_ms, item.draft_ms, item.verify_ms - extra_ms, delta["model"] * 1000.0,
+                         len(item.nodes), item.accept_len, delta["head"] * 1000.0, delta["head_rows"],
+                         delta["all_head"] * 1000.0, delta["all_rows"]))
             if len(rows) >= rounds + warmup_rounds:
                 gen.close()
                 break
     finally:
-        for obj, name in ((target, "forward"), (draft, "run_specialist"), (draft, "head_logits")):
+        for obj, name in ((target, "forward"), (target, "logits"), (draft, "run_specialist"), (draft, "head_logits")):
             obj.__dict__.pop(name, None)
     rows = rows[warmup_rounds:]
     if not rows:
@@ -581,6 +608,8 @@ def measure_overhead(target, draft, cfg, prompt: str = "Tell me a story about a 
         "model_ms": statistics.fmean(col[3]), "engine_ms": statistics.fmean(engine),
         "engine_ms_median": statistics.median(engine), "engine_share": statistics.fmean(engine) / statistics.fmean(col[0]),
         "nodes": statistics.fmean(col[4]), "tau": statistics.fmean(a + 1 for a in col[5]),
+        "head_ms": statistics.fmean(col[6]), "head_rows": statistics.fmean(col[7]),
+        "all_head_ms": statistics.fmean(col[8]), "all_rows": statistics.fmean(col[9]),
     }
 
 
@@ -588,7 +617,7 @@ def overhead_main(argv: Sequence[str]) -> int:
     import torch
 
     from .decoding.config import DecodeConfig
-    from .models.loading import load_draft_by_name, load_preset_target
+    from .models.loading import add_dtype_argument, load_draft_by_name, load_preset_target, parse_dtype
     from .models.presets import get_preset, resolve_draft_name
 
     p = argparse.ArgumentParser(prog="python -m poss_core.bench overhead",
@@ -601,11 +630,12 @@ def overhead_main(argv: Sequence[str]) -> int:
     p.add_argument("--rounds", type=int, default=60)
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--device", default=None)
+    add_dtype_argument(p)
     args = p.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     preset = get_preset(args.preset)
-    target = load_preset_target(preset.target, quantization="none", device=args.device)
+    target = load_preset_target(preset.target, quantization="none", device=args.device, dtype=parse_dtype(args.dtype))
     if preset.name == "tiny-random":
         # A tiny target with room for a long decode: the default tiny one has 512 positions.
         from .models.tiny import tiny_target
@@ -623,6 +653,10 @@ def overhead_main(argv: Sequence[str]) -> int:
           f"{r['event_overhead_ms']:.2f} (as events report them)")
     print(f"  model forwards {r['model_ms']:.2f} ms; engine overhead (everything else) {r['engine_ms']:.2f} ms "
           f"mean, {r['engine_ms_median']:.2f} ms median, {r['engine_share'] * 100:.0f}% of the round")
+    saved = r["all_head_ms"] - r["head_ms"]
+    print(f"  target LM head per round: {r['head_ms']:.2f} ms over the {r['head_rows']:.1f} rows verification reads; "
+          f"{r['all_head_ms']:.2f} ms over all {r['all_rows']:.1f} slots (timed on the same rounds): "
+          f"{saved:.2f} ms saved, {100 * saved / (r['wall_ms'] + saved):.1f}% of a round that heads every slot")
     return 0
 
 

@@ -331,3 +331,13 @@ def test_other_precision_plain_is_a_speed_baseline_not_an_identity_reference():
     agg = br.aggregate([ar, fp32, eagle], DEPTH)
     assert agg["baseline"][br.OVERALL]["method"] == ["ar-float32"]  # the faster plain decoder sets the speed-up
     assert "ar-float32" not in agg["vs_eagle"]
+
+
+def test_overhead_measurement_times_the_lm_head_both_ways(tiny_target):
+    draft = random_draft(tiny_target, "eagle", depth=4)
+    r = bench.measure_overhead(tiny_target, draft, DecodeConfig(depth=4, top_k=4, tree_budget=16), rounds=6,
+                               warmup_rounds=1)
+    assert r["rounds"] == 6 and r["all_rows"] == pytest.approx(r["nodes"] + 1)
+    assert 1 <= r["head_rows"] < r["all_rows"] and r["head_ms"] > 0 and r["all_head_ms"] > 0
+    assert 0 < r["engine_ms"] < r["wall_ms"] and r["verify_ms"] > 0
+    assert "forward" not in tiny_target.__dict__ and "logits" not in tiny_target.__dict__  # the wrappers are gone
