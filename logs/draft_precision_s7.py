@@ -1,7 +1,11 @@
 """Seventh session: where a round's time goes at bf16, depth 3, budget 32, with the draft in bf16, in fp32, or on one
 thread (the target on two). Four training prompts only (never eval/). Run: PYTHONPATH=. python logs/draft_precision_s7.py
 [DRAFT_FOLDER] [--profile]"""
-import json, statistics, sys, time, torch
+import json, sys
+
+import torch
+
+import poss_core.decoding.decoder as D
 from poss_core.models.loading import load_preset_target, load_draft_by_name
 from poss_core.decoding.config import DecodeConfig
 from poss_core.decoding.decoder import SpeculativeDecoder, PlainDecoder, encode_prompt
@@ -22,12 +26,12 @@ def report(name, r):
     d, v, w, n, k = r
     print(f"{name:14s} rounds {k:4d} tokens {n:4d} draft/round {d/k:6.2f} verify/round {v/k:6.2f} "
           f"other/round {(w-d-v)/k:5.2f} wall/round {w/k:6.2f} tok/s {1000*n/w:5.1f}", flush=True)
-draft_bf = load_draft_by_name(sys.argv[1] if len(sys.argv) > 1 else "assets/drafts/smollm2-135m/eagle", t)
-draft_fp = load_draft_by_name(sys.argv[1] if len(sys.argv) > 1 else "assets/drafts/smollm2-135m/eagle", t)
+folder = next((a for a in sys.argv[1:] if not a.startswith("--")), "assets/drafts/smollm2-135m/eagle")
+draft_bf, draft_fp = load_draft_by_name(folder, t), load_draft_by_name(folder, t)
 draft_fp.to(torch.float32); draft_fp.bind_target(t.input_embedding_weight(), t.lm_head_weight(), copy_embedding=False)
-import poss_core.decoding.decoder as D
 _bt = D.build_tree
 class OneThread(SpeculativeDecoder):
+    """The draft's tree on one thread, the target on two (the decoder calls the module's build_tree)."""
     def generate(self, ids):
         def bt(*a, **k):
             torch.set_num_threads(1)
