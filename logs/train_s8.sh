@@ -18,8 +18,8 @@ B="--steps 300 --batch-seed 9 --export runs/s8-export"
 case "$1" in
   a-eagle) train logs/s8a-eagle.log $A --methods eagle --out runs/s8a-eagle ;;
   a-matched) train logs/s8a-matched.log $A --methods matched --out runs/s8a-matched ;;
-  b-teacher) train logs/s8b-eagle.log $B --init-from runs/s8a-export --methods eagle --threads 2 --out runs/s8b-eagle && \
-             train logs/s8b-matched.log $B --init-from runs/s8a-export --methods matched --threads 2 --out runs/s8b-matched ;;
+  b-teacher) train logs/s8b-eagle.log $B --init-from runs/s8a-export --methods eagle --threads 1 --out runs/s8b-eagle && \
+             train logs/s8b-matched.log $B --init-from runs/s8a-export --methods matched --threads 1 --out runs/s8b-matched ;;
   b-poss) train logs/s8b-$2.log $B --specialists-from runs/s8a-export --unroll decoding --methods $2 --threads 2 \
               --out runs/s8b-$2 ;;
   *) echo "usage: $0 a-eagle|a-matched|b-teacher|b-poss poss2|poss3" >&2; exit 2 ;;
