@@ -5,22 +5,25 @@
 #   b) POSS-2 and POSS-3 start again from that EAGLE layer (every specialist a copy of it) and train 300 steps with
 #      the decoding unroll; EAGLE and the matched control get the same 300 steps on the same batches (order 9).
 # So every method ends with the same number of steps (EAGLE 3,500 + 1,800; POSS 5,000 as EAGLE + 300 as POSS).
+# A later stage reuses this script with TAG, A_STEPS, SEED_A, SEED_B and SAVE_EVERY set (logs/train_s9.sh); logs are
+# appended to, so a resumed run keeps its earlier lines.
 export PYTHONPATH=.
 DATA="--preset smollm2-135m --data data/smollm2-135m data/smollm2-135m-answers data/smollm2-135m-bf16 \
  data/smollm2-135m-self data/smollm2-135m-self2 --tokens-per-batch 1024 --draft-vocab 8192 --lr 5e-4 \
- --autocast bfloat16 --save-every 50"
+ --autocast bfloat16 --save-every ${SAVE_EVERY:-50}"
+T=${TAG:-s8}
 train() {  # train <log> <args...>
   local log=$1; shift
-  .venv/bin/python -m poss_core.training.train $DATA "$@" > "$log" 2>&1
+  .venv/bin/python -m poss_core.training.train $DATA "$@" >> "$log" 2>&1
 }
-A="--init-from assets/drafts/smollm2-135m --steps 1500 --batch-seed 8 --threads 1 --export runs/s8a-export"
-B="--steps 300 --batch-seed 9 --export runs/s8-export"
+A="--init-from assets/drafts/smollm2-135m --steps ${A_STEPS:-1500} --batch-seed ${SEED_A:-8} --threads 1 --export runs/${T}a-export"
+B="--steps 300 --batch-seed ${SEED_B:-9} --export runs/${T}-export"
 case "$1" in
-  a-eagle) train logs/s8a-eagle.log $A --methods eagle --out runs/s8a-eagle ;;
-  a-matched) train logs/s8a-matched.log $A --methods matched --out runs/s8a-matched ;;
-  b-teacher) train logs/s8b-eagle.log $B --init-from runs/s8a-export --methods eagle --threads 1 --out runs/s8b-eagle && \
-             train logs/s8b-matched.log $B --init-from runs/s8a-export --methods matched --threads 1 --out runs/s8b-matched ;;
-  b-poss) train logs/s8b-$2.log $B --specialists-from runs/s8a-export --unroll decoding --methods $2 --threads 2 \
-              --out runs/s8b-$2 ;;
+  a-eagle) train logs/${T}a-eagle.log $A --methods eagle --out runs/${T}a-eagle ;;
+  a-matched) train logs/${T}a-matched.log $A --methods matched --out runs/${T}a-matched ;;
+  b-teacher) train logs/${T}b-eagle.log $B --init-from runs/${T}a-export --methods eagle --threads 1 --out runs/${T}b-eagle && \
+             train logs/${T}b-matched.log $B --init-from runs/${T}a-export --methods matched --threads 1 --out runs/${T}b-matched ;;
+  b-poss) train logs/${T}b-$2.log $B --specialists-from runs/${T}a-export --unroll decoding --methods $2 --threads 2 \
+              --out runs/${T}b-$2 ;;
   *) echo "usage: $0 a-eagle|a-matched|b-teacher|b-poss poss2|poss3" >&2; exit 2 ;;
 esac
