@@ -5,7 +5,7 @@
 #   b) POSS-2 and POSS-3 start again from that EAGLE layer (every specialist a copy of it) and train 300 steps with
 #      the decoding unroll; EAGLE and the matched control get the same 300 steps on the same batches (order 9).
 # So every method ends with the same number of steps (EAGLE 3,500 + 1,800; POSS 5,000 as EAGLE + 300 as POSS).
-# A later stage reuses this script with TAG, A_STEPS, SEED_A, SEED_B and SAVE_EVERY set (logs/train_s9.sh); logs are
+# A later stage reuses this script with TAG, A_STEPS, SEED_A, SEED_B, SAVE_EVERY and POSS_THREADS set (logs/train_s9.sh); logs are
 # appended to, so a resumed run keeps its earlier lines.
 export PYTHONPATH=.
 DATA="--preset smollm2-135m --data data/smollm2-135m data/smollm2-135m-answers data/smollm2-135m-bf16 \
@@ -23,7 +23,7 @@ case "$1" in
   a-matched) train logs/${T}a-matched.log $A --methods matched --out runs/${T}a-matched ;;
   b-teacher) train logs/${T}b-eagle.log $B --init-from runs/${T}a-export --methods eagle --threads 1 --out runs/${T}b-eagle && \
              train logs/${T}b-matched.log $B --init-from runs/${T}a-export --methods matched --threads 1 --out runs/${T}b-matched ;;
-  b-poss) train logs/${T}b-$2.log $B --specialists-from runs/${T}a-export --unroll decoding --methods $2 --threads 2 \
+  b-poss) train logs/${T}b-$2.log $B --specialists-from runs/${T}a-export --unroll decoding --methods $2 --threads ${POSS_THREADS:-2} \
               --out runs/${T}b-$2 ;;
   *) echo "usage: $0 a-eagle|a-matched|b-teacher|b-poss poss2|poss3" >&2; exit 2 ;;
 esac
