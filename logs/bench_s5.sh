@@ -2,14 +2,21 @@
 # The benchmarks of sessions 5 and 6, one after another on a quiet machine: the paper's settings, then bf16 with
 # `--tree-budget auto`. DRAFTS (first argument): the folder of drafts to measure (the bundled ones by default);
 # TAG (second argument): results/TAG-paper and results/TAG-auto-bf16 (s5 by default; s6 after verification stopped
-# putting every tree slot through the LM head).
+# putting every tree slot through the LM head). A later session sets PAPER_METHODS, AUTO_METHODS and ONLY (paper or
+# auto: run just that one) through logs/bench_s9.sh.
 export PYTHONPATH=.
 PY=.venv/bin/python
 export POSS_DRAFTS_DIR=${1:-assets/drafts/smollm2-135m}
 TAG=${2:-s5}
-$PY -m poss_core.bench --preset smollm2-135m --methods ar,eagle,poss2,poss3,matched --data ../shared/data/eval/*.jsonl \
+if [ "${ONLY:-paper}" = paper ]; then
+$PY -m poss_core.bench --preset smollm2-135m --methods ${PAPER_METHODS:-ar,eagle,poss2,poss3,matched} \
+    --data ../shared/data/eval/*.jsonl \
     --limit 3 --max-new-tokens 64 --runs 1 --depth 6 --top-k 10 --tree-budget 60 --threads 2 --out results/$TAG-paper \
     > logs/$TAG-paper.log 2>&1
-$PY -m poss_core.bench --preset smollm2-135m --methods ar,ar-float32,eagle,poss2,poss3 --data ../shared/data/eval/*.jsonl \
+fi
+if [ "${ONLY:-auto}" = auto ]; then
+$PY -m poss_core.bench --preset smollm2-135m --methods ${AUTO_METHODS:-ar,ar-float32,eagle,poss2,poss3} \
+    --data ../shared/data/eval/*.jsonl \
     --limit 2 --max-new-tokens 64 --runs 2 --tree-budget auto --threads 2 --dtype bfloat16 --remeasure \
     --out results/$TAG-auto-bf16 > logs/$TAG-auto-bf16.log 2>&1
+fi

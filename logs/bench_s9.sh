@@ -1,17 +1,11 @@
 #!/bin/bash
-# Session-9 benchmarks of the stage-7 drafts (runs/s9-export), the same settings as logs/bench_s5.sh:
-#   bash logs/bench_s9.sh paper ar,eagle,poss2 s9-paper           # the paper's settings (τ and pos-acc do not depend
-#                                                                 #  on the machine's speed; POSS-3, matched not in stage 7)
-#   bash logs/bench_s9.sh auto                                    # bf16, --tree-budget auto, on a quiet machine
-export PYTHONPATH=.
-PY=.venv/bin/python
-export POSS_DRAFTS_DIR=${DRAFTS:-runs/s9-export}
+# Session-9 benchmarks of the stage-7 drafts (runs/s9-export): logs/bench_s5.sh's two commands with the methods
+# stage 7 has (POSS-3 and the matched control did not finish it):
+#   bash logs/bench_s9.sh paper    # the paper's settings -> results/s9-paper (τ and pos-acc do not depend on speed)
+#   bash logs/bench_s9.sh auto     # bf16, --tree-budget auto -> results/s9-auto-bf16 (needs a quiet machine)
 case "$1" in
-  paper) $PY -m poss_core.bench --preset smollm2-135m --methods $2 --data ../shared/data/eval/*.jsonl \
-             --limit 3 --max-new-tokens 64 --runs 1 --depth 6 --top-k 10 --tree-budget 60 --threads 2 --out results/$3 \
-             > logs/$3.log 2>&1 ;;
-  auto) $PY -m poss_core.bench --preset smollm2-135m --methods ar,ar-float32,eagle,poss2 \
-            --data ../shared/data/eval/*.jsonl --limit 2 --max-new-tokens 64 --runs 2 --tree-budget auto --threads 2 \
-            --dtype bfloat16 --remeasure --out results/s9-auto-bf16 > logs/s9-auto-bf16.log 2>&1 ;;
-  *) echo "usage: $0 paper METHODS NAME | auto" >&2; exit 2 ;;
+  paper|auto) ;;
+  *) echo "usage: $0 paper|auto" >&2; exit 2 ;;
 esac
+ONLY=$1 PAPER_METHODS=ar,eagle,poss2 AUTO_METHODS=ar,ar-float32,eagle,poss2 \
+    exec bash "$(dirname "$0")/bench_s5.sh" runs/s9-export s9

@@ -3,9 +3,9 @@
 # would not fit in 24 GB (~12 GB each beside the 7 GB of a teacher-forced run), so: POSS-2 (one thread) starts when
 # the stage-7a EAGLE is exported; the teacher-forced 300 steps of EAGLE and matched (b-teacher, one thread) when the
 # matched control is; POSS-3 (two threads) when POSS-2 is done.
-# In session 9 the machine slowed (POSS-2 8 -> 18 s per step, matched 1.1 -> 2.5 s) and POSS-3 was left out: this
-# script was stopped before it, b-teacher ran by itself, and the paper benchmark (speed-independent) ran as soon as
-# EAGLE, POSS-2 and matched were exported (logs/bench_s9.sh).
+# What ran in session 9 differs: the machine slowed (POSS-2 8 -> 18 s per step, matched 1.1 -> 2.5 s), so this script
+# was stopped after starting POSS-2; EAGLE's 300 b-teacher steps ran beside POSS-2; the matched control was exported
+# without its 300 and POSS-3 stopped after 78 steps; the benchmarks (logs/bench_s9.sh) measured EAGLE and POSS-2.
 cd "$(dirname "$0")/.."
 running() { pgrep -f -- "--out runs/$1( |$)" > /dev/null; }
 while running s9a-eagle; do sleep 20; done
