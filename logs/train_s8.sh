@@ -5,8 +5,9 @@
 #   b) POSS-2 and POSS-3 start again from that EAGLE layer (every specialist a copy of it) and train 300 steps with
 #      the decoding unroll; EAGLE and the matched control get the same 300 steps on the same batches (order 9).
 # So every method ends with the same number of steps (EAGLE 3,500 + 1,800; POSS 5,000 as EAGLE + 300 as POSS).
-# A later stage reuses this script with TAG, A_STEPS, SEED_A, SEED_B, SAVE_EVERY and POSS_THREADS set (logs/train_s9.sh); logs are
-# appended to, so a resumed run keeps its earlier lines.
+# A later stage reuses this script with TAG, A_STEPS, SEED_A, SEED_B, SAVE_EVERY, POSS_THREADS and A_EVAL (the
+# a-stage's --final-eval) and B_EVAL set (logs/train_s9.sh, logs/train_s10.sh); logs are appended to, so a resumed run keeps its
+# earlier lines.
 export PYTHONPATH=.
 DATA="--preset smollm2-135m --data data/smollm2-135m data/smollm2-135m-answers data/smollm2-135m-bf16 \
  data/smollm2-135m-self data/smollm2-135m-self2 --tokens-per-batch 1024 --draft-vocab 8192 --lr 5e-4 \
@@ -16,14 +17,15 @@ train() {  # train <log> <args...>
   local log=$1; shift
   .venv/bin/python -m poss_core.training.train $DATA "$@" >> "$log" 2>&1
 }
-A="--init-from assets/drafts/smollm2-135m --steps ${A_STEPS:-1500} --batch-seed ${SEED_A:-8} --threads 1 --export runs/${T}a-export"
-B="--steps 300 --batch-seed ${SEED_B:-9} --export runs/${T}-export"
+A="--init-from assets/drafts/smollm2-135m --steps ${A_STEPS:-1500} --batch-seed ${SEED_A:-8} --threads 1 --export runs/${T}a-export ${A_EVAL:+--final-eval $A_EVAL}"
+B="--steps 300 --batch-seed ${SEED_B:-9} --export runs/${T}-export ${B_EVAL:+--final-eval $B_EVAL}"
 case "$1" in
   a-eagle) train logs/${T}a-eagle.log $A --methods eagle --out runs/${T}a-eagle ;;
   a-matched) train logs/${T}a-matched.log $A --methods matched --out runs/${T}a-matched ;;
-  b-teacher) train logs/${T}b-eagle.log $B --init-from runs/${T}a-export --methods eagle --threads 1 --out runs/${T}b-eagle && \
-             train logs/${T}b-matched.log $B --init-from runs/${T}a-export --methods matched --threads 1 --out runs/${T}b-matched ;;
+  b-eagle|b-matched) m=${1#b-}
+             train logs/${T}b-$m.log $B --init-from runs/${T}a-export --methods $m --threads 1 --out runs/${T}b-$m ;;
+  b-teacher) bash "$0" b-eagle && bash "$0" b-matched ;;
   b-poss) train logs/${T}b-$2.log $B --specialists-from runs/${T}a-export --unroll decoding --methods $2 --threads ${POSS_THREADS:-2} \
               --out runs/${T}b-$2 ;;
-  *) echo "usage: $0 a-eagle|a-matched|b-teacher|b-poss poss2|poss3" >&2; exit 2 ;;
+  *) echo "usage: $0 a-eagle|a-matched|b-eagle|b-matched|b-teacher|b-poss poss2|poss3" >&2; exit 2 ;;
 esac

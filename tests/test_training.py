@@ -173,13 +173,16 @@ def test_data_cli_resumes_without_duplicates_and_trainer_resumes(tmp_path):
     run_dir = tmp_path / "run"
     train = ["--preset", "tiny-random", "--data", str(out), "--methods", "eagle,poss2", "--tokens-per-batch", "120",
              "--draft-vocab", "30", "--save-every", "3", "--out", str(run_dir)]
-    assert _run("poss_core.training.train", *train, "--steps", "3").returncode == 0
-    r = _run("poss_core.training.train", *train, "--steps", "6")
+    assert _run("poss_core.training.train", *train, "--steps", "3", "--final-eval", "none").returncode == 0
+    first = json.loads((run_dir / "poss2" / "final" / "model_card.json").read_text())
+    assert not any(k.startswith("heldout_top1") for k in first)  # an intermediate stage skips the evaluation
+    r = _run("poss_core.training.train", *train, "--steps", "6", "--final-eval", "decoding")
     assert r.returncode == 0, r.stderr
     steps = [json.loads(line)["step"] for line in (run_dir / "poss2" / "loss_log.jsonl").read_text().splitlines()]
     assert steps == [0, 1, 2, 3, 4, 5]  # resumed at step 3, nothing repeated
     card = json.loads((run_dir / "poss2" / "final" / "model_card.json").read_text())
-    assert card["steps"] == 6 and len(card["heldout_top1_by_position"]) == 6
+    assert card["steps"] == 6 and len(card["heldout_top1_by_position_decoding"]) == 6
+    assert "heldout_top1_by_position" not in card
     meta = json.loads((run_dir / "poss2" / "final" / "poss_draft.json").read_text())
     assert meta["positions_per_specialist"] == 2 and 0 < len(meta["draft_vocab"]) <= 30
 

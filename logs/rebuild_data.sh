@@ -1,0 +1,33 @@
+#!/bin/bash
+# Rebuild the training features of the bundled drafts on a fresh machine from the committed token ids
+# (assets/training_data/, see its README): only the target's forward runs, nothing is generated.
+# Two of the first session's folders were cut short by hand; `until_shard` stops those at the same shard.
+set -u
+export PYTHONPATH=.
+PY=.venv/bin/python
+until_shard() {  # until_shard <folder> <last shard index> <data args...>: run, stop once that shard is written
+  local dir=$1 last=$2; shift 2
+  local shard; shard=$(printf "%s/shard-%05d.safetensors" "$dir" "$last")
+  [ -f "$shard" ] && return 0
+  $PY -m poss_core.training.data "$@" --out "$dir" & local pid=$!
+  while kill -0 $pid 2>/dev/null && [ ! -f "$shard" ]; do sleep 2; done
+  kill $pid 2>/dev/null; wait $pid 2>/dev/null; [ -f "$shard" ]
+}
+mkdir -p data
+for f in smollm2-135m-bf16 smollm2-135m-self smollm2-135m-self2 smollm2-135m-selfeval; do
+  [ -d data/$f ] || cp -r assets/training_data/$f data/
+done
+mkdir -p data/smollm2-135m && cp -rn assets/training_data/smollm2-135m/tokens data/smollm2-135m/
+set -e
+$PY -m poss_core.training.data --preset smollm2-135m --prompts "../shared/data/train/*.jsonl" --limit 2560 \
+  --batch-size 64 --max-new-tokens 160 --dtype bfloat16 --seed 1 --out data/smollm2-135m-bf16
+for s in "self 3" "self2 5" "selfeval 4"; do set -- $s
+  n=$([ "$1" = selfeval ] && echo 64 || echo 1536)
+  $PY -m poss_core.training.data --preset smollm2-135m --self-prompts $n --batch-size 64 --max-new-tokens 192 \
+    --temperature 0.6 --dtype bfloat16 --seed $2 --out data/smollm2-135m-$1
+done
+until_shard data/smollm2-135m 5 --preset smollm2-135m --prompts "../shared/data/train/*.jsonl" --limit 2400 \
+  --batch-size 48 --max-new-tokens 160
+until_shard data/smollm2-135m-answers 44 --preset smollm2-135m --answers dataset \
+  --prompts "../shared/data/train/*.jsonl" --limit 1600 --batch-size 16 --max-new-tokens 256
+echo "data rebuilt"
