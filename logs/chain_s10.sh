@@ -6,6 +6,7 @@
 # is; POSS-3 (two threads) after POSS-2.
 cd "$(dirname "$0")/.."
 while pgrep -f rebuild_data.sh > /dev/null; do sleep 20; done
+[ -f data/.rebuilt ] || { echo "the training data is incomplete: run logs/rebuild_data.sh first" >&2; exit 1; }
 bash logs/train_s10.sh a-eagle & eagle=$!
 bash logs/train_s10.sh a-matched & matched=$!
 wait $eagle

@@ -11,7 +11,8 @@ until_shard() {  # until_shard <folder> <last shard index> <data args...>: run, 
   [ -f "$shard" ] && return 0
   $PY -m poss_core.training.data "$@" --out "$dir" & local pid=$!
   while kill -0 $pid 2>/dev/null && [ ! -f "$shard" ]; do sleep 2; done
-  kill $pid 2>/dev/null; wait $pid 2>/dev/null; [ -f "$shard" ]
+  kill $pid 2>/dev/null; wait $pid 2>/dev/null || true  # killed on purpose: not a failure
+  [ -f "$shard" ]
 }
 mkdir -p data
 for f in smollm2-135m-bf16 smollm2-135m-self smollm2-135m-self2 smollm2-135m-selfeval; do
@@ -30,4 +31,4 @@ until_shard data/smollm2-135m 5 --preset smollm2-135m --prompts "../shared/data/
   --batch-size 48 --max-new-tokens 160
 until_shard data/smollm2-135m-answers 44 --preset smollm2-135m --answers dataset \
   --prompts "../shared/data/train/*.jsonl" --limit 1600 --batch-size 16 --max-new-tokens 256
-echo "data rebuilt"
+touch data/.rebuilt && echo "data rebuilt"
