@@ -15,7 +15,7 @@ until_shard() {  # until_shard <folder> <last shard index> <data args...>: run, 
   [ -f "$shard" ]
 }
 mkdir -p data
-for f in smollm2-135m-bf16 smollm2-135m-self smollm2-135m-self2 smollm2-135m-selfeval; do
+for f in smollm2-135m-bf16 smollm2-135m-self smollm2-135m-self2 smollm2-135m-selfeval smollm2-135m-t0; do
   [ -d data/$f ] || cp -r assets/training_data/$f data/
 done
 mkdir -p data/smollm2-135m && cp -rn assets/training_data/smollm2-135m/tokens data/smollm2-135m/
@@ -31,4 +31,9 @@ until_shard data/smollm2-135m 5 --preset smollm2-135m --prompts "../shared/data/
   --batch-size 48 --max-new-tokens 160
 until_shard data/smollm2-135m-answers 44 --preset smollm2-135m --answers dataset \
   --prompts "../shared/data/train/*.jsonl" --limit 1600 --batch-size 16 --max-new-tokens 256
+# Eleventh session: the T0 and self-instruct prompts no folder above had used (so it comes after them).
+$PY -m poss_core.training.data --preset smollm2-135m --prompts ../shared/data/train/t0_prompts.jsonl \
+  ../shared/data/train/self_instruct_seed_tasks.jsonl ../shared/data/train/self_instruct_user_oriented.jsonl \
+  --exclude data/smollm2-135m-bf16 data/smollm2-135m data/smollm2-135m-answers \
+  --limit 3072 --batch-size 64 --max-new-tokens 160 --dtype bfloat16 --seed 7 --out data/smollm2-135m-t0
 touch data/.rebuilt && echo "data rebuilt"

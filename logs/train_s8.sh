@@ -6,11 +6,11 @@
 #      the decoding unroll; EAGLE and the matched control get the same 300 steps on the same batches (order 9).
 # So every method ends with the same number of steps (EAGLE 3,500 + 1,800; POSS 5,000 as EAGLE + 300 as POSS).
 # A later stage reuses this script with TAG, A_STEPS, SEED_A, SEED_B, SAVE_EVERY, POSS_THREADS, A_EVAL and B_EVAL
-# (each stage's --final-eval) set (logs/train_s9.sh, logs/train_s10.sh); logs are appended to, so a resumed run keeps
-# its earlier lines.
+# (each stage's --final-eval) and EXTRA_DATA (more data folders) set (logs/train_s9.sh to logs/train_s12.sh); logs
+# are appended to, so a resumed run keeps its earlier lines.
 export PYTHONPATH=.
 DATA="--preset smollm2-135m --data data/smollm2-135m data/smollm2-135m-answers data/smollm2-135m-bf16 \
- data/smollm2-135m-self data/smollm2-135m-self2 --tokens-per-batch 1024 --draft-vocab 8192 --lr 5e-4 \
+ data/smollm2-135m-self data/smollm2-135m-self2 ${EXTRA_DATA:-} --tokens-per-batch 1024 --draft-vocab 8192 --lr 5e-4 \
  --autocast bfloat16 --save-every ${SAVE_EVERY:-50}"
 T=${TAG:-s8}
 train() {  # train <log> <args...>

@@ -187,6 +187,30 @@ def test_data_cli_resumes_without_duplicates_and_trainer_resumes(tmp_path):
     assert meta["positions_per_specialist"] == 2 and 0 < len(meta["draft_vocab"]) <= 30
 
 
+def test_data_cli_exclude_adds_only_new_prompts(tmp_path):
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("\n".join(f"Question {i}: what comes next?" for i in range(10)))
+    common = ["--preset", "tiny-random", "--prompts", str(prompts), "--batch-size", "4", "--max-new-tokens", "6"]
+    first, second = tmp_path / "first", tmp_path / "second"
+    assert _run("poss_core.training.data", *common, "--limit", "6", "--seed", "1", "--out", str(first)).returncode == 0
+    r = _run("poss_core.training.data", *common, "--seed", "2", "--exclude", str(first), "--out", str(second))
+    assert r.returncode == 0, r.stderr
+    assert "6 of 10 prompts are already in" in r.stderr
+
+    def prompt_ids(folder):
+        return {tuple(s.input_ids[:int(s.loss_mask.nonzero()[0])].tolist()) for s in read_shards(folder)}
+
+    a, b = prompt_ids(first), prompt_ids(second)
+    assert len(a) == 6 and len(b) == 4 and not a & b  # together every prompt once
+    # Without its token files (features only), the excluded folder is read from its shards, with the same result.
+    import shutil
+    shutil.rmtree(first / "tokens")
+    from poss_core.training.data import prompts_in_folder
+    assert prompts_in_folder(first) == a
+    r = _run("poss_core.training.data", *common, "--exclude", str(first), str(second), "--out", str(tmp_path / "x"))
+    assert r.returncode != 0 and "already in the --exclude folders" in r.stderr
+
+
 def test_self_prompts_are_written_by_the_target_and_resume_identically(tmp_path):
     out = tmp_path / "data"
     args = ["--preset", "tiny-random", "--self-prompts", "8", "--batch-size", "4", "--max-new-tokens", "8",

@@ -239,6 +239,41 @@ def read_shards(folder: str | Path, max_len: int = 512) -> list[TrainSequence]:
     return seqs
 
 
+def prompts_in_folder(folder: str | Path) -> set[tuple[int, ...]]:
+    """The prompt token ids (as encoded for generation) of every row of a data folder: from its token files where it
+    has them (a fresh checkout), else from its feature shards (the prompt is what the loss mask leaves out)."""
+    folder = Path(folder)
+    found: set[tuple[int, ...]] = set()
+    token_files = sorted((folder / "tokens").glob("tokens-*.json"))
+    for f in token_files:
+        rows = json.loads(f.read_text())
+        found.update(tuple(ids[:pl]) for ids, pl in zip(rows["input_ids"], rows["prompt_lens"]))
+    if not token_files:
+        for f in sorted(folder.glob("shard-*.safetensors")):
+            d = load_file(str(f))
+            off, mask, tokens = d["offsets"].tolist(), d["loss_mask"], d["tokens"]
+            for a, b in zip(off[:-1], off[1:]):
+                answer = mask[a:b].nonzero()
+                pl = int(answer[0]) if len(answer) else b - a
+                found.add(tuple(tokens[a:a + pl].tolist()))
+    if not found:
+        raise PossError(f"--exclude {folder}: no rows found (expected tokens/tokens-*.json or shard-*.safetensors).")
+    return found
+
+
+def drop_used_prompts(tokenizer, items: list, folders: list[str], max_prompt_tokens: int) -> list:
+    """Items (prompts or (prompt, answer) pairs) whose encoded prompt no folder in `folders` already holds."""
+    used: set[tuple[int, ...]] = set()
+    for folder in folders:
+        used |= prompts_in_folder(folder)
+
+    def key(item) -> tuple[int, ...]:
+        prompt = item[0] if isinstance(item, tuple) else item
+        return tuple(encode_prompt(tokenizer, prompt)[-max_prompt_tokens:])
+
+    return [item for item in items if key(item) not in used]
+
+
 def shard_plan(lengths: list[int], batch_size: int, seed: int) -> list[list[int]]:
     """Deterministic batches of prompt indices, the same on every (re)run: prompts of similar length share a batch
     (less padding), and the batches come in a seeded random order."""
@@ -331,6 +366,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="the target first writes N user prompts itself (Magpie: sampled from the chat template's "
                         "user-turn prefix; kept in OUT/self_prompts.jsonl) and answers them with the others")
     p.add_argument("--limit", type=int, default=None, help="use the first N prompts after a seeded shuffle")
+    p.add_argument("--exclude", nargs="+", default=[], metavar="FOLDER",
+                   help="leave out prompts that these data folders already answered (applied before the shuffle), so "
+                        "a new folder adds only new prompts")
     p.add_argument("--out", required=True)
     p.add_argument("--max-new-tokens", type=int, default=192)
     p.add_argument("--batch-size", type=int, default=16)
@@ -354,12 +392,19 @@ def run(args) -> int:
     if args.self_prompts and args.answers == "dataset":
         raise PossError("--self-prompts has no dataset answers: use --answers target with it.")
     items = read_pairs(args.prompts) if args.answers == "dataset" else read_prompts(args.prompts)
-    random.Random(args.seed).shuffle(items)
-    if args.limit:
-        items = items[: args.limit]
     if not items and not args.self_prompts:
         raise PossError("no usable prompts were found in the given files.")
     target = load_preset_target(args.target or get_preset(args.preset).target, quantization="none", dtype=dtype)
+    if args.exclude:
+        before = len(items)
+        items = drop_used_prompts(target.tokenizer, items, args.exclude, cfg.max_prompt_tokens)
+        print(f"[data] --exclude: {before - len(items)} of {before} prompts are already in "
+              f"{', '.join(args.exclude)}; {len(items)} left", file=sys.stderr)
+        if not items and not args.self_prompts:
+            raise PossError("every prompt is already in the --exclude folders: give new prompt files.")
+    random.Random(args.seed).shuffle(items)
+    if args.limit:
+        items = items[: args.limit]
     if args.self_prompts:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
