@@ -1,9 +1,4 @@
 #!/bin/bash
-# Session-10 benchmarks of the complete stage-7 drafts (runs/s10-export), logs/bench_s5.sh's two commands:
-#   bash logs/bench_s10.sh paper   # the paper's settings, every draft -> results/s10-paper (τ does not depend on speed)
-#   bash logs/bench_s10.sh auto    # bf16, --tree-budget auto -> results/s10-auto-bf16 (needs a quiet machine)
-case "$1" in
-  paper|auto) ;;
-  *) echo "usage: $0 paper|auto" >&2; exit 2 ;;
-esac
-ONLY=$1 PAPER_METHODS=ar,eagle,poss2,poss3,matched exec bash "$(dirname "$0")/bench_s5.sh" runs/s10-export s10
+# Session-10 benchmarks of the complete stage-7 drafts (runs/s10-export): bash logs/bench_s10.sh paper|auto
+# (logs/bench_stage.sh).
+exec bash "$(dirname "$0")/bench_stage.sh" s10 "$@"

@@ -3,7 +3,7 @@
 # `--tree-budget auto`. DRAFTS (first argument): the folder of drafts to measure (the bundled ones by default);
 # TAG (second argument): results/TAG-paper and results/TAG-auto-bf16 (s5 by default; s6 after verification stopped
 # putting every tree slot through the LM head). A later session sets PAPER_METHODS, AUTO_METHODS and ONLY (paper or
-# auto: run just that one) through logs/bench_s9.sh and logs/bench_s10.sh.
+# auto: run just that one) through logs/bench_s9.sh and logs/bench_stage.sh.
 export PYTHONPATH=.
 PY=.venv/bin/python
 export POSS_DRAFTS_DIR=${1:-assets/drafts/smollm2-135m}

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
@@ -250,12 +251,12 @@ def prompts_in_folder(folder: str | Path) -> set[tuple[int, ...]]:
         found.update(tuple(ids[:pl]) for ids, pl in zip(rows["input_ids"], rows["prompt_lens"]))
     if not token_files:
         for f in sorted(folder.glob("shard-*.safetensors")):
-            d = load_file(str(f))
-            off, mask, tokens = d["offsets"].tolist(), d["loss_mask"], d["tokens"]
+            with safe_open(str(f), framework="pt") as shard:  # the token columns only, not the features
+                off = shard.get_tensor("offsets").tolist()
+                mask, tokens = shard.get_tensor("loss_mask"), shard.get_tensor("tokens")
             for a, b in zip(off[:-1], off[1:]):
-                answer = mask[a:b].nonzero()
-                pl = int(answer[0]) if len(answer) else b - a
-                found.add(tuple(tokens[a:a + pl].tolist()))
+                prompt_len = (b - a) - int(mask[a:b].sum())  # the mask is 0 on the prompt, 1 on the answer
+                found.add(tuple(tokens[a:a + prompt_len].tolist()))
     if not found:
         raise PossError(f"--exclude {folder}: no rows found (expected tokens/tokens-*.json or shard-*.safetensors).")
     return found
