@@ -179,6 +179,34 @@ def test_shallower_trees_are_read_off_the_same_rounds_and_chosen_when_cheaper():
     assert fixed.depth is None and {r["depth"] for r in fixed.table} == {3}
 
 
+def test_draft_cost_per_depth_is_measured_not_scaled(tiny_target):
+    # Same profile as above; drafting costs 40 ms at depth 1 and 2.5 ms per further depth (the context rows and the
+    # fixed work land on depth 1). Scaled by depth from 45 ms at depth 3, depth 1 would look three times cheaper.
+    nodes = [DraftNode(i, p, d, s, 0.5, 0) for i, (p, d, s) in
+             enumerate([(-1, 1, -0.1), (-1, 1, -1.0), (-1, 1, -2.0), (0, 2, -0.3), (0, 2, -0.5), (3, 3, -0.6)])]
+    marks = [40.0, 42.5, 45.0]
+    ev = RoundEvent(round=1, nodes=nodes, accepted=[0, 3, 5], bonus=0, target_probs=[], feature_deviation=[],
+                    draft_ms=45.0, verify_ms=1, new_tokens=4, draft_ms_by_depth=marks)
+    assert RoundEvent.from_json(ev.to_json()).draft_ms_by_depth == marks
+    short = RoundEvent(**{**ev.__dict__, "draft_ms_by_depth": [30.0]})  # a round cut short by the context limit
+    assert ab.draft_ms_by_depth([ev, ev, short]) == {1: pytest.approx(110 / 3), 2: 42.5, 3: 45.0}
+    prof = ab.profile_from_events([ev] * 4, max_budget=16, depth=3)
+    scaled = ab.choose_budget(curve(lambda n: 10.0), prof, draft_ms=45.0, fixed_ms=0.0, choose_depth=True)
+    measured = ab.choose_budget(curve(lambda n: 10.0), prof, draft_ms={1: 40.0, 2: 42.5, 3: 45.0}, fixed_ms=0.0,
+                                choose_depth=True)
+    assert scaled.depth == 1 and measured.depth == 3
+    assert measured.expected_tokens_per_s == pytest.approx(1000 * 4 / 55) and measured.draft_ms == 45.0
+    # A real decode records one mark per drafted depth, rising, within the round's drafting time.
+    draft = random_draft(tiny_target, "poss2", depth=4)
+    ids = encode_prompt(tiny_target.tokenizer, "Hello there")
+    cfg = DecodeConfig(depth=4, top_k=3, tree_budget=10, max_new_tokens=6)
+    rounds = [e for e in SpeculativeDecoder(tiny_target, draft, cfg).generate(ids)
+              if isinstance(e, RoundEvent) and not e.prefill]
+    assert rounds and all(len(e.draft_ms_by_depth) == 4 for e in rounds)
+    assert all(e.draft_ms_by_depth == sorted(e.draft_ms_by_depth) for e in rounds)
+    assert all(0 < e.draft_ms_by_depth[-1] <= e.draft_ms + 1e-6 for e in rounds)
+
+
 def test_the_apps_budget_choice_is_calibrated_once_per_draft_and_cached(tiny_target, tmp_path, monkeypatch):
     calls = []
     real = ab.auto_tree_budget

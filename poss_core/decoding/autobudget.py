@@ -9,9 +9,11 @@ Expected tokens/s at budget B = τ(B) / (draft_ms + forward_ms(B) + head_ms(R(B)
 - R(B) is how many rows verification puts through the LM head: one per slot with children, plus the slot where
   acceptance stops when it is a leaf (`verify.SlotRows`). It comes from the calibration rounds like τ(B) below
   (every slot, an upper bound, for the default profile);
-- draft_ms and fixed_ms come from a short calibration decode: drafting does not depend on B (EAGLE-2 drafts the same
-  top_k frontier per depth whatever the budget, and only the final pruning keeps fewer nodes); fixed_ms is the
-  round's measured overhead (acceptance, cache commit, events);
+- draft_ms(d) and fixed_ms come from a short calibration decode: drafting does not depend on B (EAGLE-2 drafts the
+  same top_k frontier per depth whatever the budget, and only the final pruning keeps fewer nodes), and what a
+  shallower tree would cost is read off timing marks inside each round's tree build (depth 1 carries the context rows
+  the draft reads and the fixed Python work, so drafting is not proportional to depth); fixed_ms is the round's
+  measured overhead (acceptance, cache commit, events);
 - τ(B) comes from the draft's acceptance profile. The calibration decode runs at the largest budget considered; since
   EAGLE-2 keeps the best (B − 1) candidates by cumulative score and greedy acceptance walks the target's argmax, the
   accept length a round would have had with a smaller budget is exactly the number of leading nodes of its accepted
@@ -34,7 +36,7 @@ import random
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -335,6 +337,14 @@ class AcceptanceProfile:
         return sorted(set(self.ranks_by_depth) | {self.depth})
 
 
+def draft_ms_by_depth(events: Sequence[RoundEvent]) -> dict[int, float]:
+    """Mean drafting milliseconds per depth over the draft rounds that recorded per-depth marks ({} if none did)."""
+    marks = [e.draft_ms_by_depth for e in metrics.draft_rounds(events) if e.draft_ms_by_depth]
+    depth = max((len(m) for m in marks), default=0)
+    # A round near the context limit drafts fewer depths: each depth is averaged over the rounds that reached it.
+    return {d: statistics.fmean(m[d - 1] for m in marks if len(m) >= d) for d in range(1, depth + 1)}
+
+
 def profile_from_events(events: Sequence[RoundEvent], max_budget: int, depth: int, prompts: int = 0) -> AcceptanceProfile:
     rounds = metrics.draft_rounds(events)
     return AcceptanceProfile(source=f"calibration: {len(rounds)} rounds on {prompts} prompt(s) at budget {max_budget}",
@@ -377,15 +387,24 @@ def max_useful_budget(depth: int, top_k: int) -> int:
     return 1 + top_k + (depth - 1) * top_k * top_k
 
 
-def choose_budget(curve: ForwardCurve, profile: AcceptanceProfile, draft_ms: float, fixed_ms: float,
-                  candidates: Sequence[int] = CANDIDATE_BUDGETS, depth: int | None = None,
+def draft_ms_at(draft_ms: float | Mapping[int, float], depth: int, full_depth: int) -> float:
+    """Drafting milliseconds at `depth`: measured per depth when known, else the full depth's scaled by depth."""
+    if isinstance(draft_ms, Mapping):
+        if depth in draft_ms:
+            return float(draft_ms[depth])
+        return float(draft_ms[full_depth]) * depth / full_depth
+    return float(draft_ms) * depth / full_depth
+
+
+def choose_budget(curve: ForwardCurve, profile: AcceptanceProfile, draft_ms: float | Mapping[int, float],
+                  fixed_ms: float, candidates: Sequence[int] = CANDIDATE_BUDGETS, depth: int | None = None,
                   top_k: int | None = None, choose_depth: bool = False) -> BudgetChoice:
     """The candidate with the highest τ(B, d) / round_ms(B, d),
     round_ms = draft(d) + forward(B) + head(rows(B, d)) + fixed.
 
-    `draft_ms` is the drafting time at the profile's depth; with `choose_depth`, shallower trees are considered too,
-    their drafting time scaled by depth (each depth is one draft forward over the frontier)."""
-    full_depth = profile.depth  # the calibration's depth, which draft_ms was measured at
+    `draft_ms` is the drafting time per depth ({depth: ms}, from `draft_ms_by_depth`), or one figure at the
+    profile's depth that shallower trees (with `choose_depth`) scale by depth."""
+    full_depth = profile.depth  # the calibration's depth, which a single draft_ms was measured at
     top = min(full_depth, depth) if depth is not None else full_depth
     # A hand-made profile may know only its own depth: then that depth, with the budget capped as `depth` says.
     depths = [d for d in profile.depths() if d <= top and (choose_depth or d == top)] or [full_depth]
@@ -394,7 +413,7 @@ def choose_budget(curve: ForwardCurve, profile: AcceptanceProfile, draft_ms: flo
         limit = profile.max_budget
         if top_k is not None:
             limit = min(limit, max_useful_budget(min(d, top), top_k))
-        d_ms = draft_ms * d / full_depth
+        d_ms = draft_ms_at(draft_ms, d, full_depth)
         for b in sorted({c for c in candidates if 2 <= c <= limit} or {2}):
             tau = profile.expected_tau(b, d)
             head_rows = profile.expected_head_rows(b, d)
@@ -404,7 +423,7 @@ def choose_budget(curve: ForwardCurve, profile: AcceptanceProfile, draft_ms: flo
     best = max(table, key=lambda row: (row["tokens_per_s"], -row["budget"], -row["depth"]))
     return BudgetChoice(budget=best["budget"], expected_tokens_per_s=best["tokens_per_s"],
                         plain_tokens_per_s=1000.0 / (curve.at(1) + curve.post_at(1)), profile_source=profile.source,
-                        draft_ms=draft_ms * best["depth"] / full_depth, fixed_ms=fixed_ms, table=table,
+                        draft_ms=draft_ms_at(draft_ms, best["depth"], full_depth), fixed_ms=fixed_ms, table=table,
                         depth=best["depth"] if choose_depth else None)
 
 
@@ -443,7 +462,10 @@ def auto_tree_budget(target: TargetModel, draft, config: DecodeConfig, prompts: 
         prompts = [encode_prompt(target.tokenizer, p) for p in CALIBRATION_PROMPTS]
     events, budget = calibrate(target, draft, config, prompts, max_budget, calibration_tokens)
     split = metrics.time_split(events)
-    draft_ms = split["draft_ms"] if not math.isnan(split["draft_ms"]) else 0.0
+    draft_ms: float | dict[int, float] = split["draft_ms"] if not math.isnan(split["draft_ms"]) else 0.0
+    by_depth = draft_ms_by_depth(events)
+    if by_depth:
+        draft_ms = by_depth
     overhead_ms = split["overhead_ms"] if not math.isnan(split["overhead_ms"]) else 0.0
     # The LM head over the rows verification reads runs inside the measured verify time; what is left in the
     # overhead (a leaf's row when acceptance stops there, argmax over a few rows) is counted as fixed.

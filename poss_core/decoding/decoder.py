@@ -15,6 +15,7 @@ from ..models.target import TargetModel, causal_allowed, keep_cache_slots
 from .config import DecodeConfig
 from .events import DecodeSummary, DraftNode, FeatureDeviation, RoundEvent
 from .tree import DraftTree, build_tree
+from .tree import ms_since as _ms
 from .verify import SlotRows, target_distribution, verify_greedy, verify_sampling
 
 Message = dict  # {"role": ..., "content": ...}
@@ -30,10 +31,6 @@ def encode_prompt(tokenizer, prompt: str | Sequence[Message], use_chat_template:
         return list(tokenizer(text, add_special_tokens=False)["input_ids"])
     text = "\n".join(str(m["content"]) for m in messages)
     return list(tokenizer(text)["input_ids"])
-
-
-def _ms(t0: float) -> float:
-    return (time.perf_counter() - t0) * 1000.0
 
 
 class _Stream:
@@ -256,9 +253,18 @@ class SpeculativeDecoder(_BaseDecoder):
                 round=len(events), nodes=_nodes(tree), accepted=list(path), bonus=bonus,
                 target_probs=[float(p) for p in target_probs.tolist()], feature_deviation=deviation,
                 draft_ms=draft_ms, verify_ms=verify_ms, new_tokens=len(stream.ids), tokens=kept, text=delta,
-                wall_ms=_ms(t_round)))
+                wall_ms=_ms(t_round), draft_ms_by_depth=_draft_ms_by_depth(tree, draft_ms)))
             yield events[-1]
         yield self._finish(events, stream, stream.stop_reason)
+
+
+def _draft_ms_by_depth(tree: DraftTree, draft_ms: float) -> list[float]:
+    """What drafting would have cost stopped after each depth: the build's mark at that depth plus what came after
+    the last depth (pruning, the decoder's own bookkeeping), which every tree pays whatever its depth."""
+    if not tree.depth_ms:
+        return []
+    tail = max(0.0, draft_ms - tree.depth_ms[-1])
+    return [m + tail for m in tree.depth_ms]
 
 
 def _nodes(tree: DraftTree) -> list[DraftNode]:

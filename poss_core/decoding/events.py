@@ -43,6 +43,9 @@ class RoundEvent:
     text: str = ""  # decoded text of `tokens`
     wall_ms: float = 0.0  # the whole round, including engine overhead
     prefill: bool = False  # the first round: the target reads the prompt and picks one token, nothing is drafted
+    # Drafting milliseconds had the tree stopped at depth d (entry d-1), pruning included: measured marks inside
+    # one tree build, so `--tree-budget auto` costs shallower trees from real rounds rather than by proportion.
+    draft_ms_by_depth: list[float] = field(default_factory=list)
 
     @property
     def accept_len(self) -> int:
@@ -68,6 +71,7 @@ class RoundEvent:
             "tokens": list(self.tokens),
             "text": self.text,
             "prefill": self.prefill,
+            "draft_ms_by_depth": list(self.draft_ms_by_depth),
         }
 
     @classmethod
@@ -87,6 +91,7 @@ class RoundEvent:
             text=str(obj.get("text", "")),
             wall_ms=float(obj.get("wall_ms", 0.0)),
             prefill=bool(obj.get("prefill", False)),
+            draft_ms_by_depth=[float(m) for m in obj.get("draft_ms_by_depth", [])],
         )
 
 

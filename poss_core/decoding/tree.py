@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 
 import torch
 
@@ -23,6 +24,10 @@ class DraftTree:
     root_feature: torch.Tensor | None  # [H] the draft's predicted feature at the root's position
     node_features: torch.Tensor  # [M, H] the draft's predicted feature at each node (zeros where not computed)
     has_feature: torch.Tensor  # [M] bool
+    # Milliseconds from the start of drafting to the end of each depth's expansion (entry d-1: depth d), and the
+    # total with the pruning: what the tree would have cost drafted only d deep (`--tree-budget auto` reads it).
+    depth_ms: list[float] = field(default_factory=list)
+    total_ms: float = 0.0
 
     @property
     def size(self) -> int:
@@ -116,6 +121,7 @@ def _run_group(draft: DraftModel, state: DraftState, rows: _TreeRows, group: int
 @torch.inference_mode()
 def build_tree(draft: DraftModel, state: DraftState, depth: int, top_k: int, tree_budget: int) -> DraftTree:
     """Draft one EAGLE-2 tree from the draft's state (which must hold the newly verified context rows)."""
+    t0 = time.perf_counter()
     device, dtype = draft.fc.weight.device, draft.fc.weight.dtype
     k = min(top_k, draft.draft_vocab_size)
     rows = _TreeRows(k * max(depth - 1, 0), draft.config.hidden_size, device, dtype)
@@ -138,6 +144,7 @@ def build_tree(draft: DraftModel, state: DraftState, depth: int, top_k: int, tre
     frontier_feats = root_feature.expand(k, -1)
     frontier_parent_rows: torch.Tensor | None = None
     n_cand = k
+    depth_ms = [ms_since(t0)]
     for d in range(1, depth):
         rows.add(torch.cat(cand_tokens)[frontier], frontier_feats, d, frontier_parent_rows)
         g = draft.specialist_of(d + 1)
@@ -160,9 +167,17 @@ def build_tree(draft: DraftModel, state: DraftState, depth: int, top_k: int, tre
         frontier_scores = best.values
         frontier = n_cand + best.indices
         n_cand += k * k
+        depth_ms.append(ms_since(t0))
     state.reset_tree()
-    return _prune(torch.cat(cand_tokens), torch.cat(cand_parents), torch.cat(cand_depths), torch.cat(cand_scores),
+    tree = _prune(torch.cat(cand_tokens), torch.cat(cand_parents), torch.cat(cand_depths), torch.cat(cand_scores),
                   torch.cat(cand_logp), torch.cat(cand_groups), root_feature, features, tree_budget)
+    tree.depth_ms, tree.total_ms = depth_ms, ms_since(t0)
+    return tree
+
+
+def ms_since(t0: float) -> float:
+    """Milliseconds since t0 (no device sync of its own: each depth of a tree already waits for its frontier)."""
+    return (time.perf_counter() - t0) * 1000.0
 
 
 def _prune(tokens, parents, depths, scores, logp, groups, root_feature, features, tree_budget) -> DraftTree:
