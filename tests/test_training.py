@@ -230,6 +230,12 @@ def test_self_prompts_are_written_by_the_target_and_resume_identically(tmp_path)
     r = _run("poss_core.training.data", *args)
     assert r.returncode == 0, r.stderr
     assert [json.loads(line) for line in path.read_text().splitlines()] == rows
+    # --exclude applies to self-written prompts too: the same seed writes the same prompts, all already answered.
+    again = [a if a != str(out) else str(tmp_path / "again") for a in args]
+    r = _run("poss_core.training.data", *again, "--exclude", str(out))
+    n = len(set(written))
+    assert r.returncode != 0 and f"{n} of {n} self-written prompts are already in" in r.stderr
+    assert "no prompts are left" in r.stderr
     # Self-prompts need answers from the target, so the dataset-answers mode refuses them clearly.
     r = _run("poss_core.training.data", *args, "--answers", "dataset")
     assert r.returncode != 0 and "--self-prompts" in r.stderr

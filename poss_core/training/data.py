@@ -368,8 +368,8 @@ def main(argv: list[str] | None = None) -> int:
                         "user-turn prefix; kept in OUT/self_prompts.jsonl) and answers them with the others")
     p.add_argument("--limit", type=int, default=None, help="use the first N prompts after a seeded shuffle")
     p.add_argument("--exclude", nargs="+", default=[], metavar="FOLDER",
-                   help="leave out prompts that these data folders already answered (applied before the shuffle), so "
-                        "a new folder adds only new prompts")
+                   help="leave out prompts that these data folders already answered (file prompts before the shuffle, "
+                        "self-written ones once written), so a new folder adds only new prompts")
     p.add_argument("--out", required=True)
     p.add_argument("--max-new-tokens", type=int, default=192)
     p.add_argument("--batch-size", type=int, default=16)
@@ -396,7 +396,7 @@ def run(args) -> int:
     if not items and not args.self_prompts:
         raise PossError("no usable prompts were found in the given files.")
     target = load_preset_target(args.target or get_preset(args.preset).target, quantization="none", dtype=dtype)
-    if args.exclude:
+    if args.exclude and items:
         before = len(items)
         items = drop_used_prompts(target.tokenizer, items, args.exclude, cfg.max_prompt_tokens)
         print(f"[data] --exclude: {before - len(items)} of {before} prompts are already in "
@@ -409,7 +409,15 @@ def run(args) -> int:
     if args.self_prompts:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        items += write_self_prompts(target, args.self_prompts, out / "self_prompts.jsonl", args.batch_size, args.seed)
+        written = write_self_prompts(target, args.self_prompts, out / "self_prompts.jsonl", args.batch_size, args.seed)
+        if args.exclude:  # a common request ("What is the capital of France?") may already be in a held-out folder
+            kept = drop_used_prompts(target.tokenizer, written, args.exclude, cfg.max_prompt_tokens)
+            print(f"[data] --exclude: {len(written) - len(kept)} of {len(written)} self-written prompts are already "
+                  f"in {', '.join(args.exclude)}", file=sys.stderr)
+            written = kept
+        items += written
+    if not items:
+        raise PossError("no prompts are left to answer after --exclude: raise --self-prompts or give new prompt files.")
     builder = build_fixed if args.answers == "dataset" else build
     print(json.dumps(builder(target, items, Path(args.out), cfg)))
     return 0
