@@ -17,7 +17,7 @@ train() {  # train <log> <args...>
   local log=$1; shift
   .venv/bin/python -m poss_core.training.train $DATA "$@" >> "$log" 2>&1
 }
-A="--init-from assets/drafts/smollm2-135m --steps ${A_STEPS:-1500} --batch-seed ${SEED_A:-8} --threads 1 --export runs/${T}a-export ${A_EVAL:+--final-eval $A_EVAL}"
+A="--init-from assets/drafts/smollm2-135m --steps ${A_STEPS:-1500} --batch-seed ${SEED_A:-8} --threads 1 --export runs/${T}a-export ${A_EVAL:+--final-eval $A_EVAL} ${A_MAX_LEN:+--max-len $A_MAX_LEN}"
 B="--steps 300 --batch-seed ${SEED_B:-9} --export runs/${T}-export ${B_EVAL:+--final-eval $B_EVAL}"
 case "$1" in
   a-eagle) train logs/${T}a-eagle.log $A --methods eagle --out runs/${T}a-eagle ;;

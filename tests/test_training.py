@@ -211,6 +211,44 @@ def test_data_cli_exclude_adds_only_new_prompts(tmp_path):
     assert r.returncode != 0 and "already in the --exclude folders" in r.stderr
 
 
+def test_data_cli_long_prompts_with_an_instruction(tmp_path):
+    from poss_core.models.tiny import tiny_tokenizer
+
+    prompts = tmp_path / "docs.txt"
+    long_docs = [f"Document {i}: " + "the river runs past the old mill and on to the sea. " * 3 for i in range(5)]
+    prompts.write_text("\n".join(long_docs + ["short one", "tiny"]))
+    out = tmp_path / "long"
+    r = _run("poss_core.training.data", "--preset", "tiny-random", "--prompts", str(prompts), "--batch-size", "4",
+             "--max-new-tokens", "5", "--min-prompt-tokens", "100", "--max-prompt-tokens", "400",
+             "--instruction", "Summarize:", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    assert "5 of 7 prompts are that long" in r.stderr
+    tok = tiny_tokenizer()
+    stored = [tok.decode(s.input_ids[:int(s.loss_mask.nonzero()[0])]) for s in read_shards(out, max_len=1000)]
+    assert len(stored) == 5
+    # Whole documents, the instruction first (the tiny tokenizer has no token for the blank line between them).
+    assert all(p.startswith("<|user|>Summarize:") and "Document " in p and p.count("to the sea.") == 3
+               for p in stored)
+    assert json.loads((out / "data_card.json").read_text())["max_prompt_tokens"] == 400
+    # Cut shorter than its prompt, a document trains nothing and is left out; cut after it, it is kept.
+    prompt_len = min(int(s.loss_mask.nonzero()[0]) for s in read_shards(out, max_len=1000))
+    assert read_shards(out, max_len=prompt_len) == [] and len(read_shards(out, max_len=1000)) == 5
+    # A sequence longer than a whole batch is batched alone; shorter ones share batches as before.
+    from poss_core.training.train import token_batches
+    from poss_core.training.trainer import TrainSequence
+    docs = read_shards(out, max_len=1000)
+    h = docs[0].hidden.shape[-1]
+    short = [TrainSequence(torch.arange(12), torch.zeros(12, h), torch.ones(12)) for _ in range(6)]
+    seqs = docs[:1] + short
+    stream = token_batches(seqs, tokens_per_batch=prompt_len - 20, seed=0)
+    sizes = [next(stream).tokens.shape for _ in range(8)]
+    long_len = int(docs[0].input_ids.numel()) - 1
+    assert (1, long_len) in sizes and all(b > 1 or t == long_len for b, t in sizes)
+    r = _run("poss_core.training.data", "--preset", "tiny-random", "--prompts", str(prompts), "--min-prompt-tokens",
+             "5000", "--out", str(tmp_path / "none"))
+    assert r.returncode != 0 and "lower --min-prompt-tokens" in r.stderr
+
+
 def test_self_prompts_are_written_by_the_target_and_resume_identically(tmp_path):
     out = tmp_path / "data"
     args = ["--preset", "tiny-random", "--self-prompts", "8", "--batch-size", "4", "--max-new-tokens", "8",

@@ -229,13 +229,16 @@ def write_shard(path: Path, seqs: list[list[int]], prompt_lens: list[int], hidde
 
 
 def read_shards(folder: str | Path, max_len: int = 512) -> list[TrainSequence]:
-    """All sequences of a data folder, cut to `max_len` tokens; features stay bf16 until batched."""
+    """All sequences of a data folder, cut to `max_len` tokens; features stay bf16 until batched. A sequence whose cut
+    leaves no answer token (a long document's prompt alone) is left out: it would train nothing."""
     seqs = []
     for f in sorted(Path(folder).glob("shard-*.safetensors")):
         d = load_file(str(f))
         off = d["offsets"].tolist()
         for a, b in zip(off[:-1], off[1:]):
             b = min(b, a + max_len)
+            if not bool(d["loss_mask"][a + 1:b].any()):  # row 0 is never a prediction target
+                continue
             seqs.append(TrainSequence(d["tokens"][a:b].long(), d["hidden"][a:b], d["loss_mask"][a:b]))
     return seqs
 
@@ -260,6 +263,18 @@ def prompts_in_folder(folder: str | Path) -> set[tuple[int, ...]]:
     if not found:
         raise PossError(f"--exclude {folder}: no rows found (expected tokens/tokens-*.json or shard-*.safetensors).")
     return found
+
+
+def with_instruction(instruction: str, item):
+    """A prompt (or a (prompt, answer) pair's prompt) with an instruction and a blank line put before it."""
+    if isinstance(item, tuple):
+        return (f"{instruction}\n\n{item[0]}", item[1])
+    return f"{instruction}\n\n{item}"
+
+
+def prompt_tokens(tokenizer, item) -> int:
+    """A prompt's length in tokens as generation encodes it (chat template included), before any truncation."""
+    return len(encode_prompt(tokenizer, item[0] if isinstance(item, tuple) else item))
 
 
 def drop_used_prompts(tokenizer, items: list, folders: list[str], max_prompt_tokens: int) -> list:
@@ -370,6 +385,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--exclude", nargs="+", default=[], metavar="FOLDER",
                    help="leave out prompts that these data folders already answered (file prompts before the shuffle, "
                         "self-written ones once written), so a new folder adds only new prompts")
+    p.add_argument("--max-prompt-tokens", type=int, default=256,
+                   help="keep the last N tokens of a longer prompt (raise it for long-context data: drafts trained "
+                        "only on short prompts draft worse over long documents)")
+    p.add_argument("--min-prompt-tokens", type=int, default=0,
+                   help="use only prompts at least this long (through the chat template, before --max-prompt-tokens)")
+    p.add_argument("--instruction", default=None, metavar="TEXT",
+                   help="put TEXT and a blank line before every file prompt, e.g. to have the target summarize "
+                        "documents: --instruction 'Summarize the following text in a few sentences.'")
     p.add_argument("--out", required=True)
     p.add_argument("--max-new-tokens", type=int, default=192)
     p.add_argument("--batch-size", type=int, default=16)
@@ -387,15 +410,26 @@ def run(args) -> int:
     from ..models.presets import get_preset
 
     dtype = parse_dtype(args.dtype)
-    cfg = DataConfig(args.max_new_tokens, 256, args.batch_size, args.temperature, args.seed)
+    if args.max_prompt_tokens < 1 or args.min_prompt_tokens < 0:
+        raise PossError("--max-prompt-tokens must be at least 1 and --min-prompt-tokens at least 0.")
+    cfg = DataConfig(args.max_new_tokens, args.max_prompt_tokens, args.batch_size, args.temperature, args.seed)
     if not args.prompts and not args.self_prompts:
         raise PossError("give --prompts FILES, --self-prompts N, or both.")
     if args.self_prompts and args.answers == "dataset":
         raise PossError("--self-prompts has no dataset answers: use --answers target with it.")
     items = read_pairs(args.prompts) if args.answers == "dataset" else read_prompts(args.prompts)
+    if args.instruction:
+        items = [with_instruction(args.instruction, item) for item in items]
     if not items and not args.self_prompts:
         raise PossError("no usable prompts were found in the given files.")
     target = load_preset_target(args.target or get_preset(args.preset).target, quantization="none", dtype=dtype)
+    if args.min_prompt_tokens and items:
+        before = len(items)
+        items = [item for item in items if prompt_tokens(target.tokenizer, item) >= args.min_prompt_tokens]
+        print(f"[data] --min-prompt-tokens {args.min_prompt_tokens}: {len(items)} of {before} prompts are that long",
+              file=sys.stderr)
+        if not items and not args.self_prompts:
+            raise PossError(f"no prompt has {args.min_prompt_tokens} tokens or more: lower --min-prompt-tokens.")
     if args.exclude and items:
         before = len(items)
         items = drop_used_prompts(target.tokenizer, items, args.exclude, cfg.max_prompt_tokens)

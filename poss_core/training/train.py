@@ -70,7 +70,9 @@ def vocab_coverage(seqs: list[TrainSequence], vocab: torch.Tensor) -> float:
 
 
 def token_batches(seqs: list[TrainSequence], tokens_per_batch: int, seed: int):
-    """An endless, seeded stream of batches of about `tokens_per_batch` tokens (the same for every method)."""
+    """An endless, seeded stream of batches of about `tokens_per_batch` tokens (the same for every method). A sequence
+    longer than a whole batch (a long document) is a batch of its own: padding every other row to its length would
+    multiply the cost of the batch it landed in."""
     rng = random.Random(seed)
     order: list[int] = []
     while True:
@@ -80,6 +82,9 @@ def token_batches(seqs: list[TrainSequence], tokens_per_batch: int, seed: int):
                 order = list(range(len(seqs)))
                 rng.shuffle(order)
             s = seqs[order.pop()]
+            if int(s.input_ids.numel()) > tokens_per_batch:
+                yield make_batch([s])
+                continue
             batch.append(s)
             used += int(s.input_ids.numel())
         yield make_batch(batch)
