@@ -15,7 +15,8 @@ until_shard() {  # until_shard <folder> <last shard index> <data args...>: run, 
   [ -f "$shard" ]
 }
 mkdir -p data
-for f in smollm2-135m-bf16 smollm2-135m-self smollm2-135m-self2 smollm2-135m-selfeval smollm2-135m-t0; do
+for f in smollm2-135m-bf16 smollm2-135m-self smollm2-135m-self2 smollm2-135m-selfeval smollm2-135m-t0 \
+    smollm2-135m-longeval smollm2-135m-long; do
   [ -d data/$f ] || cp -r assets/training_data/$f data/
 done
 mkdir -p data/smollm2-135m && cp -rn assets/training_data/smollm2-135m/tokens data/smollm2-135m/
@@ -36,4 +37,6 @@ $PY -m poss_core.training.data --preset smollm2-135m --prompts ../shared/data/tr
   ../shared/data/train/self_instruct_seed_tasks.jsonl ../shared/data/train/self_instruct_user_oriented.jsonl \
   --exclude data/smollm2-135m-bf16 data/smollm2-135m data/smollm2-135m-answers \
   --limit 3072 --batch-size 64 --max-new-tokens 160 --dtype bfloat16 --seed 7 --out data/smollm2-135m-t0
+# Twelfth session: long documents (the held-out slice first; the training folder excludes it).
+bash logs/data_s12_long.sh
 touch data/.rebuilt && echo "data rebuilt"

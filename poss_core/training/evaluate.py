@@ -44,6 +44,8 @@ def main(argv: list[str] | None = None) -> int:
                         "true features up to the chain's anchor, predictions after it (as in decoding; ~3.5x the "
                         "compute)")
     p.add_argument("--batch-size", type=int, default=4)
+    p.add_argument("--max-len", type=int, default=512,
+                   help="cut sequences to N tokens (raise it for long-context folders; their prompts alone exceed 512)")
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--out", default=None, help="also write the results here (JSON)")
     return run_cli(run, p.parse_args(argv))
@@ -57,9 +59,10 @@ def run(args) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    seqs = [s for folder in args.data for s in read_shards(folder)]
+    seqs = [s for folder in args.data for s in read_shards(folder, args.max_len)]
     if not seqs:
-        raise PossError(f"no sequences in {args.data}: run python -m poss_core.training.data first.")
+        raise PossError(f"no sequences with answer tokens in {args.data} within --max-len {args.max_len}: run "
+                        "python -m poss_core.training.data first, or raise --max-len for long prompts.")
     target = load_preset_target(args.target or get_preset(args.preset).target, quantization="none")
     batches = [make_batch(seqs[i: i + args.batch_size]) for i in range(0, len(seqs), args.batch_size)]
     next_tokens = target_next_tokens(batches, target.lm_head_weight().detach().float())
