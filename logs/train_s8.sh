@@ -6,8 +6,9 @@
 #      the decoding unroll; EAGLE and the matched control get the same 300 steps on the same batches (order 9).
 # So every method ends with the same number of steps (EAGLE 3,500 + 1,800; POSS 5,000 as EAGLE + 300 as POSS).
 # A later stage reuses this script with TAG, A_STEPS, SEED_A, SEED_B, SAVE_EVERY, POSS_THREADS, A_EVAL and B_EVAL
-# (each stage's --final-eval) and EXTRA_DATA (more data folders) set (logs/train_s9.sh to logs/train_s12.sh); logs
-# are appended to, so a resumed run keeps its earlier lines.
+# (each stage's --final-eval), EXTRA_DATA (more data folders), A_MAX_LEN (the a-phase's --max-len) and INIT (the
+# drafts the a-phase continues; the bundled ones by default) set (logs/train_s9.sh to logs/train_s13.sh); logs are
+# appended to, so a resumed run keeps its earlier lines.
 export PYTHONPATH=.
 DATA="--preset smollm2-135m --data data/smollm2-135m data/smollm2-135m-answers data/smollm2-135m-bf16 \
  data/smollm2-135m-self data/smollm2-135m-self2 ${EXTRA_DATA:-} --tokens-per-batch 1024 --draft-vocab 8192 --lr 5e-4 \
@@ -17,7 +18,7 @@ train() {  # train <log> <args...>
   local log=$1; shift
   .venv/bin/python -m poss_core.training.train $DATA "$@" >> "$log" 2>&1
 }
-A="--init-from assets/drafts/smollm2-135m --steps ${A_STEPS:-1500} --batch-seed ${SEED_A:-8} --threads 1 --export runs/${T}a-export ${A_EVAL:+--final-eval $A_EVAL} ${A_MAX_LEN:+--max-len $A_MAX_LEN}"
+A="--init-from ${INIT:-assets/drafts/smollm2-135m} --steps ${A_STEPS:-1500} --batch-seed ${SEED_A:-8} --threads 1 --export runs/${T}a-export ${A_EVAL:+--final-eval $A_EVAL} ${A_MAX_LEN:+--max-len $A_MAX_LEN}"
 B="--steps 300 --batch-seed ${SEED_B:-9} --export runs/${T}-export ${B_EVAL:+--final-eval $B_EVAL}"
 case "$1" in
   a-eagle) train logs/${T}a-eagle.log $A --methods eagle --out runs/${T}a-eagle ;;
