@@ -24,10 +24,9 @@ class DraftTree:
     root_feature: torch.Tensor | None  # [H] the draft's predicted feature at the root's position
     node_features: torch.Tensor  # [M, H] the draft's predicted feature at each node (zeros where not computed)
     has_feature: torch.Tensor  # [M] bool
-    # Milliseconds from the start of drafting to the end of each depth's expansion (entry d-1: depth d), and the
-    # total with the pruning: what the tree would have cost drafted only d deep (`--tree-budget auto` reads it).
+    # Milliseconds from the start of drafting to the end of each depth's expansion (entry d-1: depth d): what the
+    # tree would have cost drafted only d deep, before pruning (`--tree-budget auto` reads it).
     depth_ms: list[float] = field(default_factory=list)
-    total_ms: float = 0.0
 
     @property
     def size(self) -> int:
@@ -171,7 +170,7 @@ def build_tree(draft: DraftModel, state: DraftState, depth: int, top_k: int, tre
     state.reset_tree()
     tree = _prune(torch.cat(cand_tokens), torch.cat(cand_parents), torch.cat(cand_depths), torch.cat(cand_scores),
                   torch.cat(cand_logp), torch.cat(cand_groups), root_feature, features, tree_budget)
-    tree.depth_ms, tree.total_ms = depth_ms, ms_since(t0)
+    tree.depth_ms = depth_ms
     return tree
 
 
