@@ -10,5 +10,4 @@ nohup bash logs/chain_s13.sh > logs/chain_s13.log 2>&1 &
 echo "stage 10 started $(date)"
 bash logs/eval_s12.sh; echo "eval s12 done $(date)"
 bash logs/eval_long.sh s12 runs/s12a-export runs/s12-export; echo "long eval s12 done $(date)"
-bash logs/eval_long.sh s11 assets/drafts/smollm2-135m; echo "long eval s11 (the bundled stage 8) done $(date)"
 bash logs/bench_s12.sh paper; echo "paper s12 done $(date)"
