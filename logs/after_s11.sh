@@ -1,10 +1,3 @@
 #!/bin/bash
-# Session 11: once stage 8 is trained (logs/chain_s11.sh, whose process id is the first argument), score it on the
-# held-out slice, then benchmark it at the paper's settings and with --tree-budget auto, one at a time on the quiet
-# machine.
-cd "$(dirname "$0")/.."
-while kill -0 "$1" 2>/dev/null; do sleep 30; done
-[ -f runs/s11-export/poss3/config.json ] || { echo "stage 8 is incomplete: runs/s11-export/poss3 is missing" >&2; exit 1; }
-bash logs/eval_s11.sh; echo "eval done $(date)"
-bash logs/bench_s11.sh paper; echo "paper done $(date)"
-bash logs/bench_s11.sh auto; echo "auto done $(date)"
+# Session 11: stage 8 (logs/chain_s11.sh, process id as the argument), scored and benchmarked by logs/after_stage.sh.
+exec bash "$(dirname "$0")/after_stage.sh" "$1" s11 "stage 8"

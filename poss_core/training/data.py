@@ -277,11 +277,8 @@ def prompt_tokens(tokenizer, item) -> int:
     return len(encode_prompt(tokenizer, item[0] if isinstance(item, tuple) else item))
 
 
-def drop_used_prompts(tokenizer, items: list, folders: list[str], max_prompt_tokens: int) -> list:
-    """Items (prompts or (prompt, answer) pairs) whose encoded prompt no folder in `folders` already holds."""
-    used: set[tuple[int, ...]] = set()
-    for folder in folders:
-        used |= prompts_in_folder(folder)
+def drop_used_prompts(tokenizer, items: list, used: set[tuple[int, ...]], max_prompt_tokens: int) -> list:
+    """Items (prompts or (prompt, answer) pairs) whose encoded prompt is not in `used` (`prompts_in_folder` ids)."""
 
     def key(item) -> tuple[int, ...]:
         prompt = item[0] if isinstance(item, tuple) else item
@@ -430,9 +427,10 @@ def run(args) -> int:
               file=sys.stderr)
         if not items and not args.self_prompts:
             raise PossError(f"no prompt has {args.min_prompt_tokens} tokens or more: lower --min-prompt-tokens.")
+    used = set().union(*(prompts_in_folder(f) for f in args.exclude))  # read once, for file and self-written prompts
     if args.exclude and items:
         before = len(items)
-        items = drop_used_prompts(target.tokenizer, items, args.exclude, cfg.max_prompt_tokens)
+        items = drop_used_prompts(target.tokenizer, items, used, cfg.max_prompt_tokens)
         print(f"[data] --exclude: {before - len(items)} of {before} prompts are already in "
               f"{', '.join(args.exclude)}; {len(items)} left", file=sys.stderr)
         if not items and not args.self_prompts:
@@ -445,7 +443,7 @@ def run(args) -> int:
         out.mkdir(parents=True, exist_ok=True)
         written = write_self_prompts(target, args.self_prompts, out / "self_prompts.jsonl", args.batch_size, args.seed)
         if args.exclude:  # a common request ("What is the capital of France?") may already be in a held-out folder
-            kept = drop_used_prompts(target.tokenizer, written, args.exclude, cfg.max_prompt_tokens)
+            kept = drop_used_prompts(target.tokenizer, written, used, cfg.max_prompt_tokens)
             print(f"[data] --exclude: {len(written) - len(kept)} of {len(written)} self-written prompts are already "
                   f"in {', '.join(args.exclude)}", file=sys.stderr)
             written = kept
