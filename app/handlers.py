@@ -126,6 +126,8 @@ def lane_head_html(lane: Lane, comp: Comparison, running: bool) -> str:
              ("rounds", str(len(metrics.draft_rounds(ev)))), ("tokens", str(metrics.total_new_tokens(ev)))]
     if lane.budget is not None:
         items.append(("budget", f"{lane.budget} auto" if lane.budget_auto else str(lane.budget)))
+    if lane.depth_stop:
+        items.append(("depth stop", f"p < {lane.depth_stop:g}"))
     if plain is not None and not lane.plain and plain.events and ev:
         items.append(("vs plain", "×" + _fmt(metrics.speedup(tps, metrics.tokens_per_s(plain.events)), ".2f")))
     badges = []

@@ -206,6 +206,7 @@ class Lane:
     special_ids: set[int] = field(default_factory=set)
     budget: int | None = None  # the tree budget this lane decodes with (draft lanes)
     budget_auto: bool = False  # chosen by `auto` for this machine
+    depth_stop: float = 0.0  # the dynamic depth stop `auto` chose (0: every round drafts the full depth)
     source: Iterator | None = None  # the decoder's generator, or a replay of saved rounds
     detok: Detokenizer | None = None
     token_text: TokenTexts | None = None
@@ -363,14 +364,18 @@ def start(spec: RunSpec, models: ModelCache = MODELS, cancel: threading.Event | 
     special = set(getattr(target.tokenizer, "all_special_ids", []) or []) | set(target.eos_ids)
     lanes = []
     for method in spec.methods:
-        budget = None
+        budget, lane_config = None, config
         if method == PLAIN:
             decoder = PlainDecoder(target, config)
         else:
             draft = models.draft(preset, method, target, spec.quantization)
-            budget = models.budget(target, draft, config).budget if spec.auto_budget else config.tree_budget
-            decoder = SpeculativeDecoder(target, draft, replace(config, tree_budget=budget))
+            if spec.auto_budget:
+                choice = models.budget(target, draft, config)
+                lane_config = replace(config, tree_budget=choice.budget, depth_stop=choice.depth_stop)
+            budget = lane_config.tree_budget
+            decoder = SpeculativeDecoder(target, draft, lane_config)
         lanes.append(Lane(method, method_label(preset, method), special_ids=special, budget=budget,
+                          depth_stop=lane_config.depth_stop,
                           budget_auto=spec.auto_budget and budget is not None,
                           source=decoder.generate(ids, cancel=cancel), detok=Detokenizer(target.tokenizer),
                           token_text=TokenTexts(target.tokenizer)))

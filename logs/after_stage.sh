@@ -10,3 +10,5 @@ while kill -0 "$pid" 2>/dev/null; do sleep 30; done
 bash logs/eval_$tag.sh; echo "eval done $(date)"
 bash logs/bench_$tag.sh paper; echo "paper done $(date)"
 bash logs/bench_$tag.sh auto; echo "auto done $(date)"
+# The same without the dynamic depth stop `auto` may choose (session 13), for the comparison on the same drafts.
+AUTO_ARGS="--depth-stop 0" AUTO_SUFFIX=-nostop bash logs/bench_$tag.sh auto; echo "auto without a depth stop done $(date)"

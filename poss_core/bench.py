@@ -206,6 +206,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="tokens verified per round, root included, or 'auto' (measure and choose per draft); "
                         "default: the preset's")
     p.add_argument("--max-tree-budget", type=int, default=96, help="largest budget 'auto' considers")
+    p.add_argument("--depth-stop", type=float, default=None,
+                   help="dynamic depth: stop drafting deeper once the best path's draft probability is below this "
+                        "(0 = never; default 0, and with 'auto' the stop auto chooses)")
     p.add_argument("--calibration-prompts", type=int, default=6,
                    help="'auto': how many of the built-in calibration prompts to decode (never the evaluation "
                         "sets, so the budget is not tuned on what is measured)")
@@ -255,7 +258,7 @@ def _software() -> str:
 
 def make_methods(args, preset, target, names: list[str], base_cfg, say) -> list[Method]:
     """Decoders for every method; with --tree-budget auto, each draft gets the budget chosen for it."""
-    from .decoding.autobudget import CALIBRATION_PROMPTS, auto_tree_budget, load_or_measure_curve
+    from .decoding.autobudget import CALIBRATION_PROMPTS, DEPTH_STOPS, auto_tree_budget, load_or_measure_curve
     from .decoding.decoder import PlainDecoder, SpeculativeDecoder, encode_prompt
     from .models.loading import load_draft_by_name
     from .models.presets import resolve_draft_name
@@ -291,8 +294,10 @@ def make_methods(args, preset, target, names: list[str], base_cfg, say) -> list[
             say(f"calibrating {name} for the tree budget ...")
             choice = auto_tree_budget(target, draft, base_cfg, prompts=calib_prompts, max_budget=args.max_tree_budget,
                                       calibration_tokens=args.calibration_tokens, curve=curve, log=say,
-                                      choose_depth=not args.fixed_depth)
-            cfg = replace(base_cfg, tree_budget=choice.budget, depth=choice.depth or base_cfg.depth)
+                                      choose_depth=not args.fixed_depth,
+                                      depth_stops=DEPTH_STOPS if args.depth_stop is None else (args.depth_stop,))
+            cfg = replace(base_cfg, tree_budget=choice.budget, depth=choice.depth or base_cfg.depth,
+                          depth_stop=choice.depth_stop)
             say(f"{name}: {choice.describe()}")
         methods.append(Method(name, label, SpeculativeDecoder(target, draft, cfg), cfg.tree_budget, choice))
     return methods
@@ -420,7 +425,7 @@ def run_benchmark(args, argv: Sequence[str]) -> int:
     base_cfg = DecodeConfig(depth=args.depth or preset.depth, top_k=args.top_k or preset.top_k,
                             tree_budget=budget if isinstance(budget, int) else preset.tree_budget,
                             temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens,
-                            seed=args.seed)
+                            seed=args.seed, depth_stop=args.depth_stop or 0.0)
     questions = load_questions(args.data, args.limit)
     names = parse_methods(args.methods, hf_generate=not args.no_hf_generate)
     for n in names:
@@ -469,6 +474,8 @@ def run_benchmark(args, argv: Sequence[str]) -> int:
 
     settings = (f"depth {base_cfg.depth}, top-k {base_cfg.top_k}, temperature {args.temperature}, top-p {args.top_p}, "
                 f"max new tokens {args.max_new_tokens}, runs {args.runs}, seed {args.seed}")
+    if base_cfg.depth_stop and str(budget).lower() != "auto":
+        settings += f", dynamic depth stop below p {base_cfg.depth_stop:g}"
     if str(budget).lower() == "auto":
         budget_text = "auto: " + "; ".join(f"{m.name} → {m.budget_choice.describe()}" for m in methods
                                            if m.budget_choice is not None)

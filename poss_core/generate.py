@@ -39,6 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top-k", type=int, default=None, help="default: the preset's, or 10")
     p.add_argument("--tree-budget", type=int, default=None, help="nodes verified per round, root included "
                                                                   "(default: the preset's, or 60)")
+    p.add_argument("--depth-stop", type=float, default=0.0,
+                   help="dynamic depth: stop drafting deeper once the best path's draft probability is below this "
+                        "(default 0: every round drafts --depth positions)")
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--max-new-tokens", type=int, default=128)
@@ -76,7 +79,7 @@ def make_decoder(args):
                           top_k=pick(args.top_k, preset and preset.top_k, 10),
                           tree_budget=pick(args.tree_budget, preset and preset.tree_budget, 60),
                           temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens,
-                          seed=args.seed)
+                          seed=args.seed, depth_stop=args.depth_stop)
     target = load_preset_target(args.target or preset.target, quantization=args.quantization, device=args.device,
                                 dtype=parse_dtype(args.dtype))
     if args.method == "ar":

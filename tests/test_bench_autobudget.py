@@ -179,6 +179,34 @@ def test_shallower_trees_are_read_off_the_same_rounds_and_chosen_when_cheaper():
     assert fixed.depth is None and {r["depth"] for r in fixed.table} == {3}
 
 
+def test_a_dynamic_depth_stop_is_costed_per_round_and_chosen_when_unsure_rounds_waste_drafting():
+    # Two kinds of rounds, one chain each: confident (depth-1..3 scores -0.01, -0.02, -0.03, all accepted) and
+    # unsure (-2, -2.5, -3, nothing accepted). Drafting costs 10 ms per depth, verifying 10 ms whatever the size.
+    def chain(scores, accepted):
+        nodes = [DraftNode(i, i - 1, i + 1, sc, 0.5, 0) for i, sc in enumerate(scores)]
+        return RoundEvent(round=1, nodes=nodes, accepted=accepted, bonus=0, target_probs=[], feature_deviation=[],
+                          draft_ms=30, verify_ms=10, new_tokens=1)
+    rounds = [chain([-0.01, -0.02, -0.03], [0, 1, 2]), chain([-2.0, -2.5, -3.0], [])]
+    prof = ab.profile_from_events(rounds, max_budget=16, depth=3)
+    assert prof.best_scores == [[-0.01, -0.02, -0.03], [-2.0, -2.5, -3.0]]
+    # log 0.1 = -2.30: the unsure round passes depth 1 (-2) and stops after depth 2 (-2.5); log 0.15 = -1.90: at 1.
+    assert [prof.stop_depth(r, 3, 0.1) for r in (0, 1)] == [3, 2]
+    assert [prof.stopped_rounds(4, 3, 0.15)[r][:2] for r in (0, 1)] == [(3, 3), (1, 0)]
+    draft_ms = {1: 10.0, 2: 20.0, 3: 30.0}
+    without = ab.choose_budget(curve(lambda n: 10.0), prof, draft_ms, fixed_ms=0.0, choose_depth=True)
+    # Without a stop depth 1 wins: (2 + 1) tokens in 2 x 20 ms = 75/s against depth 3's (4 + 1) in 2 x 40 ms.
+    assert without.depth == 1 and without.depth_stop == 0.0 and without.expected_tokens_per_s == pytest.approx(75)
+    chosen = ab.choose_budget(curve(lambda n: 10.0), prof, draft_ms, fixed_ms=0.0, choose_depth=True,
+                              depth_stops=ab.DEPTH_STOPS)
+    # With one: the confident round drafts 3 deep (40 ms, 4 tokens), the unsure one 1 deep (20 ms, 1 token).
+    assert (chosen.depth, chosen.depth_stop, chosen.budget) == (3, 0.15, 4)
+    assert chosen.expected_tokens_per_s == pytest.approx(1000 * 5 / 60) and chosen.draft_ms == pytest.approx(20)
+    assert "stop below p 0.15" in chosen.describe()
+    # A profile without rounds (the default one) cannot cost a stop: none is offered.
+    dflt = ab.choose_budget(curve(lambda n: 10.0), ab.default_profile(3), 30.0, 0.0, depth_stops=ab.DEPTH_STOPS)
+    assert {r["depth_stop"] for r in dflt.table} == {0.0}
+
+
 def test_draft_cost_per_depth_is_measured_not_scaled(tiny_target):
     # Same profile as above; drafting costs 40 ms at depth 1 and 2.5 ms per further depth (the context rows and the
     # fixed work land on depth 1). Scaled by depth from 45 ms at depth 3, depth 1 would look three times cheaper.

@@ -1,5 +1,7 @@
 """Greedy speculative output equals the target's own greedy generate, token for token."""
 
+import math
+
 import pytest
 import torch
 from helpers import greedy_reference
@@ -45,6 +47,32 @@ def test_trained_drafts_match_generate(tiny_target, trained_drafts, name, depth,
             assert all(n.depth <= depth for n in e.nodes)
             assert len(e.feature_deviation) == e.accept_len
     assert accepted_any, "a trained draft should get some tokens accepted"
+
+
+@pytest.mark.parametrize("name", ["eagle", "poss2"])
+def test_a_dynamic_depth_stop_drafts_shallower_where_unsure_and_stays_lossless(tiny_target, trained_drafts, name):
+    """depth_stop p: drafting ends after the first depth whose best path has draft probability below p."""
+    depth = 5
+    # A stop at the median best depth-1 probability of a full-depth decode: some rounds stop, some go on.
+    ids = encode_prompt(tiny_target.tokenizer, PROMPTS[0])
+    full, _ = run(SpeculativeDecoder(tiny_target, trained_drafts[name], DecodeConfig(depth=depth, top_k=3)), ids)
+    firsts = sorted(max(n.score for n in e.nodes if n.depth == 1) for e in full[1:])
+    stop = math.exp(firsts[len(firsts) // 2])
+    depths_seen = set()
+    for prompt in PROMPTS:
+        ids = encode_prompt(tiny_target.tokenizer, prompt)
+        cfg = DecodeConfig(depth=depth, top_k=3, tree_budget=200, max_new_tokens=40, depth_stop=stop)  # no pruning
+        events, summary = run(SpeculativeDecoder(tiny_target, trained_drafts[name], cfg), ids)
+        assert summary.token_ids == greedy_reference(tiny_target, ids, 40)
+        for e in events[1:]:
+            drafted = len(e.draft_ms_by_depth)
+            depths_seen.add(drafted)
+            assert max(n.depth for n in e.nodes) == drafted
+            best = [max(n.score for n in e.nodes if n.depth == d) for d in range(1, drafted + 1)]
+            # Every depth it went past was confident enough; the last one, if short of `depth`, was not.
+            assert all(b >= math.log(stop) for b in best[:-1])
+            assert drafted == depth or best[-1] < math.log(stop)
+    assert len(depths_seen) > 1, f"expected rounds of several depths, saw {depths_seen}"
 
 
 def test_stops_at_eos_inside_an_accepted_path(tiny_target, trained_drafts):

@@ -24,6 +24,10 @@ Expected tokens/s at budget B = τ(B) / (draft_ms + forward_ms(B) + head_ms(R(B)
   EAGLE-2 conditional pos-acc (reference §6; 65% after position 4) and c(B) = 1 − 0.4^((B−1)/depth) is a heuristic
   coverage (the chance that the target's token is among the ~(B − 1)/depth nodes a tree keeps per depth if each
   further candidate catches 60% of what is left). It describes a trained draft, not an untrained one.
+- A dynamic depth stop p (`DecodeConfig.depth_stop`: drafting ends after the first depth whose best path has draft
+  probability below p) is costed on the same rounds: each is charged the depth it would have drafted (its best
+  cumulative score per depth is recorded in its nodes), the slots and rows of that shallower tree, and its accept
+  length there. Expected tokens/s is then the rounds' new tokens over their summed milliseconds.
 """
 
 from __future__ import annotations
@@ -50,6 +54,8 @@ from .events import RoundEvent
 
 CANDIDATE_BUDGETS = (2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 40, 48, 60, 64, 80, 96, 128)
 MAX_BUDGET = 96
+# Dynamic depth stops `auto` considers (0: every round drafts the full depth; see DecodeConfig.depth_stop).
+DEPTH_STOPS = (0.0, 0.05, 0.1, 0.15, 0.2, 0.3)
 CURVE_CONTEXT = 256
 DEFAULT_POS_ACC = (0.920, 0.784, 0.717, 0.671)  # EAGLE-2, reference §6; later positions use DEFAULT_TAIL
 DEFAULT_TAIL = 0.65
@@ -302,14 +308,13 @@ class AcceptanceProfile:
     pos_acc: list[float] | None = None  # default profile: conditional pos-acc for a big tree
     ranks_by_depth: dict[int, list[list[int]]] = field(default_factory=dict)  # shallower trees, same rounds
     head_rows: dict[int, list[list[int]]] = field(default_factory=dict)  # per depth, per round: LM-head rows by budget
+    best_scores: list[list[float]] | None = None  # per round: the best cumulative draft log-prob at each depth
 
     def expected_tau(self, budget: int, depth: int | None = None) -> float:
         budget = min(budget, self.max_budget)
         depth = self.depth if depth is None else min(depth, self.depth)
         if self.ranks is not None:
-            ranks = self.ranks if depth == self.depth else self.ranks_by_depth.get(depth)
-            if ranks is None:
-                raise ValueError(f"this profile has no ranks for depth {depth}")
+            ranks = self.ranks_at(depth)
             if not ranks:
                 return 1.0
             return sum(accept_len_at_budget(r, budget) + 1 for r in ranks) / len(ranks)
@@ -330,6 +335,35 @@ class AcceptanceProfile:
         b = max(2, min(budget, self.max_budget))
         return sum(r[b] for r in per_round) / len(per_round)
 
+    def ranks_at(self, depth: int) -> list[list[int]]:
+        ranks = self.ranks if depth == self.depth else self.ranks_by_depth.get(depth)
+        if ranks is None:
+            raise ValueError(f"this profile has no ranks for depth {depth}")
+        return ranks
+
+    def stop_depth(self, round_: int, depth: int, depth_stop: float) -> int:
+        """How deep calibration round `round_` would have drafted with this dynamic depth stop (build_tree's rule)."""
+        best = self.best_scores[round_] if self.best_scores else []
+        limit = math.log(depth_stop) if depth_stop > 0 else -math.inf
+        d = 1
+        while d < depth and d <= len(best) and best[d - 1] >= limit:
+            d += 1
+        return d
+
+    def stopped_rounds(self, budget: int, depth: int, depth_stop: float,
+                       top_k: int | None = None) -> list[tuple[int, int, int, int]]:
+        """Per calibration round under a dynamic depth stop: (depth drafted, accept length, slots verified, LM-head
+        rows). Read off the same rounds as τ(B): the nodes up to the depth drafted are the same."""
+        if self.ranks is None or self.best_scores is None:
+            raise ValueError("a dynamic depth stop is read off calibration rounds; this profile has none")
+        out = []
+        for r in range(len(self.ranks)):
+            d = self.stop_depth(r, min(depth, self.depth), depth_stop)
+            slots = min(budget, self.max_budget, max_useful_budget(d, top_k) if top_k else budget)
+            rows = self.head_rows[d][r][max(2, slots)] if self.head_rows.get(d) else slots
+            out.append((d, accept_len_at_budget(self.ranks_at(d)[r], slots), slots, rows))
+        return out
+
     def depths(self) -> list[int]:
         """Depths this profile can predict τ for."""
         if self.ranks is None:
@@ -345,13 +379,23 @@ def draft_ms_by_depth(events: Sequence[RoundEvent]) -> dict[int, float]:
     return {d: statistics.fmean(m[d - 1] for m in marks if len(m) >= d) for d in range(1, depth + 1)}
 
 
+def best_scores_by_depth(event: RoundEvent) -> list[float]:
+    """The best cumulative draft log-prob among the round's nodes at each depth (what a dynamic depth stop reads)."""
+    best: list[float] = []
+    for n in event.nodes:
+        best.extend([-math.inf] * (n.depth - len(best)))
+        best[n.depth - 1] = max(best[n.depth - 1], n.score)
+    return best
+
+
 def profile_from_events(events: Sequence[RoundEvent], max_budget: int, depth: int, prompts: int = 0) -> AcceptanceProfile:
     rounds = metrics.draft_rounds(events)
     return AcceptanceProfile(source=f"calibration: {len(rounds)} rounds on {prompts} prompt(s) at budget {max_budget}",
                              max_budget=max_budget, depth=depth, ranks=[accepted_ranks(e) for e in rounds],
                              ranks_by_depth={d: [accepted_ranks(e, d) for e in rounds] for d in range(1, depth)},
                              head_rows={d: [head_rows_by_budget(e, max_budget, d) for e in rounds]
-                                        for d in range(1, depth + 1)})
+                                        for d in range(1, depth + 1)},
+                             best_scores=[best_scores_by_depth(e) for e in rounds])
 
 
 def default_profile(depth: int, max_budget: int = MAX_BUDGET) -> AcceptanceProfile:
@@ -371,10 +415,12 @@ class BudgetChoice:
     fixed_ms: float  # per-round overhead that does not grow with the tree
     table: list[dict] = field(default_factory=list)  # per candidate: depth, budget, tau, round_ms, tokens_per_s
     depth: int | None = None  # the chosen draft depth (None: the configured one)
+    depth_stop: float = 0.0  # the chosen dynamic depth stop (0: every round drafts the full depth)
 
     def describe(self) -> str:
         depth = f"depth {self.depth}, " if self.depth is not None else ""
-        return (f"{depth}budget {self.budget}: expected {self.expected_tokens_per_s:.1f} tokens/s "
+        stop = f"stop below p {self.depth_stop:g}, " if self.depth_stop else ""
+        return (f"{depth}{stop}budget {self.budget}: expected {self.expected_tokens_per_s:.1f} tokens/s "
                 f"(plain ≈ {self.plain_tokens_per_s:.1f}); τ from {self.profile_source}; "
                 f"draft {self.draft_ms:.1f} ms + fixed overhead {self.fixed_ms:.1f} ms per round")
 
@@ -398,16 +444,20 @@ def draft_ms_at(draft_ms: float | Mapping[int, float], depth: int, full_depth: i
 
 def choose_budget(curve: ForwardCurve, profile: AcceptanceProfile, draft_ms: float | Mapping[int, float],
                   fixed_ms: float, candidates: Sequence[int] = CANDIDATE_BUDGETS, depth: int | None = None,
-                  top_k: int | None = None, choose_depth: bool = False) -> BudgetChoice:
+                  top_k: int | None = None, choose_depth: bool = False,
+                  depth_stops: Sequence[float] = (0.0,)) -> BudgetChoice:
     """The candidate with the highest τ(B, d) / round_ms(B, d),
     round_ms = draft(d) + forward(B) + head(rows(B, d)) + fixed.
 
     `draft_ms` is the drafting time per depth ({depth: ms}, from `draft_ms_by_depth`), or one figure at the
-    profile's depth that shallower trees (with `choose_depth`) scale by depth."""
+    profile's depth that shallower trees (with `choose_depth`) scale by depth. `depth_stops` are the dynamic depth
+    stops to consider besides none; under a stop each calibration round is costed at the depth it would have drafted
+    (new tokens over milliseconds, summed over rounds), which needs a calibrated profile."""
     full_depth = profile.depth  # the calibration's depth, which a single draft_ms was measured at
     top = min(full_depth, depth) if depth is not None else full_depth
     # A hand-made profile may know only its own depth: then that depth, with the budget capped as `depth` says.
     depths = [d for d in profile.depths() if d <= top and (choose_depth or d == top)] or [full_depth]
+    stops = sorted({0.0, *depth_stops}) if profile.best_scores is not None else [0.0]
     table = []
     for d in depths:
         limit = profile.max_budget
@@ -415,16 +465,30 @@ def choose_budget(curve: ForwardCurve, profile: AcceptanceProfile, draft_ms: flo
             limit = min(limit, max_useful_budget(min(d, top), top_k))
         d_ms = draft_ms_at(draft_ms, d, full_depth)
         for b in sorted({c for c in candidates if 2 <= c <= limit} or {2}):
-            tau = profile.expected_tau(b, d)
-            head_rows = profile.expected_head_rows(b, d)
-            round_ms = d_ms + curve.at(b) + curve.post_at(head_rows) + fixed_ms
-            table.append({"depth": d, "budget": b, "tau": tau, "head_rows": head_rows, "round_ms": round_ms,
-                          "tokens_per_s": 1000.0 * tau / round_ms})
-    best = max(table, key=lambda row: (row["tokens_per_s"], -row["budget"], -row["depth"]))
+            for stop in stops:
+                if stop == 0.0:
+                    tau = profile.expected_tau(b, d)
+                    head_rows = profile.expected_head_rows(b, d)
+                    round_ms, mean_draft_ms = d_ms + curve.at(b) + curve.post_at(head_rows) + fixed_ms, d_ms
+                elif d > 1:
+                    rounds = profile.stopped_rounds(b, d, stop, top_k)
+                    n = max(1, len(rounds))
+                    tau = sum(acc + 1 for _, acc, _, _ in rounds) / n if rounds else 1.0
+                    head_rows = sum(rows for *_, rows in rounds) / n
+                    mean_draft_ms = sum(draft_ms_at(draft_ms, dr, full_depth) for dr, *_ in rounds) / n
+                    round_ms = mean_draft_ms + fixed_ms + sum(curve.at(slots) + curve.post_at(rows)
+                                                              for _, _, slots, rows in rounds) / n
+                else:
+                    continue  # a one-deep tree has nothing to stop
+                table.append({"depth": d, "budget": b, "depth_stop": stop, "tau": tau, "head_rows": head_rows,
+                              "draft_ms": mean_draft_ms, "round_ms": round_ms,
+                              "tokens_per_s": 1000.0 * tau / round_ms})
+    # Ties go to the smaller tree, the shallower depth, then no stop.
+    best = max(table, key=lambda row: (row["tokens_per_s"], -row["budget"], -row["depth"], -row["depth_stop"]))
     return BudgetChoice(budget=best["budget"], expected_tokens_per_s=best["tokens_per_s"],
                         plain_tokens_per_s=1000.0 / (curve.at(1) + curve.post_at(1)), profile_source=profile.source,
-                        draft_ms=draft_ms_at(draft_ms, best["depth"], full_depth), fixed_ms=fixed_ms, table=table,
-                        depth=best["depth"] if choose_depth else None)
+                        draft_ms=best["draft_ms"], fixed_ms=fixed_ms, table=table,
+                        depth=best["depth"] if choose_depth else None, depth_stop=best["depth_stop"])
 
 
 def calibrate(target: TargetModel, draft, config: DecodeConfig, prompts: Sequence[Sequence[int]],
@@ -434,7 +498,8 @@ def calibrate(target: TargetModel, draft, config: DecodeConfig, prompts: Sequenc
     from .events import DecodeSummary
 
     budget = max(2, min(max_budget, max_useful_budget(config.depth, config.top_k)))
-    cfg = replace(config, tree_budget=budget, max_new_tokens=max_new_tokens)
+    # Every round drafts the full depth: what a dynamic depth stop would have cut is read off these rounds.
+    cfg = replace(config, tree_budget=budget, max_new_tokens=max_new_tokens, depth_stop=0.0)
     decoder = SpeculativeDecoder(target, draft, cfg)
     events: list[RoundEvent] = []
     for ids in prompts:
@@ -447,9 +512,9 @@ def calibrate(target: TargetModel, draft, config: DecodeConfig, prompts: Sequenc
 def auto_tree_budget(target: TargetModel, draft, config: DecodeConfig, prompts: Sequence[Sequence[int]] | None = None,
                      profile: str = "calibrate", max_budget: int = MAX_BUDGET, calibration_tokens: int = 48,
                      curve: ForwardCurve | None = None, remeasure: bool = False, log=None,
-                     choose_depth: bool = True) -> BudgetChoice:
-    """Pick the tree budget (and, with `choose_depth`, a depth up to the configured one) for this target, draft and
-    hardware (see the module docstring).
+                     choose_depth: bool = True, depth_stops: Sequence[float] = DEPTH_STOPS) -> BudgetChoice:
+    """Pick the tree budget (and, with `choose_depth`, a depth up to the configured one; and a dynamic depth stop
+    among `depth_stops`) for this target, draft and hardware (see the module docstring).
 
     `prompts` are token-id lists for the calibration decode (default: built-in prompts, never the evaluation sets);
     `profile="default"` keeps the calibration's timings but takes τ(B) from the default profile."""
@@ -473,7 +538,7 @@ def auto_tree_budget(target: TargetModel, draft, config: DecodeConfig, prompts: 
     prof = (profile_from_events(events, budget, config.depth, len(prompts)) if profile == "calibrate"
             else default_profile(config.depth, budget))
     return choose_budget(curve, prof, draft_ms, fixed_ms, depth=config.depth, top_k=config.top_k,
-                         choose_depth=choose_depth)
+                         choose_depth=choose_depth, depth_stops=depth_stops)
 
 
 # ----- a cached choice per draft (the app) ------------------------------------------------------------------------
@@ -492,7 +557,8 @@ def choice_cache_path() -> Path:
 
 
 def cached_choice_key(target: TargetModel, draft, config: DecodeConfig) -> str:
-    return f"{curve_key(target)} | {draft_fingerprint(draft)} | depth {config.depth} top_k {config.top_k}"
+    # "stops": choices cached before the dynamic depth stop was considered are fitted again.
+    return f"{curve_key(target)} | {draft_fingerprint(draft)} | depth {config.depth} top_k {config.top_k} | stops"
 
 
 def known_budget_choice(target: TargetModel, draft, config: DecodeConfig,

@@ -18,6 +18,9 @@ class DecodeConfig:
     top_p: float = 1.0
     max_new_tokens: int = 128
     seed: int = 0
+    # Dynamic depth: stop drafting deeper once the best path's draft probability falls below this (0: always draft
+    # `depth` positions). An unconfident round then costs fewer draft passes; a confident one still goes deep.
+    depth_stop: float = 0.0
 
     def __post_init__(self) -> None:
         self.validate()
@@ -35,6 +38,8 @@ class DecodeConfig:
             ("temperature", self.temperature, self.temperature >= 0.0, "a number >= 0 (0 means greedy)"),
             ("top_p", self.top_p, 0.0 < self.top_p <= 1.0, "a number in (0, 1]"),
             ("max_new_tokens", self.max_new_tokens, self.max_new_tokens >= 1, "an integer >= 1"),
+            ("depth_stop", self.depth_stop, 0.0 <= self.depth_stop < 1.0,
+             "a probability in [0, 1) (0 drafts every round `depth` deep)"),
         ]
         for name, value, ok, valid in checks:
             if isinstance(value, bool) or not ok:

@@ -221,7 +221,7 @@ class SpeculativeDecoder(_BaseDecoder):
             t_round = time.perf_counter()
             # Committed tokens never exceed the context window: accepted nodes plus the bonus must fit.
             depth = min(cfg.depth, self.target.max_context - n - 1)
-            tree = (build_tree(self.draft, state, depth, cfg.top_k, cfg.tree_budget) if depth > 0
+            tree = (build_tree(self.draft, state, depth, cfg.top_k, cfg.tree_budget, cfg.depth_stop) if depth > 0
                     else DraftTree.empty(self.target.hidden_size))
             draft_ms = _ms(t_round)
 

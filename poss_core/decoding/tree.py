@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 
@@ -118,8 +119,12 @@ def _run_group(draft: DraftModel, state: DraftState, rows: _TreeRows, group: int
 
 
 @torch.inference_mode()
-def build_tree(draft: DraftModel, state: DraftState, depth: int, top_k: int, tree_budget: int) -> DraftTree:
-    """Draft one EAGLE-2 tree from the draft's state (which must hold the newly verified context rows)."""
+def build_tree(draft: DraftModel, state: DraftState, depth: int, top_k: int, tree_budget: int,
+               depth_stop: float = 0.0) -> DraftTree:
+    """Draft one EAGLE-2 tree from the draft's state (which must hold the newly verified context rows).
+
+    With `depth_stop` > 0 drafting ends early, after the first depth whose best cumulative draft probability is
+    below it: a deeper node could only score lower, so it would rarely be kept and more rarely accepted."""
     t0 = time.perf_counter()
     device, dtype = draft.fc.weight.device, draft.fc.weight.dtype
     k = min(top_k, draft.draft_vocab_size)
@@ -144,7 +149,10 @@ def build_tree(draft: DraftModel, state: DraftState, depth: int, top_k: int, tre
     frontier_parent_rows: torch.Tensor | None = None
     n_cand = k
     depth_ms = [ms_since(t0)]
+    stop_below = math.log(depth_stop) if depth_stop > 0 else -math.inf
     for d in range(1, depth):
+        if float(frontier_scores[0]) < stop_below:  # topk sorts: entry 0 is the best path at depth d
+            break
         rows.add(torch.cat(cand_tokens)[frontier], frontier_feats, d, frontier_parent_rows)
         g = draft.specialist_of(d + 1)
         out = _run_group(draft, state, rows, g, done)[-k:]
