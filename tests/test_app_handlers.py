@@ -4,6 +4,7 @@ step/stop, save/load/replay, sessions and the API function. Uses the tiny-random
 from __future__ import annotations
 
 import importlib.util
+import json
 import math
 import threading
 from pathlib import Path
@@ -232,6 +233,12 @@ def test_auto_budget_fits_each_draft_lane_once_then_reads_the_cache(tmp_path, mo
     assert all(2 <= lane.budget <= autobudget.MAX_BUDGET for lane in (eagle, poss2))
     assert eagle.token_ids == plain.token_ids  # any budget is lossless
     assert f"<b>{eagle.budget} auto</b> budget" in handlers.outputs_dict(frames[-1])["lane1_head"]
+    # The fit's dynamic depth stop travels with its budget, and the lane header names it when there is one.
+    fitted = json.loads((tmp_path / "choices.json").read_text()).values()
+    assert sorted((c["budget"], c["depth_stop"]) for c in fitted) == sorted(
+        (lane.budget, lane.depth_stop) for lane in (eagle, poss2))
+    for i, lane in ((1, eagle), (2, poss2)):
+        assert ("depth stop" in handlers.outputs_dict(frames[-1])[f"lane{i}_head"]) == bool(lane.depth_stop)
 
     def no_calibration(*a, **k):
         raise AssertionError("the cached choice should be used")
