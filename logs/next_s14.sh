@@ -1,0 +1,12 @@
+#!/bin/bash
+# Next session's long job (prepared in session 13): the 3,072 greedy Magpie answers (logs/data_s12.sh, ~1-1.5 h here,
+# resumable), their token ids copied to assets/training_data/, then stage 11 (logs/train_s14.sh) by
+# logs/chain_stage.sh; then `bash logs/after_stage.sh PID s14 "stage 11"` benchmarks it (needs logs/bench_s14.sh and
+# logs/eval_s14.sh like the s13 ones). On a fresh machine run logs/rebuild_data.sh first.
+set -e
+cd "$(dirname "$0")/.."
+bash logs/data_s12.sh
+mkdir -p assets/training_data/smollm2-135m-self3
+cp -r data/smollm2-135m-self3/tokens data/smollm2-135m-self3/self_prompts.jsonl data/smollm2-135m-self3/data_card.json \
+  assets/training_data/smollm2-135m-self3/
+exec bash logs/chain_stage.sh logs/train_s14.sh "stage 11"
