@@ -44,8 +44,7 @@ METRICS = """
   P(accept_len ≥ k−1), the chance that position *k* is accepted given positions 1 .. k−1 were.
   Chain rule: P(accept_len ≥ k) = Π<sub>i≤k</sub> pos-acc<sub>i</sub>, so one weak position caps everything after it.
 * **Unconditional per-position rate** = P(accept_len ≥ k) (vLLM's accepted-per-position / drafts).
-  Both count only the rounds whose tree drafted position *k* (with a dynamic depth stop an unconfident round drafts
-  fewer positions, and neither passes nor fails the ones it skipped); every chart says which one it shows.
+  Both come from the same accept-length histogram; every chart says which one it shows.
 * **Feature deviation** at position *k*: the distance (mean L2 norm, and cosine distance 1 − cos) between the
   draft's predicted feature and the target's true feature for the same token, on accepted positions.
 * **Tokens/s**: new tokens over the lane's own compute time (prefill included). **Speed-up** = a lane's tokens/s ÷

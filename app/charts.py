@@ -125,12 +125,14 @@ def pos_acc_figure(runs: Runs, conditional: bool = True,
     else:
         fig = make_subplots(rows=1, cols=1)
     for label, ev in drafted.items():
-        counts = metrics.position_counts(ev, depth)
-        values = metrics.only_drafted(counts.conditional() if conditional else counts.unconditional(), ev)
+        hist = metrics.accept_hist(ev, depth)
+        values = metrics.only_drafted(
+            metrics.pos_acc_from_hist(hist) if conditional else metrics.pos_rate_from_hist(hist), ev)
+        reached = [sum(hist[k:]) for k in range(len(hist))]  # rounds with accept_len >= k
         x = list(range(1, len(values) + 1))
         # How many rounds each point rests on: the denominator of the ratio.
-        base = counts.tried if conditional else counts.drafted
-        hits = counts.hits
+        base = [reached[k - 1] for k in x] if conditional else [reached[0]] * len(x)
+        hits = [reached[k] for k in x]
         fig.add_trace(go.Scatter(
             x=x, y=_none_for_nan(values), mode="lines+markers", name=label,
             line={"color": colors.get(label), "width": 2.5}, marker={"size": 8},

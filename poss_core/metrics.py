@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from .decoding.events import RoundEvent
@@ -41,43 +40,27 @@ def accept_hist(events: Iterable[RoundEvent], depth: int | None = None) -> list[
     return hist
 
 
-def round_depth(event: RoundEvent) -> int | None:
-    """How deep the round's verified tree reaches (None for an event that records no nodes: no limit is known)."""
-    return max((n.depth for n in event.nodes), default=0) if event.nodes else None
+def _at_least(hist: Sequence[int]) -> list[int]:
+    """at_least[k] = rounds with accept_len >= k."""
+    out, total = [0] * len(hist), 0
+    for k in range(len(hist) - 1, -1, -1):
+        total += hist[k]
+        out[k] = total
+    return out
 
 
-@dataclass
-class PositionCounts:
-    """Per draft position k = 1..depth (list index k-1), over draft rounds:
-    `hits` accepted at least k tokens; `tried` accepted k-1 and had a node at depth k to try;
-    `drafted` had a node at depth k at all. A round whose tree stopped short of k (a dynamic depth stop, the context
-    limit, pruning) neither passes nor fails position k."""
-
-    hits: list[int]
-    tried: list[int]
-    drafted: list[int]
-
-    def conditional(self) -> list[float]:
-        """POSS pos-acc: P(accept k | accepted k-1 and position k was drafted). NaN where nothing was tried."""
-        return [h / t if t else math.nan for h, t in zip(self.hits, self.tried)]
-
-    def unconditional(self) -> list[float]:
-        """P(accept_len >= k) over the rounds that drafted position k (vLLM's accepted-per-position / drafts)."""
-        return [h / d if d else math.nan for h, d in zip(self.hits, self.drafted)]
+def pos_rate_from_hist(hist: Sequence[int]) -> list[float]:
+    """Unconditional per-position rate P(accept_len >= k), k = 1..depth (vLLM's accepted-per-position / drafts)."""
+    ge = _at_least(hist)
+    rounds = ge[0] if ge else 0
+    return [ge[k] / rounds if rounds else math.nan for k in range(1, len(hist))]
 
 
-def position_counts(events: Iterable[RoundEvent], depth: int | None = None) -> PositionCounts:
-    events = draft_rounds(events)
-    n = len(accept_hist(events, depth)) - 1
-    hits, tried, drafted = [0] * n, [0] * n, [0] * n
-    for e in events:
-        reach = round_depth(e)
-        reach = n if reach is None else max(reach, e.accept_len)
-        for k in range(1, min(n, reach) + 1):
-            drafted[k - 1] += 1
-            tried[k - 1] += e.accept_len >= k - 1
-            hits[k - 1] += e.accept_len >= k
-    return PositionCounts(hits, tried, drafted)
+def pos_acc_from_hist(hist: Sequence[int]) -> list[float]:
+    """Conditional position-wise acceptance (POSS pos-acc): P(accept_len >= k) / P(accept_len >= k-1), k = 1..depth.
+    NaN where no round reached position k-1."""
+    ge = _at_least(hist)
+    return [ge[k] / ge[k - 1] if ge[k - 1] else math.nan for k in range(1, len(hist))]
 
 
 def only_drafted(values: Sequence[float], events: Iterable[RoundEvent]) -> list[float]:
@@ -89,12 +72,12 @@ def only_drafted(values: Sequence[float], events: Iterable[RoundEvent]) -> list[
 
 def pos_rate(events: Iterable[RoundEvent], depth: int | None = None) -> list[float]:
     events = list(events)
-    return only_drafted(position_counts(events, depth).unconditional(), events)
+    return only_drafted(pos_rate_from_hist(accept_hist(events, depth)), events)
 
 
 def pos_acc(events: Iterable[RoundEvent], depth: int | None = None) -> list[float]:
     events = list(events)
-    return only_drafted(position_counts(events, depth).conditional(), events)
+    return only_drafted(pos_acc_from_hist(accept_hist(events, depth)), events)
 
 
 def feature_deviation_by_position(events: Iterable[RoundEvent]) -> dict[str, list[float]]:
@@ -166,11 +149,10 @@ def summarize(events: Sequence[RoundEvent], depth: int | None = None) -> dict[st
     """The summary every view shows: tau, pos_acc, pos_rate, accept_hist, tokens_per_s, new_tokens, rounds."""
     events = list(events)
     hist = accept_hist(events, depth)
-    counts = position_counts(events, depth)
     return {
         "tau": tau(events),
-        "pos_acc": only_drafted(counts.conditional(), events),
-        "pos_rate": only_drafted(counts.unconditional(), events),
+        "pos_acc": only_drafted(pos_acc_from_hist(hist), events),
+        "pos_rate": only_drafted(pos_rate_from_hist(hist), events),
         "accept_hist": hist,
         "tokens_per_s": tokens_per_s(events),
         "new_tokens": total_new_tokens(events),

@@ -61,17 +61,6 @@ def test_positions_deeper_than_the_tree_are_nan_not_zero():
     assert metrics.pos_acc(e, depth=6)[1] == 1 / 2 and math.isnan(metrics.pos_rate(e, depth=6)[2])
 
 
-def test_a_round_that_stopped_drafting_early_neither_passes_nor_fails_the_deeper_positions():
-    """A dynamic depth stop drafts an unconfident round 1 deep: it counts at position 1 only."""
-    e = [ev(1, 3, depth=4), ev(2, 1, depth=1), ev(3, 0, depth=1), ev(4, 4, depth=4)]
-    c = metrics.position_counts(e)
-    assert c.hits == [3, 2, 2, 1] and c.tried == [4, 2, 2, 2] and c.drafted == [4, 2, 2, 2]
-    assert metrics.pos_acc(e) == [3 / 4, 1.0, 1.0, 1 / 2]
-    assert metrics.pos_rate(e) == [3 / 4, 1.0, 1.0, 1 / 2]
-    # Counted against the whole histogram instead, the round accepting its only node would fail position 2.
-    assert metrics.pos_acc(e)[1] != 2 / 3
-
-
 def test_feature_deviation_and_speed():
     e = events()
     e[5].feature_deviation = [FeatureDeviation(1.0, 0.1), FeatureDeviation(2.0, 0.2), FeatureDeviation(3.0, 0.3),
