@@ -336,6 +336,7 @@ class AcceptanceProfile:
         return sum(r[b] for r in per_round) / len(per_round)
 
     def ranks_at(self, depth: int) -> list[list[int]]:
+        """Per calibration round, the accepted path's score ranks in a tree drafted `depth` deep."""
         ranks = self.ranks if depth == self.depth else self.ranks_by_depth.get(depth)
         if ranks is None:
             raise ValueError(f"this profile has no ranks for depth {depth}")
