@@ -16,7 +16,7 @@ until_shard() {  # until_shard <folder> <last shard index> <data args...>: run, 
 }
 mkdir -p data
 for f in smollm2-135m-bf16 smollm2-135m-self smollm2-135m-self2 smollm2-135m-selfeval smollm2-135m-t0 \
-    smollm2-135m-longeval smollm2-135m-long; do
+    smollm2-135m-longeval smollm2-135m-long smollm2-135m-self3; do
   [ -d data/$f ] || cp -r assets/training_data/$f data/
 done
 mkdir -p data/smollm2-135m && cp -rn assets/training_data/smollm2-135m/tokens data/smollm2-135m/
@@ -39,4 +39,6 @@ $PY -m poss_core.training.data --preset smollm2-135m --prompts ../shared/data/tr
   --limit 3072 --batch-size 64 --max-new-tokens 160 --dtype bfloat16 --seed 7 --out data/smollm2-135m-t0
 # Twelfth session: long documents (the held-out slice first; the training folder excludes it).
 bash logs/data_s12_long.sh
+# Thirteenth session: 3,072 more self-written prompts, answered greedily (stage 11's extra data).
+bash logs/data_s12.sh
 touch data/.rebuilt && echo "data rebuilt"
