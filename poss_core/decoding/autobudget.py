@@ -51,6 +51,7 @@ from .. import metrics
 from ..models.target import TargetModel, causal_allowed, truncate_cache_layer
 from .config import DecodeConfig
 from .events import RoundEvent
+from .tree import stop_threshold
 
 CANDIDATE_BUDGETS = (2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 40, 48, 60, 64, 80, 96, 128)
 MAX_BUDGET = 96
@@ -345,7 +346,7 @@ class AcceptanceProfile:
     def stop_depth(self, round_: int, depth: int, depth_stop: float) -> int:
         """How deep calibration round `round_` would have drafted with this dynamic depth stop (build_tree's rule)."""
         best = self.best_scores[round_] if self.best_scores else []
-        limit = math.log(depth_stop) if depth_stop > 0 else -math.inf
+        limit = stop_threshold(depth_stop)
         d = 1
         while d < depth and d <= len(best) and best[d - 1] >= limit:
             d += 1

@@ -149,9 +149,10 @@ def build_tree(draft: DraftModel, state: DraftState, depth: int, top_k: int, tre
     frontier_parent_rows: torch.Tensor | None = None
     n_cand = k
     depth_ms = [ms_since(t0)]
-    stop_below = math.log(depth_stop) if depth_stop > 0 else -math.inf
+    stop_below = stop_threshold(depth_stop)
     for d in range(1, depth):
-        if float(frontier_scores[0]) < stop_below:  # topk sorts: entry 0 is the best path at depth d
+        # topk sorts: entry 0 is the best path at depth d. Without a stop, no read-back (a device sync on a GPU).
+        if depth_stop > 0 and float(frontier_scores[0]) < stop_below:
             break
         rows.add(torch.cat(cand_tokens)[frontier], frontier_feats, d, frontier_parent_rows)
         g = draft.specialist_of(d + 1)
@@ -180,6 +181,12 @@ def build_tree(draft: DraftModel, state: DraftState, depth: int, top_k: int, tre
                   torch.cat(cand_logp), torch.cat(cand_groups), root_feature, features, tree_budget)
     tree.depth_ms = depth_ms
     return tree
+
+
+def stop_threshold(depth_stop: float) -> float:
+    """The cumulative draft log-prob below which a dynamic depth stop ends drafting (-inf: never); `build_tree`
+    applies it while drafting, `--tree-budget auto` to recorded rounds."""
+    return math.log(depth_stop) if depth_stop > 0 else -math.inf
 
 
 def ms_since(t0: float) -> float:
