@@ -151,6 +151,12 @@ def test_data_cli_resumes_without_duplicates_and_trainer_resumes(tmp_path):
     assert r.returncode == 0, r.stderr
     first = {f.name: f.read_bytes() for f in out.glob("shard-*.safetensors")}
     assert len(first) == 3
+    card = (out / "data_card.json").read_text()
+    assert json.loads(card)["built_now"] == 3
+    # A rerun over a finished folder builds nothing and keeps the card of the run that built it.
+    r = _run("poss_core.training.data", *args)
+    assert json.loads(r.stdout.splitlines()[-1])["built_now"] == 0
+    assert (out / "data_card.json").read_text() == card
     # Simulate an interruption: one shard never finished (only its partial file exists).
     (out / "shard-00001.safetensors").rename(out / "shard-00001.partial")
     r = _run("poss_core.training.data", *args)

@@ -300,6 +300,15 @@ def tokens_path(out: Path, i: int) -> Path:
     return out / "tokens" / f"tokens-{i:05d}.json"
 
 
+def write_data_card(out: Path, info: dict, target_name: str) -> None:
+    """Record how the folder was built. A rerun that built nothing (every shard already there) keeps the card of the
+    run that did, so checking a finished folder never erases its build figures."""
+    card = out / "data_card.json"
+    if info["built_now"] == 0 and card.is_file():
+        return
+    card.write_text(json.dumps({**info, "target": target_name}, indent=2))
+
+
 def build(target: TargetModel, prompts: list[str], out: Path, cfg: DataConfig,
           progress: bool = True) -> dict:
     """Generate answers and features for every planned batch that has no shard yet.
@@ -334,7 +343,7 @@ def build(target: TargetModel, prompts: list[str], out: Path, cfg: DataConfig,
         bar.set_postfix(answer_tok_s=f"{tokens / (time.time() - t0):.0f}")
     info = {"prompts": len(prompts), "shards": len(plan), "built_now": len(todo), "from_saved_tokens": reused,
             "answer_tokens_now": tokens, "seconds_now": round(time.time() - t0, 1), **cfg.__dict__}
-    (out / "data_card.json").write_text(json.dumps({**info, "target": target.name}, indent=2))
+    write_data_card(out, info, target.name)
     return info
 
 
@@ -363,7 +372,7 @@ def build_fixed(target: TargetModel, pairs: list[tuple[str, str]], out: Path, cf
         bar.set_postfix(tok_s=f"{tokens / (time.time() - t0):.0f}")
     info = {"pairs": len(pairs), "shards": len(plan), "built_now": len(todo), "tokens_now": tokens,
             "seconds_now": round(time.time() - t0, 1), "answers": "dataset", **cfg.__dict__}
-    (out / "data_card.json").write_text(json.dumps({**info, "target": target.name}, indent=2))
+    write_data_card(out, info, target.name)
     return info
 
 
