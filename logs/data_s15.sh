@@ -1,0 +1,14 @@
+#!/bin/bash
+# Fourteenth session: 3,072 more prompts the target writes itself (Magpie, seed 10), answered greedily in bf16, for
+# stage 12: stage 11 (logs/data_s12.sh's 3,066 such answers added to stage 10's data) raised every draft at every
+# position on the held-out self-written slice (EAGLE k=6 .429 -> .447, POSS-2 .454 -> .469), so data is still the lever.
+# Resumable (self_prompts.jsonl and the token files); the token ids are then copied to
+# assets/training_data/smollm2-135m-self4 (logs/rebuild_data.sh rebuilds the features from them).
+set -e
+cd "$(dirname "$0")/.."
+PYTHONPATH=. .venv/bin/python -m poss_core.training.data --preset smollm2-135m --self-prompts 3072 --batch-size 64 \
+  --max-new-tokens 192 --temperature 0 --dtype bfloat16 --seed 10 --out data/smollm2-135m-self4 \
+  --exclude data/smollm2-135m-self data/smollm2-135m-self2 data/smollm2-135m-self3 data/smollm2-135m-selfeval
+mkdir -p assets/training_data/smollm2-135m-self4
+cp -r data/smollm2-135m-self4/tokens data/smollm2-135m-self4/self_prompts.jsonl data/smollm2-135m-self4/data_card.json \
+  assets/training_data/smollm2-135m-self4/
