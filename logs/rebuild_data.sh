@@ -41,6 +41,6 @@ $PY -m poss_core.training.data --preset smollm2-135m --prompts ../shared/data/tr
 bash logs/data_s12_long.sh
 # Thirteenth session: 3,072 more self-written prompts, answered greedily (stage 11's extra data).
 bash logs/data_s12.sh
-# Fourteenth session: 3,072 more (stage 12's extra data; skipped where its token ids are not committed yet).
-[ -d assets/training_data/smollm2-135m-self4 ] && bash logs/data_s15.sh
+# Fourteenth session: 3,065 more self-written prompts, answered greedily (stage 12's extra data).
+bash logs/data_s15.sh
 touch data/.rebuilt && echo "data rebuilt"
