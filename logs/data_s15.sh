@@ -9,6 +9,7 @@ cd "$(dirname "$0")/.."
 PYTHONPATH=. .venv/bin/python -m poss_core.training.data --preset smollm2-135m --self-prompts 3072 --batch-size 64 \
   --max-new-tokens 192 --temperature 0 --dtype bfloat16 --seed 10 --out data/smollm2-135m-self4 \
   --exclude data/smollm2-135m-self data/smollm2-135m-self2 data/smollm2-135m-self3 data/smollm2-135m-selfeval
-mkdir -p assets/training_data/smollm2-135m-self4
-cp -r data/smollm2-135m-self4/tokens data/smollm2-135m-self4/self_prompts.jsonl data/smollm2-135m-self4/data_card.json \
-  assets/training_data/smollm2-135m-self4/
+# Copied once: a rebuild from the committed ids (logs/rebuild_data.sh) leaves the committed folder as it is.
+[ -d assets/training_data/smollm2-135m-self4 ] || { mkdir -p assets/training_data/smollm2-135m-self4 && cp -r \
+  data/smollm2-135m-self4/tokens data/smollm2-135m-self4/self_prompts.jsonl data/smollm2-135m-self4/data_card.json \
+  assets/training_data/smollm2-135m-self4/; }
