@@ -56,16 +56,21 @@ class Method:
 
 
 # ----- inputs ----------------------------------------------------------------------------------------------------
-def load_questions(patterns: Sequence[str], limit: int | None = None) -> list[Question]:
-    """Rows {"question_id", "category", "turns": [...]} from JSONL files; the dataset is the file's stem."""
+def data_files(patterns: Sequence[str]) -> list[str]:
+    """The files --data names (globs expanded, each once, in order)."""
     paths: list[str] = []
     for p in patterns:
         found = sorted(glob.glob(p)) or ([p] if Path(p).is_file() else [])
         if not found:
             raise ConfigError(f"--data {p!r} matches no file: give eval JSONL files (e.g. ../shared/data/eval/*.jsonl).")
         paths.extend(found)
+    return list(dict.fromkeys(paths))
+
+
+def load_questions(patterns: Sequence[str], limit: int | None = None) -> list[Question]:
+    """Rows {"question_id", "category", "turns": [...]} from JSONL files; the dataset is the file's stem."""
     questions: list[Question] = []
-    for path in dict.fromkeys(paths):
+    for path in data_files(patterns):
         name = Path(path).stem
         rows = 0
         with open(path) as f:
@@ -210,8 +215,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="dynamic depth: stop drafting deeper once the best path's draft probability is below this "
                         "(0 = never; default 0, and with 'auto' the stop auto chooses)")
     p.add_argument("--calibration-prompts", type=int, default=6,
-                   help="'auto': how many of the built-in calibration prompts to decode (never the evaluation "
-                        "sets, so the budget is not tuned on what is measured)")
+                   help="'auto': how many calibration prompts to decode (the first N of --calibration-data, else "
+                        "of the 6 built-in ones; never the evaluation sets, so the budget is not tuned on what is "
+                        "measured)")
+    p.add_argument("--calibration-data", nargs="+", default=None,
+                   help="'auto': JSONL or text files of prompts to calibrate on instead of the built-in ones, e.g. "
+                        "held-out prompts like your workload (eval/ files are refused)")
     p.add_argument("--fixed-depth", action="store_true",
                    help="'auto': keep --depth; by default auto also considers shallower trees")
     p.add_argument("--calibration-tokens", type=int, default=48)
@@ -233,6 +242,25 @@ def _hardware(target) -> str:
     from .decoding.autobudget import device_description
 
     return device_description(target.device) + f", {platform.system()} {platform.machine()}"
+
+
+def calibration_texts(args: argparse.Namespace) -> list[str]:
+    """The prompts `auto` calibrates on: the first --calibration-prompts of --calibration-data, else the built-in
+    ones. Never the evaluation sets: a budget fitted on what is measured would flatter the speed-up."""
+    from .decoding.autobudget import CALIBRATION_PROMPTS
+    from .training.data import read_prompts
+
+    if args.calibration_prompts < 1:
+        raise ConfigError(f"--calibration-prompts={args.calibration_prompts} is out of range: use an integer >= 1.")
+    if not args.calibration_data:
+        return list(CALIBRATION_PROMPTS[: args.calibration_prompts])
+    calibration = {Path(f).resolve() for q in args.calibration_data for f in (glob.glob(q) or [q])}
+    if calibration & {Path(d).resolve() for d in data_files(args.data)}:
+        raise ConfigError("--calibration-data names a file that --data measures: calibrate on other prompts.")
+    texts = read_prompts(args.calibration_data)
+    if not texts:
+        raise ConfigError(f"--calibration-data {' '.join(args.calibration_data)} holds no prompts.")
+    return texts[: args.calibration_prompts]
 
 
 def _load_average() -> float | None:
@@ -274,7 +302,7 @@ def make_methods(args, preset, target, names: list[str], base_cfg, say) -> list[
         say("verify ms by verified tokens n (forward to the hidden states + LM head and post-processing over n "
             "rows; verification reads only the rows of slots with children and the stopping slot): " + ", ".join(
             f"{n}:{m:.1f}+{curve.post_at(n):.1f}" for n, m in zip(curve.sizes, curve.ms)))
-        calib_prompts = [encode_prompt(target.tokenizer, p) for p in CALIBRATION_PROMPTS[: args.calibration_prompts]]
+        calib_prompts = [encode_prompt(target.tokenizer, p) for p in calibration_texts(args)]
     for name in names:
         if name == "ar":
             methods.append(Method("ar", "plain (PlainDecoder)", PlainDecoder(target, base_cfg)))
@@ -427,6 +455,8 @@ def run_benchmark(args, argv: Sequence[str]) -> int:
                             temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens,
                             seed=args.seed, depth_stop=args.depth_stop or 0.0)
     questions = load_questions(args.data, args.limit)
+    if str(budget).lower() == "auto":
+        calibration_texts(args)  # bad calibration input fails before the target loads
     names = parse_methods(args.methods, hf_generate=not args.no_hf_generate)
     for n in names:
         if not br.is_plain(n) and n not in preset.drafts and not n.startswith("random:"):
@@ -477,7 +507,9 @@ def run_benchmark(args, argv: Sequence[str]) -> int:
     if base_cfg.depth_stop and str(budget).lower() != "auto":
         settings += f", dynamic depth stop below p {base_cfg.depth_stop:g}"
     if str(budget).lower() == "auto":
-        budget_text = "auto: " + "; ".join(f"{m.name} → {m.budget_choice.describe()}" for m in methods
+        source = (f"first {args.calibration_prompts} prompts of {' '.join(args.calibration_data)}"
+                  if args.calibration_data else "the built-in prompts")
+        budget_text = f"auto (calibrated on {source}, {args.calibration_tokens} new tokens each): " + "; ".join(f"{m.name} → {m.budget_choice.describe()}" for m in methods
                                            if m.budget_choice is not None)
     else:
         budget_text = f"{budget} (fixed)"

@@ -8,9 +8,11 @@ import pytest
 
 from poss_core import bench, bench_report as br
 from poss_core.decoding import decoder as decoder_module
+from poss_core.decoding.autobudget import CALIBRATION_PROMPTS
 from poss_core.decoding.config import DecodeConfig
 from poss_core.decoding.decoder import PlainDecoder, SpeculativeDecoder
 from poss_core.decoding.events import DraftNode, FeatureDeviation, RoundEvent
+from poss_core.errors import PossError
 from poss_core.models.loading import random_draft
 
 DEPTH = 3
@@ -290,8 +292,11 @@ def test_cli_on_tiny_random_writes_spec_bench_jsonl(eval_files, tmp_path):
 def test_tree_budget_auto_on_tiny_random(eval_files, tmp_path, monkeypatch):
     monkeypatch.setenv("POSS_CACHE_DIR", str(tmp_path / "cache"))  # tiny-random needs nothing from the cache
     out = tmp_path / "res"
+    prompts = tmp_path / "my_prompts.txt"
+    prompts.write_text("Name three rivers in Europe.\nWrite a haiku about rain.\n")
     args = ["--preset", "tiny-random", "--methods", "ar,poss2", "--data", str(eval_files / "qa.jsonl"),
             "--max-new-tokens", "12", "--runs", "1", "--tree-budget", "auto", "--calibration-prompts", "1",
+            "--calibration-data", str(prompts),
             "--calibration-tokens", "12", "--max-tree-budget", "24", "--no-progress", "--no-hf-generate", "--plotlyjs", "cdn", "--out", str(out)]
     assert bench.main(args) == 0
     curves = json.loads((tmp_path / "cache" / "forward_curves.json").read_text())
@@ -301,7 +306,34 @@ def test_tree_budget_auto_on_tiny_random(eval_files, tmp_path, monkeypatch):
     assert summary["meta"]["budgets"]["poss2"] == choice["budget"] and 2 <= choice["budget"] <= 24
     assert "calibration" in choice["profile_source"]
     assert choice["depth"] >= 1 and {r["depth"] for r in choice["table"]} >= {1}  # shallower trees were considered
-    assert f"auto: poss2 → depth {choice['depth']}, budget {choice['budget']}" in (out / "report.md").read_text()
+    assert "on 1 prompt(s)" in choice["profile_source"]
+    report = (out / "report.md").read_text()
+    assert f"auto (calibrated on first 1 prompts of {prompts}, 12 new tokens each): poss2 → depth {choice['depth']}, " \
+           in report and f"budget {choice['budget']}: expected" in report
+
+
+def test_calibration_prompts_are_never_what_is_measured(eval_files, tmp_path):
+    """`auto` calibrates on the built-in prompts or the user's own; eval/ files and the measured files are refused."""
+    parser = bench.build_parser()
+
+    def texts(*extra):
+        return bench.calibration_texts(parser.parse_args(["--data", str(eval_files / "qa.jsonl"), *extra]))
+
+    assert texts("--calibration-prompts", "2") == list(CALIBRATION_PROMPTS[:2])
+    mine = tmp_path / "mine.jsonl"
+    mine.write_text(json.dumps({"prompt": "Plan a picnic."}) + "\n" + json.dumps({"prompt": "Sort a list."}) + "\n")
+    assert texts("--calibration-data", str(mine)) == ["Plan a picnic.", "Sort a list."]
+    with pytest.raises(PossError, match="--data measures"):
+        texts("--calibration-data", str(eval_files / "qa.jsonl"))
+    (eval_files / "held_back.jsonl").write_text(mine.read_text())  # not measured, but in an eval/ folder
+    with pytest.raises(PossError, match="evaluation set"):
+        texts("--calibration-data", str(eval_files / "held_back.jsonl"))
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n")
+    with pytest.raises(PossError, match="holds no prompts"):
+        texts("--calibration-data", str(empty))
+    with pytest.raises(PossError, match="out of range"):
+        texts("--calibration-prompts", "0")
 
 
 def test_near_ties_are_told_from_real_mismatches():

@@ -75,7 +75,7 @@ def _files(paths: list[str]) -> Iterator[Path]:
         for f in sorted(glob.glob(pattern)) or [pattern]:
             p = Path(f)
             if "eval" in p.parts:
-                raise PossError(f"{f} is an evaluation set: drafts are never trained on eval/ prompts.")
+                raise PossError(f"{f} is an evaluation set: drafts are never trained or calibrated on eval/ prompts.")
             if not p.is_file():
                 raise PossError(f"prompt file {f} does not exist.")
             yield p
