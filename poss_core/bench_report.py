@@ -475,7 +475,58 @@ def markdown_report(agg: dict[str, Any], identity: dict[str, Any], meta: dict[st
                      _pm(c["verify_ms"], c["verify_ms_std"], 2), _pm(c["overhead_ms"], c["overhead_ms_std"], 2),
                      _pm(c["round_ms"], c["round_ms_std"], 2), _fmt(c["overhead_share"], 1, True).lstrip("+")])
     out += [_md_table(["method", "draft", "verify", "overhead", "round", "overhead share"], rows), ""]
+    out += auto_expectation_section(agg, meta)
     return "\n".join(out)
+
+
+def chosen_row(choice: dict[str, Any]) -> dict[str, Any] | None:
+    """The row of a `BudgetChoice` table (as JSON) that `auto` picked."""
+    for row in choice.get("table", []):
+        if (row["budget"] == choice["budget"] and row.get("depth_stop", 0.0) == choice.get("depth_stop", 0.0)
+                and (choice.get("depth") is None or row["depth"] == choice["depth"])):
+            return row
+    return None
+
+
+def auto_expectations(agg: dict[str, Any], meta: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per method `auto` fitted: what it expected (τ, round ms, tokens/s) against what the measured questions gave.
+    Measured tokens/s counts each decode's prefill, which the expectation leaves out: 1000·τ / round ms ("rounds
+    only") is the comparable figure."""
+    out = []
+    for m, choice in (meta.get("budget_choices") or {}).items():
+        row, cell = chosen_row(choice), agg["table"].get(m, {}).get(OVERALL)
+        if row is None or cell is None:
+            continue
+        tau, round_ms = cell["tau_pooled"], cell["round_ms"]
+        out.append({"method": m, "expected_tau": row["tau"], "tau": tau, "expected_round_ms": row["round_ms"],
+                    "round_ms": round_ms, "expected_tokens_per_s": row["tokens_per_s"],
+                    "rounds_only_tokens_per_s": 1000.0 * tau / round_ms if round_ms else math.nan,
+                    "tokens_per_s": cell["tokens_per_s"], "expected_plain_tokens_per_s": choice["plain_tokens_per_s"]})
+    return out
+
+
+def auto_expectation_section(agg: dict[str, Any], meta: dict[str, Any]) -> list[str]:
+    rows = auto_expectations(agg, meta)
+    if not rows:
+        return []
+    labels = meta.get("labels", {})
+    plain = [m for m in agg["methods"] if m == "ar"]
+    plain_ms = agg["table"][plain[0]][OVERALL]["round_ms"] if plain else math.nan
+    text = [_title(r["method"], labels) for r in rows]
+    cells = [[name, f"{r['expected_tau']:.2f}", f"{r['tau']:.2f}", f"{r['expected_round_ms']:.1f}",
+              f"{r['round_ms']:.1f}", f"{r['expected_tokens_per_s']:.1f}", f"{r['rounds_only_tokens_per_s']:.1f}",
+              f"{r['tokens_per_s']:.1f}"] for name, r in zip(text, rows)]
+    cells.append(["plain (PlainDecoder)", "1.00", "1.00", f"{1000.0 / rows[0]['expected_plain_tokens_per_s']:.1f}",
+                  _fmt(plain_ms, 1), f"{rows[0]['expected_plain_tokens_per_s']:.1f}",
+                  _fmt(1000.0 / plain_ms if plain_ms else math.nan, 1),
+                  _fmt(agg["table"][plain[0]][OVERALL]["tokens_per_s"], 1) if plain else "–"])
+    return ["## `auto`: what it expected against what it got, overall", "",
+            "Expected = the chosen setting's row of `auto`'s table (τ from the calibration prompts, round time from "
+            "the forward-time curve and the calibration's draft and overhead times); measured = these questions. "
+            "Measured tokens/s counts each decode's prefill, which the expectation leaves out; 1000·τ / round ms "
+            "(\"rounds only\") is the comparable figure.", "",
+            _md_table(["method", "τ expected", "τ measured", "round ms expected", "round ms measured",
+                       "tokens/s expected", "tokens/s rounds only", "tokens/s with prefill"], cells), ""]
 
 
 def _charts_html(events_by_label: dict[str, list[RoundEvent]], plotlyjs: str) -> tuple[list[str], str | None]:

@@ -307,9 +307,30 @@ def test_tree_budget_auto_on_tiny_random(eval_files, tmp_path, monkeypatch):
     assert "calibration" in choice["profile_source"]
     assert choice["depth"] >= 1 and {r["depth"] for r in choice["table"]} >= {1}  # shallower trees were considered
     assert "on 1 prompt(s)" in choice["profile_source"]
+    row = br.chosen_row(choice)
+    assert row is not None and row["tokens_per_s"] == pytest.approx(choice["expected_tokens_per_s"])
     report = (out / "report.md").read_text()
     assert f"auto (calibrated on first 1 prompts of {prompts}, 12 new tokens each): poss2 → depth {choice['depth']}, " \
            in report and f"budget {choice['budget']}: expected" in report
+
+
+def test_auto_expectation_compares_the_chosen_row_with_what_was_measured():
+    table = [{"depth": 3, "budget": 12, "depth_stop": 0.0, "tau": 2.5, "round_ms": 30.0, "tokens_per_s": 83.3},
+             {"depth": 6, "budget": 12, "depth_stop": 0.2, "tau": 2.4, "round_ms": 28.0, "tokens_per_s": 85.7},
+             {"depth": 6, "budget": 16, "depth_stop": 0.2, "tau": 2.6, "round_ms": 32.0, "tokens_per_s": 81.3}]
+    choice = {"budget": 12, "depth": 6, "depth_stop": 0.2, "plain_tokens_per_s": 50.0, "table": table}
+    assert br.chosen_row(choice) is table[1]
+    agg = {"methods": ["ar", "eagle"], "table": {
+        "ar": {br.OVERALL: {"tau_pooled": 1.0, "round_ms": 22.0, "tokens_per_s": 40.0}},
+        "eagle": {br.OVERALL: {"tau_pooled": 2.2, "round_ms": 35.0, "tokens_per_s": 55.0}}}}
+    meta = {"budget_choices": {"eagle": choice}, "labels": {"eagle": "EAGLE"}}
+    (row,) = br.auto_expectations(agg, meta)
+    assert row["expected_tau"] == 2.4 and row["tau"] == 2.2 and row["expected_round_ms"] == 28.0
+    assert row["rounds_only_tokens_per_s"] == pytest.approx(1000 * 2.2 / 35.0) and row["tokens_per_s"] == 55.0
+    md = "\n".join(br.auto_expectation_section(agg, meta))
+    assert "| EAGLE | 2.40 | 2.20 | 28.0 | 35.0 | 85.7 | 62.9 | 55.0 |" in md
+    assert "| plain (PlainDecoder) | 1.00 | 1.00 | 20.0 | 22.0 | 50.0 | 45.5 | 40.0 |" in md
+    assert br.auto_expectation_section(agg, {}) == []
 
 
 def test_calibration_prompts_are_never_what_is_measured(eval_files, tmp_path):
