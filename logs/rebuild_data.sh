@@ -16,7 +16,7 @@ until_shard() {  # until_shard <folder> <last shard index> <data args...>: run, 
 }
 mkdir -p data
 for f in smollm2-135m-bf16 smollm2-135m-self smollm2-135m-self2 smollm2-135m-selfeval smollm2-135m-t0 \
-    smollm2-135m-longeval smollm2-135m-long smollm2-135m-self3 smollm2-135m-self4; do
+    smollm2-135m-longeval smollm2-135m-long smollm2-135m-self3 smollm2-135m-self4 smollm2-135m-self5; do
   [ -d data/$f ] || [ ! -d assets/training_data/$f ] || cp -r assets/training_data/$f data/
 done
 mkdir -p data/smollm2-135m && cp -rn assets/training_data/smollm2-135m/tokens data/smollm2-135m/
@@ -43,4 +43,6 @@ bash logs/data_s12_long.sh
 bash logs/data_s12.sh
 # Fourteenth session: 3,065 more self-written prompts, answered greedily (stage 12's extra data).
 bash logs/data_s15.sh
+# Fifteenth session: 3,072 more (stage 13's extra data).
+bash logs/data_s16.sh
 touch data/.rebuilt && echo "data rebuilt"
