@@ -509,8 +509,8 @@ def run_benchmark(args, argv: Sequence[str]) -> int:
     if str(budget).lower() == "auto":
         source = (f"first {args.calibration_prompts} prompts of {' '.join(args.calibration_data)}"
                   if args.calibration_data else "the built-in prompts")
-        budget_text = f"auto (calibrated on {source}, {args.calibration_tokens} new tokens each): " + "; ".join(f"{m.name} → {m.budget_choice.describe()}" for m in methods
-                                           if m.budget_choice is not None)
+        chosen = "; ".join(f"{m.name} → {m.budget_choice.describe()}" for m in methods if m.budget_choice is not None)
+        budget_text = f"auto (calibrated on {source}, {args.calibration_tokens} new tokens each): {chosen}"
     else:
         budget_text = f"{budget} (fixed)"
     n_turns = sum(len(q.turns) for q in questions)

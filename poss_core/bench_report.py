@@ -506,6 +506,8 @@ def auto_expectations(agg: dict[str, Any], meta: dict[str, Any]) -> list[dict[st
 
 
 def auto_expectation_section(agg: dict[str, Any], meta: dict[str, Any]) -> list[str]:
+    """The report's markdown for `auto_expectations`, with plain decoding's expected and measured step (none without
+    `auto`)."""
     rows = auto_expectations(agg, meta)
     if not rows:
         return []
