@@ -284,9 +284,9 @@ def _software() -> str:
     return f"Python {platform.python_version()}, torch {torch.__version__}, transformers {transformers.__version__}"
 
 
-def make_methods(args, preset, target, names: list[str], base_cfg, say) -> list[Method]:
+def make_methods(args, preset, target, names: list[str], base_cfg, say, calibration: list[str]) -> list[Method]:
     """Decoders for every method; with --tree-budget auto, each draft gets the budget chosen for it."""
-    from .decoding.autobudget import CALIBRATION_PROMPTS, DEPTH_STOPS, auto_tree_budget, load_or_measure_curve
+    from .decoding.autobudget import DEPTH_STOPS, auto_tree_budget, load_or_measure_curve
     from .decoding.decoder import PlainDecoder, SpeculativeDecoder, encode_prompt
     from .models.loading import load_draft_by_name
     from .models.presets import resolve_draft_name
@@ -302,7 +302,7 @@ def make_methods(args, preset, target, names: list[str], base_cfg, say) -> list[
         say("verify ms by verified tokens n (forward to the hidden states + LM head and post-processing over n "
             "rows; verification reads only the rows of slots with children and the stopping slot): " + ", ".join(
             f"{n}:{m:.1f}+{curve.post_at(n):.1f}" for n, m in zip(curve.sizes, curve.ms)))
-        calib_prompts = [encode_prompt(target.tokenizer, p) for p in calibration_texts(args)]
+        calib_prompts = [encode_prompt(target.tokenizer, p) for p in calibration]
     for name in names:
         if name == "ar":
             methods.append(Method("ar", "plain (PlainDecoder)", PlainDecoder(target, base_cfg)))
@@ -455,8 +455,8 @@ def run_benchmark(args, argv: Sequence[str]) -> int:
                             temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens,
                             seed=args.seed, depth_stop=args.depth_stop or 0.0)
     questions = load_questions(args.data, args.limit)
-    if str(budget).lower() == "auto":
-        calibration_texts(args)  # bad calibration input fails before the target loads
+    # Read before the target loads, so bad calibration input fails fast.
+    calibration = calibration_texts(args) if str(budget).lower() == "auto" else []
     names = parse_methods(args.methods, hf_generate=not args.no_hf_generate)
     for n in names:
         if not br.is_plain(n) and n not in preset.drafts and not n.startswith("random:"):
@@ -470,7 +470,7 @@ def run_benchmark(args, argv: Sequence[str]) -> int:
     say(f"loading {preset.name} ...")
     target = load_preset_target(preset.target, quantization=args.quantization, device=args.device,
                                 dtype=parse_dtype(args.dtype))
-    methods = make_methods(args, preset, target, names, base_cfg, say)
+    methods = make_methods(args, preset, target, names, base_cfg, say, calibration)
 
     untrained = [m.name for m in methods if "untrained" in m.label or "random" in m.label]
     notes = []

@@ -512,16 +512,15 @@ def auto_expectation_section(agg: dict[str, Any], meta: dict[str, Any]) -> list[
     if not rows:
         return []
     labels = meta.get("labels", {})
-    plain = [m for m in agg["methods"] if m == "ar"]
-    plain_ms = agg["table"][plain[0]][OVERALL]["round_ms"] if plain else math.nan
-    text = [_title(r["method"], labels) for r in rows]
-    cells = [[name, f"{r['expected_tau']:.2f}", f"{r['tau']:.2f}", f"{r['expected_round_ms']:.1f}",
+    plain = agg["table"]["ar"][OVERALL] if "ar" in agg["methods"] else None
+    plain_ms = plain["round_ms"] if plain else math.nan
+    cells = [[_title(r["method"], labels), f"{r['expected_tau']:.2f}", f"{r['tau']:.2f}", f"{r['expected_round_ms']:.1f}",
               f"{r['round_ms']:.1f}", f"{r['expected_tokens_per_s']:.1f}", f"{r['rounds_only_tokens_per_s']:.1f}",
-              f"{r['tokens_per_s']:.1f}"] for name, r in zip(text, rows)]
+              f"{r['tokens_per_s']:.1f}"] for r in rows]
     cells.append(["plain (PlainDecoder)", "1.00", "1.00", f"{1000.0 / rows[0]['expected_plain_tokens_per_s']:.1f}",
                   _fmt(plain_ms, 1), f"{rows[0]['expected_plain_tokens_per_s']:.1f}",
                   _fmt(1000.0 / plain_ms if plain_ms else math.nan, 1),
-                  _fmt(agg["table"][plain[0]][OVERALL]["tokens_per_s"], 1) if plain else "–"])
+                  _fmt(plain["tokens_per_s"], 1) if plain else "–"])
     return ["## `auto`: what it expected against what it got, overall", "",
             "Expected = the chosen setting's row of `auto`'s table (τ from the calibration prompts, round time from "
             "the forward-time curve and the calibration's draft and overhead times); measured = these questions. "

@@ -231,8 +231,8 @@ def eval_files(tmp_path):
 def test_cli_reports_a_broken_decoder_loudly(tiny_target, eval_files, tmp_path, monkeypatch, capsys):
     real_make = bench.make_methods
 
-    def with_broken(args, preset, target, names, base_cfg, say):
-        methods = real_make(args, preset, target, names, base_cfg, say)
+    def with_broken(args, preset, target, names, base_cfg, *rest):
+        methods = real_make(args, preset, target, names, base_cfg, *rest)
         draft = random_draft(target, "eagle", depth=base_cfg.depth)
         return methods + [bench.Method("broken", "broken decoder", BrokenDecoder(target, draft, base_cfg))]
 
