@@ -34,13 +34,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=None,
                    help="torch CPU threads (default: half the cores, at least 1, which leaves a core to the web "
                         "server and the drawing; on a busy CPU it is also far faster than oversubscribing)")
-    add_dtype_argument(p, "the target's precision for every lane", default=os.environ.get("POSS_DTYPE", "auto"))
+    add_dtype_argument(p, "the Precision setting's initial value (the target's dtype for every lane)", default=os.environ.get("POSS_DTYPE", "auto"))
     p.add_argument("--no-preload", action="store_true",
                    help="do not load the preset's model in the background at start-up (the first Run loads it)")
     return p
 
 
-def preload(preset_name: str) -> None:
+def preload(preset_name: str, precision: str = "auto") -> None:
     """Load the target and the default lanes' drafts before anyone presses Run, so the first comparison is quick."""
     from app import lanes
     from app.ui import DEFAULT_METHODS
@@ -54,7 +54,8 @@ def preload(preset_name: str) -> None:
         print(f"[poss] loading {preset_name} in the background ...", file=sys.stderr, flush=True)
         methods = [m for m in DEFAULT_METHODS if m == lanes.PLAIN or m in preset.drafts]
         # A two-token comparison loads the drafts and warms up the kernels, so the first real Run starts at once.
-        lanes.run_to_end(lanes.start(lanes.RunSpec("Hello", methods, preset_name, max_new_tokens=2)))
+        lanes.run_to_end(lanes.start(lanes.RunSpec("Hello", methods, preset_name, max_new_tokens=2,
+                                                    precision=precision)))
         print(f"[poss] {preset_name} ready.", file=sys.stderr, flush=True)
     except PossError as err:  # the UI shows the same message when someone presses Run
         print(f"[poss] could not preload {preset_name}: {err}", file=sys.stderr, flush=True)
@@ -69,16 +70,12 @@ def main(argv: list[str] | None = None) -> None:
     import torch
 
     torch.set_num_threads(cpu_threads(args.threads))
-    from app import lanes
     from app.ui import build_demo, launch_kwargs
-    from poss_core.models.loading import parse_dtype
 
-    lanes.MODELS.dtype = parse_dtype(args.dtype)
-
-    demo = build_demo(preset=args.preset, concurrency=args.concurrency)
+    demo = build_demo(preset=args.preset, concurrency=args.concurrency, precision=args.dtype)
     demo.queue(max_size=args.queue_size, default_concurrency_limit=args.concurrency)
     if not args.no_preload:
-        threading.Thread(target=preload, args=(args.preset,), daemon=True, name="poss-preload").start()
+        threading.Thread(target=preload, args=(args.preset, args.dtype), daemon=True, name="poss-preload").start()
     demo.launch(server_name=args.host, server_port=args.port, share=args.share, **launch_kwargs())
 
 

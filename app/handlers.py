@@ -270,7 +270,8 @@ def _skip_all(session: Session, status: tuple[str, str]) -> list:
 
 def build_spec(prompt: str, multi_turn: bool, history: list[dict], preset: str, methods: list[str],
                temperature: float, top_p: float, depth: float, top_k: float, tree_budget: float,
-               max_new_tokens: float, seed: float, quantization: str, auto_budget: bool = False) -> RunSpec:
+               max_new_tokens: float, seed: float, quantization: str, auto_budget: bool = False,
+               precision: str = "auto") -> RunSpec:
     """The settings of a Run from the UI's values (raises PossError with a readable message)."""
     if not str(prompt or "").strip():
         raise PromptError("the prompt is empty: type a question or instruction (or pick an example).")
@@ -289,7 +290,8 @@ def build_spec(prompt: str, multi_turn: bool, history: list[dict], preset: str, 
     return RunSpec(prompt=message, methods=chosen, preset=preset, temperature=num(temperature, float),
                    top_p=num(top_p, float), depth=num(depth, int), top_k=num(top_k, int),
                    tree_budget=num(tree_budget, int), max_new_tokens=num(max_new_tokens, int),
-                   seed=num(seed, int), quantization=quantization or "auto", auto_budget=bool(auto_budget))
+                   seed=num(seed, int), quantization=quantization or "auto", auto_budget=bool(auto_budget),
+                   precision=precision or "auto")
 
 
 def _remember_turn(session: Session, comp: Comparison) -> None:
@@ -360,8 +362,8 @@ def _guard(session: Session, view: View, fn) -> Iterator[list]:
 
 def run_handler(prompt: str, multi_turn: bool, preset: str, methods: list[str], temperature: float, top_p: float,
                 depth: float, top_k: float, tree_budget: float, max_new_tokens: float, seed: float,
-                quantization: str, auto_budget: bool, color_by: str, show_rejected: bool, pos_acc_mode: str,
-                request: gr.Request | None = None) -> Iterator[list]:
+                quantization: str, auto_budget: bool, precision: str, color_by: str, show_rejected: bool,
+                pos_acc_mode: str, request: gr.Request | None = None) -> Iterator[list]:
     """Run a comparison: one lane per method on the same prompt and seed, streamed round by round."""
     session = SESSIONS.get(request)
     view = make_view(color_by, show_rejected, pos_acc_mode)
@@ -375,7 +377,7 @@ def run_handler(prompt: str, multi_turn: bool, preset: str, methods: list[str], 
                 session.comparison.close()
             session.stepping = False
             spec = build_spec(prompt, multi_turn, session.history, preset, methods, temperature, top_p, depth,
-                              top_k, tree_budget, max_new_tokens, seed, quantization, auto_budget)
+                              top_k, tree_budget, max_new_tokens, seed, quantization, auto_budget, precision)
             spec.check()
             session.pins.clear()
             yield _skip_all(session, (f"Loading {spec.preset} and {len(spec.methods)} lane(s)…", "busy"))
@@ -392,8 +394,8 @@ def run_handler(prompt: str, multi_turn: bool, preset: str, methods: list[str], 
 
 def step_handler(prompt: str, multi_turn: bool, preset: str, methods: list[str], temperature: float, top_p: float,
                  depth: float, top_k: float, tree_budget: float, max_new_tokens: float, seed: float,
-                 quantization: str, auto_budget: bool, color_by: str, show_rejected: bool, pos_acc_mode: str,
-                 request: gr.Request | None = None) -> list:
+                 quantization: str, auto_budget: bool, precision: str, color_by: str, show_rejected: bool,
+                 pos_acc_mode: str, request: gr.Request | None = None) -> list:
     """Advance every lane by one round (starting a new comparison, or a loaded run's replay, if none is paused)."""
     session = SESSIONS.get(request)
     view = make_view(color_by, show_rejected, pos_acc_mode)
@@ -408,7 +410,8 @@ def step_handler(prompt: str, multi_turn: bool, preset: str, methods: list[str],
                     session.loaded = None
                 else:
                     spec = build_spec(prompt, multi_turn, session.history, preset, methods, temperature, top_p,
-                                      depth, top_k, tree_budget, max_new_tokens, seed, quantization, auto_budget)
+                                      depth, top_k, tree_budget, max_new_tokens, seed, quantization, auto_budget,
+                                      precision)
                     comp = lanes.start(spec)
                 session.comparison, session.stepping = comp, True
                 session.pins.clear()
@@ -585,12 +588,13 @@ def _clean(obj: Any) -> Any:
 
 def compare_api(prompt: str, methods: list[str], preset: str = "", max_new_tokens: int = 64,
                 temperature: float = 0.0, top_p: float = 1.0, depth: int = 0, top_k: int = 0, tree_budget: int = 0,
-                seed: int = 0) -> dict:
+                seed: int = 0, precision: str = "auto") -> dict:
     """Run one comparison (no streaming) and return each lane's text and summary.
 
     methods: two or three of plain, eagle, poss1, poss2, poss3, matched (the preset's drafts).
     preset: empty for the app's preset. depth, top_k: 0 for the UI's defaults. tree_budget: 0 fits each draft's
     budget to this machine (auto, as the UI does by default; the first call per draft calibrates it).
+    precision: auto (fp32 on a CPU, bf16 on a GPU), float32 or bfloat16, the target's dtype.
     Returns {"preset", "settings", "lanes": [{"method", "label", "text", "stop_reason", "tree_budget", "identical_to_plain",
     "speedup_vs_plain", "summary": {tau, pos_acc, pos_rate, accept_hist, tokens_per_s, new_tokens, rounds, ...}}],
     "timing"}. Lanes run in turns, one round each; tokens/s counts each lane's own compute."""
@@ -600,7 +604,7 @@ def compare_api(prompt: str, methods: list[str], preset: str = "", max_new_token
         d = ui_defaults(p)
         spec = build_spec(prompt, False, [], name, list(methods or []), temperature, top_p, depth or d["depth"],
                           top_k or d["top_k"], tree_budget or d["tree_budget"], max_new_tokens, seed, "auto",
-                          auto_budget=not tree_budget)
+                          auto_budget=not tree_budget, precision=precision)
         comp = lanes.run_to_end(lanes.start(spec))
     except PossError as err:
         raise gr.Error(str(err)) from err

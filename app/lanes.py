@@ -29,6 +29,9 @@ PLAIN = "plain"
 PLAIN_LABEL = "Plain decoding (target only)"
 MAX_LANES = 3
 QUANTIZATIONS = ("auto", "none", "8bit", "4bit")
+# The target's precision per run: auto = the device's default (fp32 on a CPU, where every lane is identical to plain
+# decoding token for token; bf16 on GPUs), or one chosen in Settings (bf16 is faster on CPUs with bf16 units).
+PRECISIONS = ("auto", "float32", "bfloat16", "float16")  # float16 is offered on GPUs only (slow on CPUs)
 
 
 def cuda_available() -> bool:
@@ -38,6 +41,29 @@ def cuda_available() -> bool:
         return bool(torch.cuda.is_available())
     except Exception:  # noqa: BLE001 - no torch build with CUDA is just "no GPU"
         return False
+
+
+def cpu_bf16_units() -> str | None:
+    """The CPU's native bf16 instructions ("AMX" or "AVX-512 BF16"), or None: where bf16 is faster than fp32 here."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+    except OSError:  # not Linux: no cheap way to tell, so make no claim
+        return None
+    if "amx_bf16" in flags:
+        return "AMX"
+    return "AVX-512 BF16" if "avx512_bf16" in flags else None
+
+
+def precision_note(gpu: bool) -> str:
+    """The Precision setting's explanation, for this machine."""
+    if gpu:
+        return "auto = bfloat16 on a GPU; float32 shows token-for-token identity with plain decoding"
+    units = cpu_bf16_units()
+    speed = (f"this CPU has {units}, so bfloat16 is faster here" if units else
+             "this CPU has no native bf16 units, so bfloat16 may be slower here")
+    return (f"auto = float32 on a CPU: every lane identical to plain decoding, token for token. bfloat16: {speed}; "
+            f"a lane may then differ from plain at a rounding near-tie, and its badge says so")
 
 
 def method_label(preset: Preset, method: str) -> str:
@@ -62,23 +88,29 @@ class ModelCache:
         self._key_locks: dict[tuple, threading.Lock] = {}
         self._targets: OrderedDict[tuple, Any] = OrderedDict()
         self._drafts: dict[tuple, Any] = {}
-        self.dtype = None  # the targets' precision (None: the device's default); `python app.py --dtype` sets it
+        self.dtype = None  # the precision "auto" stands for (None: the device's default)
+
+    def _target_key(self, preset: Preset, quantization: str, precision: str) -> tuple:
+        from poss_core.models.loading import parse_dtype
+
+        dtype = self.dtype if precision in (None, "", "auto") else parse_dtype(precision)
+        return (preset.target, quantization, dtype)
 
     def _key_lock(self, key: tuple) -> threading.Lock:
         with self._lock:
             return self._key_locks.setdefault(key, threading.Lock())
 
-    def target(self, preset: Preset, quantization: str = "auto"):
+    def target(self, preset: Preset, quantization: str = "auto", precision: str = "auto"):
         from poss_core.models.loading import load_preset_target
 
-        key = (preset.target, quantization)
+        key = self._target_key(preset, quantization, precision)
         with self._key_lock(key):
             with self._lock:
                 if key in self._targets:
                     self._targets.move_to_end(key)
                     return self._targets[key]
             try:
-                target = load_preset_target(preset.target, quantization=quantization, dtype=self.dtype)
+                target = load_preset_target(preset.target, quantization=quantization, dtype=key[2])
             except PossError:
                 raise
             except Exception as err:  # out of memory, missing packages, broken files: one readable line
@@ -88,15 +120,16 @@ class ModelCache:
                 self._targets[key] = target
                 while len(self._targets) > self.max_targets:
                     old, _ = self._targets.popitem(last=False)
-                    for dk in [k for k in self._drafts if k[:2] == old]:
+                    for dk in [k for k in self._drafts if k[:3] == old]:
                         del self._drafts[dk]
             return target
 
-    def draft(self, preset: Preset, method: str, target, quantization: str = "auto"):
+    def draft(self, preset: Preset, method: str, target, quantization: str = "auto", precision: str = "auto"):
         from poss_core.models.loading import load_draft_by_name
 
         ref = resolve_draft_name(preset, method)
-        key = (preset.target, quantization, ref.source, preset.depth, ref.positions_per_specialist)
+        key = (*self._target_key(preset, quantization, precision), ref.source, preset.depth,
+               ref.positions_per_specialist)
         with self._key_lock(key):
             with self._lock:
                 if key in self._drafts:
@@ -146,6 +179,7 @@ class RunSpec:
     seed: int = 0
     quantization: str = "auto"
     auto_budget: bool = False  # each draft lane's budget fitted to this machine (tree_budget is then ignored)
+    precision: str = "auto"  # the target's dtype (PRECISIONS); saved runs from before it was a setting read "auto"
 
     def config(self) -> DecodeConfig:
         def as_int(name: str) -> int:
@@ -171,6 +205,8 @@ class RunSpec:
             raise ConfigError(f"{len(self.methods)} methods chosen: pick at most {MAX_LANES} lanes.")
         if self.quantization not in QUANTIZATIONS:
             raise ConfigError(f"quantization={self.quantization!r}: use one of {', '.join(QUANTIZATIONS)}.")
+        if self.precision not in PRECISIONS:
+            raise ConfigError(f"precision={self.precision!r}: use one of {', '.join(PRECISIONS)}.")
         self.config()
         preset = get_preset(self.preset)
         for m in self.methods:
@@ -355,7 +391,7 @@ def start(spec: RunSpec, models: ModelCache = MODELS, cancel: threading.Event | 
     spec.check()
     preset = get_preset(spec.preset)
     config = spec.config()
-    target = models.target(preset, spec.quantization)
+    target = models.target(preset, spec.quantization, spec.precision)
     ids = encode_prompt(target.tokenizer, spec.messages())
     if len(ids) >= target.max_context:
         raise PromptError(f"the prompt has {len(ids)} tokens but the model's context window is {target.max_context}:"
@@ -368,7 +404,7 @@ def start(spec: RunSpec, models: ModelCache = MODELS, cancel: threading.Event | 
         if method == PLAIN:
             decoder = PlainDecoder(target, config)
         else:
-            draft = models.draft(preset, method, target, spec.quantization)
+            draft = models.draft(preset, method, target, spec.quantization, spec.precision)
             if spec.auto_budget:
                 choice = models.budget(target, draft, config)
                 lane_config = replace(config, tree_budget=choice.budget, depth_stop=choice.depth_stop)
@@ -393,10 +429,10 @@ def fit_budgets(spec: RunSpec, models: ModelCache = MODELS) -> Iterator[str]:
     spec.check()
     preset = get_preset(spec.preset)
     config = spec.config()
-    target = models.target(preset, spec.quantization)
+    target = models.target(preset, spec.quantization, spec.precision)
     for method in spec.methods:
         if method != PLAIN:
-            draft = models.draft(preset, method, target, spec.quantization)
+            draft = models.draft(preset, method, target, spec.quantization, spec.precision)
             if known_budget_choice(target, draft, config) is None:
                 yield (f"Fitting the tree budget of {method_label(preset, method)} to this machine (once per draft "
                        f"and setting, then cached)…")

@@ -38,8 +38,9 @@ A small draft guesses several tokens, the big model checks them in one pass and 
 side against plain decoding: coloured tokens came from the draft, underlined ones from the target."""
 
 
-def build_demo(preset: str = DEFAULT_PRESET, concurrency: int = 2) -> gr.Blocks:
-    """The whole app. `concurrency` caps how many comparisons (runs, steps, API calls) decode at once."""
+def build_demo(preset: str = DEFAULT_PRESET, concurrency: int = 2, precision: str = "auto") -> gr.Blocks:
+    """The whole app. `concurrency` caps how many comparisons (runs, steps, API calls) decode at once; `precision`
+    is the Precision setting's initial value (`python app.py --dtype`)."""
     handlers.APP_PRESET[0] = preset
     first = get_preset(preset)
     d = ui_defaults(first)
@@ -94,6 +95,10 @@ def build_demo(preset: str = DEFAULT_PRESET, concurrency: int = 2) -> gr.Blocks:
                                 max_new = gr.Slider(1, 512, value=d["max_new_tokens"], step=1,
                                                     label="Max new tokens")
                                 seed = gr.Number(value=0, precision=0, label="Seed")
+                            offered = [p for p in lanes.PRECISIONS if gpu or p != "float16" or p == precision]
+                            precision_dd = gr.Radio(offered, value=precision,
+                                                    label="Precision (the target's dtype)",
+                                                    info=lanes.precision_note(gpu), elem_id="poss-precision")
                             quantization = gr.Radio(list(lanes.QUANTIZATIONS), value="auto", label="Quantization",
                                                     visible=gpu, info="auto quantizes only when the model would "
                                                                       "not fit the GPU")
@@ -149,7 +154,7 @@ def build_demo(preset: str = DEFAULT_PRESET, concurrency: int = 2) -> gr.Blocks:
             pos_acc_plot, dev_plot, hist_plot, tps_plot, hardware]
         assert len(outputs) == len(OUTPUT_NAMES)
         settings = [prompt, multi_turn, preset_dd, methods, temperature, top_p, depth, top_k, tree_budget, max_new,
-                    seed, quantization, auto_budget]
+                    seed, quantization, auto_budget, precision_dd]
         view = [color_by, show_rejected, pos_acc_mode]
 
         run_btn.click(_gpu(run_handler), settings + view, outputs, api_name="run", **decode,

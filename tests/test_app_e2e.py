@@ -40,8 +40,9 @@ def server():
 
 def run_args(prompt="Hello there", methods=("plain", "eagle", "poss2"), max_new_tokens=16):
     """/run's inputs: prompt, multi-turn, preset, methods, temperature, top-p, depth, top-k, tree budget,
-    max new tokens, seed, quantization, auto budget, then the three view toggles."""
-    return [prompt, False, "tiny-random", list(methods), 0.0, 1.0, 6, 8, 32, max_new_tokens, 0, "auto", False] + VIEW
+    max new tokens, seed, quantization, auto budget, precision, then the three view toggles."""
+    return [prompt, False, "tiny-random", list(methods), 0.0, 1.0, 6, 8, 32, max_new_tokens, 0, "auto", False,
+            "auto"] + VIEW
 
 
 def client(url):
@@ -134,6 +135,7 @@ def test_browser_shows_tokens_tree_and_charts(server):
                 assert page.locator(f"#poss-chart-{chart} .main-svg").count() > 0, chart
             assert page.locator("#poss-chart-tps .scatterlayer .trace").count() == 3
             assert "Position-wise acceptance" in page.locator("#poss-chart-pos-acc").inner_text()
+            assert "bfloat16" in page.locator("#poss-precision").inner_text()
             SCREENSHOT.parent.mkdir(exist_ok=True)
             page.screenshot(path=str(SCREENSHOT), full_page=True)
         finally:

@@ -26,7 +26,7 @@ def settings(prompt="Hello there", methods=("plain", "eagle", "poss2"), max_new_
     """The UI's settings inputs in order (see handlers.build_demo: settings + view)."""
     s = dict(prompt=prompt, multi_turn=False, preset="tiny-random", methods=list(methods), temperature=0.0, top_p=1.0,
              depth=6, top_k=8, tree_budget=32, max_new_tokens=max_new_tokens, seed=0, quantization="auto",
-             auto_budget=False)
+             auto_budget=False, precision="auto")
     s.update(kw)
     return list(s.values()) + list(VIEW)
 
@@ -258,6 +258,7 @@ def test_auto_budget_fits_each_draft_lane_once_then_reads_the_cache(tmp_path, mo
     (dict(top_p=0.0), "top_p=0.0 is out of range"),
     (dict(methods=["plain", "hass"]), "method 'hass' is not available"),
     (dict(prompt="word " * 200), "context window is 512"),
+    (dict(precision="int4"), "precision='int4': use one of auto, float32"),
 ])
 def test_bad_inputs_show_a_message_not_a_traceback(change, message):
     out = handlers.outputs_dict(list(handlers.run_handler(*settings(**change), request=req("bad")))[-1])
@@ -448,6 +449,37 @@ def test_models_are_loaded_once_and_shared(monkeypatch):
     for t in threads:
         t.join()
     assert calls == [("builtin:tiny-random", torch.bfloat16)] and all(g is target for g in got)
+
+
+def test_precision_setting_loads_its_own_target_and_badges_say_what_identity_means(monkeypatch):
+    from poss_core.models import loading
+    from poss_core.models.presets import get_preset
+
+    preset = get_preset("tiny-random")
+    real = loading.load_preset_target
+    calls = []
+
+    def recording_load(name, quantization="auto", dtype=None):
+        calls.append(dtype)
+        return real(name, quantization=quantization, dtype=dtype)
+
+    monkeypatch.setattr(loading, "load_preset_target", recording_load)
+    cache = lanes.ModelCache()
+    fp32, bf16 = cache.target(preset, precision="float32"), cache.target(preset, precision="bfloat16")
+    assert fp32 is not bf16 and cache.target(preset, precision="bfloat16") is bf16
+    assert calls == [torch.float32, torch.bfloat16] and bf16.dtype == torch.bfloat16
+    assert cache.draft(preset, "eagle", bf16, precision="bfloat16") is not cache.draft(preset, "eagle", fp32,
+                                                                                       precision="float32")
+    # Through the UI's handler: the lanes run in the chosen dtype, and the hardware panel and the badge say so.
+    monkeypatch.setattr(lanes, "MODELS", cache)
+    out = handlers.outputs_dict(list(handlers.run_handler(*settings(max_new_tokens=8, precision="bfloat16"),
+                                                          request=req("bf16")))[-1])
+    assert "bfloat16" in out["hardware"]
+    assert "✓ identical" in out["lane1_head"] or "near-tie" in out["lane1_head"]
+    assert "✗" not in out["lane1_head"]
+    assert "precision=" not in out["status"]
+    note = lanes.precision_note(gpu=False)
+    assert "float32" in note and "bfloat16" in note
 
 
 def test_preset_switch_and_app_flags():

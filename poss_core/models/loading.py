@@ -130,7 +130,7 @@ def load_preset_target(target_name: str, quantization: str = "auto", device: str
     if target_name == "builtin:tiny-random":
         from .tiny import tiny_target
 
-        return tiny_target(seed=0)
+        return tiny_target(seed=0, dtype=dtype)
     if target_name == "builtin:smollm2-135m":
         from .default_model import prepare_default_model
 

@@ -37,13 +37,17 @@ def tiny_config(vocab_size: int = 64, hidden_size: int = 64, layers: int = 2, ma
                        tie_word_embeddings=tie, attn_implementation="sdpa")
 
 
-def tiny_target(seed: int = 0, vocab_size: int | None = None, sharpen: float = 4.0, **config_kwargs) -> TargetModel:
-    """A random tiny Llama. `sharpen` scales the LM head so its next-token distributions are peaked, like a real
-    model's, which makes acceptance (and so the speculative paths) actually happen in tests."""
+def tiny_target(seed: int = 0, vocab_size: int | None = None, sharpen: float = 4.0,
+                dtype: torch.dtype | None = None, **config_kwargs) -> TargetModel:
+    """A random tiny Llama (fp32 unless `dtype` says otherwise). `sharpen` scales the LM head so its next-token
+    distributions are peaked, like a real model's, which makes acceptance (and so the speculative paths) actually
+    happen in tests."""
     tokenizer = tiny_tokenizer()
     config = tiny_config(vocab_size=vocab_size or len(tokenizer), **config_kwargs)
     torch.manual_seed(seed)
     model = LlamaForCausalLM(config).float().eval()
     with torch.no_grad():
         model.lm_head.weight.mul_(sharpen)
+    if dtype is not None:
+        model = model.to(dtype)
     return TargetModel(model, tokenizer, name=f"tiny-random-{seed}")
