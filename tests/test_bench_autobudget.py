@@ -141,6 +141,39 @@ def test_curve_is_measured_once_then_cached(tiny_target, tmp_path, monkeypatch):
     assert again == c
 
 
+def test_a_curve_measured_on_a_busy_machine_is_measured_again_once_it_is_quiet(tiny_target, tmp_path, monkeypatch):
+    path, said = tmp_path / "curves.json", []
+    kw = dict(path=path, sizes=(1, 4), repeats=1, context=16, log=said.append)
+    monkeypatch.setattr(ab, "machine_busy", lambda device=None: 2.3)  # e.g. a training job on both cores
+    busy = ab.load_or_measure_curve(tiny_target, **kw)
+    assert busy.busy_load == 2.3 and any("busy" in m for m in said)
+    assert ab.load_or_measure_curve(tiny_target, **kw) == busy  # still busy: the cached curve serves
+    monkeypatch.setattr(ab, "machine_busy", lambda device=None: 0.0)
+    quiet = ab.load_or_measure_curve(tiny_target, **kw)
+    assert quiet.busy_load == 0.0 and quiet.measured != busy.measured
+    assert ab.load_or_measure_curve(tiny_target, **kw) == quiet
+    assert ab.ForwardCurve.from_json(json.loads(path.read_text())[quiet.key]) == quiet
+
+
+def test_a_cached_budget_is_fitted_again_when_its_curve_is_measured_again(tiny_target, tmp_path, monkeypatch):
+    calls = []
+    real = ab.auto_tree_budget
+    monkeypatch.setattr(ab, "auto_tree_budget", lambda *a, **k: calls.append(1) or real(*a, **k))
+    path = tmp_path / "choices.json"
+    cfg = DecodeConfig(depth=3, top_k=4, tree_budget=60, max_new_tokens=8)
+    eagle = random_draft(tiny_target, "eagle", depth=3)
+    old = ab.ForwardCurve(key="unit", sizes=[1, 16], ms=[5.0, 9.0], context=64, measured="2026-01-01T00:00:00.000")
+    new = ab.ForwardCurve(key="unit", sizes=[1, 16], ms=[5.0, 30.0], context=64, measured="2026-02-01T00:00:00.000")
+    first = ab.cached_budget_choice(tiny_target, eagle, cfg, path=path, calibration_tokens=6, curve=old, max_budget=16)
+    assert first.curve_measured == old.measured
+    assert ab.cached_budget_choice(tiny_target, eagle, cfg, path=path, curve=old) == first and len(calls) == 1
+    again = ab.cached_budget_choice(tiny_target, eagle, cfg, path=path, calibration_tokens=6, curve=new, max_budget=16)
+    assert len(calls) == 2 and again.curve_measured == new.measured
+    # Without a curve given (the app), the cached curve decides: none cached here, so the choice is not "known".
+    monkeypatch.setenv("POSS_CACHE_DIR", str(tmp_path / "empty"))
+    assert ab.known_budget_choice(tiny_target, eagle, cfg, path) is None
+
+
 def test_auto_tree_budget_calibrates_on_a_real_decode(tiny_target):
     draft = random_draft(tiny_target, "poss2", depth=4)
     cfg = DecodeConfig(depth=4, top_k=4, tree_budget=60, max_new_tokens=16)
@@ -257,3 +290,14 @@ def test_the_apps_budget_choice_is_calibrated_once_per_draft_and_cached(tiny_tar
                             curve=c, max_budget=16)
     assert len(calls) == 3  # another draft, another depth: each calibrated once
     assert len(json.loads(path.read_text())) == 3
+
+
+def test_machine_busy_reads_the_load_against_the_cores(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(ab.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(ab.os, "getloadavg", lambda: (2.1, 1.0, 0.5))
+    assert ab.machine_busy() == 2.1 and ab.machine_busy(torch.device("cpu")) == 2.1
+    assert ab.machine_busy(torch.device("meta")) == 0.0  # only a CPU's timings depend on the CPU load
+    monkeypatch.setattr(ab.os, "getloadavg", lambda: (1.0, 1.0, 1.0))  # the app's own one-thread decoding
+    assert ab.machine_busy() == 0.0

@@ -85,6 +85,7 @@ class ForwardCurve:
     context: int
     measured: str = ""
     post_ms: list[float] | None = None
+    busy_load: float = 0.0  # the CPU load average when it was measured, if other work kept the CPU busy (else 0)
 
     @staticmethod
     def _interp(xs: list[int], ys: list[float], n: float) -> float:
@@ -115,7 +116,7 @@ class ForwardCurve:
         post = obj.get("post_ms")
         return cls(key=obj["key"], sizes=[int(s) for s in obj["sizes"]], ms=[float(m) for m in obj["ms"]],
                    context=int(obj["context"]), measured=obj.get("measured", ""),
-                   post_ms=[float(m) for m in post] if post else None)
+                   post_ms=[float(m) for m in post] if post else None, busy_load=float(obj.get("busy_load", 0.0)))
 
 
 def non_decreasing(values: Sequence[float]) -> list[float]:
@@ -161,6 +162,19 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def machine_busy(device: torch.device | None = None) -> float:
+    """The 1-minute load average if other work keeps this machine's CPUs busy, else 0.0. Timings taken then are
+    too slow and would be cached as this machine's, so a curve measured busy is measured again once it is quiet.
+    (The app's own decoding uses half the cores, below the threshold; a GPU's forward is not measured this way.)"""
+    if device is not None and device.type != "cpu":
+        return 0.0
+    try:
+        load = os.getloadavg()[0]
+    except (OSError, AttributeError):  # no load average on this platform: assume quiet
+        return 0.0
+    return load if load >= max(1.25, 0.75 * (os.cpu_count() or 1)) else 0.0
+
+
 @torch.inference_mode()
 def measure_forward_curve(target: TargetModel, sizes: Sequence[int] = CANDIDATE_BUDGETS, context: int = CURVE_CONTEXT,
                           repeats: int = 5, seed: int = 0) -> ForwardCurve:
@@ -168,6 +182,7 @@ def measure_forward_curve(target: TargetModel, sizes: Sequence[int] = CANDIDATE_
     greedy post-processing over n rows, for each n; sizes are visited in a shuffled order per repeat so drift in
     machine speed spreads over all of them; the median is kept."""
     sizes = sorted({int(s) for s in sizes if s >= 1} | {1})
+    busy = machine_busy(target.device)  # read before our own work adds to the load
     context = max(1, min(context, target.max_context - max(sizes) - 1))
     gen = torch.Generator().manual_seed(seed)
     vocab = target.vocab_size
@@ -204,8 +219,8 @@ def measure_forward_curve(target: TargetModel, sizes: Sequence[int] = CANDIDATE_
     forward = [statistics.median(t[0] for t in times[n]) for n in sizes]
     post = [statistics.median(t[1] for t in times[n]) for n in sizes]
     return ForwardCurve(key=curve_key(target), sizes=sizes, ms=non_decreasing(forward), context=context,
-                        measured=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                        post_ms=non_decreasing(post))
+                        measured=datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
+                        post_ms=non_decreasing(post), busy_load=busy)
 
 
 def curve_cache_path() -> Path:
@@ -220,11 +235,18 @@ def load_or_measure_curve(target: TargetModel, path: Path | None = None, remeasu
     path = Path(path) if path is not None else curve_cache_path()
     key = curve_key(target)
     store = read_store(path)
-    if not remeasure and key in store:
-        return ForwardCurve.from_json(store[key])
     say = log or _say
+    if not remeasure and key in store:
+        cached = ForwardCurve.from_json(store[key])
+        if not (cached.busy_load and not machine_busy(target.device)):
+            return cached
+        say(f"the cached forward-time curve was measured while the machine was busy (load {cached.busy_load:.1f}); "
+            f"measuring it again now that it is quiet")
     say(f"measuring the target's forward time vs verified tokens once for this device ({key}) ...")
     curve = measure_forward_curve(target, **measure_kwargs)
+    if curve.busy_load:
+        say(f"the machine is busy (load {curve.busy_load:.1f} on {os.cpu_count()} cores): these timings are too slow, "
+            f"and they are measured again the first time it is quiet")
     write_store(path, key, curve.to_json())
     say(f"forward-time curve saved to {path}")
     return curve
@@ -418,6 +440,7 @@ class BudgetChoice:
     table: list[dict] = field(default_factory=list)  # per candidate: depth, budget, tau, round_ms, tokens_per_s
     depth: int | None = None  # the chosen draft depth (None: the configured one)
     depth_stop: float = 0.0  # the chosen dynamic depth stop (0: every round drafts the full depth)
+    curve_measured: str = ""  # when the forward-time curve it was fitted on was measured (a new curve: fit again)
 
     def describe(self) -> str:
         depth = f"depth {self.depth}, " if self.depth is not None else ""
@@ -539,8 +562,10 @@ def auto_tree_budget(target: TargetModel, draft, config: DecodeConfig, prompts: 
     fixed_ms = max(0.0, overhead_ms)
     prof = (profile_from_events(events, budget, config.depth, len(prompts)) if profile == "calibrate"
             else default_profile(config.depth, budget))
-    return choose_budget(curve, prof, draft_ms, fixed_ms, depth=config.depth, top_k=config.top_k,
-                         choose_depth=choose_depth, depth_stops=depth_stops)
+    choice = choose_budget(curve, prof, draft_ms, fixed_ms, depth=config.depth, top_k=config.top_k,
+                           choose_depth=choose_depth, depth_stops=depth_stops)
+    choice.curve_measured = curve.measured
+    return choice
 
 
 # ----- a cached choice per draft (the app) ------------------------------------------------------------------------
@@ -563,12 +588,23 @@ def cached_choice_key(target: TargetModel, draft, config: DecodeConfig) -> str:
     return f"{curve_key(target)} | {draft_fingerprint(draft)} | depth {config.depth} top_k {config.top_k} | stops"
 
 
-def known_budget_choice(target: TargetModel, draft, config: DecodeConfig,
-                        path: Path | None = None) -> BudgetChoice | None:
-    """The cached choice for this hardware, target, draft, depth and top_k, if one was calibrated before."""
+def known_budget_choice(target: TargetModel, draft, config: DecodeConfig, path: Path | None = None,
+                        curve: ForwardCurve | None = None) -> BudgetChoice | None:
+    """The cached choice for this hardware, target, draft, depth and top_k, if one was calibrated before on the
+    forward-time curve in use (`curve`, else the cached one; none if that is missing or due to be measured again)."""
     path = Path(path) if path is not None else choice_cache_path()
     known = read_store(path).get(cached_choice_key(target, draft, config))
-    return BudgetChoice(**known) if known is not None else None
+    if known is None:
+        return None
+    if curve is None:
+        stored = read_store(curve_cache_path()).get(curve_key(target))
+        if stored is None:
+            return None
+        curve = ForwardCurve.from_json(stored)
+        if curve.busy_load and not machine_busy(target.device):
+            return None
+    choice = BudgetChoice(**known)
+    return choice if choice.curve_measured == curve.measured else None
 
 
 def cached_budget_choice(target: TargetModel, draft, config: DecodeConfig, path: Path | None = None,
@@ -579,7 +615,7 @@ def cached_budget_choice(target: TargetModel, draft, config: DecodeConfig, path:
     to a minute on a CPU) and cached as JSON beside the forward-time curve."""
     from .decoder import encode_prompt
 
-    known = known_budget_choice(target, draft, config, path)
+    known = known_budget_choice(target, draft, config, path, curve=auto_kwargs.get("curve"))
     if known is not None:
         return known
     path = Path(path) if path is not None else choice_cache_path()
