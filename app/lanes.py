@@ -407,7 +407,8 @@ def start(spec: RunSpec, models: ModelCache = MODELS, cancel: threading.Event | 
             draft = models.draft(preset, method, target, spec.quantization, spec.precision)
             if spec.auto_budget:
                 choice = models.budget(target, draft, config)
-                lane_config = replace(config, tree_budget=choice.budget, depth_stop=choice.depth_stop)
+                lane_config = replace(config, tree_budget=choice.budget, depth_stop=choice.depth_stop,
+                                      head_rows=choice.head_rows)
             budget = lane_config.tree_budget
             decoder = SpeculativeDecoder(target, draft, lane_config)
         lanes.append(Lane(method, method_label(preset, method), special_ids=special, budget=budget,

@@ -214,6 +214,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--depth-stop", type=float, default=None,
                    help="dynamic depth: stop drafting deeper once the best path's draft probability is below this "
                         "(0 = never; default 0, and with 'auto' the stop auto chooses)")
+    p.add_argument("--head-rows", choices=["read", "all"], default=None,
+                   help="tree slots the target's LM head reads: the ones verification needs (a leaf's row in a "
+                        "second call when acceptance ends there), or all of them in one call (default: read, or "
+                        "what 'auto' finds cheaper)")
     p.add_argument("--calibration-prompts", type=int, default=6,
                    help="'auto': how many calibration prompts to decode (the first N of --calibration-data, else "
                         "of the 6 built-in ones; never the evaluation sets, so the budget is not tuned on what is "
@@ -325,7 +329,7 @@ def make_methods(args, preset, target, names: list[str], base_cfg, say, calibrat
                                       choose_depth=not args.fixed_depth,
                                       depth_stops=DEPTH_STOPS if args.depth_stop is None else (args.depth_stop,))
             cfg = replace(base_cfg, tree_budget=choice.budget, depth=choice.depth or base_cfg.depth,
-                          depth_stop=choice.depth_stop)
+                          depth_stop=choice.depth_stop, head_rows=args.head_rows or choice.head_rows)
             say(f"{name}: {choice.describe()}")
         methods.append(Method(name, label, SpeculativeDecoder(target, draft, cfg), cfg.tree_budget, choice))
     return methods
@@ -453,7 +457,7 @@ def run_benchmark(args, argv: Sequence[str]) -> int:
     base_cfg = DecodeConfig(depth=args.depth or preset.depth, top_k=args.top_k or preset.top_k,
                             tree_budget=budget if isinstance(budget, int) else preset.tree_budget,
                             temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens,
-                            seed=args.seed, depth_stop=args.depth_stop or 0.0)
+                            seed=args.seed, depth_stop=args.depth_stop or 0.0, head_rows=args.head_rows or "read")
     questions = load_questions(args.data, args.limit)
     # Read before the target loads, so bad calibration input fails fast.
     calibration = calibration_texts(args) if str(budget).lower() == "auto" else []
@@ -506,6 +510,8 @@ def run_benchmark(args, argv: Sequence[str]) -> int:
                 f"max new tokens {args.max_new_tokens}, runs {args.runs}, seed {args.seed}")
     if base_cfg.depth_stop and str(budget).lower() != "auto":
         settings += f", dynamic depth stop below p {base_cfg.depth_stop:g}"
+    if args.head_rows == "all":
+        settings += ", the target's LM head over every tree slot"
     if str(budget).lower() == "auto":
         source = (f"first {args.calibration_prompts} prompts of {' '.join(args.calibration_data)}"
                   if args.calibration_data else "the built-in prompts")

@@ -67,6 +67,26 @@ def test_head_rows_count_the_slots_with_children_and_a_stopping_leaf():
     prof = ab.profile_from_events([e, stops_inside], max_budget=6, depth=3)
     assert prof.expected_head_rows(6) == 4.5 and prof.expected_head_rows(60) == 4.5
     assert ab.default_profile(depth=6).expected_head_rows(16) == 16  # no rounds: every slot, an upper bound
+    assert ab.head_reads_by_budget(e, 6)[6] == (4, 1) and ab.head_reads_by_budget(stops_inside, 6)[6] == (4, 0)
+    assert prof.reads_at(6) == [(4, 1), (4, 0)]
+
+
+def test_the_lm_head_is_read_the_cheaper_way_for_the_tree():
+    reads, slots = [(3, 1), (4, 0)], [6, 6]  # two rounds of a 6-slot tree; the first stops at a leaf
+    # Weight-bound (bf16 on a CPU): a call costs ~3 ms whatever the rows, so one call over every slot is cheaper
+    # than a second one-row call in half the rounds.
+    flat = ab.ForwardCurve(key="k", sizes=[1, 64], ms=[20.0, 30.0], context=64, post_ms=[3.0, 3.0 + 63 * 0.02])
+    ms, how = ab.head_ms(flat, reads, slots)
+    assert how == "all" and ms == pytest.approx(flat.post_at(6))
+    # Row-bound (fp32 arithmetic): every extra row costs, and the lazy leaf wins.
+    steep = ab.ForwardCurve(key="k", sizes=[1, 64], ms=[20.0, 30.0], context=64, post_ms=[1.0, 64.0])
+    ms, how = ab.head_ms(steep, reads, slots)
+    assert how == "read" and ms == pytest.approx((steep.post_at(3) + steep.post_at(1) + steep.post_at(4)) / 2)
+    prof = ab.AcceptanceProfile(source="unit", max_budget=6, depth=3, ranks=[[0, 1], [0]],
+                                head_reads={3: [[(0, 1)] * 2 + [(3, 1)] * 5, [(0, 1)] * 2 + [(4, 0)] * 5]})
+    for curve_, how in ((flat, "all"), (steep, "read")):
+        choice = ab.choose_budget(curve_, prof, 2.0, 0.5, candidates=[6], depth=3)
+        assert choice.head_rows == how and {r["head_rows"] for r in choice.table} == {how}
 
 
 def test_the_decoders_lm_head_rows_are_what_the_profile_counts(tiny_target, trained_drafts, monkeypatch):

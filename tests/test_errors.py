@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.mark.parametrize("field,value,needle", [
     ("top_k", 0, "top_k=0"), ("depth", 0, "depth=0"), ("tree_budget", 1, "tree_budget=1"),
     ("temperature", -0.5, "temperature=-0.5"), ("top_p", 0.0, "top_p=0.0"), ("top_p", 1.5, "top_p=1.5"),
-    ("max_new_tokens", 0, "max_new_tokens=0"), ("depth_stop", 1.0, "depth_stop=1.0"),
+    ("max_new_tokens", 0, "max_new_tokens=0"), ("depth_stop", 1.0, "depth_stop=1.0"), ("head_rows", "some", "head_rows='some'"),
 ])
 def test_config_errors_name_the_value_and_range(field, value, needle):
     with pytest.raises(ConfigError) as err:

@@ -49,6 +49,20 @@ def test_trained_drafts_match_generate(tiny_target, trained_drafts, name, depth,
     assert accepted_any, "a trained draft should get some tokens accepted"
 
 
+@pytest.mark.parametrize("budget", [8, 60])
+def test_every_slot_through_the_lm_head_gives_the_same_output(tiny_target, trained_drafts, budget):
+    for prompt in PROMPTS:
+        ids = encode_prompt(tiny_target.tokenizer, prompt)
+        outs = [run(SpeculativeDecoder(tiny_target, trained_drafts["poss2"],
+                                       DecodeConfig(depth=5, top_k=4, tree_budget=budget, max_new_tokens=30,
+                                                    head_rows=rows)), ids)
+                for rows in ("read", "all")]
+        assert outs[0][1].token_ids == outs[1][1].token_ids == greedy_reference(tiny_target, ids, 30)
+        assert [e.accept_len for e in outs[0][0]] == [e.accept_len for e in outs[1][0]]
+        for a, b in zip(outs[0][0], outs[1][0]):  # the views' target probabilities do not depend on it either
+            assert torch.allclose(torch.tensor(a.target_probs), torch.tensor(b.target_probs), atol=1e-5)
+
+
 @pytest.mark.parametrize("name", ["eagle", "poss2"])
 def test_a_dynamic_depth_stop_drafts_shallower_where_unsure_and_stays_lossless(tiny_target, trained_drafts, name):
     """depth_stop p: drafting ends after the first depth whose best path has draft probability below p."""

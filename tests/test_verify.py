@@ -33,10 +33,11 @@ def _random_case(seed: int) -> tuple[DraftTree, torch.Tensor, torch.Tensor]:
 
 class CountingHead:
     def __init__(self, head: torch.Tensor) -> None:
-        self.head, self.rows = head, 0
+        self.head, self.rows, self.calls = head, 0, 0
 
     def __call__(self, hidden: torch.Tensor) -> torch.Tensor:
         self.rows += int(hidden.shape[0])
+        self.calls += 1
         return hidden @ self.head.T
 
 
@@ -54,6 +55,16 @@ def test_greedy_with_slot_rows_is_greedy_with_every_row_and_reads_only_what_it_n
         assert counting.rows <= tree.size + 1
         # Each node's entry in its parent's row, as the views show it.
         assert torch.allclose(rows.at_nodes(tree.tokens), full[tree.parents + 1, tree.tokens], atol=1e-5)
+
+
+def test_every_slot_rows_are_one_call_and_verify_the_same():
+    for seed in range(20):
+        tree, hidden, head = _random_case(seed)
+        counting = CountingHead(head)
+        rows = SlotRows(counting, hidden, tree.parents, every_slot=True)
+        assert verify_greedy(tree, rows) == verify_greedy(tree, hidden @ head.T)
+        assert counting.rows == rows.computed == tree.size + 1 and counting.calls == 1
+        assert torch.allclose(rows.at_nodes(tree.tokens), (hidden @ head.T)[tree.parents + 1, tree.tokens], atol=1e-5)
 
 
 def test_sampling_with_slot_rows_draws_exactly_what_every_row_would():

@@ -1,14 +1,17 @@
 """`--tree-budget auto`: measure the target's forward time against the number of verified tokens (once per device and
 model, cached as JSON), and pick the tree budget that maximises expected tokens per second for a draft.
 
-Expected tokens/s at budget B = τ(B) / (draft_ms + forward_ms(B) + head_ms(R(B)) + fixed_ms) where
+Expected tokens/s at budget B = τ(B) / (draft_ms + forward_ms(B) + head(B) + fixed_ms) where
 - forward_ms(B) is the measured curve: the verify forward over B tokens up to the hidden states, at a 256-token
   context; head_ms(r) is measured with it: the LM head over r of those rows and the per-row work greedy verification
   does on them (to the CPU, argmax, log-normaliser). Both are medians, made non-decreasing (noise can only make a
   bigger tree look cheaper, never the other way round);
-- R(B) is how many rows verification puts through the LM head: one per slot with children, plus the slot where
-  acceptance stops when it is a leaf (`verify.SlotRows`). It comes from the calibration rounds like τ(B) below
-  (every slot, an upper bound, for the default profile);
+- head(B) is the LM head's cost the cheaper of two ways (`head_ms`, `DecodeConfig.head_rows`): "read" puts the
+  slots with children through it in one call and the slot where acceptance stops, when it is a leaf, in a second
+  one-row call (`verify.SlotRows`), costed head_ms(children) + head_ms(1) in the rounds that stop at a leaf;
+  "all" puts every slot through it in one call, head_ms(B). On a CPU the head's cost is mostly reading its weights
+  (57 MB in bf16 for a 49k vocabulary), so for small trees "all" can be the cheaper. The reads come from the
+  calibration rounds like τ(B) below (every slot, an upper bound, for the default profile);
 - draft_ms(d) and fixed_ms come from a short calibration decode: drafting does not depend on B (EAGLE-2 drafts the
   same top_k frontier per depth whatever the budget, and only the final pruning keeps fewer nodes), and what a
   shallower tree would cost is read off timing marks inside each round's tree build (depth 1 carries the context rows
@@ -294,20 +297,40 @@ def _pruning_order(event: RoundEvent, max_depth: int | None) -> list[int]:
     return sorted(keep, key=lambda i: (-keys[i], i))
 
 
-def head_rows_by_budget(event: RoundEvent, max_budget: int, max_depth: int | None = None) -> list[int]:
-    """Entry b (2 ≤ b ≤ max_budget): the rows verification would put through the LM head had the round's tree kept
-    only its best b − 1 nodes: one per slot with children, plus the slot where acceptance stops if it is a leaf."""
+def head_reads_by_budget(event: RoundEvent, max_budget: int,
+                         max_depth: int | None = None) -> list[tuple[int, int]]:
+    """Entry b (2 ≤ b ≤ max_budget), had the round's tree kept only its best b − 1 nodes: (slots with children,
+    1 if acceptance stops at a leaf else 0). With `head_rows="read"` verification puts the first through the LM head
+    in one call and the leaf's row in a second one-row call; with "all", every slot in one call."""
     order = _pruning_order(event, max_depth)
     ranks = accepted_ranks(event, max_depth)
-    rows = [1] * (max_budget + 1)  # a lone root: its own row
+    reads = [(0, 1)] * (max_budget + 1)  # a lone root: its own row, read when acceptance stops there
     with_children: set[int] = set()  # parent node index, -1 for the root
     for b in range(2, max_budget + 1):
         if b - 2 < len(order):
             with_children.add(event.nodes[order[b - 2]].parent)
         n_acc = accept_len_at_budget(ranks, b)
         stop = event.accepted[n_acc - 1] if n_acc else -1
-        rows[b] = len(with_children) + (0 if stop in with_children else 1)
-    return rows
+        reads[b] = (len(with_children), 0 if stop in with_children else 1)
+    return reads
+
+
+def head_rows_by_budget(event: RoundEvent, max_budget: int, max_depth: int | None = None) -> list[int]:
+    """Entry b: the rows verification reads through the LM head with `head_rows="read"` (slots with children plus
+    a stopping leaf), had the round's tree kept only its best b − 1 nodes."""
+    return [c + leaf for c, leaf in head_reads_by_budget(event, max_budget, max_depth)]
+
+
+def head_ms(curve: "ForwardCurve", reads: Sequence[tuple[int, int]], slots: Sequence[int]) -> tuple[float, str]:
+    """Mean LM-head milliseconds per round over calibration rounds, (children, leaf) reads and slots per round, the
+    cheaper of verification's two ways and its name: "read" (one call over the slots with children, a second
+    one-row call when acceptance stops at a leaf) or "all" (every slot in one call; on a CPU the head's cost is
+    mostly reading its weights, so for small trees this can be the cheaper)."""
+    if not reads:
+        return 0.0, "read"
+    read = sum((curve.post_at(c) if c else 0.0) + leaf * curve.post_at(1) for c, leaf in reads) / len(reads)
+    every = sum(curve.post_at(s) for s in slots) / len(slots)
+    return (every, "all") if every < read else (read, "read")
 
 
 def accept_len_at_budget(ranks: Sequence[int], budget: int) -> int:
@@ -330,7 +353,7 @@ class AcceptanceProfile:
     ranks: list[list[int]] | None = None  # per calibration round, at the full depth
     pos_acc: list[float] | None = None  # default profile: conditional pos-acc for a big tree
     ranks_by_depth: dict[int, list[list[int]]] = field(default_factory=dict)  # shallower trees, same rounds
-    head_rows: dict[int, list[list[int]]] = field(default_factory=dict)  # per depth, per round: LM-head rows by budget
+    head_reads: dict[int, list[list[tuple[int, int]]]] = field(default_factory=dict)  # per depth, per round, by budget
     best_scores: list[list[float]] | None = None  # per round: the best cumulative draft log-prob at each depth
 
     def expected_tau(self, budget: int, depth: int | None = None) -> float:
@@ -351,12 +374,14 @@ class AcceptanceProfile:
     def expected_head_rows(self, budget: int, depth: int | None = None) -> float:
         """Mean rows verification puts through the LM head at this budget; every slot (an upper bound) when the
         profile has no rounds to count them on."""
+        reads = self.reads_at(budget, depth)
+        return sum(c + leaf for c, leaf in reads) / len(reads) if reads else float(budget)
+
+    def reads_at(self, budget: int, depth: int | None = None) -> list[tuple[int, int]]:
+        """Per calibration round: (slots with children, stops at a leaf) at this budget ([] without rounds)."""
         depth = self.depth if depth is None else min(depth, self.depth)
-        per_round = self.head_rows.get(depth)
-        if not per_round:
-            return float(budget)
         b = max(2, min(budget, self.max_budget))
-        return sum(r[b] for r in per_round) / len(per_round)
+        return [r[b] for r in self.head_reads.get(depth) or []]
 
     def ranks_at(self, depth: int) -> list[list[int]]:
         """Per calibration round, the accepted path's score ranks in a tree drafted `depth` deep."""
@@ -375,17 +400,18 @@ class AcceptanceProfile:
         return d
 
     def stopped_rounds(self, budget: int, depth: int, depth_stop: float,
-                       top_k: int | None = None) -> list[tuple[int, int, int, int]]:
+                       top_k: int | None = None) -> list[tuple[int, int, int, tuple[int, int]]]:
         """Per calibration round under a dynamic depth stop: (depth drafted, accept length, slots verified, LM-head
-        rows). Read off the same rounds as τ(B): the nodes up to the depth drafted are the same."""
+        reads (slots with children, stops at a leaf)). Read off the same rounds as τ(B): the nodes up to the depth
+        drafted are the same."""
         if self.ranks is None or self.best_scores is None:
             raise ValueError("a dynamic depth stop is read off calibration rounds; this profile has none")
         out = []
         for r in range(len(self.ranks)):
             d = self.stop_depth(r, min(depth, self.depth), depth_stop)
             slots = min(budget, self.max_budget, max_useful_budget(d, top_k) if top_k else budget)
-            rows = self.head_rows[d][r][max(2, slots)] if self.head_rows.get(d) else slots
-            out.append((d, accept_len_at_budget(self.ranks_at(d)[r], slots), slots, rows))
+            reads = self.head_reads[d][r][max(2, slots)] if self.head_reads.get(d) else (slots, 0)
+            out.append((d, accept_len_at_budget(self.ranks_at(d)[r], slots), slots, reads))
         return out
 
     def depths(self) -> list[int]:
@@ -417,8 +443,8 @@ def profile_from_events(events: Sequence[RoundEvent], max_budget: int, depth: in
     return AcceptanceProfile(source=f"calibration: {len(rounds)} rounds on {prompts} prompt(s) at budget {max_budget}",
                              max_budget=max_budget, depth=depth, ranks=[accepted_ranks(e) for e in rounds],
                              ranks_by_depth={d: [accepted_ranks(e, d) for e in rounds] for d in range(1, depth)},
-                             head_rows={d: [head_rows_by_budget(e, max_budget, d) for e in rounds]
-                                        for d in range(1, depth + 1)},
+                             head_reads={d: [head_reads_by_budget(e, max_budget, d) for e in rounds]
+                                         for d in range(1, depth + 1)},
                              best_scores=[best_scores_by_depth(e) for e in rounds])
 
 
@@ -441,11 +467,13 @@ class BudgetChoice:
     depth: int | None = None  # the chosen draft depth (None: the configured one)
     depth_stop: float = 0.0  # the chosen dynamic depth stop (0: every round drafts the full depth)
     curve_measured: str = ""  # when the forward-time curve it was fitted on was measured (a new curve: fit again)
+    head_rows: str = "read"  # how verification reads the LM head at this tree (`DecodeConfig.head_rows`)
 
     def describe(self) -> str:
         depth = f"depth {self.depth}, " if self.depth is not None else ""
         stop = f"stop below p {self.depth_stop:g}, " if self.depth_stop else ""
-        return (f"{depth}{stop}budget {self.budget}: expected {self.expected_tokens_per_s:.1f} tokens/s "
+        rows = "LM head over every slot, " if self.head_rows == "all" else ""
+        return (f"{depth}{stop}{rows}budget {self.budget}: expected {self.expected_tokens_per_s:.1f} tokens/s "
                 f"(plain ≈ {self.plain_tokens_per_s:.1f}); τ from {self.profile_source}; "
                 f"draft {self.draft_ms:.1f} ms + fixed overhead {self.fixed_ms:.1f} ms per round")
 
@@ -472,7 +500,7 @@ def choose_budget(curve: ForwardCurve, profile: AcceptanceProfile, draft_ms: flo
                   top_k: int | None = None, choose_depth: bool = False,
                   depth_stops: Sequence[float] = (0.0,)) -> BudgetChoice:
     """The candidate with the highest τ(B, d) / round_ms(B, d),
-    round_ms = draft(d) + forward(B) + head(rows(B, d)) + fixed.
+    round_ms = draft(d) + forward(B) + head(B, d) + fixed, with the LM head read the cheaper way (`head_ms`).
 
     `draft_ms` is the drafting time per depth ({depth: ms}, from `draft_ms_by_depth`), or one figure at the
     profile's depth that shallower trees (with `choose_depth`) scale by depth. `depth_stops` are the dynamic depth
@@ -493,27 +521,28 @@ def choose_budget(curve: ForwardCurve, profile: AcceptanceProfile, draft_ms: flo
             for stop in stops:
                 if stop == 0.0:
                     tau = profile.expected_tau(b, d)
-                    head_rows = profile.expected_head_rows(b, d)
-                    round_ms, mean_draft_ms = d_ms + curve.at(b) + curve.post_at(head_rows) + fixed_ms, d_ms
+                    reads = profile.reads_at(b, d)
+                    head, how = head_ms(curve, reads, [b]) if reads else (curve.post_at(b), "read")
+                    round_ms, mean_draft_ms = d_ms + curve.at(b) + head + fixed_ms, d_ms
                 elif d > 1:
                     rounds = profile.stopped_rounds(b, d, stop, top_k)
                     n = max(1, len(rounds))
                     tau = sum(acc + 1 for _, acc, _, _ in rounds) / n if rounds else 1.0
-                    head_rows = sum(rows for *_, rows in rounds) / n
+                    head, how = head_ms(curve, [r for *_, r in rounds], [s for _, _, s, _ in rounds])
                     mean_draft_ms = sum(draft_ms_at(draft_ms, dr, full_depth) for dr, *_ in rounds) / n
-                    round_ms = mean_draft_ms + fixed_ms + sum(curve.at(slots) + curve.post_at(rows)
-                                                              for _, _, slots, rows in rounds) / n
+                    round_ms = mean_draft_ms + fixed_ms + head + sum(curve.at(s) for _, _, s, _ in rounds) / n
                 else:
                     continue  # a one-deep tree has nothing to stop
-                table.append({"depth": d, "budget": b, "depth_stop": stop, "tau": tau, "head_rows": head_rows,
-                              "draft_ms": mean_draft_ms, "round_ms": round_ms,
+                table.append({"depth": d, "budget": b, "depth_stop": stop, "tau": tau, "head_rows": how,
+                              "head_ms": head, "draft_ms": mean_draft_ms, "round_ms": round_ms,
                               "tokens_per_s": 1000.0 * tau / round_ms})
     # Ties go to the smaller tree, the shallower depth, then no stop.
     best = max(table, key=lambda row: (row["tokens_per_s"], -row["budget"], -row["depth"], -row["depth_stop"]))
     return BudgetChoice(budget=best["budget"], expected_tokens_per_s=best["tokens_per_s"],
                         plain_tokens_per_s=1000.0 / (curve.at(1) + curve.post_at(1)), profile_source=profile.source,
                         draft_ms=best["draft_ms"], fixed_ms=fixed_ms, table=table,
-                        depth=best["depth"] if choose_depth else None, depth_stop=best["depth_stop"])
+                        depth=best["depth"] if choose_depth else None, depth_stop=best["depth_stop"],
+                        head_rows=best["head_rows"])
 
 
 def calibrate(target: TargetModel, draft, config: DecodeConfig, prompts: Sequence[Sequence[int]],
@@ -524,7 +553,7 @@ def calibrate(target: TargetModel, draft, config: DecodeConfig, prompts: Sequenc
 
     budget = max(2, min(max_budget, max_useful_budget(config.depth, config.top_k)))
     # Every round drafts the full depth: what a dynamic depth stop would have cut is read off these rounds.
-    cfg = replace(config, tree_budget=budget, max_new_tokens=max_new_tokens, depth_stop=0.0)
+    cfg = replace(config, tree_budget=budget, max_new_tokens=max_new_tokens, depth_stop=0.0, head_rows="read")
     decoder = SpeculativeDecoder(target, draft, cfg)
     events: list[RoundEvent] = []
     for ids in prompts:
@@ -557,11 +586,14 @@ def auto_tree_budget(target: TargetModel, draft, config: DecodeConfig, prompts: 
     if by_depth:
         draft_ms = by_depth
     overhead_ms = split["overhead_ms"] if not math.isnan(split["overhead_ms"]) else 0.0
-    # The LM head over the rows verification reads runs inside the measured verify time; what is left in the
-    # overhead (a leaf's row when acceptance stops there, argmax over a few rows) is counted as fixed.
-    fixed_ms = max(0.0, overhead_ms)
     prof = (profile_from_events(events, budget, config.depth, len(prompts)) if profile == "calibrate"
             else default_profile(config.depth, budget))
+    # The LM head over the slots with children runs inside the measured verify time; a leaf's row, read in a second
+    # call when acceptance stops there, fell in the measured overhead: `head_ms` costs it per tree, so it is taken
+    # out of what is counted as fixed (argmax over a few rows, the cache commit, events).
+    reads = prof.reads_at(budget, config.depth)
+    leaf_share = sum(leaf for _, leaf in reads) / len(reads) if reads else 0.0
+    fixed_ms = max(0.0, overhead_ms - leaf_share * curve.post_at(1))
     choice = choose_budget(curve, prof, draft_ms, fixed_ms, depth=config.depth, top_k=config.top_k,
                            choose_depth=choose_depth, depth_stops=depth_stops)
     choice.curve_measured = curve.measured
@@ -584,8 +616,9 @@ def choice_cache_path() -> Path:
 
 
 def cached_choice_key(target: TargetModel, draft, config: DecodeConfig) -> str:
-    # "stops": choices cached before the dynamic depth stop was considered are fitted again.
-    return f"{curve_key(target)} | {draft_fingerprint(draft)} | depth {config.depth} top_k {config.top_k} | stops"
+    # "stops", "rows": choices cached before the depth stop and the LM-head reading were chosen are fitted again.
+    return (f"{curve_key(target)} | {draft_fingerprint(draft)} | depth {config.depth} top_k {config.top_k} | stops"
+            f" | rows")
 
 
 def known_budget_choice(target: TargetModel, draft, config: DecodeConfig, path: Path | None = None,

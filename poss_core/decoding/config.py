@@ -21,6 +21,10 @@ class DecodeConfig:
     # Dynamic depth: stop drafting deeper once the best path's draft probability falls below this (0: always draft
     # `depth` positions). An unconfident round then costs fewer draft passes; a confident one still goes deep.
     depth_stop: float = 0.0
+    # Which tree slots go through the target's LM head: "read" = the slots with children, plus a leaf's row only when
+    # acceptance ends there (a second, one-row call); "all" = every slot in one call. On a CPU the head's cost is mostly
+    # reading its weights, so for small trees one call over every slot can beat an occasional second call.
+    head_rows: str = "read"
 
     def __post_init__(self) -> None:
         self.validate()
@@ -40,6 +44,7 @@ class DecodeConfig:
             ("max_new_tokens", self.max_new_tokens, self.max_new_tokens >= 1, "an integer >= 1"),
             ("depth_stop", self.depth_stop, 0.0 <= self.depth_stop < 1.0,
              "a probability in [0, 1) (0 drafts every round `depth` deep)"),
+            ("head_rows", self.head_rows, self.head_rows in ("read", "all"), "'read' or 'all'"),
         ]
         for name, value, ok, valid in checks:
             if isinstance(value, bool) or not ok:

@@ -231,7 +231,7 @@ class SpeculativeDecoder(_BaseDecoder):
             allowed[:, n - 1:] = tree.ancestors()
             out = self.target.forward(slots, n - 1 + torch.cat([torch.zeros(1, dtype=torch.long), tree.depths]),
                                       allowed, cache, logits="none")
-            rows = SlotRows(self._target_rows, out.hidden, tree.parents)
+            rows = SlotRows(self._target_rows, out.hidden, tree.parents, every_slot=cfg.head_rows == "all")
             verify_ms = _ms(t0)
 
             if cfg.greedy:

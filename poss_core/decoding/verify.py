@@ -16,13 +16,17 @@ class SlotRows:
     acceptance stops (for the bonus token). The first are computed up front in one batched LM-head call; a leaf's row
     only if acceptance ends there. Over a 49k vocabulary the LM head is a fifth of a small target's weights, so
     applying it to every slot of a tree costs a CPU verify pass roughly a tenth more (the README measures it).
-    Indexing by slot (0 = root, i+1 = node i) works like indexing a full [slots, V] tensor."""
+    Indexing by slot (0 = root, i+1 = node i) works like indexing a full [slots, V] tensor. `every_slot` puts every
+    slot through the head in the one call instead (`DecodeConfig.head_rows="all"`)."""
 
     def __init__(self, rows_of: Callable[[torch.Tensor], torch.Tensor], hidden: torch.Tensor,
-                 parents: torch.Tensor) -> None:
+                 parents: torch.Tensor, every_slot: bool = False) -> None:
         self._rows_of = rows_of
         self._hidden = hidden
-        self.slots, self.where = torch.unique(parents + 1, return_inverse=True)  # slots with children; node -> row
+        if every_slot:
+            self.slots, self.where = torch.arange(int(hidden.shape[0])), parents + 1
+        else:
+            self.slots, self.where = torch.unique(parents + 1, return_inverse=True)  # slots with children; node -> row
         self.block = rows_of(hidden[self.slots.to(hidden.device)])
         self._index = {s: i for i, s in enumerate(self.slots.tolist())}
         self._more: dict[int, torch.Tensor] = {}
