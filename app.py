@@ -70,12 +70,14 @@ def main(argv: list[str] | None = None) -> None:
     import torch
 
     torch.set_num_threads(cpu_threads(args.threads))
+    from app import lanes
     from app.ui import build_demo, launch_kwargs
 
-    demo = build_demo(preset=args.preset, concurrency=args.concurrency, precision=args.dtype)
+    precision = lanes.initial_precision(args.dtype, lanes.cuda_available(), lanes.cpu_bf16_units())
+    demo = build_demo(preset=args.preset, concurrency=args.concurrency, precision=precision)
     demo.queue(max_size=args.queue_size, default_concurrency_limit=args.concurrency)
     if not args.no_preload:
-        threading.Thread(target=preload, args=(args.preset, args.dtype), daemon=True, name="poss-preload").start()
+        threading.Thread(target=preload, args=(args.preset, precision), daemon=True, name="poss-preload").start()
     demo.launch(server_name=args.host, server_port=args.port, share=args.share, **launch_kwargs())
 
 

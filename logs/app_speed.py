@@ -34,6 +34,8 @@ def measure(precision: str, prompts: list[str], methods: list[str], preset: str 
     lanes.run_to_end(lanes.start(lanes.RunSpec("Hello", methods, preset, max_new_tokens=4,
                                                precision=precision)))  # warm-up
     events = {m: [] for m in methods}
+    tokens = {m: 0 for m in methods}
+    seconds = {m: 0.0 for m in methods}
     identical = {m: 0 for m in methods}
     budgets: dict[str, object] = {}
     for prompt in prompts:
@@ -41,12 +43,15 @@ def measure(precision: str, prompts: list[str], methods: list[str], preset: str 
         plain = comp.lane(lanes.PLAIN)
         for lane in comp.lanes:
             events[lane.method] += lane.events
+            # Per decode: an event's new_tokens counts from the start of its own decode.
+            tokens[lane.method] += metrics.total_new_tokens(lane.events)
+            seconds[lane.method] += metrics.wall_seconds(lane.events)
             identical[lane.method] += lane.token_ids == plain.token_ids
             budgets[lane.method] = (lane.budget, lane.depth_stop)
-    plain_tps = metrics.tokens_per_s(events[lanes.PLAIN])
+    plain_tps = tokens[lanes.PLAIN] / seconds[lanes.PLAIN]
     rows = {}
     for m in methods:
-        tps = metrics.tokens_per_s(events[m])
+        tps = tokens[m] / seconds[m]
         rows[m] = {"tokens_per_s": round(tps, 1), "speedup": round(metrics.speedup(tps, plain_tps), 2),
                    "tau": round(metrics.tau(events[m]), 2), "identical": f"{identical[m]}/{len(prompts)}",
                    "budget": budgets[m][0], "depth_stop": budgets[m][1]}

@@ -480,6 +480,11 @@ def test_precision_setting_loads_its_own_target_and_badges_say_what_identity_mea
     assert "precision=" not in out["status"]
     note = lanes.precision_note(gpu=False)
     assert "float32" in note and "bfloat16" in note
+    # `python app.py` starts in bf16 only on a CPU with bf16 units, and only when --dtype is auto.
+    assert lanes.initial_precision("auto", gpu=False, bf16_units="AVX-512 BF16") == "bfloat16"
+    assert lanes.initial_precision("auto", gpu=False, bf16_units=None) == "auto"
+    assert lanes.initial_precision("auto", gpu=True, bf16_units="AMX") == "auto"
+    assert lanes.initial_precision("float32", gpu=False, bf16_units="AMX") == "float32"
 
 
 def test_preset_switch_and_app_flags():
