@@ -304,7 +304,8 @@ def make_methods(args, preset, target, names: list[str], base_cfg, say, calibrat
     if auto:
         curve = load_or_measure_curve(target, remeasure=args.remeasure, log=say)
         say("verify ms by verified tokens n (forward to the hidden states + LM head and post-processing over n "
-            "rows; verification reads only the rows of slots with children and the stopping slot): " + ", ".join(
+            "rows; verification reads the slots with children and a stopping leaf, or every slot, whichever auto finds "
+            "cheaper): " + ", ".join(
             f"{n}:{m:.1f}+{curve.post_at(n):.1f}" for n, m in zip(curve.sizes, curve.ms)))
         calib_prompts = [encode_prompt(target.tokenizer, p) for p in calibration]
     for name in names:

@@ -58,15 +58,20 @@ def test_head_rows_count_the_slots_with_children_and_a_stopping_leaf():
     e = RoundEvent(round=1, nodes=nodes, accepted=[0, 2, 3], bonus=0, target_probs=[], feature_deviation=[],
                    draft_ms=0, verify_ms=0, new_tokens=4)
     # b=2: root + leaf 0; b=3: root, 0 + leaf 2; b=4 adds node 1 under the root; b=5 node 4 under 1; b=6 leaf 3.
-    assert ab.head_rows_by_budget(e, 7)[2:] == [2, 3, 3, 4, 5, 5]
+    assert [c + leaf for c, leaf in ab.head_reads_by_budget(e, 7)][2:] == [2, 3, 3, 4, 5, 5]
     # Acceptance stopping at node 0, which has children: no extra row.
     stops_inside = RoundEvent(round=1, nodes=nodes, accepted=[0], bonus=0, target_probs=[], feature_deviation=[],
                               draft_ms=0, verify_ms=0, new_tokens=2)
-    assert ab.head_rows_by_budget(stops_inside, 6)[6] == 4
-    assert ab.head_rows_by_budget(e, 6, max_depth=1)[6] == 2  # only the root has children; leaf 0 stops it
+    assert sum(ab.head_reads_by_budget(stops_inside, 6)[6]) == 4
+    assert sum(ab.head_reads_by_budget(e, 6, max_depth=1)[6]) == 2  # only the root has children; leaf 0 stops it
     prof = ab.profile_from_events([e, stops_inside], max_budget=6, depth=3)
-    assert prof.expected_head_rows(6) == 4.5 and prof.expected_head_rows(60) == 4.5
-    assert ab.default_profile(depth=6).expected_head_rows(16) == 16  # no rounds: every slot, an upper bound
+    mean_rows = lambda reads: sum(c + leaf for c, leaf in reads) / len(reads)  # noqa: E731
+    assert mean_rows(prof.reads_at(6)) == 4.5 and mean_rows(prof.reads_at(60)) == 4.5
+    # No rounds: every slot is costed, an upper bound.
+    assert ab.default_profile(depth=6).reads_at(16) == []
+    flat = ab.ForwardCurve(key="k", sizes=[1, 64], ms=[20.0, 30.0], context=64, post_ms=[3.0, 9.3])
+    row = ab.choose_budget(flat, ab.default_profile(depth=6), 2.0, 0.5, candidates=[16], depth=6).table[0]
+    assert row["head_ms"] == pytest.approx(flat.post_at(16))
     assert ab.head_reads_by_budget(e, 6)[6] == (4, 1) and ab.head_reads_by_budget(stops_inside, 6)[6] == (4, 0)
     assert prof.reads_at(6) == [(4, 1), (4, 0)]
 
@@ -107,7 +112,7 @@ def test_the_decoders_lm_head_rows_are_what_the_profile_counts(tiny_target, trai
             per_round.append(sum(rows_per_call))
         rows_per_call.clear()
     assert any(e.accepted for e in events)
-    assert per_round == [ab.head_rows_by_budget(e, 12)[12] for e in events]
+    assert per_round == [sum(ab.head_reads_by_budget(e, 12)[12]) for e in events]
     assert max(per_round) < 12  # fewer rows than slots
 
 

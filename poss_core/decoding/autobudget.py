@@ -90,6 +90,10 @@ class ForwardCurve:
     post_ms: list[float] | None = None
     busy_load: float = 0.0  # the CPU load average when it was measured, if other work kept the CPU busy (else 0)
 
+    def due_again(self, device: torch.device | None = None) -> bool:
+        """Measured while the machine was busy, and it is quiet now: measure again (and refit what used it)."""
+        return bool(self.busy_load) and not machine_busy(device)
+
     @staticmethod
     def _interp(xs: list[int], ys: list[float], n: float) -> float:
         """Piecewise-linear interpolation; beyond the last size, the last segment's slope."""
@@ -241,7 +245,7 @@ def load_or_measure_curve(target: TargetModel, path: Path | None = None, remeasu
     say = log or _say
     if not remeasure and key in store:
         cached = ForwardCurve.from_json(store[key])
-        if not (cached.busy_load and not machine_busy(target.device)):
+        if not cached.due_again(target.device):
             return cached
         say(f"the cached forward-time curve was measured while the machine was busy (load {cached.busy_load:.1f}); "
             f"measuring it again now that it is quiet")
@@ -315,12 +319,6 @@ def head_reads_by_budget(event: RoundEvent, max_budget: int,
     return reads
 
 
-def head_rows_by_budget(event: RoundEvent, max_budget: int, max_depth: int | None = None) -> list[int]:
-    """Entry b: the rows verification reads through the LM head with `head_rows="read"` (slots with children plus
-    a stopping leaf), had the round's tree kept only its best b − 1 nodes."""
-    return [c + leaf for c, leaf in head_reads_by_budget(event, max_budget, max_depth)]
-
-
 def head_ms(curve: "ForwardCurve", reads: Sequence[tuple[int, int]], slots: Sequence[int]) -> tuple[float, str]:
     """Mean LM-head milliseconds per round over calibration rounds, (children, leaf) reads and slots per round, the
     cheaper of verification's two ways and its name: "read" (one call over the slots with children, a second
@@ -371,14 +369,9 @@ class AcceptanceProfile:
             tau += reach
         return tau
 
-    def expected_head_rows(self, budget: int, depth: int | None = None) -> float:
-        """Mean rows verification puts through the LM head at this budget; every slot (an upper bound) when the
-        profile has no rounds to count them on."""
-        reads = self.reads_at(budget, depth)
-        return sum(c + leaf for c, leaf in reads) / len(reads) if reads else float(budget)
-
     def reads_at(self, budget: int, depth: int | None = None) -> list[tuple[int, int]]:
-        """Per calibration round: (slots with children, stops at a leaf) at this budget ([] without rounds)."""
+        """Per calibration round: (slots with children, stops at a leaf) at this budget ([] without rounds: then
+        `choose_budget` costs every slot, an upper bound)."""
         depth = self.depth if depth is None else min(depth, self.depth)
         b = max(2, min(budget, self.max_budget))
         return [r[b] for r in self.head_reads.get(depth) or []]
@@ -634,7 +627,7 @@ def known_budget_choice(target: TargetModel, draft, config: DecodeConfig, path: 
         if stored is None:
             return None
         curve = ForwardCurve.from_json(stored)
-        if curve.busy_load and not machine_busy(target.device):
+        if curve.due_again(target.device):
             return None
     choice = BudgetChoice(**known)
     return choice if choice.curve_measured == curve.measured else None
