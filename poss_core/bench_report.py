@@ -465,7 +465,8 @@ def markdown_report(agg: dict[str, Any], identity: dict[str, Any], meta: dict[st
         out += [_md_table(["method"] + [f"k={k}" for k in range(1, depth + 1)], rows), ""]
 
     out += ["## Where the time goes per round (ms, mean ± std over runs), overall", "",
-            "draft = building the draft tree (draft forwards included); verify = the target's forward over the tree; "
+            "draft = building the draft tree (draft forwards included); verify = the target's forward over the tree "
+            "and its LM head (a leaf's row read during acceptance included); "
             "overhead = the rest of the round (acceptance, cache commit, events), plus per decode the set-up before "
             "the first round and the closing summary.", ""]
     rows = []

@@ -128,3 +128,33 @@ def test_context_limit_stops_cleanly():
     ref = target.model.generate(torch.tensor([ids]), max_new_tokens=40 - len(ids), do_sample=False,
                                 eos_token_id=None, pad_token_id=0)[0, len(ids):].tolist()
     assert summary.token_ids == ref
+
+
+def test_a_leaf_row_read_during_acceptance_counts_as_verify_time_not_overhead(tiny_target, trained_drafts):
+    """Every LM-head call over the tree is the target's work: the round's verify time holds all of them (the lazy
+    leaf row included), and the engine overhead none."""
+    import time
+
+    decoder = SpeculativeDecoder(tiny_target, trained_drafts["eagle"],
+                                 DecodeConfig(depth=3, top_k=2, tree_budget=4, max_new_tokens=40, head_rows="read"))
+    calls: list[int] = []
+    plain_rows = decoder._target_rows
+
+    def slow_rows(hidden):
+        calls.append(int(hidden.shape[0]))
+        time.sleep(0.05)
+        return plain_rows(hidden)
+
+    decoder._target_rows = slow_rows
+    two_calls = 0
+    for prompt in PROMPTS:
+        gen = decoder.generate(encode_prompt(tiny_target.tokenizer, prompt))
+        for item in gen:
+            if isinstance(item, DecodeSummary) or item.prefill:
+                calls.clear()
+                continue
+            assert item.verify_ms >= 50.0 * len(calls)
+            assert item.overhead_ms < 50.0
+            two_calls += len(calls) == 2
+            calls.clear()
+    assert two_calls > 0, "some round should stop at a leaf and read its row in a second call"

@@ -84,3 +84,28 @@ def test_an_empty_tree_reads_only_the_root():
     rows = SlotRows(counting, hidden, torch.zeros(0, dtype=torch.long))
     path, bonus = verify_greedy(DraftTree.empty(H), rows)
     assert path == [] and bonus == int((hidden @ counting.head.T).argmax()) and counting.rows == 1
+
+
+def test_a_leaf_read_is_timed_as_the_targets_work_and_a_computed_row_is_not():
+    """The decoder adds `lazy_ms` to the round's verify time: a leaf's second LM-head call is target work, not the
+    engine's overhead."""
+    import time
+
+    tree, hidden, head = _random_case(3)
+    counting = CountingHead(head)
+
+    def slow(rows: torch.Tensor) -> torch.Tensor:
+        time.sleep(0.02)
+        return counting(rows)
+
+    rows = SlotRows(slow, hidden, tree.parents)
+    with_children = sorted(set((tree.parents + 1).tolist()))
+    leaves = [s for s in range(tree.size + 1) if s not in with_children]
+    assert leaves
+    _ = rows[with_children[0]]
+    assert rows.lazy_ms == 0.0
+    _ = rows[leaves[0]]
+    assert rows.lazy_ms >= 20.0
+    first = rows.lazy_ms
+    _ = rows[leaves[0]]  # read once, kept
+    assert rows.lazy_ms == first

@@ -581,12 +581,9 @@ def auto_tree_budget(target: TargetModel, draft, config: DecodeConfig, prompts: 
     overhead_ms = split["overhead_ms"] if not math.isnan(split["overhead_ms"]) else 0.0
     prof = (profile_from_events(events, budget, config.depth, len(prompts)) if profile == "calibrate"
             else default_profile(config.depth, budget))
-    # The LM head over the slots with children runs inside the measured verify time; a leaf's row, read in a second
-    # call when acceptance stops there, fell in the measured overhead: `head_ms` costs it per tree, so it is taken
-    # out of what is counted as fixed (argmax over a few rows, the cache commit, events).
-    reads = prof.reads_at(budget, config.depth)
-    leaf_share = sum(leaf for _, leaf in reads) / len(reads) if reads else 0.0
-    fixed_ms = max(0.0, overhead_ms - leaf_share * curve.post_at(1))
+    # The measured overhead is the engine's own (argmax over a few rows, the cache commit, events): the LM head, a
+    # leaf's second call included, counts as verify time, which `head_ms` costs per tree from the curve instead.
+    fixed_ms = overhead_ms
     choice = choose_budget(curve, prof, draft_ms, fixed_ms, depth=config.depth, top_k=config.top_k,
                            choose_depth=choose_depth, depth_stops=depth_stops)
     choice.curve_measured = curve.measured

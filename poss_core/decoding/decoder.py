@@ -240,6 +240,7 @@ class SpeculativeDecoder(_BaseDecoder):
             else:
                 path, bonus = verify_sampling(tree, rows, gen)
                 target_probs = rows.at_nodes(tree.tokens)
+            verify_ms += rows.lazy_ms  # a leaf's LM-head row read during acceptance is the target's work too
 
             keep = torch.tensor([0] + [a + 1 for a in path])
             keep_cache_slots(cache, n - 1, keep)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import torch
@@ -17,7 +18,8 @@ class SlotRows:
     only if acceptance ends there. Over a 49k vocabulary the LM head is a fifth of a small target's weights, so
     applying it to every slot of a tree costs a CPU verify pass roughly a tenth more (the README measures it).
     Indexing by slot (0 = root, i+1 = node i) works like indexing a full [slots, V] tensor. `every_slot` puts every
-    slot through the head in the one call instead (`DecodeConfig.head_rows="all"`)."""
+    slot through the head in the one call instead (`DecodeConfig.head_rows="all"`). `lazy_ms` is the time the leaf's
+    call took: target work that the decoder counts as verification, not as its own overhead."""
 
     def __init__(self, rows_of: Callable[[torch.Tensor], torch.Tensor], hidden: torch.Tensor,
                  parents: torch.Tensor, every_slot: bool = False) -> None:
@@ -30,13 +32,16 @@ class SlotRows:
         self.block = rows_of(hidden[self.slots.to(hidden.device)])
         self._index = {s: i for i, s in enumerate(self.slots.tolist())}
         self._more: dict[int, torch.Tensor] = {}
+        self.lazy_ms = 0.0
 
     def __getitem__(self, slot: int) -> torch.Tensor:
         i = self._index.get(slot)
         if i is not None:
             return self.block[i]
         if slot not in self._more:
+            t0 = time.perf_counter()
             self._more[slot] = self._rows_of(self._hidden[slot:slot + 1])[0]
+            self.lazy_ms += (time.perf_counter() - t0) * 1000.0
         return self._more[slot]
 
     @property
