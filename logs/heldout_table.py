@@ -1,5 +1,6 @@
-"""Usage (from the repository root): python logs/heldout_table.py NEW OLD. Print README rows for stage NEW against stage OLD on both held-out slices (results/<tag>-selfeval-decoding*.json,
-results/<tag>-longeval*.json)."""
+"""Print the README's held-out rows for stage NEW against stage OLD on both held-out slices
+(results/<tag>-selfeval-decoding*.json, results/<tag>-longeval*.json), and how many b-phase entries rose, stayed level
+or fell. Usage (from the repository root): python logs/heldout_table.py NEW OLD"""
 import glob, json, sys
 new, old = sys.argv[1], sys.argv[2]
 LABEL = {"eagle": "EAGLE (1 layer)", "poss2": "POSS-2 (3 specialists)", "poss3": "POSS-3 (2 specialists)",

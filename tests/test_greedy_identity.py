@@ -2,6 +2,8 @@
 
 import math
 
+import time
+
 import pytest
 import torch
 from helpers import greedy_reference
@@ -133,8 +135,6 @@ def test_context_limit_stops_cleanly():
 def test_a_leaf_row_read_during_acceptance_counts_as_verify_time_not_overhead(tiny_target, trained_drafts):
     """Every LM-head call over the tree is the target's work: the round's verify time holds all of them (the lazy
     leaf row included), and the engine overhead none."""
-    import time
-
     decoder = SpeculativeDecoder(tiny_target, trained_drafts["eagle"],
                                  DecodeConfig(depth=3, top_k=2, tree_budget=4, max_new_tokens=40, head_rows="read"))
     calls: list[int] = []

@@ -1,5 +1,7 @@
 """Verification reads the target's rows only where it needs them, and decides exactly as with every row."""
 
+import time
+
 import torch
 
 from poss_core.decoding.tree import DraftTree
@@ -89,8 +91,6 @@ def test_an_empty_tree_reads_only_the_root():
 def test_a_leaf_read_is_timed_as_the_targets_work_and_a_computed_row_is_not():
     """The decoder adds `lazy_ms` to the round's verify time: a leaf's second LM-head call is target work, not the
     engine's overhead."""
-    import time
-
     tree, hidden, head = _random_case(3)
     counting = CountingHead(head)
 
