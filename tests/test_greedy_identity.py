@@ -1,7 +1,6 @@
 """Greedy speculative output equals the target's own greedy generate, token for token."""
 
 import math
-
 import time
 
 import pytest
