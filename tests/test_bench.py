@@ -101,6 +101,8 @@ def test_aggregation_of_known_records_gives_known_tables():
     assert eo["speedup_runs"] == pytest.approx([15 / 7.0, (15 / 1.6) / (14 / 1.5)])
     assert eo["tau_pooled"] == pytest.approx((3 + 1 + 4 + 2 + 2 + 1) / 6)
     assert agg["mean_speedup_over_datasets"]["eagle"] == pytest.approx(((1.76 + 0.5) / 2 + 2.0) / 2)
+    # The paper's mean column weighs each dataset the same (d1 τ 2.5, d2 τ 1.5), unlike the pooled 13/6.
+    assert agg["mean_tau_over_datasets"]["eagle"] == pytest.approx((2.5 + 1.5) / 2)
 
     # Plain decoding: τ = 1, no drafting time.
     assert t["ar"]["d1"]["tau_pooled"] == 1.0 and t["ar"]["d1"]["draft_ms"] == 0.0
@@ -126,6 +128,8 @@ def test_markdown_and_summary_show_the_tables(tmp_path):
     assert "Identity check PASSED" in md
     assert "1.13× ± 0.89" in md  # eagle's d1 speed-up, mean ± sample std over the two runs
     assert "| POSS-2 | τ +60.0%" in md
+    # EAGLE's overall row: τ pooled 13/6, then τ as the mean of the datasets (2.5 and 1.5)
+    assert "| eagle | 2.17 | 2.00 |" in md
     assert "| eagle | 66.7 | 50.0 | 50.0 |" in md  # overall conditional pos-acc: hist 4, 4, 2, 2
     summary = json.loads(paths["summary"].read_text())
     assert summary["table"]["eagle"]["d1"]["tau_pooled"] == pytest.approx(2.5)
