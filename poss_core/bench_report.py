@@ -232,6 +232,7 @@ def aggregate(records: Sequence[TurnRecord], depth: int, eagle: str = "eagle") -
                 "tau": mean_std([row[d]["tau"] for d in datasets])[0],
                 "speed": mean_std([row[d]["speed"] for d in datasets])[0],
             }
+            row["tau_interval"] = tau_change_interval(records, m, eagle, datasets)
             vs_eagle[m] = row
 
     mean_speedup = {m: mean_std([table[m][d]["speedup"] for d in datasets])[0] for m in methods}
@@ -241,6 +242,24 @@ def aggregate(records: Sequence[TurnRecord], depth: int, eagle: str = "eagle") -
     return {"methods": methods, "datasets": datasets, "runs": runs, "depth": depth, "table": table,
             "baseline": baseline, "vs_eagle": vs_eagle, "mean_speedup_over_datasets": mean_speedup,
             "mean_tau_over_datasets": mean_tau}
+
+
+def tau_change_interval(records: Sequence[TurnRecord], method: str, base: str,
+                        datasets: Sequence[str]) -> dict[str, tuple[float, float, float]]:
+    """`method`'s τ change over `base` with a 95% paired-bootstrap interval over questions (`metrics`); a question's
+    turns and runs count as one unit, since at temperature 0 its runs repeat the same rounds."""
+    def totals(m: str) -> dict[tuple, tuple[int, int]]:
+        by_question: dict[tuple, tuple[int, int]] = {}
+        for r in records:
+            if r.method == m:
+                s, n = metrics.tau_totals(r.events)
+                a, b = by_question.get((r.dataset, r.question_id), (0, 0))
+                by_question[(r.dataset, r.question_id)] = (a + s, b + n)
+        return by_question
+
+    mine, theirs = totals(method), totals(base)
+    groups = [[(mine[k], theirs[k]) for k in mine if k[0] == d and k in theirs] for d in datasets]
+    return metrics.bootstrap_tau_change(groups)
 
 
 def pooled_events_by_method(records: Sequence[TurnRecord], methods: Sequence[str] | None = None,
@@ -452,6 +471,19 @@ def markdown_report(agg: dict[str, Any], identity: dict[str, Any], meta: dict[st
             cells.append(f"τ {_fmt(mo['tau'], 1, True)}, speed {_fmt(mo['speed'], 1, True)}")
             rows.append([_title(m, labels)] + cells)
         out += [_md_table(["method"] + scopes + ["mean over datasets"], rows), ""]
+        out += ["## τ over EAGLE with a 95% interval", "",
+                "Paired bootstrap over questions (2,000 resamples; each dataset's questions drawn again with "
+                "replacement, a question's turns and runs together): an interval that contains 0 means these "
+                "questions cannot tell the two drafts apart. With a handful of questions per dataset the "
+                "interval is rough and tends to be too narrow.", ""]
+        rows = []
+        for m, row in agg["vs_eagle"].items():
+            cells = []
+            for key in ("pooled", "mean_of_datasets"):
+                change, lo, hi = row["tau_interval"][key]
+                cells.append(f"{_fmt(change, 1, True)} ({_fmt(lo, 1, True)} to {_fmt(hi, 1, True)})")
+            rows.append([_title(m, labels)] + cells)
+        out += [_md_table(["method", "pooled τ", "τ (mean of datasets)"], rows), ""]
 
     depth = agg["depth"]
     if spec:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -22,6 +23,58 @@ def tau(events: Iterable[RoundEvent]) -> float:
     """Mean acceptance length: mean over rounds of (accept_len + 1), tokens per target forward. NaN without rounds."""
     lens = accept_lengths(events)
     return sum(n + 1 for n in lens) / len(lens) if lens else math.nan
+
+
+def tau_totals(events: Iterable[RoundEvent]) -> tuple[int, int]:
+    """(sum of accept_len + 1, rounds): the two sums τ divides, which add up exactly across questions."""
+    lens = accept_lengths(events)
+    return sum(n + 1 for n in lens), len(lens)
+
+
+TauTotals = tuple[int, int]  # (sum of accept_len + 1, rounds) of one question
+
+
+def _tau_change(picked: Sequence[Sequence[tuple[TauTotals, TauTotals]]]) -> tuple[float, float]:
+    """τ(method) / τ(base) − 1, pooled over every round and as the ratio of the datasets' mean τ."""
+    tot = [0, 0, 0, 0]
+    means_m, means_b = [], []
+    for rows in picked:
+        sm = sum(m[0] for m, _ in rows)
+        rm = sum(m[1] for m, _ in rows)
+        sb = sum(b[0] for _, b in rows)
+        rb = sum(b[1] for _, b in rows)
+        tot = [tot[0] + sm, tot[1] + rm, tot[2] + sb, tot[3] + rb]
+        if rm and rb:
+            means_m.append(sm / rm)
+            means_b.append(sb / rb)
+    pooled = (tot[0] / tot[1]) / (tot[2] / tot[3]) - 1.0 if tot[1] and tot[3] else math.nan
+    by_set = (sum(means_m) / sum(means_b) - 1.0) if means_b else math.nan
+    return pooled, by_set
+
+
+def bootstrap_tau_change(datasets: Sequence[Sequence[tuple[TauTotals, TauTotals]]], resamples: int = 2000,
+                         level: float = 0.95, seed: int = 0) -> dict[str, tuple[float, float, float]]:
+    """How sure a τ difference between two drafts on the same questions is: a paired bootstrap over questions.
+    `datasets` holds, per dataset, one ((sum, rounds) of the method, (sum, rounds) of the base) pair per question
+    (`tau_totals`). Each resample draws every dataset's questions again with replacement (so the mix of datasets
+    stays fixed) and keeps the pairing. Returns {"pooled": (change, low, high), "mean_of_datasets": (...)}, the
+    change as a fraction and the percentile interval at `level`."""
+    point = _tau_change(datasets)
+    rng = random.Random(seed)
+    draws: list[tuple[float, float]] = []
+    for _ in range(resamples):
+        picked = [[rows[rng.randrange(len(rows))] for _ in rows] for rows in datasets if rows]
+        draws.append(_tau_change(picked))
+    out = {}
+    for i, name in enumerate(("pooled", "mean_of_datasets")):
+        vals = sorted(d[i] for d in draws if not math.isnan(d[i]))
+        if not vals:
+            out[name] = (point[i], math.nan, math.nan)
+            continue
+        lo = vals[int((1 - level) / 2 * (len(vals) - 1))]
+        hi = vals[int((1 + level) / 2 * (len(vals) - 1))]
+        out[name] = (point[i], lo, hi)
+    return out
 
 
 def max_depth(events: Iterable[RoundEvent]) -> int:

@@ -130,6 +130,9 @@ def test_markdown_and_summary_show_the_tables(tmp_path):
     assert "| POSS-2 | τ +60.0%" in md
     # EAGLE's overall row: τ pooled 13/6, then τ as the mean of the datasets (2.5 and 1.5)
     assert "| eagle | 2.17 | 2.00 |" in md
+    # One question per dataset: the bootstrap interval is the change itself (POSS-2 pooled 19/5 over 13/6; by
+    # dataset (4 + 3) / 2 over (2.5 + 1.5) / 2).
+    assert "| POSS-2 | +75.4% (+75.4% to +75.4%) | +75.0% (+75.0% to +75.0%) |" in md
     assert "| eagle | 66.7 | 50.0 | 50.0 |" in md  # overall conditional pos-acc: hist 4, 4, 2, 2
     summary = json.loads(paths["summary"].read_text())
     assert summary["table"]["eagle"]["d1"]["tau_pooled"] == pytest.approx(2.5)

@@ -2,6 +2,8 @@
 
 import math
 
+import pytest
+
 from poss_core import metrics
 from poss_core.decoding.events import DraftNode, FeatureDeviation, RoundEvent
 
@@ -85,3 +87,35 @@ def test_summary_of_plain_decoding():
 def test_event_json_round_trip():
     e = events()[3]
     assert RoundEvent.from_json(e.to_json()) == e
+
+
+def test_tau_totals_add_up_to_the_pooled_tau():
+    a = [ev(0, 0, prefill=True), ev(1, 2), ev(2, 0)]  # the prefill round counts for nothing
+    b = [ev(0, 3)]
+    (sa, ra), (sb, rb) = metrics.tau_totals(a), metrics.tau_totals(b)
+    assert (sa, ra, sb, rb) == (4, 2, 4, 1)
+    assert (sa + sb) / (ra + rb) == metrics.tau(a + b)
+
+
+def test_bootstrap_of_a_tau_change():
+    # One question per dataset: every resample is the data itself, so the interval collapses onto the change.
+    # Dataset x: method τ 3 (6/2) vs base 2 (4/2); dataset y: 2 (2/1) vs 2 (6/3).
+    one_each = [[((6, 2), (4, 2))], [((2, 1), (6, 3))]]
+    out = metrics.bootstrap_tau_change(one_each, resamples=50)
+    pooled = (8 / 3) / (10 / 5) - 1
+    by_set = (3 + 2) / (2 + 2) - 1
+    assert out["pooled"] == (pytest.approx(pooled), pytest.approx(pooled), pytest.approx(pooled))
+    assert out["mean_of_datasets"][0] == pytest.approx(by_set)
+    assert out["mean_of_datasets"][1] == pytest.approx(by_set) == out["mean_of_datasets"][2]
+
+    # A draft equal to its base question by question: the interval is exactly 0 to 0.
+    same = [[((5, 2), (5, 2)), ((9, 3), (9, 3)), ((4, 4), (4, 4))]]
+    assert metrics.bootstrap_tau_change(same, resamples=200)["pooled"] == (0.0, 0.0, 0.0)
+
+    # Better on some questions and worse on others: the interval spans 0 and contains the point estimate;
+    # better on every question: the whole interval is above 0.
+    mixed = [[((9, 3), (6, 3)), ((3, 3), (6, 3)), ((8, 4), (8, 4)), ((10, 5), (9, 5))]]
+    change, lo, hi = metrics.bootstrap_tau_change(mixed, resamples=500)["pooled"]
+    assert lo < 0 < hi and lo <= change <= hi
+    better = [[((7, 3), (6, 3)), ((5, 3), (4, 3)), ((9, 4), (8, 4)), ((11, 5), (9, 5))]]
+    assert metrics.bootstrap_tau_change(better, resamples=500)["pooled"][1] > 0
