@@ -715,11 +715,25 @@ def report_main(argv: Sequence[str]) -> int:
                                 description="Rebuild tables, JSONL and HTML from a results folder's records.jsonl.")
     p.add_argument("folder")
     p.add_argument("--plotlyjs", choices=["inline", "cdn"], default="inline")
+    p.add_argument("--limit", type=int, default=None,
+                   help="only the first N questions of each dataset (a larger run read as a smaller one); needs --out")
+    p.add_argument("--out", default=None, help="write the rebuilt report here instead of into FOLDER")
     args = p.parse_args(argv)
     folder = Path(args.folder)
+    if args.limit is not None and (args.out is None or Path(args.out).resolve() == folder.resolve()):
+        raise PossError("--limit rebuilds a smaller report: give --out with another folder, so the full records stay.")
     summary = json.loads((folder / "summary.json").read_text())
     records = br.read_records(folder / "records.jsonl")
-    paths = br.write_outputs(folder, records, summary["meta"], int(summary["depth"]), summary.get("identity"),
+    meta, identity = summary["meta"], summary.get("identity")
+    if args.limit is not None:
+        records = br.first_questions(records, args.limit)
+        meta = {**meta, "notes": list(meta.get("notes", [])) + [
+            f"Rebuilt from {folder}'s records: the first {args.limit} questions of each dataset "
+            f"(python -m poss_core.bench report {folder} --limit {args.limit} --out {args.out})."]}
+        identity = br.subset_identity(identity, records) if identity is not None else None
+    out = Path(args.out) if args.out else folder
+    out.mkdir(parents=True, exist_ok=True)
+    paths = br.write_outputs(out, records, meta, int(summary["depth"]), identity,
                              plotlyjs=True if args.plotlyjs == "inline" else "cdn")
     print("wrote " + ", ".join(str(p) for p in paths.values()))
     return 0

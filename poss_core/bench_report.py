@@ -244,6 +244,28 @@ def aggregate(records: Sequence[TurnRecord], depth: int, eagle: str = "eagle") -
             "mean_tau_over_datasets": mean_tau}
 
 
+def first_questions(records: Sequence[TurnRecord], limit: int) -> list[TurnRecord]:
+    """The records of the first `limit` questions of each dataset, in the order the benchmark ran them."""
+    kept: dict[str, list[Any]] = {}
+    for r in records:
+        ids = kept.setdefault(r.dataset, [])
+        if r.question_id not in ids and len(ids) < limit:
+            ids.append(r.question_id)
+    return [r for r in records if r.question_id in kept[r.dataset]]
+
+
+def subset_identity(identity: dict[str, Any], records: Sequence[TurnRecord]) -> dict[str, Any]:
+    """A stored identity check cut to the questions `records` keep (its near-tie margins needed the target, so they
+    are kept as measured, not recomputed)."""
+    kept = {(r.dataset, r.question_id) for r in records}
+
+    def keep(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [m for m in rows if (m["dataset"], m["question_id"]) in kept]
+
+    return {**identity, "checked": identity_check(records, identity.get("reference"))["checked"],
+            "mismatches": keep(identity.get("mismatches", [])), "near_ties": keep(identity.get("near_ties") or [])}
+
+
 def tau_change_interval(records: Sequence[TurnRecord], method: str, base: str,
                         datasets: Sequence[str]) -> dict[str, tuple[float, float, float]]:
     """`method`'s τ change over `base` with a 95% paired-bootstrap interval over questions (`metrics`); a question's

@@ -401,3 +401,25 @@ def test_overhead_measurement_times_the_lm_head_both_ways(tiny_target):
     assert 1 <= r["head_rows"] < r["all_rows"] and r["head_ms"] > 0 and r["all_head_ms"] > 0
     assert 0 < r["engine_ms"] < r["wall_ms"] and r["verify_ms"] > 0
     assert "forward" not in tiny_target.__dict__ and "logits" not in tiny_target.__dict__  # the wrappers are gone
+
+
+def test_report_rebuilds_a_smaller_run_from_a_larger_ones_records(tmp_path):
+    """`bench report FOLDER --limit N --out OTHER`: the first N questions of each dataset, tables recomputed."""
+    records = [rec(0, m, d, events(lens, 1.0, spec=m != "ar"), qid=q)
+               for d in ("d1", "d2") for q in (7, 3, 5) for m, lens in (("ar", [0] * 4), ("eagle", [q % 4, 1]))]
+    kept = br.first_questions(records, 2)
+    assert {(r.dataset, r.question_id) for r in kept} == {("d1", 7), ("d1", 3), ("d2", 7), ("d2", 3)}
+    identity = {"reference": "ar", "checked": 6, "near_ties": [],
+                "mismatches": [{"method": "eagle", "run": 0, "dataset": "d1", "question_id": 5, "turn": 0, "index": 2,
+                                "got": 9, "want": 5}]}
+    br.write_outputs(tmp_path / "big", records, {"preset": "unit"}, DEPTH, identity, plotlyjs="cdn")
+    with pytest.raises(PossError, match="--out"):
+        bench.report_main([str(tmp_path / "big"), "--limit", "2"])
+    assert bench.report_main([str(tmp_path / "big"), "--limit", "2", "--out", str(tmp_path / "small"),
+                              "--plotlyjs", "cdn"]) == 0
+    small = json.loads((tmp_path / "small" / "summary.json").read_text())
+    # eagle's accept lengths on questions 7 and 3 of both datasets: [3, 1] and [3, 1] -> τ (4 + 2) / 2 = 3
+    assert small["table"]["eagle"]["overall"]["tau_pooled"] == pytest.approx(3.0)
+    # question 5's mismatch is not among the kept questions; 4 eagle turns were compared
+    assert small["identity"]["mismatches"] == [] and small["identity"]["checked"] == 4
+    assert "first 2 questions of each dataset" in (tmp_path / "small" / "report.md").read_text()
