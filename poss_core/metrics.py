@@ -19,36 +19,30 @@ def accept_lengths(events: Iterable[RoundEvent]) -> list[int]:
     return [e.accept_len for e in draft_rounds(events)]
 
 
-def tau(events: Iterable[RoundEvent]) -> float:
-    """Mean acceptance length: mean over rounds of (accept_len + 1), tokens per target forward. NaN without rounds."""
-    lens = accept_lengths(events)
-    return sum(n + 1 for n in lens) / len(lens) if lens else math.nan
+TauTotals = tuple[int, int]  # (sum of accept_len + 1, rounds): what τ divides; adds up exactly across questions
 
 
-def tau_totals(events: Iterable[RoundEvent]) -> tuple[int, int]:
-    """(sum of accept_len + 1, rounds): the two sums τ divides, which add up exactly across questions."""
+def tau_totals(events: Iterable[RoundEvent]) -> TauTotals:
     lens = accept_lengths(events)
     return sum(n + 1 for n in lens), len(lens)
 
 
-TauTotals = tuple[int, int]  # (sum of accept_len + 1, rounds) of one question
+def tau(events: Iterable[RoundEvent]) -> float:
+    """Mean acceptance length: mean over rounds of (accept_len + 1), tokens per target forward. NaN without rounds."""
+    total, rounds = tau_totals(events)
+    return total / rounds if rounds else math.nan
 
 
 def _tau_change(picked: Sequence[Sequence[tuple[TauTotals, TauTotals]]]) -> tuple[float, float]:
     """τ(method) / τ(base) − 1, pooled over every round and as the ratio of the datasets' mean τ."""
-    tot = [0, 0, 0, 0]
-    means_m, means_b = [], []
-    for rows in picked:
-        sm = sum(m[0] for m, _ in rows)
-        rm = sum(m[1] for m, _ in rows)
-        sb = sum(b[0] for _, b in rows)
-        rb = sum(b[1] for _, b in rows)
-        tot = [tot[0] + sm, tot[1] + rm, tot[2] + sb, tot[3] + rb]
-        if rm and rb:
-            means_m.append(sm / rm)
-            means_b.append(sb / rb)
-    pooled = (tot[0] / tot[1]) / (tot[2] / tot[3]) - 1.0 if tot[1] and tot[3] else math.nan
-    by_set = (sum(means_m) / sum(means_b) - 1.0) if means_b else math.nan
+    def summed(rows, side: int) -> TauTotals:
+        return sum(r[side][0] for r in rows), sum(r[side][1] for r in rows)
+
+    per_set = [(summed(rows, 0), summed(rows, 1)) for rows in picked]
+    (sm, rm), (sb, rb) = summed(per_set, 0), summed(per_set, 1)
+    pooled = (sm / rm) / (sb / rb) - 1.0 if rm and rb else math.nan
+    means = [(m[0] / m[1], b[0] / b[1]) for m, b in per_set if m[1] and b[1]]
+    by_set = sum(m for m, _ in means) / sum(b for _, b in means) - 1.0 if means else math.nan
     return pooled, by_set
 
 
