@@ -5,7 +5,8 @@
 
 Each batch becomes one shard (`shard-00012.safetensors`: tokens, loss mask, offsets, bf16 features). A rerun skips
 shards that exist, so an interrupted job resumes without duplicating rows. The generated token ids are also kept in
-`tokens/` (a few MB: small enough to commit), so a fresh machine rebuilds the features without generating again."""
+`tokens/`; `pack_token_ids` turns them into one compressed `.npz` (small enough to commit), and `--from-ids FILE`
+rebuilds the features from such a file on a fresh machine without generating again."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
@@ -164,6 +166,7 @@ class DataConfig:
     batch_size: int = 16
     temperature: float = 0.0
     seed: int = 0
+    max_shards: int = 0  # 0 = every planned shard; N = only the first N (a folder that was cut short)
 
 
 @torch.inference_mode()
@@ -300,6 +303,86 @@ def tokens_path(out: Path, i: int) -> Path:
     return out / "tokens" / f"tokens-{i:05d}.json"
 
 
+@dataclass
+class TokenShard:
+    """One batch's generated rows: prompt + answer token ids and where each answer starts."""
+    index: int
+    input_ids: list[list[int]]
+    prompt_lens: list[int]
+
+
+def pack_token_ids(token_dir: Path, out_file: Path, card: dict | None = None) -> dict:
+    """Every `tokens-XXXXX.json` of a folder in one compressed `.npz` (flat int32 ids, row lengths, prompt lengths,
+    each shard's index and row count, and the folder's data card as JSON text): a fraction of the JSON's size, one
+    file instead of dozens."""
+    files = sorted(Path(token_dir).glob("tokens-*.json"))
+    if not files:
+        raise PossError(f"{token_dir}: no tokens-*.json files to pack.")
+    ids, row_lens, prompt_lens, shard_index, shard_rows = [], [], [], [], []
+    for f in files:
+        rows = json.loads(f.read_text())
+        shard_index.append(int(f.stem.split("-")[1]))
+        shard_rows.append(len(rows["input_ids"]))
+        for seq, pl in zip(rows["input_ids"], rows["prompt_lens"]):
+            ids.extend(seq)
+            row_lens.append(len(seq))
+            prompt_lens.append(pl)
+    arrays = {"input_ids": np.asarray(ids, dtype=np.int32), "row_lens": np.asarray(row_lens, dtype=np.int32),
+              "prompt_lens": np.asarray(prompt_lens, dtype=np.int32),
+              "shard_index": np.asarray(shard_index, dtype=np.int32), "shard_rows": np.asarray(shard_rows, np.int32),
+              "card": np.asarray(json.dumps(card or {}))}  # a unicode scalar: loads without pickle
+    out_file.parent.mkdir(parents=True, exist_ok=True)
+    np.savez_compressed(out_file, **arrays)
+    return {"shards": len(files), "rows": len(row_lens), "tokens": len(ids)}
+
+
+def token_ids_card(path: str | Path) -> dict:
+    """The data card stored in a `pack_token_ids` file (how the folder was generated)."""
+    with np.load(path, allow_pickle=False) as z:
+        return json.loads(str(z["card"])) if "card" in z else {}
+
+
+def read_token_ids(path: str | Path) -> list[TokenShard]:
+    """The shards of a `pack_token_ids` file, in shard order (a clear error for a missing or malformed file)."""
+    path = Path(path)
+    if not path.is_file():
+        raise PossError(f"token id file {path} does not exist.")
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            ids, row_lens, prompt_lens = z["input_ids"], z["row_lens"], z["prompt_lens"]
+            shard_index, shard_rows = z["shard_index"], z["shard_rows"]
+    except (OSError, KeyError, ValueError) as e:
+        raise PossError(f"{path} is not a token id file written by pack_token_ids: {e}") from e
+    if int(shard_rows.sum()) != len(row_lens) or int(row_lens.sum()) != len(ids) or len(prompt_lens) != len(row_lens):
+        raise PossError(f"{path}: its row and shard counts do not add up; the file is damaged.")
+    shards, row, start = [], 0, 0
+    for index, n in zip(shard_index.tolist(), shard_rows.tolist()):
+        seqs = []
+        for length in row_lens[row: row + n].tolist():
+            seqs.append(ids[start: start + length].tolist())
+            start += length
+        shards.append(TokenShard(index, seqs, prompt_lens[row: row + n].tolist()))
+        row += n
+    return shards
+
+
+def build_from_ids(target: TargetModel, shards: list[TokenShard], out: Path, progress: bool = True) -> dict:
+    """The feature shards of saved token ids: only the target's forward runs, nothing is generated. Resumable."""
+    out.mkdir(parents=True, exist_ok=True)
+    todo = [s for s in shards if not (out / f"shard-{s.index:05d}.safetensors").exists()]
+    t0, tokens = time.time(), 0
+    bar = tqdm(todo, desc=f"features {out.name}", unit="batch", disable=not progress)
+    for s in bar:
+        write_shard(out / f"shard-{s.index:05d}.safetensors", s.input_ids, s.prompt_lens,
+                    features_batch(target, s.input_ids))
+        tokens += sum(len(q) for q in s.input_ids)
+        bar.set_postfix(tok_s=f"{tokens / max(time.time() - t0, 1e-9):.0f}")
+    info = {"shards": len(shards), "built_now": len(todo), "from_saved_tokens": len(todo), "tokens_now": tokens,
+            "seconds_now": round(time.time() - t0, 1)}
+    write_data_card(out, info, target.name)
+    return info
+
+
 def write_data_card(out: Path, info: dict, target_name: str) -> None:
     """Record how the folder was built. A rerun that built nothing (every shard already there) keeps the card of the
     run that did, so checking a finished folder never erases its build figures."""
@@ -320,7 +403,7 @@ def build(target: TargetModel, prompts: list[str], out: Path, cfg: DataConfig,
     (out / "tokens").mkdir(exist_ok=True)
     torch.manual_seed(cfg.seed)
     encoded = [encode_prompt(target.tokenizer, p)[-cfg.max_prompt_tokens:] for p in prompts]
-    plan = shard_plan([len(e) for e in encoded], cfg.batch_size, cfg.seed)
+    plan = shard_plan([len(e) for e in encoded], cfg.batch_size, cfg.seed)[: cfg.max_shards or None]
     todo = [i for i in range(len(plan)) if not (out / f"shard-{i:05d}.safetensors").exists()]
     t0, tokens, reused = time.time(), 0, 0
     bar = tqdm(todo, desc="self-distillation", unit="batch", disable=not progress)
@@ -360,7 +443,7 @@ def build_fixed(target: TargetModel, pairs: list[tuple[str, str]], out: Path, cf
     """Features of the target over fixed (prompt, answer) pairs: no generation, so ~10x cheaper per token."""
     out.mkdir(parents=True, exist_ok=True)
     encoded = [encode_pair(target.tokenizer, p, a, cfg.max_prompt_tokens, cfg.max_new_tokens) for p, a in pairs]
-    plan = shard_plan([len(e) for e, _ in encoded], cfg.batch_size, cfg.seed)
+    plan = shard_plan([len(e) for e, _ in encoded], cfg.batch_size, cfg.seed)[: cfg.max_shards or None]
     todo = [i for i in range(len(plan)) if not (out / f"shard-{i:05d}.safetensors").exists()]
     t0, tokens = time.time(), 0
     bar = tqdm(todo, desc="feature extraction", unit="batch", disable=not progress)
@@ -407,6 +490,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--answers", choices=["target", "dataset"], default="target",
                    help="target: the target writes the answers (self-distillation); dataset: use the rows' own "
                         "answers and only extract features (much cheaper; EAGLE trained on fixed ShareGPT answers)")
+    p.add_argument("--max-shards", type=int, default=0, metavar="N",
+                   help="build only the first N planned shards (0 = all); with --from-ids, only the first N saved ones")
+    p.add_argument("--from-ids", default=None, metavar="FILE",
+                   help="rebuild the features from saved token ids (a .npz of pack_token_ids, e.g. "
+                        "assets/training_data/NAME.npz): nothing is generated and the prompt options are ignored")
     add_dtype_argument(p, "the target's precision for generation (features are stored in bf16 either way)")
     return run_cli(run, p.parse_args(argv))
 
@@ -418,7 +506,15 @@ def run(args) -> int:
     dtype = parse_dtype(args.dtype)
     if args.max_prompt_tokens < 1 or args.min_prompt_tokens < 0:
         raise PossError("--max-prompt-tokens must be at least 1 and --min-prompt-tokens at least 0.")
-    cfg = DataConfig(args.max_new_tokens, args.max_prompt_tokens, args.batch_size, args.temperature, args.seed)
+    if args.max_shards < 0:
+        raise PossError(f"--max-shards must be 0 (all) or a positive count, not {args.max_shards}.")
+    if args.from_ids:
+        shards = read_token_ids(args.from_ids)[: args.max_shards or None]
+        target = load_preset_target(args.target or get_preset(args.preset).target, quantization="none", dtype=dtype)
+        print(json.dumps(build_from_ids(target, shards, Path(args.out))))
+        return 0
+    cfg = DataConfig(args.max_new_tokens, args.max_prompt_tokens, args.batch_size, args.temperature, args.seed,
+                     args.max_shards)
     if not args.prompts and not args.self_prompts:
         raise PossError("give --prompts FILES, --self-prompts N, or both.")
     if args.self_prompts and args.answers == "dataset":

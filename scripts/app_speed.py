@@ -1,0 +1,81 @@
+"""What a person opening the demo sees, in numbers: the app's own comparison (lanes in turns, one thread, the UI's
+default settings and auto budget) on its six example prompts, for each Precision setting; per lane the pooled
+tokens/s (each lane's own compute, as the UI counts it), the speed-up over the plain lane and how many of the six
+answers are identical to plain decoding. The examples are the app's, never the evaluation sets. Quiet machine.
+
+    python scripts/app_speed.py [--precisions auto,bfloat16] [--threads 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file from anywhere: the package is beside
+
+import torch
+
+from app import lanes
+from app.handlers import ui_defaults
+from poss_core import metrics
+from poss_core.models.presets import get_preset
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "assets" / "examples" / "prompts.json"
+
+
+def measure(precision: str, prompts: list[str], methods: list[str], preset: str = "smollm2-135m") -> dict:
+    """One comparison per prompt (calibrating the auto budget first, untimed), pooled per lane."""
+    d = ui_defaults(get_preset(preset))
+    spec0 = lanes.RunSpec(prompts[0], methods, preset, depth=d["depth"], top_k=d["top_k"],
+                          tree_budget=d["tree_budget"], max_new_tokens=d["max_new_tokens"],
+                          auto_budget=True, precision=precision)
+    for _ in lanes.fit_budgets(spec0):  # the one-time calibration, before any timing
+        pass
+    lanes.run_to_end(lanes.start(lanes.RunSpec("Hello", methods, preset, max_new_tokens=4,
+                                               precision=precision)))  # warm-up
+    events = {m: [] for m in methods}
+    tokens = {m: 0 for m in methods}
+    seconds = {m: 0.0 for m in methods}
+    identical = {m: 0 for m in methods}
+    budgets: dict[str, object] = {}
+    for prompt in prompts:
+        comp = lanes.run_to_end(lanes.start(lanes.RunSpec(**{**spec0.to_json(), "prompt": prompt})))
+        plain = comp.lane(lanes.PLAIN)
+        for lane in comp.lanes:
+            events[lane.method] += lane.events
+            # Per decode: an event's new_tokens counts from the start of its own decode.
+            tokens[lane.method] += metrics.total_new_tokens(lane.events)
+            seconds[lane.method] += metrics.wall_seconds(lane.events)
+            identical[lane.method] += lane.token_ids == plain.token_ids
+            budgets[lane.method] = (lane.budget, lane.depth_stop)
+    plain_tps = tokens[lanes.PLAIN] / seconds[lanes.PLAIN]
+    rows = {}
+    for m in methods:
+        tps = tokens[m] / seconds[m]
+        rows[m] = {"tokens_per_s": round(tps, 1), "speedup": round(metrics.speedup(tps, plain_tps), 2),
+                   "tau": round(metrics.tau(events[m]), 2), "identical": f"{identical[m]}/{len(prompts)}",
+                   "budget": budgets[m][0], "depth_stop": budgets[m][1]}
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--precisions", default="auto,bfloat16")
+    ap.add_argument("--methods", default="plain,eagle,poss2")
+    ap.add_argument("--preset", default="smollm2-135m")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads, as `python app.py` sets on 2 cores")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    prompts = [e["prompt"] for e in json.loads(EXAMPLES.read_text())]
+    for precision in args.precisions.split(","):
+        t0 = time.perf_counter()
+        rows = measure(precision, prompts, args.methods.split(","), args.preset)
+        print(json.dumps({"precision": precision, "threads": args.threads, "prompts": len(prompts),
+                          "seconds": round(time.perf_counter() - t0, 1), "lanes": rows}), flush=True)
+
+
+if __name__ == "__main__":
+    main()

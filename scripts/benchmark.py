@@ -1,0 +1,75 @@
+"""The project's two benchmark settings as one command each, over the six evaluation sets in ../shared/data/eval/.
+
+    python scripts/benchmark.py paper [--limit 3] [--drafts DIR] [--out results/paper]
+    python scripts/benchmark.py auto  [--max-new-tokens 64] [--drafts DIR] [--out results/auto]
+
+paper: the paper's settings (fp32, depth 6, top-k 10, a 60-token tree, 64 new tokens, one run): τ and pos-acc, which
+do not depend on the machine's speed. auto: bf16 with the tree budget chosen for this machine (`--tree-budget auto`,
+recalibrated), two timed runs over two questions per set: the wall-clock speed-up; run it on a quiet machine.
+Anything after `--` goes to `python -m poss_core.bench` unchanged. `--drafts DIR` measures other drafts than the
+bundled ones (e.g. runs/smollm2-135m/stage-14/drafts). Progress, tables and charts come from the benchmark itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+EVAL_GLOB = "../shared/data/eval/*.jsonl"
+
+SETTINGS = {
+    "paper": {"methods": "ar,eagle,poss2,poss3,matched", "limit": 3, "max_new_tokens": 64,
+              "flags": ["--runs", "1", "--depth", "6", "--top-k", "10", "--tree-budget", "60"]},
+    "auto": {"methods": "ar,ar-float32,eagle,poss2,poss3", "limit": 2, "max_new_tokens": 64,
+             "flags": ["--runs", "2", "--tree-budget", "auto", "--dtype", "bfloat16", "--remeasure"]},
+}
+
+
+def bench_command(args: argparse.Namespace, extra: list[str]) -> list[str]:
+    s = SETTINGS[args.settings]
+    eval_files = sorted(f"../shared/data/eval/{p.name}" for p in (ROOT.parent / "shared/data/eval").glob("*.jsonl"))
+    if not eval_files:
+        raise SystemExit(f"error: no evaluation sets found ({EVAL_GLOB} beside the repository).")
+    return [sys.executable, "-m", "poss_core.bench", "--preset", args.preset,
+            "--methods", args.methods or s["methods"], "--data", *eval_files,
+            "--limit", str(args.limit or s["limit"]), "--max-new-tokens", str(args.max_new_tokens or s["max_new_tokens"]),
+            *s["flags"], "--threads", str(args.threads), "--out", args.out or f"results/{args.settings}", *extra]
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    extra = argv[argv.index("--") + 1:] if "--" in argv else []
+    argv = argv[: argv.index("--")] if "--" in argv else argv
+    p = argparse.ArgumentParser(prog="python scripts/benchmark.py", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("settings", choices=list(SETTINGS))
+    p.add_argument("--preset", default="smollm2-135m")
+    p.add_argument("--drafts", default=None, help="a folder with one subfolder per method (default: the bundled drafts)")
+    p.add_argument("--methods", default=None, help="comma-separated (default: " +
+                   "; ".join(f"{k}: {v['methods']}" for k, v in SETTINGS.items()) + ")")
+    p.add_argument("--limit", type=int, default=None, help="questions per dataset (paper 3, auto 2)")
+    p.add_argument("--max-new-tokens", type=int, default=None, help="new tokens per answer (64)")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--out", default=None, help="results folder (default results/SETTINGS)")
+    p.add_argument("--dry-run", action="store_true", help="print the command without running it")
+    args = p.parse_args(argv)
+    cmd = bench_command(args, extra)
+    env = dict(os.environ)
+    if args.drafts:
+        if not Path(args.drafts).is_dir():
+            raise SystemExit(f"error: --drafts {args.drafts} is not a folder.")
+        env["POSS_DRAFTS_DIR"] = args.drafts
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    print(("POSS_DRAFTS_DIR=" + args.drafts + " " if args.drafts else "") + " ".join(
+        "python" if c == sys.executable else c for c in cmd), flush=True)
+    if args.dry_run:
+        return 0
+    return subprocess.call(cmd, env=env, cwd=ROOT)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
