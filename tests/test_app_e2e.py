@@ -103,6 +103,7 @@ def test_client_compare_api_and_two_sessions(server):
     assert sum("POSS-1" in t for t in texts_a) >= 1 and not any("POSS-1" in t for t in texts_b)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not os.path.exists(CHROMIUM),
                     reason=f"Debian's chromium is not installed at {CHROMIUM} (apt-get install chromium)")
 def test_browser_shows_tokens_tree_and_charts(server):

@@ -258,6 +258,7 @@ def test_cli_reports_a_broken_decoder_loudly(tiny_target, eval_files, tmp_path, 
     assert summary["identity"]["mismatches"] and all(m["method"] == "broken" for m in summary["identity"]["mismatches"])
 
 
+@pytest.mark.slow  # the benchmark CLI end to end
 def test_cli_on_tiny_random_writes_spec_bench_jsonl(eval_files, tmp_path):
     out = tmp_path / "res"
     rc = bench.main(["--preset", "tiny-random", "--methods", "ar,eagle,poss2", "--data", str(eval_files / "*.jsonl"),

