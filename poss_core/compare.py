@@ -19,6 +19,8 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import torch
+
 from . import methods
 from .autobudget import cached_budget_choice, known_budget_choice
 from .decoding.config import DecodeConfig
@@ -29,6 +31,7 @@ from .events import DecodeSummary, RoundEvent
 from .models import loading
 from .models.presets import Preset, get_preset
 
+PLAIN = methods.PLAIN  # the plain-decoding lane's method name
 MAX_LANES = 3
 QUANTIZATIONS = ("auto", "none", "8bit", "4bit")
 # The target's precision per run: auto = the device's default (fp32 on a CPU, where every lane is identical to plain
@@ -38,8 +41,6 @@ PRECISIONS = ("auto", "float32", "bfloat16", "float16")  # float16 is offered on
 
 def cuda_available() -> bool:
     try:
-        import torch
-
         return bool(torch.cuda.is_available())
     except Exception:  # noqa: BLE001 - no torch build with CUDA is just "no GPU"
         return False
@@ -415,8 +416,6 @@ class Comparison:
 
 
 def hardware_info(target) -> dict[str, str]:
-    import torch  # already loaded with the target
-
     device = str(target.device)
     if target.device.type == "cuda":
         device += f" ({torch.cuda.get_device_name(target.device)})"

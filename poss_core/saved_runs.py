@@ -66,10 +66,7 @@ def load_run(path: str | Path) -> Comparison:
     head = lines[0]
     try:
         spec = RunSpec.from_json(head["settings"])
-        lanes = [Lane(methods.canonical(d["method"]), d.get("label", d["method"]),
-                      bool(d.get("trained", "untrained" not in d.get("label", ""))),
-                      special_ids={int(t) for t in d.get("special_ids", [])}, budget=d.get("budget"),
-                      budget_auto=bool(d.get("budget_auto", False))) for d in head["lanes"]]
+        lanes = [_saved_lane(d) for d in head["lanes"]]
         for line in lines[1:]:
             lane = lanes[int(line["lane"])]
             if line["type"] == "event":
@@ -87,6 +84,15 @@ def load_run(path: str | Path) -> Comparison:
             lane.summary = {"text": lane.text, "stop_reason": "cancelled", "stats": {}}
     return Comparison(spec, lanes, threading.Event(), dict(head.get("hardware", {})), replay=True,
                       prompt_tokens=int(head.get("prompt_tokens", 0)))
+
+
+def _saved_lane(d: dict[str, Any]) -> Lane:
+    """A lane from a saved run's header (runs saved before the `trained` flag said so in the label)."""
+    label = str(d.get("label", d["method"]))
+    trained = bool(d.get("trained", " (untrained" not in label))
+    return Lane(methods.canonical(d["method"]), label.split(" (untrained")[0], trained,
+                special_ids={int(t) for t in d.get("special_ids", [])}, budget=d.get("budget"),
+                budget_auto=bool(d.get("budget_auto", False)))
 
 
 def _replay_source(lane: Lane) -> Iterator:
