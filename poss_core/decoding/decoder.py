@@ -119,7 +119,7 @@ class _BaseDecoder:
 class PlainDecoder(_BaseDecoder):
     """The target alone, one token per forward: the baseline every lane is compared with."""
 
-    method = "ar"
+    method = "plain"
 
     @torch.inference_mode()
     def generate(self, input_ids: Sequence[int],
