@@ -42,20 +42,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 def preload(preset_name: str, precision: str = "auto") -> None:
     """Load the target and the default lanes' drafts before anyone presses Run, so the first comparison is quick."""
-    from app import lanes
-    from app.ui import DEFAULT_METHODS
+    from app.state import DEFAULT_METHODS
+    from poss_core import compare
     from poss_core.errors import PossError
+    from poss_core.methods import preset_methods
     from poss_core.models.presets import get_preset
 
     preset = get_preset(preset_name)
-    if preset.device == "gpu" and not lanes.cuda_available():
+    if preset.device == "gpu" and not compare.cuda_available():
         return
     try:
         print(f"[poss] loading {preset_name} in the background ...", file=sys.stderr, flush=True)
-        methods = [m for m in DEFAULT_METHODS if m == lanes.PLAIN or m in preset.drafts]
+        methods = [m for m in DEFAULT_METHODS if m in preset_methods(preset)]
         # A two-token comparison loads the drafts and warms up the kernels, so the first real Run starts at once.
-        lanes.run_to_end(lanes.start(lanes.RunSpec("Hello", methods, preset_name, max_new_tokens=2,
-                                                    precision=precision)))
+        compare.run_to_end(compare.start(compare.RunSpec("Hello", methods, preset_name, max_new_tokens=2,
+                                                         precision=precision)))
         print(f"[poss] {preset_name} ready.", file=sys.stderr, flush=True)
     except PossError as err:  # the UI shows the same message when someone presses Run
         print(f"[poss] could not preload {preset_name}: {err}", file=sys.stderr, flush=True)
@@ -70,10 +71,11 @@ def main(argv: list[str] | None = None) -> None:
     import torch
 
     torch.set_num_threads(cpu_threads(args.threads))
-    from app import lanes
+    from app.state import initial_precision
     from app.ui import build_demo, launch_kwargs
+    from poss_core.compare import cpu_bf16_units, cuda_available
 
-    precision = lanes.initial_precision(args.dtype, lanes.cuda_available(), lanes.cpu_bf16_units())
+    precision = initial_precision(args.dtype, cuda_available(), cpu_bf16_units())
     demo = build_demo(preset=args.preset, concurrency=args.concurrency, precision=precision)
     demo.queue(max_size=args.queue_size, default_concurrency_limit=args.concurrency)
     if not args.no_preload:

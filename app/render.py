@@ -1,116 +1,23 @@
-"""Token view: each emitted token as an HTML-escaped span coloured by how it came, with tooltips, legend and badges."""
+"""What the page shows: each emitted token as an escaped span coloured by how it came (tooltips, legend, badges),
+the lane headers, trees and charts, the status line; `render` assembles every output of a handler."""
 
 from __future__ import annotations
 
 import html
 import math
-from dataclasses import dataclass, field
+from typing import Any
 
-from poss_core.decoding.events import RoundEvent
+import gradio as gr
+
+from poss_core import compare, methods, metrics
+from poss_core.bench import figures
+from poss_core.compare import MAX_LANES, Comparison, Lane, TokenRecord, hardware_info
+from poss_core.models.presets import Preset
+
+from . import about
+from .state import DEFAULT_METHODS, Session, View
 
 MAX_SHADES = 8  # draft positions and specialists beyond this reuse the last shade
-
-
-@dataclass
-class Rejected:
-    """A drafted candidate the target turned down, at the position where the round's accepted path ended."""
-
-    text: str
-    draft_prob: float
-    target_prob: float
-
-
-@dataclass
-class TokenRecord:
-    """One emitted token and where it came from."""
-
-    text: str
-    round: int
-    source: str  # "draft" (accepted draft token) | "bonus" | "corrected" | "prefill" | "plain"
-    position: int = 0  # draft position 1..depth for accepted draft tokens; the position it filled for target tokens
-    specialist: int | None = None
-    draft_prob: float | None = None
-    target_prob: float | None = None
-    special: bool = False  # EOS and other special tokens: shown as a marker, not as text
-    rejected: list[Rejected] = field(default_factory=list)
-
-    @property
-    def from_draft(self) -> bool:
-        return self.source == "draft"
-
-
-class Detokenizer:
-    """Text of each new token in context (sentencepiece spaces, multi-byte characters split over tokens).
-
-    The usual streaming rule: decode a short window before and after the token and emit the difference, holding
-    text back while it ends in an incomplete character."""
-
-    def __init__(self, tokenizer) -> None:
-        self.tokenizer = tokenizer
-        self.ids: list[int] = []
-        self.prefix_offset = 0
-        self.read_offset = 0
-        self.special_ids = set(getattr(tokenizer, "all_special_ids", []) or [])
-
-    def push(self, token: int) -> str:
-        if token in self.special_ids:
-            return ""
-        self.ids.append(token)
-        prefix = self.tokenizer.decode(self.ids[self.prefix_offset:self.read_offset], skip_special_tokens=True)
-        text = self.tokenizer.decode(self.ids[self.prefix_offset:], skip_special_tokens=True)
-        if len(text) > len(prefix) and not text.endswith("\ufffd"):
-            piece = text[len(prefix):] if text.startswith(prefix) else text
-            self.prefix_offset, self.read_offset = self.read_offset, len(self.ids)
-            return piece
-        return ""
-
-
-class TokenTexts:
-    """Stand-alone text of a token id (tree labels), cached."""
-
-    def __init__(self, tokenizer) -> None:
-        self.tokenizer = tokenizer
-        self.cache: dict[int, str] = {}
-
-    def __call__(self, token: int) -> str:
-        if token not in self.cache:
-            self.cache[token] = self.tokenizer.decode([token], skip_special_tokens=False)
-        return self.cache[token]
-
-
-def rejected_at_end(event: RoundEvent, labels: list[str]) -> list[Rejected]:
-    """The drafted children of the last accepted node (or the root) that the target rejected, best draft score first."""
-    parent = event.accepted[-1] if event.accepted else -1
-    kids = [i for i, n in enumerate(event.nodes) if n.parent == parent]
-    kids.sort(key=lambda i: -event.nodes[i].score)
-    return [Rejected(labels[i] if i < len(labels) else str(event.nodes[i].token), event.nodes[i].draft_prob,
-                     event.target_probs[i] if i < len(event.target_probs) else math.nan) for i in kids]
-
-
-def round_records(event: RoundEvent, pieces: list[str], labels: list[str],
-                  special_ids: set[int] | frozenset[int] = frozenset()) -> list[TokenRecord]:
-    """The records of a round's emitted tokens: accepted draft tokens first, then the target's token.
-
-    `pieces` is each emitted token's text in context, `labels` each drafted node's own text (for rejected tokens)."""
-    out = []
-    k = event.accept_len
-    for i, tok in enumerate(event.tokens):
-        text = pieces[i] if i < len(pieces) else ""
-        special = tok in special_ids
-        if i < k:
-            a = event.accepted[i]
-            node = event.nodes[a]
-            out.append(TokenRecord(text, event.round, "draft", i + 1, node.specialist, node.draft_prob,
-                                   event.target_probs[a] if a < len(event.target_probs) else None, special))
-        elif event.prefill:
-            out.append(TokenRecord(text, event.round, "prefill", special=special))
-        elif not event.nodes:
-            out.append(TokenRecord(text, event.round, "plain", special=special))
-        else:
-            rejected = rejected_at_end(event, labels)
-            out.append(TokenRecord(text, event.round, "corrected" if rejected else "bonus", k + 1, special=special,
-                                   rejected=rejected))
-    return out
 
 
 def _p(value: float | None) -> str:
@@ -220,3 +127,174 @@ def status_html(message: str, kind: str = "info") -> str:
     """The status line above the lanes: kind is "info", "busy" or "error" (a message a user can act on)."""
     icon = {"error": "⚠ ", "busy": "⏳ ", "info": ""}.get(kind, "")
     return f'<div class="poss-status {kind}">{icon}{html.escape(message, quote=False)}</div>'
+
+
+# ---------------------------------------------------------------- lanes, charts, every output
+
+LANE_PARTS = ("col", "head", "tokens", "text", "tree", "slider")
+
+
+OUTPUT_NAMES = (["status", "legend", "conversation"]
+                + [f"lane{i}_{part}" for i in range(MAX_LANES) for part in LANE_PARTS]
+                + ["pos_acc", "feature_deviation", "accept_hist", "tokens_per_s", "hardware"])
+
+
+def outputs_dict(values: list) -> dict[str, Any]:
+    """A handler's output list keyed by OUTPUT_NAMES (for tests and readers)."""
+    return dict(zip(OUTPUT_NAMES, values))
+
+
+def _fmt(value: float, spec: str = ".1f", none: str = "–") -> str:
+    return none if value is None or (isinstance(value, float) and math.isnan(value)) else format(value, spec)
+
+
+def lane_head_html(lane: Lane, comp: Comparison, running: bool) -> str:
+    """The lane's title, live figures (tokens/s, τ, rounds, speed-up over plain) and its badges."""
+    ev = lane.events
+    tps = metrics.tokens_per_s(ev) if ev else math.nan
+    plain = comp.lane(methods.PLAIN)
+    items = [("tokens/s", _fmt(tps)), ("τ", _fmt(metrics.tau(ev), ".2f")),
+             ("rounds", str(len(metrics.draft_rounds(ev)))), ("tokens", str(metrics.total_new_tokens(ev)))]
+    if lane.budget is not None:
+        items.append(("budget", f"{lane.budget} auto" if lane.budget_auto else str(lane.budget)))
+    if lane.depth_stop:
+        items.append(("depth stop", f"p < {lane.depth_stop:g}"))
+    if plain is not None and not lane.plain and plain.events and ev:
+        items.append(("vs plain", "×" + _fmt(metrics.speedup(tps, metrics.tokens_per_s(plain.events)), ".2f")))
+    badges = []
+    if not lane.plain:
+        badges.append(identity_badge(lane.token_ids, plain.token_ids if plain is not None else None,
+                                     float(comp.spec.temperature) == 0.0, lane.finished and plain is not None
+                                     and plain.finished, comp.hardware.get("dtype", "")))
+    if lane.error:
+        state = f'<div class="poss-lane-error">⚠ {html.escape(lane.error)}</div>'
+    elif lane.finished:
+        reason = lane.stop_reason or ""
+        nice = {"eos": "finished (end of answer)", "max_new_tokens": "finished (max new tokens)",
+                "context_limit": "stopped at the context limit", "cancelled": "stopped"}.get(reason, reason)
+        state = f'<span class="poss-note">{html.escape(nice)}</span>'
+    else:
+        state = f'<span class="poss-note">{"running…" if running else "paused (Step for the next round)"}</span>'
+    if comp.replay:
+        badges.append('<span class="poss-badge neutral">replay</span>')
+    if not lane.trained:
+        badges.insert(0, '<span class="poss-badge bad" title="No trained checkpoint is bundled for this draft yet: '
+                         'it is a random draft, so almost nothing gets accepted.">untrained draft</span>')
+    return (f'<div class="poss-lane-head"><h3>{html.escape(lane.label)}</h3>{stat_line(items)}'
+            f'<div>{"".join(badges)} {state}</div></div>')
+
+
+def lane_tree(lane: Lane, round_index: int | None) -> Any:
+    if not lane.events:
+        return figures.empty_figure("No round yet.", 360, f"{lane.short}: draft tree")
+    r = len(lane.events) - 1 if round_index is None else max(0, min(int(round_index), len(lane.events) - 1))
+    event = lane.events[r]
+    root = lane.pieces[r - 1][-1] if r > 0 and lane.pieces[r - 1] else "root"
+    return figures.tree_figure(event, labels=lane.node_texts[r], root_label=root or "root",
+                              bonus_label=lane.bonus_texts[r], title=f"{lane.short}: draft tree, round {r}",
+                              height=360)
+
+
+def _slider(lane: Lane | None, value: int | None) -> Any:
+    n = len(lane.events) if lane is not None else 0
+    top = max(1, n - 1)
+    return gr.Slider(minimum=0, maximum=top, value=min(top, n - 1 if value is None else value) if n else 0,
+                     step=1, interactive=n > 1)
+
+
+def chart_runs(comp: Comparison | None) -> tuple[dict[str, list], dict[str, str]]:
+    if comp is None:
+        return {}, {}
+    runs_, colors = {}, {}
+    for lane in comp.lanes:
+        name = lane.short
+        runs_[name] = lane.events
+        colors[name] = methods.color_of(lane.method) or methods.OKABE_ITO[len(colors) % 7]
+    return runs_, colors
+
+
+def conversation_html(history: list[dict]) -> str:
+    if not history:
+        return ('<div class="poss-conversation poss-note">Single turn. After a run, tick Multi-turn to ask a '
+                'follow-up: the next Run then continues the conversation.</div>')
+    turns = []
+    for m in history:
+        who = "you" if m.get("role") == "user" else "model"
+        text = str(m.get("content", ""))
+        turns.append(f"<b>{who}:</b> {html.escape(text[:300] + ('…' if len(text) > 300 else ''))}")
+    return ('<div class="poss-conversation"><span class="poss-note">Conversation so far (continued when Multi-turn '
+            'is ticked):</span><br>' + "<br>".join(turns) + "</div>")
+
+
+def draft_note(preset: Preset) -> str:
+    """The preset's description, and which of its drafts are untrained stand-ins (the registry's `trained` flag)."""
+    untrained = [m.short for m in methods.preset_methods(preset).values() if not m.trained]
+    text = html.escape(preset.description)
+    if untrained:
+        text += (f'<br>⚠ No trained draft is bundled for {", ".join(untrained)}:'
+                 f' those lanes use <b>untrained</b> random drafts, so almost nothing gets accepted.')
+    return f'<div class="poss-note">{text}</div>'
+
+
+def render(session: Session, view: View, status: tuple[str, str] | None = None, running: bool = False,
+           with_charts: bool = True) -> list:
+    """Every output the lanes, charts and status show, in OUTPUT_NAMES order (`with_charts=False` leaves the four
+    charts as they are)."""
+    if status is not None:
+        session.status = status
+    comp = session.comparison
+    out: dict[str, Any] = {"status": status_html(*session.status)}
+    depth = int(comp.spec.depth) if comp is not None else 6
+    n_spec = 1
+    if comp is not None:
+        n_spec = max([1] + [n.specialist + 1 for lane in comp.lanes for e in lane.events[-3:] for n in e.nodes])
+    out["legend"] = legend_html(view.color_by, depth, max(n_spec, 3))
+    out["conversation"] = conversation_html(session.history)
+    lanes_ = comp.lanes if comp is not None else []
+    for i in range(MAX_LANES):
+        p = f"lane{i}_"
+        if i < len(lanes_):
+            lane = lanes_[i]
+            out[p + "col"] = gr.Column(visible=True)
+            out[p + "head"] = lane_head_html(lane, comp, running)
+            out[p + "tokens"] = ('<div class="poss-lane-tokens">'
+                                 + tokens_html(lane.records, view.color_by, view.show_rejected,
+                                               placeholder="waiting for the first round…") + "</div>")
+            out[p + "text"] = lane.text
+            pin = session.pins.get(i)
+            out[p + "tree"] = lane_tree(lane, pin)
+            out[p + "slider"] = _slider(lane, pin)
+        else:
+            visible = comp is None and i < len(DEFAULT_METHODS)
+            out[p + "col"] = gr.Column(visible=visible)
+            out[p + "head"] = ""
+            out[p + "tokens"] = ('<div class="poss-lane-tokens">' + tokens_html(
+                [], placeholder="Press Run to stream this lane.") + "</div>")
+            out[p + "text"] = ""
+            out[p + "tree"] = figures.empty_figure("The latest round's draft tree appears here.", 360, "Draft tree")
+            out[p + "slider"] = _slider(None, None)
+    runs_, colors = chart_runs(comp)
+    if not with_charts:
+        for name in ("pos_acc", "feature_deviation", "accept_hist", "tokens_per_s"):
+            out[name] = gr.skip()
+        out["hardware"] = gr.skip()
+        return [out[name] for name in OUTPUT_NAMES]
+    out["pos_acc"] = figures.pos_acc_figure(runs_, conditional=view.conditional, colors=colors)
+    out["feature_deviation"] = figures.feature_deviation_figure(runs_, colors=colors)
+    out["accept_hist"] = figures.accept_hist_figure(runs_, colors=colors)
+    out["tokens_per_s"] = figures.tokens_per_s_figure(runs_, colors=colors)
+    info = comp.hardware if comp is not None and comp.hardware else loaded_hardware()
+    note = "Showing a saved run: the hardware it was recorded on." if comp is not None and comp.replay else ""
+    out["hardware"] = about.hardware_markdown(info, note)
+    return [out[name] for name in OUTPUT_NAMES]
+
+
+def loaded_hardware() -> dict[str, str] | None:
+    loaded = compare.MODELS.loaded_targets()
+    return hardware_info(loaded[-1]) if loaded else None
+
+
+def skip_all(session: Session, status: tuple[str, str]) -> list:
+    """Change only the status line."""
+    session.status = status
+    return [status_html(*status)] + [gr.skip()] * (len(OUTPUT_NAMES) - 1)

@@ -2,20 +2,25 @@
 
 from __future__ import annotations
 
+import inspect
 import json
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 import gradio as gr
 
+from poss_core import compare, methods
+from poss_core.bench import figures
 from poss_core.models.presets import DEFAULT_PRESET, get_preset, presets
 
-from . import about, charts, handlers, lanes
-from .handlers import (DEFAULT_METHODS, OUTPUT_NAMES, TIMING_NOTE, compare_api, conversation_html, draft_note,
-                       load_handler, new_conversation_handler, preset_handler, replay_handler, run_handler,
-                       save_handler, step_handler, stop_handler, ui_defaults, view_handler)
-from .lanes import MAX_LANES, PLAIN
-from .render import legend_html, status_html
+from . import about, handlers
+from .api import compare_endpoint
+from .render import OUTPUT_NAMES, conversation_html, draft_note, legend_html, status_html
+from .state import DEFAULT_METHODS, RunSettings, View, method_choices, precision_note, ui_defaults
+
+TIMING_NOTE = ("Lanes run **in turns, one round each**, in one thread: each lane's tokens/s counts only its own "
+               "rounds' compute time, i.e. the speed it would get alone on this machine.")
 
 ASSETS = Path(__file__).resolve().parents[1] / "assets"
 EXAMPLES: list[dict[str, str]] = json.loads((ASSETS / "examples" / "prompts.json").read_text(encoding="utf-8"))
@@ -41,13 +46,12 @@ side against plain decoding: coloured tokens came from the draft, underlined one
 def build_demo(preset: str = DEFAULT_PRESET, concurrency: int = 2, precision: str = "auto") -> gr.Blocks:
     """The whole app. `concurrency` caps how many comparisons (runs, steps, API calls) decode at once; `precision`
     is the Precision setting's initial value (`python app.py --dtype`)."""
-    handlers.APP_PRESET[0] = preset
     first = get_preset(preset)
     d = ui_defaults(first)
-    gpu = lanes.cuda_available()
+    gpu = compare.cuda_available()
     table = presets()
     preset_choices = [(f"{name}{' (GPU)' if p.device == 'gpu' else ''}", name) for name, p in table.items()]
-    methods0 = [m for m in DEFAULT_METHODS if m == PLAIN or m in first.drafts]
+    methods0 = [m for m in DEFAULT_METHODS if m in methods.preset_methods(first)]
     decode = {"concurrency_id": "decode", "concurrency_limit": concurrency}
     light = {"concurrency_limit": None, "show_progress": "hidden"}
 
@@ -75,8 +79,9 @@ def build_demo(preset: str = DEFAULT_PRESET, concurrency: int = 2, precision: st
                     with gr.Column(scale=2):
                         with gr.Accordion("Settings", open=True):
                             preset_dd = gr.Dropdown(preset_choices, value=preset, label="Model (preset)")
-                            methods = gr.CheckboxGroup(lanes.method_choices(first), value=methods0,
-                                                       label=f"Methods to compare (lanes, at most {MAX_LANES})",
+                            method_boxes = gr.CheckboxGroup(method_choices(first), value=methods0,
+                                                            label=f"Methods to compare (lanes, at most "
+                                                                  f"{compare.MAX_LANES})",
                                                        elem_id="poss-methods")
                             note = gr.HTML(draft_note(first))
                             with gr.Row():
@@ -95,11 +100,11 @@ def build_demo(preset: str = DEFAULT_PRESET, concurrency: int = 2, precision: st
                                 max_new = gr.Slider(1, 512, value=d["max_new_tokens"], step=1,
                                                     label="Max new tokens")
                                 seed = gr.Number(value=0, precision=0, label="Seed")
-                            offered = [p for p in lanes.PRECISIONS if gpu or p != "float16" or p == precision]
+                            offered = [p for p in compare.PRECISIONS if gpu or p != "float16" or p == precision]
                             precision_dd = gr.Radio(offered, value=precision,
                                                     label="Precision (the target's dtype)",
-                                                    info=lanes.precision_note(gpu), elem_id="poss-precision")
-                            quantization = gr.Radio(list(lanes.QUANTIZATIONS), value="auto", label="Quantization",
+                                                    info=precision_note(gpu), elem_id="poss-precision")
+                            quantization = gr.Radio(list(compare.QUANTIZATIONS), value="auto", label="Quantization",
                                                     visible=gpu, info="auto quantizes only when the model would "
                                                                       "not fit the GPU")
                 status = gr.HTML(status_html("Type a prompt (or pick an example) and press Run."),
@@ -114,7 +119,7 @@ def build_demo(preset: str = DEFAULT_PRESET, concurrency: int = 2, precision: st
                 gr.Markdown(TIMING_NOTE)
                 lane_parts: list[list[Any]] = []
                 with gr.Row(equal_height=False):
-                    for i in range(MAX_LANES):
+                    for i in range(compare.MAX_LANES):
                         with gr.Column(visible=i < len(methods0), min_width=320,
                                        elem_classes="poss-lane") as col:
                             head = gr.HTML(elem_classes="poss-lane-head-box")
@@ -135,7 +140,7 @@ def build_demo(preset: str = DEFAULT_PRESET, concurrency: int = 2, precision: st
                 with gr.Row():
                     hist_plot = gr.Plot(show_label=False, elem_id="poss-chart-hist")
                     tps_plot = gr.Plot(show_label=False, elem_id="poss-chart-tps")
-                gr.Markdown(f"Conditional: {charts.POS_ACC_FORMULA}; unconditional: {charts.POS_RATE_FORMULA}. "
+                gr.Markdown(f"Conditional: {figures.POS_ACC_FORMULA}; unconditional: {figures.POS_RATE_FORMULA}. "
                             "Feature deviation: the draft's predicted feature vs the target's true one, on accepted "
                             "positions. The strip under the acceptance chart shows which specialist drafts each "
                             "position.")
@@ -153,34 +158,58 @@ def build_demo(preset: str = DEFAULT_PRESET, concurrency: int = 2, precision: st
         outputs = [status, legend, conversation] + [c for parts in lane_parts for c in parts] + [
             pos_acc_plot, dev_plot, hist_plot, tps_plot, hardware]
         assert len(outputs) == len(OUTPUT_NAMES)
-        settings = [prompt, multi_turn, preset_dd, methods, temperature, top_p, depth, top_k, tree_budget, max_new,
-                    seed, quantization, auto_budget, precision_dd]
+        # One control per RunSettings field, in its order; then the view toggles (View.from_controls).
+        settings = [prompt, multi_turn, preset_dd, method_boxes, temperature, top_p, depth, top_k, tree_budget,
+                    max_new, seed, quantization, auto_budget, precision_dd]
+        assert len(settings) == len(fields(RunSettings))
         view = [color_by, show_rejected, pos_acc_mode]
+        run = gathered(handlers.run_handler, settings=True)
+        step = gathered(handlers.step_handler, settings=True)
 
-        run_btn.click(_gpu(run_handler), settings + view, outputs, api_name="run", **decode,
-                                  show_progress="minimal")
-        prompt.submit(_gpu(run_handler), settings + view, outputs, api_visibility="undocumented", **decode,
+        run_btn.click(_gpu(run), settings + view, outputs, api_name="run", **decode, show_progress="minimal")
+        prompt.submit(_gpu(run), settings + view, outputs, api_visibility="undocumented", **decode,
                       show_progress="minimal")
-        step_btn.click(_gpu(step_handler), settings + view, outputs, api_name="step", **decode,
-                       show_progress="minimal")
-        stop_btn.click(stop_handler, view, outputs, api_name="stop", **light)
-        replay_btn.click(replay_handler, view, outputs, api_name="replay", concurrency_limit=concurrency,
-                         show_progress="minimal")
+        step_btn.click(_gpu(step), settings + view, outputs, api_name="step", **decode, show_progress="minimal")
+        stop_btn.click(gathered(handlers.stop_handler), view, outputs, api_name="stop", **light)
+        replay_btn.click(gathered(handlers.replay_handler), view, outputs, api_name="replay",
+                         concurrency_limit=concurrency, show_progress="minimal")
         for control in view:
-            control.change(view_handler, view, outputs, api_visibility="private", **light)
+            control.change(gathered(handlers.view_handler), view, outputs, api_visibility="private", **light)
         for i, parts in enumerate(lane_parts):
             for trigger in (parts[5].input, parts[5].release):  # dragging, and the number box
                 trigger(handlers.tree_for(i), parts[5], parts[4], api_visibility="private",
                         trigger_mode="always_last", **light)
-        preset_dd.change(preset_handler, preset_dd, [methods, depth, top_k, tree_budget, max_new, note, status],
-                         api_visibility="private", **light)
-        new_conv.click(new_conversation_handler, None, conversation, api_visibility="private", **light)
-        save_btn.click(save_handler, None, saved, api_name="save_run", **light)
-        upload.upload(load_handler, [upload] + view, outputs, api_name="load_run", **light)
-        demo.load(view_handler, view, outputs, api_visibility="private", **light)
+        preset_dd.change(handlers.preset_handler, preset_dd,
+                         [method_boxes, depth, top_k, tree_budget, max_new, note, status], api_visibility="private",
+                         **light)
+        new_conv.click(handlers.new_conversation_handler, None, conversation, api_visibility="private", **light)
+        save_btn.click(handlers.save_handler, None, saved, api_name="save_run", **light)
+        upload.upload(gathered(handlers.load_handler, leading=1), [upload] + view, outputs, api_name="load_run",
+                      **light)
+        demo.load(gathered(handlers.view_handler), view, outputs, api_visibility="private", **light)
         demo.unload(handlers.drop_session)
-        gr.api(_gpu(compare_api), api_name="compare", **decode)
+        gr.api(_gpu(compare_endpoint(preset)), api_name="compare", **decode)
     return demo
+
+
+def gathered(handler, settings: bool = False, leading: int = 0):
+    """`handler` as Gradio calls it: the request first (Gradio passes it by its type hint), then one value per input
+    control. The first `leading` values pass as they are; the Run settings' controls (with `settings`) become one
+    RunSettings and the view toggles one View, so the handler takes `(*leading, [settings,] view, request=...)`."""
+    n = len(fields(RunSettings)) if settings else 0
+
+    def values(controls: tuple) -> list:
+        lead, rest = list(controls[:leading]), controls[leading:]
+        return lead + ([RunSettings(*rest[:n])] if settings else []) + [View.from_controls(*rest[n:])]
+
+    if inspect.isgeneratorfunction(handler):
+        def streamed(request: gr.Request, *controls):
+            yield from handler(*values(controls), request=request)
+        return streamed
+
+    def answered(request: gr.Request, *controls):
+        return handler(*values(controls), request=request)
+    return answered
 
 
 def theme() -> gr.themes.Base:

@@ -7,18 +7,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 
-from .decoding.config import DecodeConfig
-from .decoding.decoder import PlainDecoder, SpeculativeDecoder, encode_prompt
-from .decoding.events import DecodeSummary
+from . import methods
+from .decoding.decoder import encode_prompt
 from .errors import PossError, run_cli
+from .events import DecodeSummary
+from .json_safe import clean_json
+from .models.loading import add_dtype_argument, load_preset_target, parse_dtype
+from .models.presets import DraftRef, get_preset, resolve_draft_name
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .models.loading import add_dtype_argument  # torch is loaded by every run anyway
-
     p = argparse.ArgumentParser(prog="python -m poss_core.generate", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--preset", default=None,
@@ -34,7 +34,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-other-target", action="store_true",
                    help="use a draft whose recorded target fingerprint differs from the loaded target")
     p.add_argument("--prompt", required=True, help="the user's message")
-    p.add_argument("--method", choices=["spec", "ar"], default="spec", help="ar = plain decoding (no draft)")
+    p.add_argument("--method", choices=["spec", "plain", "ar"], default="spec",
+                   help="plain = plain decoding, the target alone (ar: the same, its older name)")
     p.add_argument("--depth", type=int, default=None, help="draft positions per round (default: the preset's, or 6)")
     p.add_argument("--top-k", type=int, default=None, help="default: the preset's, or 10")
     p.add_argument("--tree-budget", type=int, default=None, help="nodes verified per round, root included "
@@ -52,47 +53,27 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _clean(obj):
-    """JSON without NaN (positions no round reached are null)."""
-    if isinstance(obj, float):
-        return None if math.isnan(obj) else obj
-    if isinstance(obj, dict):
-        return {k: _clean(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_clean(v) for v in obj]
-    return obj
-
-
 def make_decoder(args):
     """Load what the arguments name and return (decoder, target)."""
-    from .models.loading import load_draft_by_name, load_preset_target, parse_dtype
-    from .models.presets import DraftRef, get_preset, resolve_draft_name
-
     preset = get_preset(args.preset) if args.preset else None
     if preset is None and not args.target:
         raise PossError("give --preset NAME or --target ID_OR_FOLDER (e.g. --preset smollm2-135m).")
-
-    def pick(value, preset_value, default):
-        return value if value is not None else (preset_value if preset is not None else default)
-
-    config = DecodeConfig(depth=pick(args.depth, preset and preset.depth, 6),
-                          top_k=pick(args.top_k, preset and preset.top_k, 10),
-                          tree_budget=pick(args.tree_budget, preset and preset.tree_budget, 60),
-                          temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens,
-                          seed=args.seed, depth_stop=args.depth_stop)
+    config = methods.decode_config(preset, depth=args.depth, top_k=args.top_k, tree_budget=args.tree_budget,
+                                   temperature=args.temperature, top_p=args.top_p,
+                                   max_new_tokens=args.max_new_tokens, seed=args.seed, depth_stop=args.depth_stop)
     target = load_preset_target(args.target or preset.target, quantization=args.quantization, device=args.device,
                                 dtype=parse_dtype(args.dtype))
-    if args.method == "ar":
-        return PlainDecoder(target, config), target
+    if methods.canonical(args.method) == methods.PLAIN:
+        return methods.build_decoder(methods.PLAIN_METHODS[methods.PLAIN], target, config), target
     if not args.draft:
-        raise PossError("--draft is required for speculative decoding (or use --method ar).")
+        raise PossError("--draft is required for speculative decoding (or use --method plain).")
     ref = resolve_draft_name(preset, args.draft) if preset is not None else DraftRef(args.draft)
-    if ref.source.startswith("random:") and not args.draft.startswith("random:"):
+    if not ref.trained and not args.draft.startswith("random:"):
         print(f"[poss] note: {ref.label}", file=sys.stderr)
-    draft = load_draft_by_name(ref.source, target, depth=config.depth,
-                               positions_per_specialist=args.positions_per_specialist or ref.positions_per_specialist,
+    method = methods.draft_method(args.draft, ref)
+    draft = methods.load_draft(method, target, config.depth, positions_per_specialist=args.positions_per_specialist,
                                allow_other_target=args.allow_other_target)
-    return SpeculativeDecoder(target, draft, config), target
+    return methods.build_decoder(method, target, config, draft), target
 
 
 def run(args) -> int:
@@ -101,13 +82,14 @@ def run(args) -> int:
     for item in decoder.generate(ids):
         if isinstance(item, DecodeSummary):
             if args.jsonl:
-                print(json.dumps(_clean(item.to_json())), flush=True)
+                print(json.dumps(clean_json(item.to_json())), flush=True)
             else:
                 s = item.stats
-                print(f"\n[{args.method}] {s['new_tokens']} tokens, {s['tokens_per_s']:.1f} tokens/s, "
-                      f"tau {s['tau']:.2f} over {s['rounds']} rounds, stop: {item.stop_reason}", file=sys.stderr)
+                print(f"\n[{args.method}] {s['new_tokens']} tokens, {s['tokens_per_s']:.1f} "
+                      f"tokens/s, tau {s['tau']:.2f} over {s['rounds']} rounds, stop: {item.stop_reason}",
+                      file=sys.stderr)
         elif args.jsonl:
-            print(json.dumps(_clean(item.to_json())), flush=True)
+            print(json.dumps(clean_json(item.to_json())), flush=True)
         else:
             print(item.text, end="", flush=True)
     return 0

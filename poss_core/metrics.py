@@ -7,7 +7,7 @@ import random
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from .decoding.events import RoundEvent
+from .events import RoundEvent
 
 
 def draft_rounds(events: Iterable[RoundEvent]) -> list[RoundEvent]:

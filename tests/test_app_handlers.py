@@ -13,22 +13,23 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from app import charts, handlers, lanes, render, runs
-from poss_core import metrics
-from poss_core.decoding.events import DecodeSummary, DraftNode, FeatureDeviation, RoundEvent
+from app import api, handlers, render, state
+from poss_core import compare, methods, metrics, saved_runs
+from poss_core.bench import figures
+from poss_core.events import DecodeSummary, DraftNode, FeatureDeviation, RoundEvent
 from poss_core.errors import ModelLoadError
 
 ROOT = Path(__file__).resolve().parents[1]
-VIEW = ("draft position", True, "conditional")
+VIEW = (state.View.from_controls("draft position", True, "conditional"),)
 
 
 def settings(prompt="Hello there", methods=("plain", "eagle", "poss2"), max_new_tokens=12, **kw):
-    """The UI's settings inputs in order (see handlers.build_demo: settings + view)."""
+    """A handler's settings and view (see ui.build_demo: the settings controls, then the view toggles)."""
     s = dict(prompt=prompt, multi_turn=False, preset="tiny-random", methods=list(methods), temperature=0.0, top_p=1.0,
              depth=6, top_k=8, tree_budget=32, max_new_tokens=max_new_tokens, seed=0, quantization="auto",
              auto_budget=False, precision="auto")
     s.update(kw)
-    return list(s.values()) + list(VIEW)
+    return [state.RunSettings(**s), *VIEW]
 
 
 def req(name):
@@ -72,21 +73,21 @@ PLAIN_TOKENS = [40, 10, 12, 50, 21, 10, 12, 50]
 
 def known_comparison(temperature=0.0, plain_tokens=PLAIN_TOKENS):
     """A finished comparison built from known events, no model."""
-    spec = lanes.Lane("eagle", "EAGLE")
+    spec = compare.Lane("eagle", "EAGLE")
     for e, p, lab in zip(SPEC_EVENTS, PIECES, LABELS):
         spec.add(e, p, lab, "t")
     spec.summary = {"text": "", "stop_reason": "max_new_tokens", "stats": {}}
-    plain = lanes.Lane("plain", lanes.PLAIN_LABEL)
+    plain = compare.Lane("plain", methods.label_of("plain"))
     plain.add(prefill(plain_tokens[0]), ["A"], [], "A")
     for r, tok in enumerate(plain_tokens[1:], start=1):
         plain.add(plain_round(r, tok), ["x"], [], "x")
     plain.summary = {"text": "", "stop_reason": "max_new_tokens", "stats": {}}
-    run_spec = lanes.RunSpec("hi", ["plain", "eagle"], "tiny-random", temperature=temperature)
-    return lanes.Comparison(run_spec, [plain, spec])
+    run_spec = compare.RunSpec("hi", ["plain", "eagle"], "tiny-random", temperature=temperature)
+    return compare.Comparison(run_spec, [plain, spec])
 
 
 def test_round_records_classify_tokens():
-    recs = render.round_records(SPEC_EVENTS[1], PIECES[1], LABELS[1])
+    recs = compare.round_records(SPEC_EVENTS[1], PIECES[1], LABELS[1])
     assert [r.source for r in recs] == ["draft", "draft", "corrected"]
     assert [(r.position, r.specialist) for r in recs[:2]] == [(1, 0), (2, 1)]
     assert recs[0].draft_prob == pytest.approx(0.8) and recs[0].target_prob == pytest.approx(0.9)
@@ -94,12 +95,12 @@ def test_round_records_classify_tokens():
     # Rejected at position 3: the children of the last accepted node (2), best draft score first.
     assert [r.text for r in recs[2].rejected] == ["q", "w"]
     assert recs[2].rejected[0].target_prob == pytest.approx(0.1)
-    assert render.round_records(SPEC_EVENTS[0], ["A"], [])[0].source == "prefill"
-    assert render.round_records(plain_round(1, 5), ["x"], [])[0].source == "plain"
+    assert compare.round_records(SPEC_EVENTS[0], ["A"], [])[0].source == "prefill"
+    assert compare.round_records(plain_round(1, 5), ["x"], [])[0].source == "plain"
 
 
 def test_tokens_html_escapes_and_colours():
-    recs = [r for e, p, lab in zip(SPEC_EVENTS, PIECES, LABELS) for r in render.round_records(e, p, lab)]
+    recs = [r for e, p, lab in zip(SPEC_EVENTS, PIECES, LABELS) for r in compare.round_records(e, p, lab)]
     out = render.tokens_html(recs, "position", show_rejected=True)
     assert "<c>" not in out and "&lt;c&gt;" in out and "&amp;" in out  # token text is escaped
     assert out.count('class="tok draft p1 s1"') == 2 and out.count('class="tok draft p2 s2"') == 2
@@ -113,7 +114,7 @@ def test_tokens_html_escapes_and_colours():
 
 def test_lane_update_for_a_known_event_stream():
     """A lane fed a known stream through its source: records, figures in the header, badge, tree and slider."""
-    lane = lanes.Lane("eagle", "EAGLE", source=iter([(e, p, lab, "t") for e, p, lab in zip(SPEC_EVENTS, PIECES,
+    lane = compare.Lane("eagle", "EAGLE", source=iter([(e, p, lab, "t") for e, p, lab in zip(SPEC_EVENTS, PIECES,
                                                                                              LABELS)]
                                                    + [{"text": "", "stop_reason": "eos", "stats": {}}]))
     while lane.advance():
@@ -122,8 +123,8 @@ def test_lane_update_for_a_known_event_stream():
     assert lane.token_ids == [40, 10, 12, 50, 21, 10, 12, 50]
     comp = known_comparison()
     comp.lanes[1] = lane
-    session = handlers.Session(comparison=comp)
-    out = handlers.outputs_dict(handlers.render(session, handlers.View(show_rejected=True)))
+    session = state.Session(comparison=comp)
+    out = render.outputs_dict(render.render(session, state.View(show_rejected=True)))
     head = out["lane1_head"]
     tps = metrics.tokens_per_s(SPEC_EVENTS)  # 8 tokens over 32 ms
     assert f"<b>{tps:.1f}</b> tokens/s" in head
@@ -142,20 +143,20 @@ def test_lane_update_for_a_known_event_stream():
 
 def test_identity_badge_reports_the_first_difference():
     comp = known_comparison(plain_tokens=[40, 10, 99, 50, 21, 10, 12, 50])
-    head = handlers.lane_head_html(comp.lanes[1], comp, running=False)
+    head = render.lane_head_html(comp.lanes[1], comp, running=False)
     assert "differs from plain decoding at token 3" in head and "poss-badge bad" in head
     comp.hardware["dtype"] = "bfloat16"  # low precision: a difference may be a rounding near-tie, said so
-    head = handlers.lane_head_html(comp.lanes[1], comp, running=False)
+    head = render.lane_head_html(comp.lanes[1], comp, running=False)
     assert "differs from plain decoding at token 3: in bfloat16" in head and "poss-badge bad" not in head
     sampled = known_comparison(temperature=0.7)
-    assert "sampling" in handlers.lane_head_html(sampled.lanes[1], sampled, running=False)
+    assert "sampling" in render.lane_head_html(sampled.lanes[1], sampled, running=False)
 
 
 def test_tree_figure_data():
     e = SPEC_EVENTS[1]
-    fig = charts.tree_figure(e, labels=LABELS[1], root_label="A", bonus_label="t")
+    fig = figures.tree_figure(e, labels=LABELS[1], root_label="A", bonus_label="t")
     traces = {t.name: t for t in fig.data}
-    x, y = charts.tree_layout(e)
+    x, y = figures.tree_layout(e)
     assert x == [0.0, 1.0, 1.0, 2.0, 3.0, 3.0]
     # Accepted path: root -> node 0 -> node 2, then on to the target's token one step deeper.
     path = traces["accepted path"]
@@ -163,21 +164,21 @@ def test_tree_figure_data():
     assert list(path.y[:2]) == [y[0], y[1]]
     s1, s2 = traces["specialist S1"], traces["specialist S2"]
     assert list(s1.text) == ["b", "z"] and list(s2.text) == ["<c>", "q", "w"]
-    assert s1.marker.color == charts.specialist_color(0) and s2.marker.color == charts.specialist_color(1)
+    assert s1.marker.color == figures.specialist_color(0) and s2.marker.color == figures.specialist_color(1)
     assert list(s1.marker.opacity) == [1.0, 0.4] and list(s2.marker.opacity) == [1.0, 0.4, 0.4]
     assert s1.marker.size[0] == pytest.approx(8 + 18 * 0.8)
     bonus = traces["target's token"]
     assert list(bonus.x) == [3.0] and list(bonus.text) == ["t"]
     # Rejected edges are the faded ones: node 1 (from root) and nodes 3, 4 (from node 2).
     assert list(traces["edges"].x) == [0.0, 1.0, None, 2.0, 3.0, None, 2.0, 3.0, None]
-    assert "Prefill" in charts.tree_figure(SPEC_EVENTS[0]).layout.annotations[0].text
-    assert "Plain decoding" in charts.tree_figure(plain_round(1, 3)).layout.annotations[0].text
+    assert "Prefill" in figures.tree_figure(SPEC_EVENTS[0]).layout.annotations[0].text
+    assert "Plain decoding" in figures.tree_figure(plain_round(1, 3)).layout.annotations[0].text
 
 
 def test_chart_figures_data():
     plain = [prefill()] + [plain_round(r, 5) for r in range(1, 4)]
     runs_ = {"EAGLE": SPEC_EVENTS, "Plain": plain}
-    fig = charts.pos_acc_figure(runs_, conditional=True)
+    fig = figures.pos_acc_figure(runs_, conditional=True)
     lines = [t for t in fig.data if t.type == "scatter"]
     assert [t.name for t in lines] == ["EAGLE"]  # plain decoding has no draft positions
     hist = metrics.accept_hist(SPEC_EVENTS)
@@ -187,18 +188,18 @@ def test_chart_figures_data():
     assert "EAGLE n=3" in fig.layout.title.text
     band = next(t for t in fig.data if t.type == "heatmap")
     assert [list(row) for row in band.z] == [[0, 1, 1]]  # specialist per position, read off the nodes
-    unc = charts.pos_acc_figure(runs_, conditional=False, specialist_bands=None)
+    unc = figures.pos_acc_figure(runs_, conditional=False, specialist_bands=None)
     assert list(unc.data[0].y) == pytest.approx(metrics.pos_rate(SPEC_EVENTS))
     assert all(t.type != "heatmap" for t in unc.data)
-    dev = charts.feature_deviation_figure(runs_)
+    dev = figures.feature_deviation_figure(runs_)
     assert list(dev.data[0].y) == [1.0, 3.0] and "EAGLE n=4" in dev.layout.title.text
-    assert list(charts.feature_deviation_figure(runs_, metric="cosine").data[0].y) == pytest.approx([0.1, 0.3])
-    bars = charts.accept_hist_figure(runs_)
+    assert list(figures.feature_deviation_figure(runs_, metric="cosine").data[0].y) == pytest.approx([0.1, 0.3])
+    bars = figures.accept_hist_figure(runs_)
     assert list(bars.data[0].y) == pytest.approx([1 / 3, 0, 2 / 3, 0])
-    tps = charts.tokens_per_s_figure(runs_)
+    tps = figures.tokens_per_s_figure(runs_)
     assert [t.name for t in tps.data] == ["EAGLE", "Plain"]
     assert list(tps.data[0].y) == pytest.approx([y for _, y in metrics.tokens_per_s_series(SPEC_EVENTS)])
-    assert "No draft rounds" in charts.pos_acc_figure({"Plain": plain}).layout.annotations[0].text
+    assert "No draft rounds" in figures.pos_acc_figure({"Plain": plain}).layout.annotations[0].text
 
 
 # ---------------------------------------------------------------- handlers on the tiny model
@@ -206,7 +207,7 @@ def test_chart_figures_data():
 def test_run_streams_three_lanes_identical_to_plain():
     frames = list(handlers.run_handler(*settings(max_new_tokens=16), request=req("run")))
     assert len(frames) >= 3  # loading, at least one live frame, the final one
-    out = handlers.outputs_dict(frames[-1])
+    out = render.outputs_dict(frames[-1])
     assert "Done" in out["status"], out["status"]
     for i in range(3):
         assert out[f"lane{i}_col"].visible is True
@@ -220,32 +221,33 @@ def test_run_streams_three_lanes_identical_to_plain():
 
 
 def test_auto_budget_fits_each_draft_lane_once_then_reads_the_cache(tmp_path, monkeypatch):
-    from poss_core.decoding import autobudget
+    from poss_core import autobudget
+    from poss_core.autobudget import cache, calibration
 
-    monkeypatch.setattr(autobudget, "choice_cache_path", lambda: tmp_path / "choices.json")
-    monkeypatch.setattr(autobudget, "curve_cache_path", lambda: tmp_path / "curves.json")
+    monkeypatch.setattr(cache, "choice_cache_path", lambda: tmp_path / "choices.json")
+    monkeypatch.setattr(cache, "curve_cache_path", lambda: tmp_path / "curves.json")
     frames = list(handlers.run_handler(*settings(max_new_tokens=8, auto_budget=True), request=req("auto")))
-    statuses = [handlers.outputs_dict(f)["status"] for f in frames]
+    statuses = [render.outputs_dict(f)["status"] for f in frames]
     assert sum("Fitting the tree budget of" in s for s in statuses) == 2  # once per draft lane
     comp = handlers.SESSIONS.get(req("auto")).comparison
     plain, eagle, poss2 = comp.lanes
     assert plain.budget is None and eagle.budget_auto and poss2.budget_auto
     assert all(2 <= lane.budget <= autobudget.MAX_BUDGET for lane in (eagle, poss2))
     assert eagle.token_ids == plain.token_ids  # any budget is lossless
-    assert f"<b>{eagle.budget} auto</b> budget" in handlers.outputs_dict(frames[-1])["lane1_head"]
+    assert f"<b>{eagle.budget} auto</b> budget" in render.outputs_dict(frames[-1])["lane1_head"]
     # The fit's dynamic depth stop travels with its budget, and the lane header names it when there is one.
     fitted = json.loads((tmp_path / "choices.json").read_text()).values()
     assert sorted((c["budget"], c["depth_stop"]) for c in fitted) == sorted(
         (lane.budget, lane.depth_stop) for lane in (eagle, poss2))
     for i, lane in ((1, eagle), (2, poss2)):
-        assert ("depth stop" in handlers.outputs_dict(frames[-1])[f"lane{i}_head"]) == bool(lane.depth_stop)
+        assert ("depth stop" in render.outputs_dict(frames[-1])[f"lane{i}_head"]) == bool(lane.depth_stop)
 
     def no_calibration(*a, **k):
         raise AssertionError("the cached choice should be used")
 
-    monkeypatch.setattr(autobudget, "auto_tree_budget", no_calibration)
+    monkeypatch.setattr(calibration, "auto_tree_budget", no_calibration)
     frames = list(handlers.run_handler(*settings(max_new_tokens=4, auto_budget=True), request=req("auto")))
-    assert not any("Fitting" in handlers.outputs_dict(f)["status"] for f in frames)
+    assert not any("Fitting" in render.outputs_dict(f)["status"] for f in frames)
     again = handlers.SESSIONS.get(req("auto")).comparison
     assert [lane.budget for lane in again.lanes] == [None, eagle.budget, poss2.budget]
 
@@ -261,25 +263,25 @@ def test_auto_budget_fits_each_draft_lane_once_then_reads_the_cache(tmp_path, mo
     (dict(precision="int4"), "precision='int4': use one of auto, float32"),
 ])
 def test_bad_inputs_show_a_message_not_a_traceback(change, message):
-    out = handlers.outputs_dict(list(handlers.run_handler(*settings(**change), request=req("bad")))[-1])
+    out = render.outputs_dict(list(handlers.run_handler(*settings(**change), request=req("bad")))[-1])
     assert "poss-status error" in out["status"] and message in out["status"], out["status"]
     assert "Traceback" not in out["status"]
 
 
 def test_gpu_preset_on_cpu_and_failing_model_load(monkeypatch):
-    if not lanes.cuda_available():
-        out = handlers.outputs_dict(list(handlers.run_handler(*settings(preset="llama3-8b-instruct", methods=["plain"]),
+    if not compare.cuda_available():
+        out = render.outputs_dict(list(handlers.run_handler(*settings(preset="llama3-8b-instruct", methods=["plain"]),
                                                   request=req("gpu")))[-1])
         assert "needs a GPU" in out["status"]
 
     def broken(*a, **k):
         raise ModelLoadError("could not load target 'x': disk on fire")
 
-    monkeypatch.setattr(lanes.MODELS, "target", broken)
-    out = handlers.outputs_dict(list(handlers.run_handler(*settings(), request=req("broken")))[-1])
+    monkeypatch.setattr(compare.MODELS, "target", broken)
+    out = render.outputs_dict(list(handlers.run_handler(*settings(), request=req("broken")))[-1])
     assert "disk on fire" in out["status"]
     monkeypatch.undo()
-    out = handlers.outputs_dict(list(handlers.run_handler(*settings(max_new_tokens=4), request=req("broken")))[-1])
+    out = render.outputs_dict(list(handlers.run_handler(*settings(max_new_tokens=4), request=req("broken")))[-1])
     assert "Done" in out["status"]  # the app keeps serving
 
 
@@ -287,25 +289,25 @@ def test_unexpected_errors_are_contained(monkeypatch):
     def boom(spec, *a, **k):
         raise RuntimeError("kaboom")
 
-    monkeypatch.setattr(lanes, "start", boom)
-    out = handlers.outputs_dict(list(handlers.run_handler(*settings(), request=req("boom")))[-1])
+    monkeypatch.setattr(compare, "start", boom)
+    out = render.outputs_dict(list(handlers.run_handler(*settings(), request=req("boom")))[-1])
     assert "Something went wrong (RuntimeError: kaboom)" in out["status"]
     assert not handlers.SESSIONS.get(req("boom")).lock.locked()
 
 
 def test_step_then_stop_then_run_again():
     r = req("step")
-    out = handlers.outputs_dict(handlers.step_handler(*settings(max_new_tokens=40), request=r))
+    out = render.outputs_dict(handlers.step_handler(*settings(max_new_tokens=40), request=r))
     assert "prefill" in out["status"]
     comp = handlers.SESSIONS.get(r).comparison
     assert [len(lane.events) for lane in comp.lanes] == [1, 1, 1]
     handlers.step_handler(*settings(max_new_tokens=40), request=r)
     assert [len(lane.events) for lane in comp.lanes] == [2, 2, 2]
-    assert "paused" in handlers.outputs_dict(handlers.view_handler(*VIEW, request=r))["lane1_head"]
-    out = handlers.outputs_dict(handlers.stop_handler(*VIEW, request=r))
+    assert "paused" in render.outputs_dict(handlers.view_handler(*VIEW, request=r))["lane1_head"]
+    out = render.outputs_dict(handlers.stop_handler(*VIEW, request=r))
     assert "Stopped" in out["status"]
     assert all(lane.stop_reason == "cancelled" and lane.source is None for lane in comp.lanes)
-    out = handlers.outputs_dict(list(handlers.run_handler(*settings(max_new_tokens=6), request=r))[-1])
+    out = render.outputs_dict(list(handlers.run_handler(*settings(max_new_tokens=6), request=r))[-1])
     assert "Done" in out["status"]
 
 
@@ -314,9 +316,9 @@ def test_stop_cancels_a_running_comparison():
     gen = handlers.run_handler(*settings(max_new_tokens=400), request=r)
     next(gen)  # loading
     next(gen)  # first live frame
-    assert "Stopping" in handlers.outputs_dict(handlers.stop_handler(*VIEW, request=r))["status"]
+    assert "Stopping" in render.outputs_dict(handlers.stop_handler(*VIEW, request=r))["status"]
     rest = list(gen)
-    assert "Stopped" in handlers.outputs_dict(rest[-1])["status"]
+    assert "Stopped" in render.outputs_dict(rest[-1])["status"]
     comp = handlers.SESSIONS.get(r).comparison
     assert all(lane.stop_reason == "cancelled" for lane in comp.lanes)
     assert all(metrics.total_new_tokens(lane.events) < 400 for lane in comp.lanes)
@@ -340,9 +342,9 @@ def test_save_load_replay_without_a_model(tmp_path, monkeypatch):
     live = handlers.SESSIONS.get(r).comparison
     path = handlers.save_handler(request=r)
     # Another tab loads it with no model available at all.
-    monkeypatch.setattr(lanes.MODELS, "target", lambda *a, **k: pytest.fail("replay must not load a model"))
+    monkeypatch.setattr(compare.MODELS, "target", lambda *a, **k: pytest.fail("replay must not load a model"))
     other = req("load")
-    out = handlers.outputs_dict(handlers.load_handler(path, *VIEW, request=other))
+    out = render.outputs_dict(handlers.load_handler(path, *VIEW, request=other))
     assert "Loaded a saved run" in out["status"]
     loaded = handlers.SESSIONS.get(other).comparison
     for a, b in zip(live.lanes, loaded.lanes):
@@ -351,7 +353,7 @@ def test_save_load_replay_without_a_model(tmp_path, monkeypatch):
         assert render.tokens_html(a.records) == render.tokens_html(b.records)
     assert out["lane1_head"].count("tokens/s") == 1
     frames = list(handlers.replay_handler(*VIEW, request=other))
-    assert "Replay finished" in handlers.outputs_dict(frames[-1])["status"]
+    assert "Replay finished" in render.outputs_dict(frames[-1])["status"]
     replayed = handlers.SESSIONS.get(other).comparison
     assert replayed.replay and [lane.token_ids for lane in replayed.lanes] == [lane.token_ids for lane in live.lanes]
     # Step goes through a freshly loaded run round by round.
@@ -360,7 +362,7 @@ def test_save_load_replay_without_a_model(tmp_path, monkeypatch):
     assert [len(lane.events) for lane in handlers.SESSIONS.get(other).comparison.lanes] == [1, 1]
     bad = tmp_path / "bad.jsonl"
     bad.write_text("{not json\n")
-    assert "could not read the saved run" in handlers.outputs_dict(handlers.load_handler(str(bad), *VIEW, request=other))[
+    assert "could not read the saved run" in render.outputs_dict(handlers.load_handler(str(bad), *VIEW, request=other))[
         "status"]
 
 
@@ -398,27 +400,27 @@ def test_tree_slider_scrubs_back_and_follows_again():
 
 
 def test_compare_api_returns_texts_and_summaries():
-    out = handlers.compare_api("Hello", ["plain", "eagle"], preset="tiny-random", max_new_tokens=8)
+    out = api.compare_api("Hello", ["plain", "eagle"], preset="tiny-random", max_new_tokens=8)
     plain, eagle = out["lanes"]
     assert plain["text"] == eagle["text"] and eagle["identical_to_plain"] is True
     assert eagle["summary"]["new_tokens"] == 8 and eagle["summary"]["tau"] >= 1.0
     assert out["settings"]["methods"] == ["plain", "eagle"]
     with pytest.raises(Exception, match="prompt is empty"):
-        handlers.compare_api("", ["plain"], preset="tiny-random")
+        api.compare_api("", ["plain"], preset="tiny-random")
 
 
 def test_saved_run_file_format(tmp_path):
     comp = known_comparison()
-    path = runs.save_run(comp, tmp_path / "run.jsonl")
+    path = saved_runs.save_run(comp, tmp_path / "run.jsonl")
     lines = path.read_text().splitlines()
     assert lines[0].startswith('{"type": "run"')
-    back = runs.load_run(path)
+    back = saved_runs.load_run(path)
     assert [lane.token_ids for lane in back.lanes] == [lane.token_ids for lane in comp.lanes]
     assert back.lanes[1].node_texts == comp.lanes[1].node_texts
 
 
 def test_engine_summary_closes_a_lane():
-    lane = lanes.Lane("plain", "Plain", source=iter([DecodeSummary("", [], "eos", {})]))
+    lane = compare.Lane("plain", "Plain", source=iter([DecodeSummary("", [], "eos", {})]))
     assert lane.advance() is False and lane.stop_reason == "eos"
 
 
@@ -429,9 +431,9 @@ def test_models_are_loaded_once_and_shared(monkeypatch):
     from poss_core.models.presets import get_preset
 
     preset = get_preset("tiny-random")
-    assert lanes.MODELS.target(preset) is lanes.MODELS.target(preset)
-    target = lanes.MODELS.target(preset)
-    assert lanes.MODELS.draft(preset, "poss2", target) is lanes.MODELS.draft(preset, "poss2", target)
+    assert compare.MODELS.target(preset) is compare.MODELS.target(preset)
+    target = compare.MODELS.target(preset)
+    assert compare.MODELS.draft(preset, "poss2", target) is compare.MODELS.draft(preset, "poss2", target)
     calls = []
 
     def slow_load(name, quantization="auto", dtype=None):
@@ -440,7 +442,7 @@ def test_models_are_loaded_once_and_shared(monkeypatch):
         return target
 
     monkeypatch.setattr(loading, "load_preset_target", slow_load)
-    cache = lanes.ModelCache()
+    cache = compare.ModelCache()
     cache.dtype = torch.bfloat16  # what `python app.py --dtype bfloat16` sets: every target loads in it
     got = []
     threads = [threading.Thread(target=lambda: got.append(cache.target(preset))) for _ in range(4)]
@@ -464,27 +466,27 @@ def test_precision_setting_loads_its_own_target_and_badges_say_what_identity_mea
         return real(name, quantization=quantization, dtype=dtype)
 
     monkeypatch.setattr(loading, "load_preset_target", recording_load)
-    cache = lanes.ModelCache()
+    cache = compare.ModelCache()
     fp32, bf16 = cache.target(preset, precision="float32"), cache.target(preset, precision="bfloat16")
     assert fp32 is not bf16 and cache.target(preset, precision="bfloat16") is bf16
     assert calls == [torch.float32, torch.bfloat16] and bf16.dtype == torch.bfloat16
     assert cache.draft(preset, "eagle", bf16, precision="bfloat16") is not cache.draft(preset, "eagle", fp32,
                                                                                        precision="float32")
     # Through the UI's handler: the lanes run in the chosen dtype, and the hardware panel and the badge say so.
-    monkeypatch.setattr(lanes, "MODELS", cache)
-    out = handlers.outputs_dict(list(handlers.run_handler(*settings(max_new_tokens=8, precision="bfloat16"),
+    monkeypatch.setattr(compare, "MODELS", cache)
+    out = render.outputs_dict(list(handlers.run_handler(*settings(max_new_tokens=8, precision="bfloat16"),
                                                           request=req("bf16")))[-1])
     assert "bfloat16" in out["hardware"]
     assert "✓ identical" in out["lane1_head"] or "near-tie" in out["lane1_head"]
     assert "✗" not in out["lane1_head"]
     assert "precision=" not in out["status"]
-    note = lanes.precision_note(gpu=False)
+    note = state.precision_note(gpu=False)
     assert "float32" in note and "bfloat16" in note
     # `python app.py` starts in bf16 only on a CPU with bf16 units, and only when --dtype is auto.
-    assert lanes.initial_precision("auto", gpu=False, bf16_units="AVX-512 BF16") == "bfloat16"
-    assert lanes.initial_precision("auto", gpu=False, bf16_units=None) == "auto"
-    assert lanes.initial_precision("auto", gpu=True, bf16_units="AMX") == "auto"
-    assert lanes.initial_precision("float32", gpu=False, bf16_units="AMX") == "float32"
+    assert state.initial_precision("auto", gpu=False, bf16_units="AVX-512 BF16") == "bfloat16"
+    assert state.initial_precision("auto", gpu=False, bf16_units=None) == "auto"
+    assert state.initial_precision("auto", gpu=True, bf16_units="AMX") == "auto"
+    assert state.initial_precision("float32", gpu=False, bf16_units="AMX") == "float32"
 
 
 def test_preset_switch_and_app_flags():
@@ -495,10 +497,10 @@ def test_preset_switch_and_app_flags():
     assert [v for _, v in methods.choices] == ["plain", "eagle", "poss1", "poss2", "poss3", "matched"]
     assert methods.value == ["plain", "eagle", "poss2"]
     smol = get_preset(DEFAULT_PRESET)
-    note = handlers.draft_note(smol)
+    note = render.draft_note(smol)
     untrained = [n for n, ref in smol.drafts.items() if "untrained" in ref.label]
     assert ("untrained" in note) == bool(untrained)
-    assert handlers.ui_defaults(smol)["tree_budget"] <= smol.tree_budget
+    assert state.ui_defaults(smol)["tree_budget"] <= smol.tree_budget
     spec = importlib.util.spec_from_file_location("app_entry", ROOT / "app.py")
     entry = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(entry)
@@ -511,28 +513,37 @@ def test_preset_switch_and_app_flags():
 
 def test_stop_during_a_stepped_replay_ends_every_lane(tmp_path):
     r = req("replay-stop")
-    path = runs.save_run(known_comparison(), tmp_path / "known.jsonl")
+    path = saved_runs.save_run(known_comparison(), tmp_path / "known.jsonl")
     handlers.load_handler(str(path), *VIEW, request=r)
     handlers.step_handler(*settings(), request=r)
-    out = handlers.outputs_dict(handlers.stop_handler(*VIEW, request=r))
+    out = render.outputs_dict(handlers.stop_handler(*VIEW, request=r))
     assert "Stopped" in out["status"]
     comp = handlers.SESSIONS.get(r).comparison
     assert comp.replay and all(lane.stop_reason == "cancelled" for lane in comp.lanes)
     assert [len(lane.events) for lane in comp.lanes] == [1, 1]
 
 
-def test_untrained_drafts_are_flagged_in_the_lane_header():
+def test_untrained_drafts_are_flagged_in_the_lane_header(tmp_path, monkeypatch):
+    """The real smollm2-135m preset with POSS-2 trained and POSS-1 not (a drafts folder holding only poss2): the
+    registry's `trained` flag puts the badge on POSS-1's lane, whose title reads like the others."""
+    from poss_core.models.presets import get_preset
+
+    (tmp_path / "poss2").mkdir()
+    (tmp_path / "poss2" / "model.safetensors").write_bytes(b"")
+    monkeypatch.setenv("POSS_DRAFTS_DIR", str(tmp_path))
+    offered = methods.preset_methods(get_preset("smollm2-135m"))
     comp = known_comparison()
-    comp.lanes[1].label = "POSS-2 (3 specialists) (untrained: no bundled draft yet)"
-    head = handlers.lane_head_html(comp.lanes[1], comp, running=False)
-    assert "<h3>POSS-2 (3 specialists)</h3>" in head and "untrained draft</span>" in head
-    assert "untrained" not in handlers.lane_head_html(comp.lanes[0], comp, running=False)
+    for lane, name in zip(comp.lanes, ("poss2", "poss1")):
+        lane.method, lane.label, lane.trained = name, offered[name].label, offered[name].trained
+    head = render.lane_head_html(comp.lanes[1], comp, running=False)
+    assert "<h3>POSS-1 (6 specialists)</h3>" in head and "untrained draft</span>" in head
+    assert "untrained" not in render.lane_head_html(comp.lanes[0], comp, running=False)
 
 
 def test_sampling_runs_are_reproducible_with_a_seed():
     r = req("sample")
     args = settings(methods=["plain", "eagle"], max_new_tokens=6, temperature=0.8, top_p=0.9, seed=7)
-    out = handlers.outputs_dict(list(handlers.run_handler(*args, request=r))[-1])
+    out = render.outputs_dict(list(handlers.run_handler(*args, request=r))[-1])
     assert "Done" in out["status"] and "sampling" in out["lane1_head"]
     first = [lane.token_ids for lane in handlers.SESSIONS.get(r).comparison.lanes]
     list(handlers.run_handler(*args, request=r))

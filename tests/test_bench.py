@@ -6,12 +6,12 @@ from unittest import mock
 
 import pytest
 
-from poss_core import bench, bench_report as br
+from poss_core.autobudget import CALIBRATION_PROMPTS
+from poss_core.bench import analysis, cli, overhead, records as bench_records, report, runner
 from poss_core.decoding import decoder as decoder_module
-from poss_core.decoding.autobudget import CALIBRATION_PROMPTS
 from poss_core.decoding.config import DecodeConfig
 from poss_core.decoding.decoder import PlainDecoder, SpeculativeDecoder
-from poss_core.decoding.events import DraftNode, FeatureDeviation, RoundEvent
+from poss_core.events import DraftNode, FeatureDeviation, RoundEvent
 from poss_core.errors import PossError
 from poss_core.models.loading import random_draft
 
@@ -39,20 +39,20 @@ def events(accept_lens, wall_s, depth=DEPTH, spec=True):
 
 def rec(run, method, dataset, evs, qid=0, turn=0, tokens=None):
     n = evs[-1].new_tokens
-    return br.TurnRecord(run=run, method=method, dataset=dataset, question_id=qid, category="", turn=turn,
+    return bench_records.TurnRecord(run=run, method=method, dataset=dataset, question_id=qid, category="", turn=turn,
                          token_ids=tokens if tokens is not None else list(range(n)), text="x" * n,
                          stop_reason="max_new_tokens", wall_time=sum(e.wall_ms for e in evs) / 1000, events=evs)
 
 
 def known_records():
-    """d1: ar 10 tok in 1.0 s / 0.5 s; ar-hf 10 tok in 0.8 s / 1.0 s; eagle 11 tok (τ 2.5) in 0.5 s / 1.1 s;
-    poss2 17 tok (τ 4) in 0.5 s / 1.0 s.  d2: ar 4 tok in 1 s both runs; ar-hf 4 tok in 2 s; eagle 4 tok (τ 1.5) in
+    """d1: plain 10 tok in 1.0 s / 0.5 s; plain-hf 10 tok in 0.8 s / 1.0 s; eagle 11 tok (τ 2.5) in 0.5 s / 1.1 s;
+    poss2 17 tok (τ 4) in 0.5 s / 1.0 s.  d2: plain 4 tok in 1 s both runs; plain-hf 4 tok in 2 s; eagle 4 tok (τ 1.5) in
     0.5 s both runs; poss2 4 tok (τ 3) in 0.25 s both runs."""
     plain9, plain3 = [0] * 9, [0] * 3
     data = [
-        ("d1", "ar", plain9, (1.0, 0.5), False), ("d1", "ar-hf", plain9, (0.8, 1.0), False),
+        ("d1", "plain", plain9, (1.0, 0.5), False), ("d1", "plain-hf", plain9, (0.8, 1.0), False),
         ("d1", "eagle", [2, 0, 3, 1], (0.5, 1.1), True), ("d1", "poss2", [3, 3, 3, 3], (0.5, 1.0), True),
-        ("d2", "ar", plain3, (1.0, 1.0), False), ("d2", "ar-hf", plain3, (2.0, 2.0), False),
+        ("d2", "plain", plain3, (1.0, 1.0), False), ("d2", "plain-hf", plain3, (2.0, 2.0), False),
         ("d2", "eagle", [1, 0], (0.5, 0.5), True), ("d2", "poss2", [2], (0.25, 0.25), True),
     ]
     return [rec(run, m, d, events(lens, walls[run], spec=spec)) for run in (0, 1) for d, m, lens, walls, spec in data]
@@ -60,7 +60,7 @@ def known_records():
 
 def test_pool_events_keeps_counting_tokens():
     a, b = events([1, 2], 1.0), events([0], 3.0)
-    pooled = br.pool_events([a, b])
+    pooled = bench_records.pool_events([a, b])
     assert [e.new_tokens for e in pooled] == [1, 3, 6, 7, 8]
     assert [e.round for e in pooled] == list(range(5))
     from poss_core import metrics
@@ -70,12 +70,12 @@ def test_pool_events_keeps_counting_tokens():
 
 
 def test_aggregation_of_known_records_gives_known_tables():
-    agg = br.aggregate(known_records(), DEPTH)
+    agg = analysis.aggregate(known_records(), DEPTH)
     t = agg["table"]
-    assert agg["methods"] == ["ar", "ar-hf", "eagle", "poss2"] and agg["datasets"] == ["d1", "d2"]
+    assert agg["methods"] == ["plain", "plain-hf", "eagle", "poss2"] and agg["datasets"] == ["d1", "d2"]
 
-    # Baseline = the faster plain decoder of each run: d1 run 0 ar-hf (12.5 tok/s), run 1 ar (20 tok/s).
-    assert agg["baseline"]["d1"]["method"] == ["ar-hf", "ar"]
+    # Baseline = the faster plain decoder of each run: d1 run 0 plain-hf (12.5 tok/s), run 1 plain (20 tok/s).
+    assert agg["baseline"]["d1"]["method"] == ["plain-hf", "plain"]
     assert agg["baseline"]["d1"]["tokens_per_s"] == pytest.approx([12.5, 20.0])
     assert agg["baseline"]["d2"]["tokens_per_s"] == pytest.approx([4.0, 4.0])
 
@@ -94,7 +94,7 @@ def test_aggregation_of_known_records_gives_known_tables():
     fd = e1["feature_deviation"]
     assert fd["count"] == [6, 4, 2] and fd["l2"] == pytest.approx([1.0, 2.0, 3.0])
 
-    # Overall pools both datasets per run: eagle run 0 = 15 tokens in 1.0 s, baseline = max(ar 14/2.0, ar-hf 14/2.8).
+    # Overall pools both datasets per run: eagle run 0 = 15 tokens in 1.0 s, baseline = max(plain 14/2.0, plain-hf 14/2.8).
     eo = t["eagle"]["overall"]
     assert eo["tokens_per_s_runs"] == pytest.approx([15.0, 15 / 1.6])
     assert agg["baseline"]["overall"]["tokens_per_s"] == pytest.approx([7.0, 14 / 1.5])
@@ -105,7 +105,7 @@ def test_aggregation_of_known_records_gives_known_tables():
     assert agg["mean_tau_over_datasets"]["eagle"] == pytest.approx((2.5 + 1.5) / 2)
 
     # Plain decoding: τ = 1, no drafting time.
-    assert t["ar"]["d1"]["tau_pooled"] == 1.0 and t["ar"]["d1"]["draft_ms"] == 0.0
+    assert t["plain"]["d1"]["tau_pooled"] == 1.0 and t["plain"]["d1"]["draft_ms"] == 0.0
 
     # POSS-2 over EAGLE: τ 4 vs 2.5 (+60%) on d1, 3 vs 1.5 (+100%) on d2; speed 34/22 and 17/10 on d1.
     v = agg["vs_eagle"]["poss2"]
@@ -122,8 +122,8 @@ def test_aggregation_of_known_records_gives_known_tables():
 def test_markdown_and_summary_show_the_tables(tmp_path):
     records = known_records()
     meta = {"preset": "unit", "command": "python -m poss_core.bench --unit", "labels": {"poss2": "POSS-2"}}
-    identity = {"reference": "ar", "checked": 12, "mismatches": []}  # (these made-up answers differ in length)
-    paths = br.write_outputs(tmp_path, records, meta, DEPTH, identity, plotlyjs="cdn")
+    identity = {"reference": "plain", "checked": 12, "mismatches": []}  # (these made-up answers differ in length)
+    paths = report.write_outputs(tmp_path, records, meta, DEPTH, identity, plotlyjs="cdn")
     md = paths["markdown"].read_text()
     assert "Identity check PASSED" in md
     assert "1.13× ± 0.89" in md  # eagle's d1 speed-up, mean ± sample std over the two runs
@@ -138,16 +138,16 @@ def test_markdown_and_summary_show_the_tables(tmp_path):
     assert summary["table"]["eagle"]["d1"]["tau_pooled"] == pytest.approx(2.5)
     html = paths["html"].read_text()
     assert "<table>" in html and "python -m poss_core.bench --unit" in html
-    pytest.importorskip("app.charts")
+    pytest.importorskip("plotly")
     assert "Conditional pos-acc by position" in html and "plotly" in html.lower()
 
 
 def test_records_survive_a_round_trip_through_json(tmp_path):
     records = known_records()
-    paths = br.write_outputs(tmp_path, records, {"preset": "unit"}, DEPTH, plotlyjs="cdn")
-    back = br.read_records(paths["records"])
+    paths = report.write_outputs(tmp_path, records, {"preset": "unit"}, DEPTH, plotlyjs="cdn")
+    back = bench_records.read_records(paths["records"])
     assert [r.token_ids for r in back] == [r.token_ids for r in records]
-    a, b = br.aggregate(records, DEPTH), br.aggregate(back, DEPTH)
+    a, b = analysis.aggregate(records, DEPTH), analysis.aggregate(back, DEPTH)
     for m in a["methods"]:
         for s in a["datasets"] + ["overall"]:
             for key in ("tau_pooled", "tokens_per_s", "speedup", "pos_acc", "accept_hist", "draft_ms"):
@@ -159,24 +159,24 @@ def test_light_events_keep_the_accepted_path_and_every_depth():
              DraftNode(13, 0, 2, -0.2, 0.9, 1), DraftNode(14, 3, 3, -0.4, 0.8, 2)]
     e = RoundEvent(round=1, nodes=nodes, accepted=[1], bonus=3, target_probs=[0.1, 0.2, 0.3, 0.4, 0.5],
                    feature_deviation=[FeatureDeviation(1.0, 0.1)], draft_ms=1, verify_ms=1, new_tokens=3, wall_ms=3)
-    light = br.light_event(e)
+    light = bench_records.light_event(e)
     assert [n.token for n in light.nodes] == [11, 12, 14]  # the path (node 1), then the first node of depths 2, 3
     assert light.accepted == [0] and light.accept_len == 1 and light.target_probs == [0.2, 0.3, 0.5]
     assert [n.parent for n in light.nodes] == [-1, 0, -1]
 
 
 def test_identity_check_compares_token_for_token():
-    a = rec(0, "ar", "d", events([0, 0], 1.0, spec=False), tokens=[1, 2, 3])
+    a = rec(0, "plain", "d", events([0, 0], 1.0, spec=False), tokens=[1, 2, 3])
     good = rec(0, "eagle", "d", events([2], 1.0), tokens=[1, 2, 3])
     bad = rec(0, "poss2", "d", events([2], 1.0), tokens=[1, 9, 3])
     short = rec(0, "poss3", "d", events([1], 1.0), tokens=[1, 2])
-    result = br.identity_check([a, good, bad, short])
-    assert result["reference"] == "ar" and result["checked"] == 3
+    result = analysis.identity_check([a, good, bad, short])
+    assert result["reference"] == "plain" and result["checked"] == 3
     got = {m["method"]: m for m in result["mismatches"]}
     assert set(got) == {"poss2", "poss3"}
     assert got["poss2"]["index"] == 1 and got["poss2"]["got"] == 9 and got["poss2"]["want"] == 2
     assert got["poss3"]["index"] == 2 and got["poss3"]["got"] is None
-    assert "IDENTITY CHECK FAILED" in br.identity_banner(result)
+    assert "IDENTITY CHECK FAILED" in report.identity_banner(result)
 
 
 class BrokenDecoder(SpeculativeDecoder):
@@ -196,28 +196,28 @@ class BrokenDecoder(SpeculativeDecoder):
             yield from super().generate(input_ids, cancel)
 
 
-QUESTIONS = [bench.Question("mt", 81, "writing", ["Write a haiku about rain.", "Now make it rhyme."]),
-             bench.Question("qa", 1, "qa", ["Who wrote Hamlet?"])]
+QUESTIONS = [runner.Question("mt", 81, "writing", ["Write a haiku about rain.", "Now make it rhyme."]),
+             runner.Question("qa", 1, "qa", ["Who wrote Hamlet?"])]
 
 
 def test_identity_check_catches_a_broken_decoder(tiny_target):
     cfg = DecodeConfig(max_new_tokens=12, tree_budget=8)
     draft = random_draft(tiny_target, "eagle", depth=cfg.depth)
-    methods = [bench.Method("ar", "plain", PlainDecoder(tiny_target, cfg)),
-               bench.Method("eagle", "EAGLE", SpeculativeDecoder(tiny_target, draft, cfg)),
-               bench.Method("broken", "broken", BrokenDecoder(tiny_target, draft, cfg))]
-    records, skipped = bench.run_questions(methods, tiny_target, QUESTIONS, 1, cfg, progress=False)
+    methods = [runner.BenchLane("plain", "plain", PlainDecoder(tiny_target, cfg)),
+               runner.BenchLane("eagle", "EAGLE", SpeculativeDecoder(tiny_target, draft, cfg)),
+               runner.BenchLane("broken", "broken", BrokenDecoder(tiny_target, draft, cfg))]
+    records, skipped = runner.run_questions(methods, tiny_target, QUESTIONS, 1, cfg, progress=False)
     assert not skipped and len(records) == 3 * 3
-    result = br.identity_check(records)
+    result = analysis.identity_check(records)
     assert result["checked"] == 6
     assert {m["method"] for m in result["mismatches"]} == {"broken"}
     assert len(result["mismatches"]) == 3  # every turn of the broken decoder
     first = [m for m in result["mismatches"] if m["turn"] == 0 and m["dataset"] == "mt"][0]
-    ref = next(r for r in records if r.method == "ar" and r.dataset == "mt" and r.turn == 0)
+    ref = next(r for r in records if r.method == "plain" and r.dataset == "mt" and r.turn == 0)
     # The broken bonus is the 3rd round's last token; the plain target's choice there is not a near-tie.
     assert first["want"] == ref.token_ids[first["index"]]
     assert first["got"] == (first["want"] + 1) % tiny_target.vocab_size
-    assert bench.diagnose_mismatch(tiny_target, ref.prompt_ids, ref.token_ids, first["index"]) > 1e-3
+    assert runner.diagnose_mismatch(tiny_target, ref.prompt_ids, ref.token_ids, first["index"]) > 1e-3
 
 
 @pytest.fixture()
@@ -236,16 +236,16 @@ def eval_files(tmp_path):
 
 
 def test_cli_reports_a_broken_decoder_loudly(tiny_target, eval_files, tmp_path, monkeypatch, capsys):
-    real_make = bench.make_methods
+    real_make = runner.make_lanes
 
     def with_broken(args, preset, target, names, base_cfg, *rest):
         methods = real_make(args, preset, target, names, base_cfg, *rest)
         draft = random_draft(target, "eagle", depth=base_cfg.depth)
-        return methods + [bench.Method("broken", "broken decoder", BrokenDecoder(target, draft, base_cfg))]
+        return methods + [runner.BenchLane("broken", "broken decoder", BrokenDecoder(target, draft, base_cfg))]
 
-    monkeypatch.setattr(bench, "make_methods", with_broken)
+    monkeypatch.setattr(runner, "make_lanes", with_broken)
     out = tmp_path / "res"
-    rc = bench.main(["--preset", "tiny-random", "--methods", "ar", "--data", str(eval_files / "qa.jsonl"),
+    rc = cli.main(["--preset", "tiny-random", "--methods", "ar", "--data", str(eval_files / "qa.jsonl"),
                      "--max-new-tokens", "16", "--runs", "1", "--tree-budget", "8", "--no-progress",
                      "--no-hf-generate", "--out", str(out)])
     assert rc == 3
@@ -261,15 +261,15 @@ def test_cli_reports_a_broken_decoder_loudly(tiny_target, eval_files, tmp_path, 
 @pytest.mark.slow  # the benchmark CLI end to end
 def test_cli_on_tiny_random_writes_spec_bench_jsonl(eval_files, tmp_path):
     out = tmp_path / "res"
-    rc = bench.main(["--preset", "tiny-random", "--methods", "ar,eagle,poss2", "--data", str(eval_files / "*.jsonl"),
+    rc = cli.main(["--preset", "tiny-random", "--methods", "ar,eagle,poss2", "--data", str(eval_files / "*.jsonl"),
                      "--limit", "1", "--max-new-tokens", "12", "--runs", "2", "--tree-budget", "8",
                      "--no-progress", "--plotlyjs", "cdn", "--out", str(out)])
     assert rc == 0
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["methods"] == ["ar", "ar-hf", "eagle", "poss2"]
+    assert summary["methods"] == ["plain", "plain-hf", "eagle", "poss2"]
     assert summary["datasets"] == ["mt_bench", "qa"]
     assert summary["identity"]["checked"] == 3 * 2 * (2 + 1) and not summary["identity"]["mismatches"]
-    records = br.read_records(out / "records.jsonl")
+    records = bench_records.read_records(out / "records.jsonl")
     for method in summary["methods"]:
         rows = [json.loads(line) for line in (out / f"{method}.jsonl").read_text().splitlines()]
         assert [(r["dataset"], r["question_id"]) for r in rows] == [("mt_bench", 81), ("qa", 1)]
@@ -287,7 +287,7 @@ def test_cli_on_tiny_random_writes_spec_bench_jsonl(eval_files, tmp_path):
                 assert c["new_tokens"] == [r.new_tokens for r in sorted(mine, key=lambda r: r.turn)]
                 # Spec-Bench's accept_lengths: tokens per draft round (accepted + bonus); plain decoding makes 1.
                 assert all(a >= 1 for a in c["accept_lengths"])
-                if method.startswith("ar"):
+                if method.startswith("plain"):
                     assert set(c["accept_lengths"]) == {1}
                 assert sum(c["accept_lengths"]) + n_turns >= sum(c["new_tokens"])
         # τ in the tables is the mean of Spec-Bench's accept_lengths over all questions and runs.
@@ -306,7 +306,7 @@ def test_tree_budget_auto_on_tiny_random(eval_files, tmp_path, monkeypatch):
             "--max-new-tokens", "12", "--runs", "1", "--tree-budget", "auto", "--calibration-prompts", "1",
             "--calibration-data", str(prompts),
             "--calibration-tokens", "12", "--max-tree-budget", "24", "--no-progress", "--no-hf-generate", "--plotlyjs", "cdn", "--out", str(out)]
-    assert bench.main(args) == 0
+    assert cli.main(args) == 0
     curves = json.loads((tmp_path / "cache" / "forward_curves.json").read_text())
     assert len(curves) == 1
     summary = json.loads((out / "summary.json").read_text())
@@ -315,7 +315,7 @@ def test_tree_budget_auto_on_tiny_random(eval_files, tmp_path, monkeypatch):
     assert "calibration" in choice["profile_source"]
     assert choice["depth"] >= 1 and {r["depth"] for r in choice["table"]} >= {1}  # shallower trees were considered
     assert "on 1 prompt(s)" in choice["profile_source"]
-    row = br.chosen_row(choice)
+    row = analysis.chosen_row(choice)
     assert row is not None and row["tokens_per_s"] == pytest.approx(choice["expected_tokens_per_s"])
     report = (out / "report.md").read_text()
     assert f"auto (calibrated on first 1 prompts of {prompts}, 12 new tokens each): poss2 → depth {choice['depth']}, " \
@@ -327,26 +327,26 @@ def test_auto_expectation_compares_the_chosen_row_with_what_was_measured():
              {"depth": 6, "budget": 12, "depth_stop": 0.2, "tau": 2.4, "round_ms": 28.0, "tokens_per_s": 85.7},
              {"depth": 6, "budget": 16, "depth_stop": 0.2, "tau": 2.6, "round_ms": 32.0, "tokens_per_s": 81.3}]
     choice = {"budget": 12, "depth": 6, "depth_stop": 0.2, "plain_tokens_per_s": 50.0, "table": table}
-    assert br.chosen_row(choice) is table[1]
-    agg = {"methods": ["ar", "eagle"], "table": {
-        "ar": {br.OVERALL: {"tau_pooled": 1.0, "round_ms": 22.0, "tokens_per_s": 40.0}},
-        "eagle": {br.OVERALL: {"tau_pooled": 2.2, "round_ms": 35.0, "tokens_per_s": 55.0}}}}
+    assert analysis.chosen_row(choice) is table[1]
+    agg = {"methods": ["plain", "eagle"], "table": {
+        "plain": {analysis.OVERALL: {"tau_pooled": 1.0, "round_ms": 22.0, "tokens_per_s": 40.0}},
+        "eagle": {analysis.OVERALL: {"tau_pooled": 2.2, "round_ms": 35.0, "tokens_per_s": 55.0}}}}
     meta = {"budget_choices": {"eagle": choice}, "labels": {"eagle": "EAGLE"}}
-    (row,) = br.auto_expectations(agg, meta)
+    (row,) = analysis.auto_expectations(agg, meta)
     assert row["expected_tau"] == 2.4 and row["tau"] == 2.2 and row["expected_round_ms"] == 28.0
     assert row["rounds_only_tokens_per_s"] == pytest.approx(1000 * 2.2 / 35.0) and row["tokens_per_s"] == 55.0
-    md = "\n".join(br.auto_expectation_section(agg, meta))
+    md = "\n".join(report.auto_expectation_section(agg, meta))
     assert "| EAGLE | 2.40 | 2.20 | 28.0 | 35.0 | 85.7 | 62.9 | 55.0 |" in md
-    assert "| plain (PlainDecoder) | 1.00 | 1.00 | 20.0 | 22.0 | 50.0 | 45.5 | 40.0 |" in md
-    assert br.auto_expectation_section(agg, {}) == []
+    assert "| Plain decoding (target only) | 1.00 | 1.00 | 20.0 | 22.0 | 50.0 | 45.5 | 40.0 |" in md
+    assert report.auto_expectation_section(agg, {}) == []
 
 
 def test_calibration_prompts_are_never_what_is_measured(eval_files, tmp_path):
     """`auto` calibrates on the built-in prompts or the user's own; eval/ files and the measured files are refused."""
-    parser = bench.build_parser()
+    parser = cli.build_parser()
 
     def texts(*extra):
-        return bench.calibration_texts(parser.parse_args(["--data", str(eval_files / "qa.jsonl"), *extra]))
+        return runner.calibration_texts(parser.parse_args(["--data", str(eval_files / "qa.jsonl"), *extra]))
 
     assert texts("--calibration-prompts", "2") == list(CALIBRATION_PROMPTS[:2])
     mine = tmp_path / "mine.jsonl"
@@ -373,30 +373,30 @@ def test_near_ties_are_told_from_real_mismatches():
           {"method": "eagle", "run": 0, "dataset": "d", "question_id": 1, "turn": 1, "index": 2, "got": 3, "want": 4},
           {"method": "poss2", "run": 0, "dataset": "d", "question_id": 2, "turn": 0, "index": 9, "got": 1, "want": 2,
            "margin": 4.0}]
-    identity = br.classify_mismatches({"reference": "ar", "checked": 6, "mismatches": ms}, 0.5, "bfloat16")
+    identity = analysis.classify_mismatches({"reference": "plain", "checked": 6, "mismatches": ms}, 0.5, "bfloat16")
     assert [m["method"] for m in identity["mismatches"]] == ["poss2"]
     assert [m["kind"] for m in identity["near_ties"]] == ["near-tie", "after an earlier turn's divergence"]
-    assert "IDENTITY CHECK FAILED" in br.identity_banner(identity)
-    only_ties = br.classify_mismatches({"reference": "ar", "checked": 6, "mismatches": ms[:2]}, 0.5, "bfloat16")
-    banner = br.identity_banner(only_ties)
+    assert "IDENTITY CHECK FAILED" in report.identity_banner(identity)
+    only_ties = analysis.classify_mismatches({"reference": "plain", "checked": 6, "mismatches": ms[:2]}, 0.5, "bfloat16")
+    banner = report.identity_banner(only_ties)
     assert banner.startswith("Identity check PASSED up to rounding: 4 of 6") and "bfloat16" in banner
-    strict = br.classify_mismatches({"reference": "ar", "checked": 6, "mismatches": ms[:2]}, 0.01, "float32")
+    strict = analysis.classify_mismatches({"reference": "plain", "checked": 6, "mismatches": ms[:2]}, 0.01, "float32")
     assert len(strict["mismatches"]) == 2 and not strict["near_ties"]
 
 
 def test_other_precision_plain_is_a_speed_baseline_not_an_identity_reference():
-    ar = rec(0, "ar", "d", events([0, 0], 1.0, spec=False), tokens=[1, 2, 3])
-    fp32 = rec(0, "ar-float32", "d", events([0, 0], 0.5, spec=False), tokens=[1, 9, 3])
+    plain = rec(0, "plain", "d", events([0, 0], 1.0, spec=False), tokens=[1, 2, 3])
+    fp32 = rec(0, "plain-float32", "d", events([0, 0], 0.5, spec=False), tokens=[1, 9, 3])
     eagle = rec(0, "eagle", "d", events([2], 1.0), tokens=[1, 2, 3])
-    assert br.identity_check([ar, fp32, eagle])["mismatches"] == []
-    agg = br.aggregate([ar, fp32, eagle], DEPTH)
-    assert agg["baseline"][br.OVERALL]["method"] == ["ar-float32"]  # the faster plain decoder sets the speed-up
-    assert "ar-float32" not in agg["vs_eagle"]
+    assert analysis.identity_check([plain, fp32, eagle])["mismatches"] == []
+    agg = analysis.aggregate([plain, fp32, eagle], DEPTH)
+    assert agg["baseline"][analysis.OVERALL]["method"] == ["plain-float32"]  # the faster plain decoder sets the speed-up
+    assert "plain-float32" not in agg["vs_eagle"]
 
 
 def test_overhead_measurement_times_the_lm_head_both_ways(tiny_target):
     draft = random_draft(tiny_target, "eagle", depth=4)
-    r = bench.measure_overhead(tiny_target, draft, DecodeConfig(depth=4, top_k=4, tree_budget=16), rounds=6,
+    r = overhead.measure_overhead(tiny_target, draft, DecodeConfig(depth=4, top_k=4, tree_budget=16), rounds=6,
                                warmup_rounds=1)
     assert r["rounds"] == 6 and r["all_rows"] == pytest.approx(r["nodes"] + 1)
     assert 1 <= r["head_rows"] < r["all_rows"] and r["head_ms"] > 0 and r["all_head_ms"] > 0
@@ -406,17 +406,17 @@ def test_overhead_measurement_times_the_lm_head_both_ways(tiny_target):
 
 def test_report_rebuilds_a_smaller_run_from_a_larger_ones_records(tmp_path):
     """`bench report FOLDER --limit N --out OTHER`: the first N questions of each dataset, tables recomputed."""
-    records = [rec(0, m, d, events(lens, 1.0, spec=m != "ar"), qid=q)
-               for d in ("d1", "d2") for q in (7, 3, 5) for m, lens in (("ar", [0] * 4), ("eagle", [q % 4, 1]))]
-    kept = br.first_questions(records, 2)
+    records = [rec(0, m, d, events(lens, 1.0, spec=m != "plain"), qid=q)
+               for d in ("d1", "d2") for q in (7, 3, 5) for m, lens in (("plain", [0] * 4), ("eagle", [q % 4, 1]))]
+    kept = bench_records.first_questions(records, 2)
     assert {(r.dataset, r.question_id) for r in kept} == {("d1", 7), ("d1", 3), ("d2", 7), ("d2", 3)}
-    identity = {"reference": "ar", "checked": 6, "near_ties": [],
+    identity = {"reference": "plain", "checked": 6, "near_ties": [],
                 "mismatches": [{"method": "eagle", "run": 0, "dataset": "d1", "question_id": 5, "turn": 0, "index": 2,
                                 "got": 9, "want": 5}]}
-    br.write_outputs(tmp_path / "big", records, {"preset": "unit"}, DEPTH, identity, plotlyjs="cdn")
+    report.write_outputs(tmp_path / "big", records, {"preset": "unit"}, DEPTH, identity, plotlyjs="cdn")
     with pytest.raises(PossError, match="--out"):
-        bench.report_main([str(tmp_path / "big"), "--limit", "2"])
-    assert bench.report_main([str(tmp_path / "big"), "--limit", "2", "--out", str(tmp_path / "small"),
+        cli.report_main([str(tmp_path / "big"), "--limit", "2"])
+    assert cli.report_main([str(tmp_path / "big"), "--limit", "2", "--out", str(tmp_path / "small"),
                               "--plotlyjs", "cdn"]) == 0
     small = json.loads((tmp_path / "small" / "summary.json").read_text())
     # eagle's accept lengths on questions 7 and 3 of both datasets: [3, 1] and [3, 1] -> τ (4 + 2) / 2 = 3

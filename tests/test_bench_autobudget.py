@@ -4,10 +4,11 @@ import json
 
 import pytest
 
-from poss_core.decoding import autobudget as ab
+from poss_core import autobudget as ab
+from poss_core.autobudget import calibration, timing
 from poss_core.decoding.config import DecodeConfig
 from poss_core.decoding.decoder import SpeculativeDecoder, encode_prompt
-from poss_core.decoding.events import DecodeSummary, DraftNode, RoundEvent
+from poss_core.events import DecodeSummary, DraftNode, RoundEvent
 from poss_core.models.loading import random_draft
 
 
@@ -161,7 +162,7 @@ def test_curve_is_measured_once_then_cached(tiny_target, tmp_path, monkeypatch):
     def no_measuring(*a, **k):
         raise AssertionError("the cached curve should be used")
 
-    monkeypatch.setattr(ab, "measure_forward_curve", no_measuring)
+    monkeypatch.setattr(timing, "measure_forward_curve", no_measuring)
     again = ab.load_or_measure_curve(tiny_target, path=path, log=lambda m: None)
     assert again == c
 
@@ -169,11 +170,11 @@ def test_curve_is_measured_once_then_cached(tiny_target, tmp_path, monkeypatch):
 def test_a_curve_measured_on_a_busy_machine_is_measured_again_once_it_is_quiet(tiny_target, tmp_path, monkeypatch):
     path, said = tmp_path / "curves.json", []
     kw = dict(path=path, sizes=(1, 4), repeats=1, context=16, log=said.append)
-    monkeypatch.setattr(ab, "machine_busy", lambda device=None: 2.3)  # e.g. a training job on both cores
+    monkeypatch.setattr(timing, "machine_busy", lambda device=None: 2.3)  # e.g. a training job on both cores
     busy = ab.load_or_measure_curve(tiny_target, **kw)
     assert busy.busy_load == 2.3 and any("busy" in m for m in said)
     assert ab.load_or_measure_curve(tiny_target, **kw) == busy  # still busy: the cached curve serves
-    monkeypatch.setattr(ab, "machine_busy", lambda device=None: 0.0)
+    monkeypatch.setattr(timing, "machine_busy", lambda device=None: 0.0)
     quiet = ab.load_or_measure_curve(tiny_target, **kw)
     assert quiet.busy_load == 0.0 and quiet.measured != busy.measured
     assert ab.load_or_measure_curve(tiny_target, **kw) == quiet
@@ -183,7 +184,7 @@ def test_a_curve_measured_on_a_busy_machine_is_measured_again_once_it_is_quiet(t
 def test_a_cached_budget_is_fitted_again_when_its_curve_is_measured_again(tiny_target, tmp_path, monkeypatch):
     calls = []
     real = ab.auto_tree_budget
-    monkeypatch.setattr(ab, "auto_tree_budget", lambda *a, **k: calls.append(1) or real(*a, **k))
+    monkeypatch.setattr(calibration, "auto_tree_budget", lambda *a, **k: calls.append(1) or real(*a, **k))
     path = tmp_path / "choices.json"
     cfg = DecodeConfig(depth=3, top_k=4, tree_budget=60, max_new_tokens=8)
     eagle = random_draft(tiny_target, "eagle", depth=3)
@@ -301,7 +302,7 @@ def test_the_apps_budget_choice_is_calibrated_once_per_draft_and_cached(tiny_tar
         calls.append(kwargs)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(ab, "auto_tree_budget", counting)
+    monkeypatch.setattr(calibration, "auto_tree_budget", counting)
     path, c = tmp_path / "choices.json", curve(lambda n: 5.0 + 0.5 * n)
     cfg = DecodeConfig(depth=4, top_k=4, tree_budget=60, max_new_tokens=16)
     eagle, poss = random_draft(tiny_target, "eagle", depth=4), random_draft(tiny_target, "poss2", depth=4)
@@ -320,9 +321,9 @@ def test_the_apps_budget_choice_is_calibrated_once_per_draft_and_cached(tiny_tar
 def test_machine_busy_reads_the_load_against_the_cores(monkeypatch):
     import torch
 
-    monkeypatch.setattr(ab.os, "cpu_count", lambda: 2)
-    monkeypatch.setattr(ab.os, "getloadavg", lambda: (2.1, 1.0, 0.5))
-    assert ab.machine_busy() == 2.1 and ab.machine_busy(torch.device("cpu")) == 2.1
-    assert ab.machine_busy(torch.device("meta")) == 0.0  # only a CPU's timings depend on the CPU load
-    monkeypatch.setattr(ab.os, "getloadavg", lambda: (1.0, 1.0, 1.0))  # the app's own one-thread decoding
-    assert ab.machine_busy() == 0.0
+    monkeypatch.setattr(timing.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(timing.os, "getloadavg", lambda: (2.1, 1.0, 0.5))
+    assert timing.machine_busy() == 2.1 and timing.machine_busy(torch.device("cpu")) == 2.1
+    assert timing.machine_busy(torch.device("meta")) == 0.0  # only a CPU's timings depend on the CPU load
+    monkeypatch.setattr(timing.os, "getloadavg", lambda: (1.0, 1.0, 1.0))  # the app's own one-thread decoding
+    assert timing.machine_busy() == 0.0

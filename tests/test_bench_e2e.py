@@ -56,7 +56,7 @@ def test_bench_limit_2_on_the_default_preset(tmp_path):
     assert "Identity check PASSED" in proc.stderr
     assert "decode/s" in proc.stderr or "s/decode" in proc.stderr  # the progress bar ran
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["methods"] == ["ar", "ar-hf", "eagle", "poss2"]
+    assert summary["methods"] == ["plain", "plain-hf", "eagle", "poss2"]
     assert summary["datasets"] == ["mt_bench", "gsm8k"]
     assert summary["identity"]["checked"] == 3 * (2 * 2 + 2) and summary["identity"]["mismatches"] == []
     for m in summary["methods"]:

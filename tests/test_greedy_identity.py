@@ -9,7 +9,7 @@ from helpers import greedy_reference
 
 from poss_core.decoding.config import DecodeConfig
 from poss_core.decoding.decoder import PlainDecoder, SpeculativeDecoder, encode_prompt
-from poss_core.decoding.events import DecodeSummary
+from poss_core.events import DecodeSummary
 from poss_core.models.loading import random_draft
 
 PROMPTS = ["Hi there, how are you?", "Write a poem about the sea.", "2 + 2 = ?"]

@@ -10,10 +10,11 @@ import torch
 
 from .. import metrics
 from ..errors import PromptError
+from ..events import DecodeSummary, DraftNode, FeatureDeviation, RoundEvent
 from ..models.draft import DraftModel, DraftState, check_draft_fits
 from ..models.target import TargetModel, causal_allowed, keep_cache_slots
 from .config import DecodeConfig
-from .events import DecodeSummary, DraftNode, FeatureDeviation, RoundEvent
+from .detokenizer import Detokenizer
 from .tree import DraftTree, build_tree
 from .tree import ms_since as _ms
 from .verify import SlotRows, target_distribution, verify_greedy, verify_sampling
@@ -34,23 +35,21 @@ def encode_prompt(tokenizer, prompt: str | Sequence[Message], use_chat_template:
 
 
 class _Stream:
-    """Collects emitted tokens, applies the stop rules, and turns tokens into text deltas.
-
-    Detokenization is incremental (a short window of recent tokens is decoded each round, as streaming servers do),
-    so a long answer costs O(round), not O(answer), per round; the stop round decodes everything once."""
+    """Collects emitted tokens, applies the stop rules (EOS, the token budget) and turns tokens into text deltas."""
 
     def __init__(self, tokenizer, eos_ids: set[int], max_new_tokens: int) -> None:
-        self.tokenizer = tokenizer
+        self.detok = Detokenizer(tokenizer)
         self.eos_ids = eos_ids
         self.max_new_tokens = max_new_tokens
-        self.ids: list[int] = []
-        self.text = ""
         self.stop_reason: str | None = None
-        self._prefix = 0  # window start: tokens before it are already text
-        self._read = 0  # tokens up to here are already in self.text
 
-    def _decode(self, ids: list[int]) -> str:
-        return self.tokenizer.decode(ids, skip_special_tokens=True) if self.tokenizer is not None else ""
+    @property
+    def ids(self) -> list[int]:
+        return self.detok.ids
+
+    @property
+    def text(self) -> str:
+        return self.detok.text
 
     def push(self, tokens: list[int]) -> tuple[list[int], str]:
         """Append a round's tokens (cut at EOS or the budget); return what was kept and its text."""
@@ -65,29 +64,11 @@ class _Stream:
                 break
         if self.stop_reason is None and len(self.ids) + len(kept) >= self.max_new_tokens:
             self.stop_reason = "max_new_tokens"
-        self.ids.extend(kept)
-        return kept, self._delta(final=self.stop_reason is not None)
+        return kept, self.detok.push(kept, final=self.stop_reason is not None)
 
     def finish(self) -> str:
         """Any text still held back (a cancelled or context-limited decode ends without a stop round)."""
-        return self._delta(final=True)
-
-    def _delta(self, final: bool) -> str:
-        if final:
-            full = self._decode(self.ids)
-            delta = full[len(self.text):] if full.startswith(self.text) else ""
-            self.text = full if full.startswith(self.text) else self.text + delta
-            self._prefix = self._read = len(self.ids)
-            return delta
-        before = self._decode(self.ids[self._prefix:self._read])
-        after = self._decode(self.ids[self._prefix:])
-        # Hold text back while it ends inside a multi-byte character.
-        if len(after) <= len(before) or after.endswith("\ufffd") or not after.startswith(before):
-            return ""
-        delta = after[len(before):]
-        self.text += delta
-        self._prefix, self._read = self._read, len(self.ids)
-        return delta
+        return self.detok.flush()
 
 
 class _BaseDecoder:
@@ -138,7 +119,7 @@ class _BaseDecoder:
 class PlainDecoder(_BaseDecoder):
     """The target alone, one token per forward: the baseline every lane is compared with."""
 
-    method = "ar"
+    method = "plain"
 
     @torch.inference_mode()
     def generate(self, input_ids: Sequence[int],

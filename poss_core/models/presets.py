@@ -18,7 +18,18 @@ class DraftRef:
 
     source: str  # local folder, "hub:<id>", or "random:<kind>"
     positions_per_specialist: int | None = None
-    label: str = ""
+    title: str = ""  # what the draft is, e.g. "POSS-2 (3 specialists)"
+    note: str = ""  # why a stand-in is used and what to do about it (a bundled draft not trained yet)
+
+    @property
+    def trained(self) -> bool:
+        """False for a random draft: what a draft knows before training (nothing)."""
+        return not self.source.startswith("random:")
+
+    @property
+    def label(self) -> str:
+        """The title with the note, for a CLI line that explains itself."""
+        return f"{self.title} ({self.note})" if self.note else self.title
 
 
 @dataclass(frozen=True)
@@ -45,8 +56,8 @@ def _bundled(name: str, n: int | None, label: str) -> DraftRef:
     folder = drafts_dir() / name
     if (folder / "model.safetensors").is_file():
         return DraftRef(str(folder), n, label)
-    return DraftRef(f"random:{name}", n, f"{label} (untrained: not in {folder.parent}; train it as the README's "
-                                         f"'Training drafts' says, or point POSS_DRAFTS_DIR at a run's drafts)")
+    return DraftRef(f"random:{name}", n, label, f"untrained: not in {folder.parent}; train it as the README's "
+                                                f"'Training drafts' says, or point POSS_DRAFTS_DIR at a run's drafts")
 
 
 def _smollm2() -> Preset:

@@ -1,5 +1,5 @@
-"""`--tree-budget auto`: measure the target's forward time against the number of verified tokens (once per device and
-model, cached as JSON), and pick the tree budget that maximises expected tokens per second for a draft.
+"""The cost model of `--tree-budget auto`: expected tokens per second of a tree budget (and depth, and dynamic depth
+stop) for a draft, from a measured forward-time curve and an acceptance profile; pure functions, no model.
 
 Expected tokens/s at budget B = τ(B) / (draft_ms + forward_ms(B) + head(B) + fixed_ms) where
 - forward_ms(B) is the measured curve: the verify forward over B tokens up to the hidden states, at a 256-token
@@ -35,250 +35,26 @@ Expected tokens/s at budget B = τ(B) / (draft_ms + forward_ms(B) + head(B) + fi
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import platform
-import random
 import statistics
-import sys
-import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
-from datetime import datetime, timezone
-from pathlib import Path
-
-import torch
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
 
 from .. import metrics
-from ..models.target import TargetModel, causal_allowed, truncate_cache_layer
-from .config import DecodeConfig
-from .events import RoundEvent
-from .tree import stop_threshold
+from ..decoding.tree import stop_threshold
+from ..events import RoundEvent
+
+if TYPE_CHECKING:
+    from .timing import ForwardCurve
 
 CANDIDATE_BUDGETS = (2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 40, 48, 60, 64, 80, 96, 128)
 MAX_BUDGET = 96
 # Dynamic depth stops `auto` considers (0: every round drafts the full depth; see DecodeConfig.depth_stop).
 DEPTH_STOPS = (0.0, 0.05, 0.1, 0.15, 0.2, 0.3)
-CURVE_CONTEXT = 256
 DEFAULT_POS_ACC = (0.920, 0.784, 0.717, 0.671)  # EAGLE-2, reference §6; later positions use DEFAULT_TAIL
 DEFAULT_TAIL = 0.65
 DEFAULT_MISS = 0.4  # coverage heuristic: each further kept candidate catches 60% of what is left
-# Written for calibration (chat, code, arithmetic, a fact, a summary, an instruction); never the evaluation sets.
-CALIBRATION_PROMPTS = (
-    "Explain why the sky is blue in a short paragraph.",
-    "Write a Python function that returns the n-th Fibonacci number.",
-    "A baker makes 24 rolls in the morning and twice as many in the afternoon. How many rolls does he make a day?",
-    "Who wrote the novel Pride and Prejudice, and when was it published?",
-    "Summarize in two sentences: The town council voted on Tuesday to build a new library next to the park. "
-    "Construction starts in spring and should take eighteen months.",
-    "Give three tips for staying focused while studying.",
-)
-
-
-# ----- the forward-time curve ------------------------------------------------------------------------------------
-@dataclass
-class ForwardCurve:
-    """Median milliseconds of one target forward over n new tokens (hidden states only), and of the LM head plus
-    greedy post-processing over n rows, at a fixed context length; both non-decreasing in n."""
-
-    key: str
-    sizes: list[int]
-    ms: list[float]
-    context: int
-    measured: str = ""
-    post_ms: list[float] | None = None
-    busy_load: float = 0.0  # the CPU load average when it was measured, if other work kept the CPU busy (else 0)
-
-    def due_again(self, device: torch.device | None = None) -> bool:
-        """Measured while the machine was busy, and it is quiet now: measure again (and refit what used it)."""
-        return bool(self.busy_load) and not machine_busy(device)
-
-    @staticmethod
-    def _interp(xs: list[int], ys: list[float], n: float) -> float:
-        """Piecewise-linear interpolation; beyond the last size, the last segment's slope."""
-        if n <= xs[0]:
-            return ys[0]
-        for (x0, y0), (x1, y1) in zip(zip(xs, ys), zip(xs[1:], ys[1:])):
-            if n <= x1:
-                return y0 + (y1 - y0) * (n - x0) / (x1 - x0)
-        if len(xs) == 1:
-            return ys[-1]
-        slope = (ys[-1] - ys[-2]) / (xs[-1] - xs[-2])
-        return ys[-1] + slope * (n - xs[-1])
-
-    def at(self, n: float) -> float:
-        """The forward's milliseconds for n verified tokens."""
-        return self._interp(self.sizes, self.ms, n)
-
-    def post_at(self, n: float) -> float:
-        """The LM head and post-processing milliseconds for n rows (0 for curves measured without it)."""
-        return self._interp(self.sizes, self.post_ms, n) if self.post_ms else 0.0
-
-    def to_json(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, obj: dict) -> "ForwardCurve":
-        post = obj.get("post_ms")
-        return cls(key=obj["key"], sizes=[int(s) for s in obj["sizes"]], ms=[float(m) for m in obj["ms"]],
-                   context=int(obj["context"]), measured=obj.get("measured", ""),
-                   post_ms=[float(m) for m in post] if post else None, busy_load=float(obj.get("busy_load", 0.0)))
-
-
-def non_decreasing(values: Sequence[float]) -> list[float]:
-    """The closest non-decreasing sequence in least squares (pool adjacent violators)."""
-    blocks: list[list[float]] = []  # [mean, count]
-    for v in values:
-        blocks.append([float(v), 1.0])
-        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
-            (m1, c1), (m2, c2) = blocks[-2], blocks[-1]
-            blocks[-2:] = [[(m1 * c1 + m2 * c2) / (c1 + c2), c1 + c2]]
-    return [m for m, c in blocks for _ in range(int(c))]
-
-
-def device_description(device: torch.device) -> str:
-    """The hardware a timing belongs to: GPU name, or CPU model, core count and torch threads."""
-    if device.type == "cuda":
-        return f"cuda:{torch.cuda.get_device_name(device)}"
-    name = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            name = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), name)
-    except OSError:
-        pass
-    return f"{device.type}:{name}, {os.cpu_count()} cores, {torch.get_num_threads()} torch threads"
-
-
-# What a curve measures; a curve cached under another version measured something else and is measured again.
-CURVE_VERSION = "verify v2: forward to hidden states + LM head on the rows read"
-
-
-def curve_key(target: TargetModel) -> str:
-    """Device + model shape + dtype + quantization + torch version: what a forward's cost depends on."""
-    c = target.config
-    model = (f"{getattr(c, 'model_type', '?')} h{target.hidden_size} l{getattr(c, 'num_hidden_layers', '?')} "
-             f"a{getattr(c, 'num_attention_heads', '?')}/{getattr(c, 'num_key_value_heads', '?')} "
-             f"i{getattr(c, 'intermediate_size', '?')} v{target.vocab_size}")
-    return (f"{device_description(target.device)} | {model} | {target.dtype} {target.quantization} | "
-            f"torch {torch.__version__} | {CURVE_VERSION}")
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def machine_busy(device: torch.device | None = None) -> float:
-    """The 1-minute load average if other work keeps this machine's CPUs busy, else 0.0. Timings taken then are
-    too slow and would be cached as this machine's, so a curve measured busy is measured again once it is quiet.
-    (The app's own decoding uses half the cores, below the threshold; a GPU's forward is not measured this way.)"""
-    if device is not None and device.type != "cpu":
-        return 0.0
-    try:
-        load = os.getloadavg()[0]
-    except (OSError, AttributeError):  # no load average on this platform: assume quiet
-        return 0.0
-    return load if load >= max(1.25, 0.75 * (os.cpu_count() or 1)) else 0.0
-
-
-@torch.inference_mode()
-def measure_forward_curve(target: TargetModel, sizes: Sequence[int] = CANDIDATE_BUDGETS, context: int = CURVE_CONTEXT,
-                          repeats: int = 5, seed: int = 0) -> ForwardCurve:
-    """Time the verify forward (n tokens after a `context`-token cache, to the hidden states) and the LM head with
-    greedy post-processing over n rows, for each n; sizes are visited in a shuffled order per repeat so drift in
-    machine speed spreads over all of them; the median is kept."""
-    sizes = sorted({int(s) for s in sizes if s >= 1} | {1})
-    busy = machine_busy(target.device)  # read before our own work adds to the load
-    context = max(1, min(context, target.max_context - max(sizes) - 1))
-    gen = torch.Generator().manual_seed(seed)
-    vocab = target.vocab_size
-    cache = target.new_cache()
-    target.forward(torch.randint(0, vocab, (context,), generator=gen), torch.arange(context),
-                   causal_allowed(context, 0), cache, logits="none")
-    layers = len(cache.layers)
-
-    def once(n: int) -> tuple[float, float]:
-        tokens = torch.randint(0, vocab, (n,), generator=gen)
-        _sync(target.device)
-        t0 = time.perf_counter()
-        out = target.forward(tokens, context + torch.arange(n), causal_allowed(n, context), cache, logits="none")
-        _sync(target.device)
-        t1 = time.perf_counter()
-        # What greedy verification does per row it reads: the LM head, to the CPU, argmax, log-normaliser.
-        logits = target.logits(out.hidden)
-        logits.argmax(dim=-1)
-        torch.logsumexp(logits, dim=-1)
-        t2 = time.perf_counter()
-        for i in range(layers):
-            truncate_cache_layer(cache, i, context)
-        return (t1 - t0) * 1000.0, (t2 - t1) * 1000.0
-
-    for n in (1, max(sizes), 1):  # warm-up
-        once(n)
-    times: dict[int, list[tuple[float, float]]] = {n: [] for n in sizes}
-    rng = random.Random(seed)
-    for _ in range(repeats):
-        order = list(sizes)
-        rng.shuffle(order)
-        for n in order:
-            times[n].append(once(n))
-    forward = [statistics.median(t[0] for t in times[n]) for n in sizes]
-    post = [statistics.median(t[1] for t in times[n]) for n in sizes]
-    return ForwardCurve(key=curve_key(target), sizes=sizes, ms=non_decreasing(forward), context=context,
-                        measured=datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
-                        post_ms=non_decreasing(post), busy_load=busy)
-
-
-def curve_cache_path() -> Path:
-    from ..models.default_model import cache_root
-
-    return cache_root() / "forward_curves.json"
-
-
-def load_or_measure_curve(target: TargetModel, path: Path | None = None, remeasure: bool = False,
-                          log=None, **measure_kwargs) -> ForwardCurve:
-    """The cached curve for this device and model, or a fresh measurement (saved for next time)."""
-    path = Path(path) if path is not None else curve_cache_path()
-    key = curve_key(target)
-    store = read_store(path)
-    say = log or _say
-    if not remeasure and key in store:
-        cached = ForwardCurve.from_json(store[key])
-        if not cached.due_again(target.device):
-            return cached
-        say(f"the cached forward-time curve was measured while the machine was busy (load {cached.busy_load:.1f}); "
-            f"measuring it again now that it is quiet")
-    say(f"measuring the target's forward time vs verified tokens once for this device ({key}) ...")
-    curve = measure_forward_curve(target, **measure_kwargs)
-    if curve.busy_load:
-        say(f"the machine is busy (load {curve.busy_load:.1f} on {os.cpu_count()} cores): these timings are too slow, "
-            f"and they are measured again the first time it is quiet")
-    write_store(path, key, curve.to_json())
-    say(f"forward-time curve saved to {path}")
-    return curve
-
-
-def _say(msg: str) -> None:
-    print(f"[poss] {msg}", file=sys.stderr, flush=True)
-
-
-def read_store(path: Path) -> dict:
-    """A JSON cache file as a dict (empty when missing or unreadable: a cache is never worth an error)."""
-    try:
-        return json.loads(path.read_text()) if path.is_file() else {}
-    except (OSError, ValueError):
-        return {}
-
-
-def write_store(path: Path, key: str, value) -> None:
-    """Set one entry of a JSON cache file (re-read first, so other entries written meanwhile are kept)."""
-    store = read_store(path)
-    store[key] = value
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(store, indent=1))
-    tmp.replace(path)
 
 
 # ----- acceptance profiles ---------------------------------------------------------------------------------------
@@ -319,7 +95,7 @@ def head_reads_by_budget(event: RoundEvent, max_budget: int,
     return reads
 
 
-def head_ms(curve: "ForwardCurve", reads: Sequence[tuple[int, int]], slots: Sequence[int]) -> tuple[float, str]:
+def head_ms(curve: ForwardCurve, reads: Sequence[tuple[int, int]], slots: Sequence[int]) -> tuple[float, str]:
     """Mean LM-head milliseconds per round over calibration rounds, (children, leaf) reads and slots per round, the
     cheaper of verification's two ways and its name: "read" (one call over the slots with children, a second
     one-row call when acceptance stops at a leaf) or "all" (every slot in one call; on a CPU the head's cost is
@@ -536,115 +312,3 @@ def choose_budget(curve: ForwardCurve, profile: AcceptanceProfile, draft_ms: flo
                         draft_ms=best["draft_ms"], fixed_ms=fixed_ms, table=table,
                         depth=best["depth"] if choose_depth else None, depth_stop=best["depth_stop"],
                         head_rows=best["head_rows"])
-
-
-def calibrate(target: TargetModel, draft, config: DecodeConfig, prompts: Sequence[Sequence[int]],
-              max_budget: int = MAX_BUDGET, max_new_tokens: int = 48) -> tuple[list[RoundEvent], int]:
-    """Decode the prompts at the largest budget considered; return every event and that budget."""
-    from .decoder import SpeculativeDecoder
-    from .events import DecodeSummary
-
-    budget = max(2, min(max_budget, max_useful_budget(config.depth, config.top_k)))
-    # Every round drafts the full depth: what a dynamic depth stop would have cut is read off these rounds.
-    cfg = replace(config, tree_budget=budget, max_new_tokens=max_new_tokens, depth_stop=0.0, head_rows="read")
-    decoder = SpeculativeDecoder(target, draft, cfg)
-    events: list[RoundEvent] = []
-    for ids in prompts:
-        for item in decoder.generate(list(ids)):
-            if not isinstance(item, DecodeSummary):
-                events.append(item)
-    return events, budget
-
-
-def auto_tree_budget(target: TargetModel, draft, config: DecodeConfig, prompts: Sequence[Sequence[int]] | None = None,
-                     profile: str = "calibrate", max_budget: int = MAX_BUDGET, calibration_tokens: int = 48,
-                     curve: ForwardCurve | None = None, remeasure: bool = False, log=None,
-                     choose_depth: bool = True, depth_stops: Sequence[float] = DEPTH_STOPS) -> BudgetChoice:
-    """Pick the tree budget (and, with `choose_depth`, a depth up to the configured one; and a dynamic depth stop
-    among `depth_stops`) for this target, draft and hardware (see the module docstring).
-
-    `prompts` are token-id lists for the calibration decode (default: built-in prompts, never the evaluation sets);
-    `profile="default"` keeps the calibration's timings but takes τ(B) from the default profile."""
-    from .decoder import encode_prompt
-
-    if profile not in ("calibrate", "default"):
-        raise ValueError(f"profile={profile!r}: use 'calibrate' or 'default'")
-    curve = curve or load_or_measure_curve(target, remeasure=remeasure, log=log)
-    if prompts is None:
-        prompts = [encode_prompt(target.tokenizer, p) for p in CALIBRATION_PROMPTS]
-    events, budget = calibrate(target, draft, config, prompts, max_budget, calibration_tokens)
-    split = metrics.time_split(events)
-    draft_ms: float | dict[int, float] = split["draft_ms"] if not math.isnan(split["draft_ms"]) else 0.0
-    by_depth = draft_ms_by_depth(events)
-    if by_depth:
-        draft_ms = by_depth
-    overhead_ms = split["overhead_ms"] if not math.isnan(split["overhead_ms"]) else 0.0
-    prof = (profile_from_events(events, budget, config.depth, len(prompts)) if profile == "calibrate"
-            else default_profile(config.depth, budget))
-    # The measured overhead is the engine's own (argmax over a few rows, the cache commit, events): the LM head, a
-    # leaf's second call included, counts as verify time, which `head_ms` costs per tree from the curve instead.
-    fixed_ms = overhead_ms
-    choice = choose_budget(curve, prof, draft_ms, fixed_ms, depth=config.depth, top_k=config.top_k,
-                           choose_depth=choose_depth, depth_stops=depth_stops)
-    choice.curve_measured = curve.measured
-    return choice
-
-
-# ----- a cached choice per draft (the app) ------------------------------------------------------------------------
-def draft_fingerprint(draft) -> str:
-    """Identifies a draft's trained weights cheaply: its kind and a hash of its fc layer."""
-    import hashlib
-
-    digest = hashlib.sha1(draft.fc.weight.detach().float().cpu().numpy().tobytes()).hexdigest()[:12]
-    return f"{draft.spec.label} fc:{digest}"
-
-
-def choice_cache_path() -> Path:
-    from ..models.default_model import cache_root
-
-    return cache_root() / "auto_budgets.json"
-
-
-def cached_choice_key(target: TargetModel, draft, config: DecodeConfig) -> str:
-    # "stops", "rows": choices cached before the depth stop and the LM-head reading were chosen are fitted again.
-    return (f"{curve_key(target)} | {draft_fingerprint(draft)} | depth {config.depth} top_k {config.top_k} | stops"
-            f" | rows")
-
-
-def known_budget_choice(target: TargetModel, draft, config: DecodeConfig, path: Path | None = None,
-                        curve: ForwardCurve | None = None) -> BudgetChoice | None:
-    """The cached choice for this hardware, target, draft, depth and top_k, if one was calibrated before on the
-    forward-time curve in use (`curve`, else the cached one; none if that is missing or due to be measured again)."""
-    path = Path(path) if path is not None else choice_cache_path()
-    known = read_store(path).get(cached_choice_key(target, draft, config))
-    if known is None:
-        return None
-    if curve is None:
-        stored = read_store(curve_cache_path()).get(curve_key(target))
-        if stored is None:
-            return None
-        curve = ForwardCurve.from_json(stored)
-        if curve.due_again(target.device):
-            return None
-    choice = BudgetChoice(**known)
-    return choice if choice.curve_measured == curve.measured else None
-
-
-def cached_budget_choice(target: TargetModel, draft, config: DecodeConfig, path: Path | None = None,
-                         calibration_prompts: int = 3, calibration_tokens: int = 32, log=None,
-                         **auto_kwargs) -> BudgetChoice:
-    """The tree budget for this hardware, target, draft, depth and top_k, at the configured depth (the app keeps the
-    depth the user chose: the tree and the per-position charts are what it shows). Calibrated once (a few seconds
-    to a minute on a CPU) and cached as JSON beside the forward-time curve."""
-    from .decoder import encode_prompt
-
-    known = known_budget_choice(target, draft, config, path, curve=auto_kwargs.get("curve"))
-    if known is not None:
-        return known
-    path = Path(path) if path is not None else choice_cache_path()
-    prompts = [encode_prompt(target.tokenizer, p) for p in CALIBRATION_PROMPTS[:calibration_prompts]]
-    (log or _say)(f"fitting the tree budget of {draft.spec.label} to this machine (once) ...")
-    choice = auto_tree_budget(target, draft, config, prompts=prompts, calibration_tokens=calibration_tokens,
-                              log=log, choose_depth=False, **auto_kwargs)
-    write_store(path, cached_choice_key(target, draft, config), choice.to_json())
-    return choice

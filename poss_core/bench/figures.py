@@ -1,4 +1,4 @@
-"""Plotly figures of runs (label -> RoundEvents): pure functions shared by the app and the benchmark's HTML report.
+"""Plotly figures of runs (label -> RoundEvents): pure functions drawn by the app and the benchmark's HTML report.
 
 Every number drawn comes from `poss_core.metrics`; this module only lays it out. Each chart names its sample size
 (rounds, or accepted positions) so nobody reads noise as a result.
@@ -12,17 +12,15 @@ from collections.abc import Mapping, Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from poss_core import metrics
-from poss_core.decoding.events import RoundEvent
+from .. import metrics
+from ..events import RoundEvent
+from ..methods import OKABE_ITO, PLAIN_COLOR
 
 Runs = Mapping[str, Sequence[RoundEvent]]
 
-# Okabe-Ito: distinguishable with the common colour-vision deficiencies, and mid-bright enough for dark backgrounds.
-OKABE_ITO = ["#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#D55E00", "#CC79A7", "#999999"]
 # Specialists (draft layer groups): one categorical colour each, the same as the token view (vermillion is kept
 # for the target's own tokens and the accepted path).
 SPECIALIST_COLORS = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#F0E442", "#8C6BB1", "#999999"]
-PLAIN_COLOR = "#999999"
 TARGET_COLOR = "#D55E00"
 # Mid-grey text and faint grids read on both the light and the dark Gradio theme (figures have no background).
 FONT_COLOR = "#8a8f98"
@@ -36,11 +34,15 @@ def specialist_color(specialist: int) -> str:
     return SPECIALIST_COLORS[specialist % len(SPECIALIST_COLORS)]
 
 
-def run_colors(labels: Sequence[str], plain: Sequence[str] = ()) -> dict[str, str]:
-    """A colour per run label, in order; runs named in `plain` (no draft) get grey."""
+def run_colors(labels: Sequence[str], plain: Sequence[str] = (),
+               known: Mapping[str, str] | None = None) -> dict[str, str]:
+    """A colour per run label: the `known` ones (the methods' own colours), then the next free Okabe-Ito colour in
+    order; runs named in `plain` (no draft) get grey."""
     out, i = {}, 0
     for label in labels:
-        if label in plain:
+        if known and label in known:
+            out[label] = known[label]
+        elif label in plain:
             out[label] = PLAIN_COLOR
         else:
             out[label] = OKABE_ITO[i % (len(OKABE_ITO) - 1)]
@@ -114,7 +116,7 @@ def pos_acc_figure(runs: Runs, conditional: bool = True,
         "Position-wise acceptance, unconditional"
     if not drafted:
         return empty_figure("No draft rounds yet (plain decoding drafts nothing).", height, name)
-    colors = dict(colors or run_colors(list(runs)))
+    colors = run_colors(list(runs), known=colors)
     bands: dict[str, list[int]] = {}
     if specialist_bands is True:
         bands = {label: specialists_by_position(ev) for label, ev in drafted.items()}
@@ -180,7 +182,7 @@ def feature_deviation_figure(runs: Runs, metric: str = "l2", colors: Mapping[str
     if not data:
         return empty_figure("No accepted draft tokens yet: deviation is measured on accepted positions.", height,
                             title)
-    colors = dict(colors or run_colors(list(runs)))
+    colors = run_colors(list(runs), known=colors)
     fig = go.Figure()
     for label, d in data.items():
         x = list(range(1, len(d["count"]) + 1))
@@ -202,7 +204,7 @@ def accept_hist_figure(runs: Runs, depth: int | None = None, colors: Mapping[str
     drafted = _drafted_runs(runs)
     if not drafted:
         return empty_figure("No draft rounds yet.", height, title)
-    colors = dict(colors or run_colors(list(runs)))
+    colors = run_colors(list(runs), known=colors)
     fig = go.Figure()
     for label, ev in drafted.items():
         hist = metrics.accept_hist(ev, depth)
@@ -226,7 +228,7 @@ def tokens_per_s_figure(runs: Runs, colors: Mapping[str, str] | None = None, hei
     series = {label: s for label, s in series.items() if s}
     if not series:
         return empty_figure("No rounds yet.", height, title)
-    colors = dict(colors or run_colors(list(runs)))
+    colors = run_colors(list(runs), known=colors)
     fig = go.Figure()
     for label, s in series.items():
         fig.add_trace(go.Scatter(

@@ -1,7 +1,8 @@
-"""Saved runs: every lane's events as JSONL plus the settings, loaded back and replayed without a model.
+"""Saved comparisons: every lane's events as JSONL plus the settings, loaded back and replayed without a model.
 
 Format (one JSON object per line):
-    {"type": "run", "version": 1, "settings": {...RunSpec}, "lanes": [{"method", "label", "special_ids"}], "hardware": {...}}
+    {"type": "run", "version": 1, "settings": {...RunSpec}, "lanes": [{"method", "label", "trained", "special_ids", ...}],
+     "hardware": {...}}
     {"type": "event", "lane": i, "event": RoundEvent.to_json(), "pieces": [...], "node_texts": [...], "bonus_text": s}
     {"type": "summary", "lane": i, "text": ..., "stop_reason": ..., "stats": {...}, "error": null}
 Token texts are stored with the events, so a replay needs no tokenizer.
@@ -10,16 +11,16 @@ Token texts are stored with the events, so a replay needs no tokenizer.
 from __future__ import annotations
 
 import json
-import math
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from poss_core.decoding.events import RoundEvent
-from poss_core.errors import PossError
-
-from .lanes import Comparison, Lane, RunSpec
+from . import methods
+from .compare import Comparison, Lane, RunSpec
+from .errors import PossError
+from .events import RoundEvent
+from .json_safe import clean_json
 
 VERSION = 1
 
@@ -28,20 +29,10 @@ class RunFileError(PossError):
     """A saved run that cannot be read."""
 
 
-def _clean(obj: Any) -> Any:
-    """JSON without NaN (positions no round reached become null)."""
-    if isinstance(obj, float):
-        return None if math.isnan(obj) or math.isinf(obj) else obj
-    if isinstance(obj, dict):
-        return {str(k): _clean(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_clean(v) for v in obj]
-    return obj
-
-
 def run_lines(comparison: Comparison) -> Iterator[dict[str, Any]]:
     yield {"type": "run", "version": VERSION, "settings": comparison.spec.to_json(),
-           "lanes": [{"method": lane.method, "label": lane.label, "special_ids": sorted(lane.special_ids),
+           "lanes": [{"method": lane.method, "label": lane.label, "trained": lane.trained,
+                      "special_ids": sorted(lane.special_ids),
                       "budget": lane.budget, "budget_auto": lane.budget_auto} for lane in comparison.lanes],
            "hardware": comparison.hardware, "prompt_tokens": comparison.prompt_tokens}
     for i, lane in enumerate(comparison.lanes):
@@ -59,7 +50,7 @@ def save_run(comparison: Comparison, path: str | Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", encoding="utf-8") as f:
         for line in run_lines(comparison):
-            f.write(json.dumps(_clean(line), ensure_ascii=False) + "\n")
+            f.write(json.dumps(clean_json(line), ensure_ascii=False) + "\n")
     return path
 
 
@@ -75,8 +66,7 @@ def load_run(path: str | Path) -> Comparison:
     head = lines[0]
     try:
         spec = RunSpec.from_json(head["settings"])
-        lanes = [Lane(d["method"], d.get("label", d["method"]), special_ids={int(t) for t in d.get("special_ids", [])},
-                      budget=d.get("budget"), budget_auto=bool(d.get("budget_auto", False))) for d in head["lanes"]]
+        lanes = [_saved_lane(d) for d in head["lanes"]]
         for line in lines[1:]:
             lane = lanes[int(line["lane"])]
             if line["type"] == "event":
@@ -96,6 +86,15 @@ def load_run(path: str | Path) -> Comparison:
                       prompt_tokens=int(head.get("prompt_tokens", 0)))
 
 
+def _saved_lane(d: dict[str, Any]) -> Lane:
+    """A lane from a saved run's header (runs saved before the `trained` flag said so in the label)."""
+    label = str(d.get("label", d["method"]))
+    trained = bool(d.get("trained", " (untrained" not in label))
+    return Lane(methods.canonical(d["method"]), label.split(" (untrained")[0], trained,
+                special_ids={int(t) for t in d.get("special_ids", [])}, budget=d.get("budget"),
+                budget_auto=bool(d.get("budget_auto", False)))
+
+
 def _replay_source(lane: Lane) -> Iterator:
     for item in zip(lane.events, lane.pieces, lane.node_texts, lane.bonus_texts):
         yield item
@@ -106,8 +105,8 @@ def replay(comparison: Comparison) -> Comparison:
     """A fresh comparison that plays back the rounds of a finished one, one round per lane per turn."""
     lanes = []
     for lane in comparison.lanes:
-        fresh = Lane(lane.method, lane.label, special_ids=set(lane.special_ids), source=_replay_source(lane),
-                     budget=lane.budget, budget_auto=lane.budget_auto)
+        fresh = Lane(lane.method, lane.label, lane.trained, special_ids=set(lane.special_ids),
+                     source=_replay_source(lane), budget=lane.budget, budget_auto=lane.budget_auto)
         if lane.error is not None and not lane.events:
             fresh.error = lane.error
         lanes.append(fresh)

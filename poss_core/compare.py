@@ -1,5 +1,5 @@
-"""Lanes: one decode per method on the same prompt and seed, advanced in turns (one round each), and the model
-cache every browser session shares.
+"""A side-by-side comparison of methods on one prompt: one lane per method on the same prompt and seed, advanced in
+turns (one round each), what each emitted token was, and the model cache every comparison shares.
 
 Scheduling and timing: a comparison runs its lanes in one thread, calling each lane's generator once per turn, so
 every lane gets one draft-and-verify round in turn and none waits for another to finish. Each event's wall_ms,
@@ -9,35 +9,38 @@ draft_ms and verify_ms time that lane's own compute only, so the speed a lane sh
 
 from __future__ import annotations
 
+import math
+import platform
 import sys
 import threading
 import traceback
 from collections import OrderedDict
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from poss_core.decoding.config import DecodeConfig
-from poss_core.decoding.decoder import PlainDecoder, SpeculativeDecoder, encode_prompt
-from poss_core.decoding.events import DecodeSummary, RoundEvent
-from poss_core.errors import ConfigError, ModelLoadError, PossError, PromptError
-from poss_core.models.presets import Preset, get_preset, resolve_draft_name
+import torch
 
-from .render import Detokenizer, TokenRecord, TokenTexts, round_records
+from . import methods
+from .autobudget import cached_budget_choice, known_budget_choice
+from .decoding.config import DecodeConfig
+from .decoding.decoder import encode_prompt
+from .decoding.detokenizer import Detokenizer, TokenTexts
+from .errors import ConfigError, ModelLoadError, PossError, PromptError
+from .events import DecodeSummary, RoundEvent
+from .models import loading
+from .models.presets import Preset, get_preset
 
-PLAIN = "plain"
-PLAIN_LABEL = "Plain decoding (target only)"
+PLAIN = methods.PLAIN  # the plain-decoding lane's method name
 MAX_LANES = 3
 QUANTIZATIONS = ("auto", "none", "8bit", "4bit")
 # The target's precision per run: auto = the device's default (fp32 on a CPU, where every lane is identical to plain
-# decoding token for token; bf16 on GPUs), or one chosen in Settings (bf16 is faster on CPUs with bf16 units).
+# decoding token for token; bf16 on GPUs), or one chosen in the app's settings (bf16 is faster on CPUs with bf16 units).
 PRECISIONS = ("auto", "float32", "bfloat16", "float16")  # float16 is offered on GPUs only (slow on CPUs)
 
 
 def cuda_available() -> bool:
     try:
-        import torch
-
         return bool(torch.cuda.is_available())
     except Exception:  # noqa: BLE001 - no torch build with CUDA is just "no GPU"
         return False
@@ -55,38 +58,6 @@ def cpu_bf16_units() -> str | None:
     return "AVX-512 BF16" if "avx512_bf16" in flags else None
 
 
-def initial_precision(requested: str, gpu: bool, bf16_units: str | None) -> str:
-    """The Precision setting `python app.py` starts with: what --dtype asks for, except that `auto` on a CPU with bf16
-    units starts in bfloat16, where the draft lanes are measurably faster than plain decoding (fp32 on such a CPU
-    showed no speed-up in the app: README, "What you see"); float32 stays one click away for exact identity."""
-    if requested == "auto" and not gpu and bf16_units:
-        return "bfloat16"
-    return requested
-
-
-def precision_note(gpu: bool) -> str:
-    """The Precision setting's explanation, for this machine."""
-    if gpu:
-        return "auto = bfloat16 on a GPU; float32 shows token-for-token identity with plain decoding"
-    units = cpu_bf16_units()
-    speed = (f"this CPU has {units}, so bfloat16 is faster here" if units else
-             "this CPU has no native bf16 units, so bfloat16 may be slower here")
-    return (f"auto = float32 on a CPU: every lane identical to plain decoding, token for token. bfloat16: {speed}; "
-            f"a lane may then differ from plain at a rounding near-tie, and its badge says so")
-
-
-def method_label(preset: Preset, method: str) -> str:
-    if method == PLAIN:
-        return PLAIN_LABEL
-    ref = preset.drafts.get(method)
-    return ref.label or method if ref is not None else method
-
-
-def method_choices(preset: Preset) -> list[tuple[str, str]]:
-    """(label, value) pairs for the methods a preset offers: plain decoding first, then its drafts."""
-    return [(PLAIN_LABEL, PLAIN)] + [(ref.label or name, name) for name, ref in preset.drafts.items()]
-
-
 class ModelCache:
     """Targets and drafts loaded once and shared by every session; one lock per model so sessions loading
     different models do not wait on each other. Keeps at most `max_targets` targets (and their drafts)."""
@@ -100,9 +71,7 @@ class ModelCache:
         self.dtype = None  # the precision "auto" stands for (None: the device's default)
 
     def _target_key(self, preset: Preset, quantization: str, precision: str) -> tuple:
-        from poss_core.models.loading import parse_dtype
-
-        dtype = self.dtype if precision in (None, "", "auto") else parse_dtype(precision)
+        dtype = self.dtype if precision in (None, "", "auto") else loading.parse_dtype(precision)
         return (preset.target, quantization, dtype)
 
     def _key_lock(self, key: tuple) -> threading.Lock:
@@ -110,8 +79,6 @@ class ModelCache:
             return self._key_locks.setdefault(key, threading.Lock())
 
     def target(self, preset: Preset, quantization: str = "auto", precision: str = "auto"):
-        from poss_core.models.loading import load_preset_target
-
         key = self._target_key(preset, quantization, precision)
         with self._key_lock(key):
             with self._lock:
@@ -119,7 +86,7 @@ class ModelCache:
                     self._targets.move_to_end(key)
                     return self._targets[key]
             try:
-                target = load_preset_target(preset.target, quantization=quantization, dtype=key[2])
+                target = loading.load_preset_target(preset.target, quantization=quantization, dtype=key[2])
             except PossError:
                 raise
             except Exception as err:  # out of memory, missing packages, broken files: one readable line
@@ -134,9 +101,8 @@ class ModelCache:
             return target
 
     def draft(self, preset: Preset, method: str, target, quantization: str = "auto", precision: str = "auto"):
-        from poss_core.models.loading import load_draft_by_name
-
-        ref = resolve_draft_name(preset, method)
+        m = methods.get_method(preset, method)
+        ref = m.draft
         key = (*self._target_key(preset, quantization, precision), ref.source, preset.depth,
                ref.positions_per_specialist)
         with self._key_lock(key):
@@ -144,8 +110,7 @@ class ModelCache:
                 if key in self._drafts:
                     return self._drafts[key]
             try:
-                draft = load_draft_by_name(ref.source, target, depth=preset.depth,
-                                           positions_per_specialist=ref.positions_per_specialist)
+                draft = methods.load_draft(m, target, preset.depth)
             except PossError:
                 raise
             except Exception as err:
@@ -158,8 +123,6 @@ class ModelCache:
     def budget(self, target, draft, config: DecodeConfig, log=None):
         """The tree budget fitted to this machine for `draft` at the config's depth and top_k (calibrated once per
         machine and cached on disk; one calibration at a time per draft)."""
-        from poss_core.decoding.autobudget import cached_budget_choice
-
         # Drafts are shared objects of this cache, so their identity names them (no need to hash the weights).
         with self._key_lock(("budget", id(draft), config.depth, config.top_k)):
             return cached_budget_choice(target, draft, config, log=log)
@@ -190,6 +153,9 @@ class RunSpec:
     auto_budget: bool = False  # each draft lane's budget fitted to this machine (tree_budget is then ignored)
     precision: str = "auto"  # the target's dtype (PRECISIONS); saved runs from before it was a setting read "auto"
 
+    def __post_init__(self) -> None:
+        self.methods = [methods.canonical(m) for m in self.methods]
+
     def config(self) -> DecodeConfig:
         def as_int(name: str) -> int:
             value = getattr(self, name)
@@ -218,10 +184,11 @@ class RunSpec:
             raise ConfigError(f"precision={self.precision!r}: use one of {', '.join(PRECISIONS)}.")
         self.config()
         preset = get_preset(self.preset)
+        offered = methods.preset_methods(preset)
         for m in self.methods:
-            if m != PLAIN and m not in preset.drafts:
+            if m not in offered:
                 raise ConfigError(f"method {m!r} is not available for preset {preset.name!r}: use "
-                                  f"{', '.join([PLAIN, *preset.drafts])}.")
+                                  f"{', '.join(offered)}.")
         if preset.device == "gpu" and not cuda_available():
             raise ConfigError(f"preset {preset.name!r} needs a GPU and this machine has none: use smollm2-135m "
                               f"(CPU) or tiny-random.")
@@ -235,12 +202,78 @@ class RunSpec:
         return cls(**{k: v for k, v in obj.items() if k in known})
 
 
+# ----- what each emitted token was ------------------------------------------------------------------------------
+@dataclass
+class Rejected:
+    """A drafted candidate the target turned down, at the position where the round's accepted path ended."""
+
+    text: str
+    draft_prob: float
+    target_prob: float
+
+
+@dataclass
+class TokenRecord:
+    """One emitted token and where it came from."""
+
+    text: str
+    round: int
+    source: str  # "draft" (accepted draft token) | "bonus" | "corrected" | "prefill" | "plain"
+    position: int = 0  # draft position 1..depth for accepted draft tokens; the position it filled for target tokens
+    specialist: int | None = None
+    draft_prob: float | None = None
+    target_prob: float | None = None
+    special: bool = False  # EOS and other special tokens: shown as a marker, not as text
+    rejected: list[Rejected] = field(default_factory=list)
+
+    @property
+    def from_draft(self) -> bool:
+        return self.source == "draft"
+
+
+def rejected_at_end(event: RoundEvent, labels: list[str]) -> list[Rejected]:
+    """The drafted children of the last accepted node (or the root) that the target rejected, best draft score first."""
+    parent = event.accepted[-1] if event.accepted else -1
+    kids = [i for i, n in enumerate(event.nodes) if n.parent == parent]
+    kids.sort(key=lambda i: -event.nodes[i].score)
+    return [Rejected(labels[i] if i < len(labels) else str(event.nodes[i].token), event.nodes[i].draft_prob,
+                     event.target_probs[i] if i < len(event.target_probs) else math.nan) for i in kids]
+
+
+def round_records(event: RoundEvent, pieces: list[str], labels: list[str],
+                  special_ids: set[int] | frozenset[int] = frozenset()) -> list[TokenRecord]:
+    """The records of a round's emitted tokens: accepted draft tokens first, then the target's token.
+
+    `pieces` is each emitted token's text in context, `labels` each drafted node's own text (for rejected tokens)."""
+    out = []
+    k = event.accept_len
+    for i, tok in enumerate(event.tokens):
+        text = pieces[i] if i < len(pieces) else ""
+        special = tok in special_ids
+        if i < k:
+            a = event.accepted[i]
+            node = event.nodes[a]
+            out.append(TokenRecord(text, event.round, "draft", i + 1, node.specialist, node.draft_prob,
+                                   event.target_probs[a] if a < len(event.target_probs) else None, special))
+        elif event.prefill:
+            out.append(TokenRecord(text, event.round, "prefill", special=special))
+        elif not event.nodes:
+            out.append(TokenRecord(text, event.round, "plain", special=special))
+        else:
+            rejected = rejected_at_end(event, labels)
+            out.append(TokenRecord(text, event.round, "corrected" if rejected else "bonus", k + 1, special=special,
+                                   rejected=rejected))
+    return out
+
+
+# ----- lanes -----------------------------------------------------------------------------------------------------
 @dataclass
 class Lane:
     """One method's decode: its events, the text of each token, and where the next round comes from."""
 
     method: str
     label: str
+    trained: bool = True  # False: a random stand-in draft (the registry's flag; the app shows a badge)
     events: list[RoundEvent] = field(default_factory=list)
     pieces: list[list[str]] = field(default_factory=list)  # per round: each emitted token's text in context
     node_texts: list[list[str]] = field(default_factory=list)  # per round: each drafted node's own text
@@ -258,7 +291,12 @@ class Lane:
 
     @property
     def plain(self) -> bool:
-        return self.method == PLAIN
+        return self.method == methods.PLAIN
+
+    @property
+    def short(self) -> str:
+        """The lane's name in titles and chart legends ("POSS-2"); the label for a method the registry does not know."""
+        return methods.short_of(self.method) if methods.color_of(self.method) else self.label
 
     @property
     def finished(self) -> bool:
@@ -289,7 +327,7 @@ class Lane:
             self.summary = {"text": item.text, "stop_reason": item.stop_reason, "stats": item.stats}
         elif isinstance(item, RoundEvent):
             # Special tokens (EOS, ...) are shown by name, small; the text view leaves them out.
-            pieces = [self.token_text(t) if t in self.special_ids else self.detok.push(t) for t in item.tokens]
+            pieces = [self.token_text(t) if t in self.special_ids else self.detok.push([t]) for t in item.tokens]
             labels = [self.token_text(n.token) for n in item.nodes]
             self.add(item, pieces, labels, self.token_text(item.bonus))
         elif isinstance(item, tuple):
@@ -378,10 +416,6 @@ class Comparison:
 
 
 def hardware_info(target) -> dict[str, str]:
-    import platform
-
-    import torch
-
     device = str(target.device)
     if target.device.type == "cuda":
         device += f" ({torch.cuda.get_device_name(target.device)})"
@@ -407,22 +441,18 @@ def start(spec: RunSpec, models: ModelCache = MODELS, cancel: threading.Event | 
                           f" shorten it.")
     cancel = cancel or threading.Event()
     special = set(getattr(target.tokenizer, "all_special_ids", []) or []) | set(target.eos_ids)
+    offered = methods.preset_methods(preset)
     lanes = []
-    for method in spec.methods:
-        budget, lane_config = None, config
-        if method == PLAIN:
-            decoder = PlainDecoder(target, config)
-        else:
-            draft = models.draft(preset, method, target, spec.quantization, spec.precision)
+    for name in spec.methods:
+        method, budget, lane_config, draft = offered[name], None, config, None
+        if not method.plain:
+            draft = models.draft(preset, name, target, spec.quantization, spec.precision)
             if spec.auto_budget:
-                choice = models.budget(target, draft, config)
-                lane_config = replace(config, tree_budget=choice.budget, depth_stop=choice.depth_stop,
-                                      head_rows=choice.head_rows)
+                lane_config = methods.with_budget_choice(config, models.budget(target, draft, config))
             budget = lane_config.tree_budget
-            decoder = SpeculativeDecoder(target, draft, lane_config)
-        lanes.append(Lane(method, method_label(preset, method), special_ids=special, budget=budget,
-                          depth_stop=lane_config.depth_stop,
-                          budget_auto=spec.auto_budget and budget is not None,
+        decoder = methods.build_decoder(method, target, lane_config, draft)
+        lanes.append(Lane(name, method.label, method.trained, special_ids=special, budget=budget,
+                          depth_stop=lane_config.depth_stop, budget_auto=spec.auto_budget and budget is not None,
                           source=decoder.generate(ids, cancel=cancel), detok=Detokenizer(target.tokenizer),
                           token_text=TokenTexts(target.tokenizer)))
     return Comparison(spec, lanes, cancel, hardware_info(target), prompt_tokens=len(ids))
@@ -432,8 +462,6 @@ def fit_budgets(spec: RunSpec, models: ModelCache = MODELS) -> Iterator[str]:
     """Before `start` with auto_budget: load the models and fit each draft lane's budget, yielding a status line
     before each step that may take a while (the first calibration of a draft on a CPU takes tens of seconds; later
     ones read the cache)."""
-    from poss_core.decoding.autobudget import known_budget_choice
-
     if not spec.auto_budget:
         return
     spec.check()
@@ -441,10 +469,10 @@ def fit_budgets(spec: RunSpec, models: ModelCache = MODELS) -> Iterator[str]:
     config = spec.config()
     target = models.target(preset, spec.quantization, spec.precision)
     for method in spec.methods:
-        if method != PLAIN:
+        if not methods.is_plain(method):
             draft = models.draft(preset, method, target, spec.quantization, spec.precision)
             if known_budget_choice(target, draft, config) is None:
-                yield (f"Fitting the tree budget of {method_label(preset, method)} to this machine (once per draft "
+                yield (f"Fitting the tree budget of {methods.label_of(method, preset)} to this machine (once per draft "
                        f"and setting, then cached)…")
                 models.budget(target, draft, config)
 

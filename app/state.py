@@ -1,0 +1,161 @@
+"""What the app remembers: each browser tab's session (its comparison, conversation, pinned rounds, status), how the
+lanes are drawn (the view toggles), the Run settings as one value, and the settings the UI starts with."""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+from poss_core import methods
+from poss_core.compare import Comparison, RunSpec, cpu_bf16_units
+from poss_core.errors import PromptError
+from poss_core.models.presets import Preset, get_preset
+
+DEFAULT_METHODS = [methods.PLAIN, "eagle", "poss2"]
+
+
+@dataclass
+class View:
+    """How the lanes are drawn (the toggles); nothing here changes what runs."""
+
+    color_by: str = "position"  # or "specialist"
+    show_rejected: bool = False
+    conditional: bool = True
+
+    @classmethod
+    def from_controls(cls, color_by: str, show_rejected: bool, pos_acc_mode: str) -> "View":
+        """From the three view controls' values (radio labels and a checkbox)."""
+        return cls(color_by="specialist" if str(color_by).startswith("spec") else "position",
+                   show_rejected=bool(show_rejected), conditional=not str(pos_acc_mode).startswith("uncond"))
+
+
+@dataclass
+class RunSettings:
+    """The Run settings as the UI holds them (the controls' values, in the order ui.SETTINGS lists the controls)."""
+
+    prompt: str
+    multi_turn: bool
+    preset: str
+    methods: list[str]
+    temperature: float
+    top_p: float
+    depth: float
+    top_k: float
+    tree_budget: float
+    max_new_tokens: float
+    seed: float
+    quantization: str = "auto"
+    auto_budget: bool = False
+    precision: str = "auto"
+
+    def spec(self, history: list[dict]) -> RunSpec:
+        """What a comparison runs (raises PossError with a readable message): the prompt, after `history` when
+        Multi-turn is ticked, and the chosen methods in the preset's order."""
+        if not str(self.prompt or "").strip():
+            raise PromptError("the prompt is empty: type a question or instruction (or pick an example).")
+        if self.multi_turn and history:
+            message: str | list[dict] = list(history) + [{"role": "user", "content": self.prompt}]
+        else:
+            message = self.prompt
+        order = list(methods.preset_methods(get_preset(self.preset)))
+        chosen = sorted({methods.canonical(m) for m in self.methods or []},
+                        key=lambda m: order.index(m) if m in order else len(order))
+        return RunSpec(prompt=message, methods=chosen, preset=self.preset, temperature=_num(self.temperature, float),
+                       top_p=_num(self.top_p, float), depth=_num(self.depth, int), top_k=_num(self.top_k, int),
+                       tree_budget=_num(self.tree_budget, int), max_new_tokens=_num(self.max_new_tokens, int),
+                       seed=_num(self.seed, int), quantization=self.quantization or "auto",
+                       auto_budget=bool(self.auto_budget), precision=self.precision or "auto")
+
+
+def _num(v, cast):
+    """A slider's or number box's value as an int or float (left as it is when missing, so RunSpec names it)."""
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return v
+    return cast(v) if cast is int and float(v).is_integer() else (float(v) if cast is float else v)
+
+
+@dataclass
+class Session:
+    """One browser tab's lanes. Two tabs never share one: the store keys sessions by Gradio's session hash."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)  # one run, step or replay at a time
+    comparison: Comparison | None = None  # what the lanes show
+    stepping: bool = False  # `comparison` waits for the next Step
+    loaded: Comparison | None = None  # a loaded run, not yet replayed or stepped through
+    history: list[dict] = field(default_factory=list)  # the conversation so far (multi-turn)
+    pins: dict[int, int] = field(default_factory=dict)  # lane -> round the user scrubbed the tree to
+    status: tuple[str, str] = ("Type a prompt (or pick an example) and press Run.", "info")
+
+
+class SessionStore:
+    """Sessions by session hash, least recently used dropped past `capacity`."""
+
+    def __init__(self, capacity: int = 256) -> None:
+        self.capacity = capacity
+        self._lock = threading.Lock()
+        self._sessions: OrderedDict[str, Session] = OrderedDict()
+
+    @staticmethod
+    def key(request: Any) -> str:
+        return str(getattr(request, "session_hash", None) or "local")
+
+    def get(self, request: Any) -> Session:
+        key = self.key(request)
+        with self._lock:
+            session = self._sessions.get(key)
+            if session is None:
+                session = self._sessions[key] = Session()
+                while len(self._sessions) > self.capacity:
+                    self._sessions.popitem(last=False)
+            self._sessions.move_to_end(key)
+            return session
+
+    def drop(self, request: Any) -> None:
+        with self._lock:
+            session = self._sessions.pop(self.key(request), None)
+        if session is not None and session.comparison is not None:
+            session.comparison.stop()
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+
+SESSIONS = SessionStore()
+
+
+def ui_defaults(preset: Preset) -> dict[str, Any]:
+    """Tree settings for the UI: the paper's on a GPU; a smaller tree on a CPU, where verifying it costs more."""
+    cpu = preset.device == "cpu"
+    return {"depth": preset.depth, "top_k": min(preset.top_k, 8) if cpu else preset.top_k,
+            "tree_budget": min(preset.tree_budget, 32) if cpu else preset.tree_budget,
+            "max_new_tokens": 64 if cpu else 128, "auto_budget": True}
+
+
+def initial_precision(requested: str, gpu: bool, bf16_units: str | None) -> str:
+    """The Precision setting `python app.py` starts with: what --dtype asks for, except that `auto` on a CPU with bf16
+    units starts in bfloat16, where the draft lanes are measurably faster than plain decoding (fp32 on such a CPU
+    showed no speed-up in the app: README, "What you see"); float32 stays one click away for exact identity."""
+    if requested == "auto" and not gpu and bf16_units:
+        return "bfloat16"
+    return requested
+
+
+def precision_note(gpu: bool) -> str:
+    """The Precision setting's explanation, for this machine."""
+    if gpu:
+        return "auto = bfloat16 on a GPU; float32 shows token-for-token identity with plain decoding"
+    units = cpu_bf16_units()
+    speed = (f"this CPU has {units}, so bfloat16 is faster here" if units else
+             "this CPU has no native bf16 units, so bfloat16 may be slower here")
+    return (f"auto = float32 on a CPU: every lane identical to plain decoding, token for token. bfloat16: {speed}; "
+            f"a lane may then differ from plain at a rounding near-tie, and its badge says so")
+
+
+def method_choices(preset: Preset) -> list[tuple[str, str]]:
+    """(label, value) pairs for the methods a preset offers, plain decoding first: each method's label, with
+    "(untrained)" after a draft that is a random stand-in (nothing trained is bundled for it yet)."""
+    return [(m.label if m.trained else f"{m.label} (untrained)", name)
+            for name, m in methods.preset_methods(preset).items()]

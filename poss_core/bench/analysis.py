@@ -1,0 +1,248 @@
+"""Benchmark records -> tables: per method and dataset, per run and pooled; speed-ups against the faster plain decoder;
+changes against EAGLE with a bootstrap interval; the identity check against plain decoding; what `auto` expected.
+
+Every statistic is computed by `poss_core.metrics` from events. A question's turns are pooled into one event stream
+(`records.pool_events`, which keeps `new_tokens` cumulative), so pooled τ, pos-acc, histograms, feature deviation,
+time split and tokens/s over a dataset are the same functions applied to more rounds. Timings are aggregated per run
+and shown as mean ± sample std over runs (never the fastest run)."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from .. import metrics
+from ..events import RoundEvent
+from ..methods import OTHER_PRECISION_PLAIN, PLAIN, PLAIN_HF, is_plain
+from .records import TurnRecord, pool_events
+
+OVERALL = "overall"
+
+
+def _finite(values: Iterable[float]) -> list[float]:
+    return [v for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
+
+
+def mean_std(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (NaN std with a single value)."""
+    vals = _finite(values)
+    if not vals:
+        return math.nan, math.nan
+    return statistics.fmean(vals), statistics.stdev(vals) if len(vals) > 1 else math.nan
+
+
+def relative_change(value: float, base: float) -> float:
+    """value / base - 1 (NaN when either is missing or the base is 0)."""
+    if value is None or base is None or math.isnan(value) or math.isnan(base) or base == 0:
+        return math.nan
+    return value / base - 1.0
+
+
+def _summary(events: list[RoundEvent], depth: int) -> dict[str, Any]:
+    s = metrics.summarize(events, depth)
+    s["wall_s"] = metrics.wall_seconds(events)
+    return s
+
+
+def aggregate(records: Sequence[TurnRecord], depth: int, eagle: str = "eagle") -> dict[str, Any]:
+    """Tables from records: per method x (dataset | overall), per run and pooled over runs; speed-ups against the
+    faster plain decoder of the same run and dataset; relative change of every other draft against EAGLE."""
+    methods = list(dict.fromkeys(r.method for r in records))
+    datasets = list(dict.fromkeys(r.dataset for r in records))
+    runs = sorted({r.run for r in records})
+    scopes = datasets + [OVERALL]
+
+    def select(method: str, scope: str, run: int | None) -> list[list[RoundEvent]]:
+        return [r.events for r in records if r.method == method and (scope == OVERALL or r.dataset == scope)
+                and (run is None or r.run == run)]
+
+    per_run: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    pooled: dict[str, dict[str, dict[str, Any]]] = {}
+    for m in methods:
+        per_run[m], pooled[m] = {}, {}
+        for s in scopes:
+            per_run[m][s] = [_summary(pool_events(select(m, s, r)), depth) for r in runs]
+            pooled[m][s] = _summary(pool_events(select(m, s, None)), depth)
+
+    plain = [m for m in methods if is_plain(m)]
+    baseline: dict[str, dict[str, Any]] = {}
+    for s in scopes:
+        tps, which = [], []
+        for i in range(len(runs)):
+            options = [(per_run[m][s][i]["tokens_per_s"], m) for m in plain
+                       if not math.isnan(per_run[m][s][i]["tokens_per_s"])]
+            best = max(options) if options else (math.nan, "")
+            tps.append(best[0])
+            which.append(best[1])
+        baseline[s] = {"tokens_per_s": tps, "method": which}
+
+    table: dict[str, dict[str, dict[str, Any]]] = {}
+    for m in methods:
+        table[m] = {}
+        for s in scopes:
+            rows = per_run[m][s]
+            speedups = [metrics.speedup(row["tokens_per_s"], baseline[s]["tokens_per_s"][i])
+                        for i, row in enumerate(rows)]
+            cell: dict[str, Any] = {"runs": len(rows), "speedup_runs": speedups,
+                                    "tokens_per_s_runs": [row["tokens_per_s"] for row in rows]}
+            for key in ("tokens_per_s", "draft_ms", "verify_ms", "overhead_ms", "round_ms", "wall_s"):
+                cell[key], cell[key + "_std"] = mean_std([row[key] for row in rows])
+            cell["speedup"], cell["speedup_std"] = mean_std(speedups)
+            cell["tau"], cell["tau_std"] = mean_std([row["tau"] for row in rows])
+            p = pooled[m][s]
+            cell.update({"tau_pooled": p["tau"], "pos_acc": p["pos_acc"], "pos_rate": p["pos_rate"],
+                         "accept_hist": p["accept_hist"], "feature_deviation": p["feature_deviation"],
+                         "new_tokens": p["new_tokens"], "rounds": p["rounds"]})
+            cell["overhead_share"] = (cell["overhead_ms"] / cell["round_ms"]
+                                      if cell["round_ms"] and not math.isnan(cell["round_ms"]) else math.nan)
+            table[m][s] = cell
+
+    vs_eagle: dict[str, dict[str, Any]] = {}
+    if eagle in methods:
+        for m in methods:
+            if m == eagle or is_plain(m):
+                continue
+            row: dict[str, Any] = {}
+            for s in scopes:
+                ratios = [relative_change(a["tokens_per_s"], b["tokens_per_s"])
+                          for a, b in zip(per_run[m][s], per_run[eagle][s])]
+                sp, sp_std = mean_std(ratios)
+                row[s] = {"tau": relative_change(table[m][s]["tau_pooled"], table[eagle][s]["tau_pooled"]),
+                          "speed": sp, "speed_std": sp_std}
+            row["mean_over_datasets"] = {
+                "tau": mean_std([row[d]["tau"] for d in datasets])[0],
+                "speed": mean_std([row[d]["speed"] for d in datasets])[0],
+            }
+            row["tau_interval"] = tau_change_interval(records, m, eagle, datasets)
+            vs_eagle[m] = row
+
+    mean_speedup = {m: mean_std([table[m][d]["speedup"] for d in datasets])[0] for m in methods}
+    # The paper's "mean" column: every dataset weighs the same, however many rounds it took (the pooled τ weighs
+    # each round the same, so datasets with short acceptances and long answers pull it down).
+    mean_tau = {m: mean_std([table[m][d]["tau_pooled"] for d in datasets])[0] for m in methods}
+    return {"methods": methods, "datasets": datasets, "runs": runs, "depth": depth, "table": table,
+            "baseline": baseline, "vs_eagle": vs_eagle, "mean_speedup_over_datasets": mean_speedup,
+            "mean_tau_over_datasets": mean_tau}
+
+
+def tau_change_interval(records: Sequence[TurnRecord], method: str, base: str,
+                        datasets: Sequence[str]) -> dict[str, tuple[float, float, float]]:
+    """`method`'s τ change over `base` with a 95% paired-bootstrap interval over questions (`metrics`); a question's
+    turns and runs count as one unit, since at temperature 0 its runs repeat the same rounds."""
+    def totals(m: str) -> dict[tuple, tuple[int, int]]:
+        by_question: dict[tuple, tuple[int, int]] = {}
+        for r in records:
+            if r.method == m:
+                s, n = metrics.tau_totals(r.events)
+                a, b = by_question.get((r.dataset, r.question_id), (0, 0))
+                by_question[(r.dataset, r.question_id)] = (a + s, b + n)
+        return by_question
+
+    mine, theirs = totals(method), totals(base)
+    groups = [[(mine[k], theirs[k]) for k in mine if k[0] == d and k in theirs] for d in datasets]
+    return metrics.bootstrap_tau_change(groups)
+
+
+def pooled_events_by_method(records: Sequence[TurnRecord], methods: Sequence[str] | None = None,
+                            dataset: str | None = None) -> dict[str, list[RoundEvent]]:
+    """Every method's rounds pooled over questions and runs: what the app's chart builders take."""
+    methods = list(methods) if methods is not None else list(dict.fromkeys(r.method for r in records))
+    return {m: pool_events(r.events for r in records if r.method == m and (dataset is None or r.dataset == dataset))
+            for m in methods}
+
+
+def identity_check(records: Sequence[TurnRecord], reference: str | None = None) -> dict[str, Any]:
+    """Compare every method's token ids with plain decoding's for the same run, question and turn (temperature 0).
+    Returns the number of turns compared and one entry per mismatching turn (first differing index included);
+    `classify_mismatches` then tells rounding near-ties from real mismatches."""
+    methods = list(dict.fromkeys(r.method for r in records))
+    if reference is None:
+        reference = next((m for m in (PLAIN, PLAIN_HF) if m in methods), None)
+    if reference is None:
+        return {"reference": None, "checked": 0, "mismatches": [], "near_ties": []}
+    ref = {r.key: r for r in records if r.method == reference}
+    checked, mismatches = 0, []
+    for r in records:
+        if r.method == reference or r.method in OTHER_PRECISION_PLAIN or r.key not in ref:
+            continue
+        checked += 1
+        want = ref[r.key].token_ids
+        if r.token_ids != want:
+            i = next((j for j, (a, b) in enumerate(zip(r.token_ids, want)) if a != b), min(len(r.token_ids), len(want)))
+            mismatches.append({"method": r.method, "run": r.run, "dataset": r.dataset, "question_id": r.question_id,
+                               "turn": r.turn, "index": i,
+                               "got": r.token_ids[i] if i < len(r.token_ids) else None,
+                               "want": want[i] if i < len(want) else None,
+                               "got_len": len(r.token_ids), "want_len": len(want)})
+    return {"reference": reference, "checked": checked, "mismatches": mismatches, "near_ties": []}
+
+
+def _conversation(m: dict[str, Any]) -> tuple:
+    return m["method"], m["run"], m["dataset"], str(m["question_id"])
+
+
+def first_divergences(mismatches: Sequence[dict[str, Any]]) -> dict[tuple, dict[str, Any]]:
+    """The earliest differing turn of each method's conversation: later turns have another context (the method's
+    own earlier answer), so only these can be diagnosed against the reference's prompt."""
+    first: dict[tuple, dict[str, Any]] = {}
+    for m in mismatches:
+        key = _conversation(m)
+        if key not in first or m["turn"] < first[key]["turn"]:
+            first[key] = m
+    return first
+
+
+def classify_mismatches(identity: dict[str, Any], tolerance: float, precision: str = "") -> dict[str, Any]:
+    """Split the mismatches into real ones and rounding near-ties. A turn counts as a near-tie when, where it first
+    differs, the plain target's own logits put the two tokens within `tolerance` of each other (`margin`, set by the
+    caller): a batched verify pass and a one-token plain step round differently, and in low precision that can flip
+    an exact or near tie. A later turn of a conversation whose earlier turn diverged that way has a different
+    context, so it is counted with the near-ties too. Everything else stays a mismatch."""
+    first = first_divergences(identity["mismatches"])
+    real, ties = [], []
+    for m in sorted(identity["mismatches"], key=lambda m: (*_conversation(m), m["turn"])):
+        lead = first[_conversation(m)]
+        tie = lead.get("margin") is not None and lead["got"] is not None and abs(lead["margin"]) <= tolerance
+        m["kind"] = ("near-tie" if tie else "mismatch") if m is lead else "after an earlier turn's divergence"
+        (ties if tie else real).append(m)
+    return {**identity, "mismatches": real, "near_ties": ties, "tolerance": tolerance, "precision": precision}
+
+
+def subset_identity(identity: dict[str, Any], records: Sequence[TurnRecord]) -> dict[str, Any]:
+    """A stored identity check cut to the questions `records` keep (its near-tie margins needed the target, so they
+    are kept as measured, not recomputed)."""
+    kept = {(r.dataset, r.question_id) for r in records}
+
+    def keep(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [m for m in rows if (m["dataset"], m["question_id"]) in kept]
+
+    return {**identity, "checked": identity_check(records, identity.get("reference"))["checked"],
+            "mismatches": keep(identity.get("mismatches", [])), "near_ties": keep(identity.get("near_ties") or [])}
+
+
+def chosen_row(choice: dict[str, Any]) -> dict[str, Any] | None:
+    """The row of a `BudgetChoice` table (as JSON) that `auto` picked."""
+    for row in choice.get("table", []):
+        if (row["budget"] == choice["budget"] and row.get("depth_stop", 0.0) == choice.get("depth_stop", 0.0)
+                and (choice.get("depth") is None or row["depth"] == choice["depth"])):
+            return row
+    return None
+
+
+def auto_expectations(agg: dict[str, Any], meta: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per method `auto` fitted: what it expected (τ, round ms, tokens/s) against what the measured questions gave.
+    Measured tokens/s counts each decode's prefill, which the expectation leaves out: 1000·τ / round ms ("rounds
+    only") is the comparable figure."""
+    out = []
+    for m, choice in (meta.get("budget_choices") or {}).items():
+        row, cell = chosen_row(choice), agg["table"].get(m, {}).get(OVERALL)
+        if row is None or cell is None:
+            continue
+        tau, round_ms = cell["tau_pooled"], cell["round_ms"]
+        out.append({"method": m, "expected_tau": row["tau"], "tau": tau, "expected_round_ms": row["round_ms"],
+                    "round_ms": round_ms, "expected_tokens_per_s": row["tokens_per_s"],
+                    "rounds_only_tokens_per_s": 1000.0 * tau / round_ms if round_ms else math.nan,
+                    "tokens_per_s": cell["tokens_per_s"], "expected_plain_tokens_per_s": choice["plain_tokens_per_s"]})
+    return out

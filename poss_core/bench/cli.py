@@ -1,0 +1,322 @@
+"""The benchmark CLI: τ, pos-acc, feature deviation and wall-clock speed-up of every method on the eval sets.
+
+    python -m poss_core.bench --preset smollm2-135m --methods plain,eagle,poss1,poss2,poss3,matched \\
+        --data ../shared/data/eval/*.jsonl [--limit N] [--max-new-tokens 256] [--runs 3] [--temperature 0] \\
+        [--depth 6 --top-k 10 --tree-budget 60 | --tree-budget auto] --out results/
+    python -m poss_core.bench overhead [--preset tiny-random] [--tree-budget 60] [--rounds 60] [--dtype ...]
+    python -m poss_core.bench report results/ [--limit N --out DIR]   # tables and charts again from records.jsonl
+
+`plain` is plain decoding (`ar`, its older name, is read too), timed two ways: the project's PlainDecoder (`plain`)
+and transformers' `generate` (`plain-hf`); speed-ups are against the faster of the two on the same run and dataset.
+Plain decoding always runs: speed-ups and the identity check need it. Every run warms up first, then goes through the
+questions in order, running every method on a question before the next (method order rotated per question), every
+turn of multi-turn questions with the method's own earlier answers in context. Timings are mean ± sample std over
+runs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shlex
+import sys
+from collections.abc import Sequence
+from dataclasses import replace
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+import transformers
+
+from .. import methods
+from ..autobudget import device_description
+from ..decoding.config import DecodeConfig
+from ..decoding.decoder import encode_prompt
+from ..errors import ConfigError, PossError, run_cli
+from ..models.loading import add_dtype_argument, load_preset_target, parse_dtype
+from ..models.presets import Preset, get_preset
+from . import runner
+from .analysis import classify_mismatches, first_divergences, identity_check, subset_identity
+from .overhead import overhead_main
+from .records import first_questions, read_records, read_summary
+from .report import identity_banner, write_outputs
+from .runner import calibration_texts, decode_turn, load_questions, parse_methods, run_questions
+
+DEFAULT_METHODS = "plain,eagle,poss1,poss2,poss3,matched"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m poss_core.bench", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--preset", default="smollm2-135m", help="smollm2-135m (default), tiny-random, llama3-8b-instruct, "
+                                                            "llama2-13b-chat")
+    p.add_argument("--methods", default=DEFAULT_METHODS,
+                   help=f"comma-separated: plain (plain decoding; ar is read too), the preset's drafts, and "
+                        f"optionally plain-float32 / plain-bfloat16 / plain-float16 (plain decoding of a second copy "
+                        f"of the target in that precision, a speed baseline: with --dtype bfloat16, add "
+                        f"plain-float32) (default {DEFAULT_METHODS})")
+    p.add_argument("--data", nargs="+", required=True, help="eval JSONL files or globs; the dataset is the file stem")
+    p.add_argument("--limit", type=int, default=None, help="first N questions of each dataset")
+    p.add_argument("--max-new-tokens", type=int, default=256)
+    p.add_argument("--runs", type=int, default=3, help="timed runs; tables show mean ± std over runs")
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--depth", type=int, default=None, help="draft positions per round (default: the preset's)")
+    p.add_argument("--top-k", type=int, default=None, help="default: the preset's")
+    p.add_argument("--tree-budget", default=None,
+                   help="tokens verified per round, root included, or 'auto' (measure and choose per draft); "
+                        "default: the preset's")
+    p.add_argument("--max-tree-budget", type=int, default=96, help="largest budget 'auto' considers")
+    p.add_argument("--depth-stop", type=float, default=None,
+                   help="dynamic depth: stop drafting deeper once the best path's draft probability is below this "
+                        "(0 = never; default 0, and with 'auto' the stop auto chooses)")
+    p.add_argument("--head-rows", choices=["read", "all"], default=None,
+                   help="tree slots the target's LM head reads: the ones verification needs (a leaf's row in a "
+                        "second call when acceptance ends there), or all of them in one call (default: read, or "
+                        "what 'auto' finds cheaper)")
+    p.add_argument("--calibration-prompts", type=int, default=6,
+                   help="'auto': how many calibration prompts to decode (the first N of --calibration-data, else "
+                        "of the 6 built-in ones; never the evaluation sets, so the budget is not tuned on what is "
+                        "measured)")
+    p.add_argument("--calibration-data", nargs="+", default=None,
+                   help="'auto': JSONL or text files of prompts to calibrate on instead of the built-in ones, e.g. "
+                        "held-out prompts like your workload (eval/ files are refused)")
+    p.add_argument("--fixed-depth", action="store_true",
+                   help="'auto': keep --depth; by default auto also considers shallower trees")
+    p.add_argument("--calibration-tokens", type=int, default=48)
+    p.add_argument("--remeasure", action="store_true", help="'auto': measure the forward-time curve again")
+    p.add_argument("--no-hf-generate", action="store_true", help="time plain decoding with PlainDecoder only")
+    p.add_argument("--warmup-tokens", type=int, default=16)
+    p.add_argument("--quantization", choices=["auto", "none", "8bit", "4bit"], default="auto")
+    add_dtype_argument(p)
+    p.add_argument("--device", default=None)
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--plotlyjs", choices=["inline", "cdn"], default="inline",
+                   help="inline works offline (the HTML is ~4 MB); cdn keeps it small")
+    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--out", default="results", help="output folder")
+    return p
+
+
+def _hardware(target) -> str:
+    return device_description(target.device) + f", {platform.system()} {platform.machine()}"
+
+
+def _load_average() -> float | None:
+    try:
+        return os.getloadavg()[0]
+    except (OSError, AttributeError):
+        return None
+
+
+def _load_text(start: float | None, end: float | None) -> str:
+    """Other work on the machine shows in the timings: say how busy it was."""
+    if start is None or end is None:
+        return ""
+    return f"; 1-minute load average {start:.1f} before loading, {end:.1f} at the end"
+
+
+def _software() -> str:
+    return f"Python {platform.python_version()}, torch {torch.__version__}, transformers {transformers.__version__}"
+
+
+def _loud(lines: list[str]) -> None:
+    bar = "!" * 100
+    print("\n" + "\n".join([bar, *[f"!!! {line}" for line in lines], bar]) + "\n", file=sys.stderr, flush=True)
+
+
+def run_benchmark(args, argv: Sequence[str]) -> int:
+    """The whole benchmark: check the arguments, load, warm up, run the questions, check identity, write, report."""
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    preset, budget = get_preset(args.preset), tree_budget_arg(args)
+    base_cfg = base_config(args, preset, budget)
+    questions = load_questions(args.data, args.limit)
+    # Read before the target loads, so bad calibration input fails fast.
+    calibration = calibration_texts(args) if budget == "auto" else []
+    names = parse_methods(args.methods, hf_generate=not args.no_hf_generate)
+    check_methods(names, preset)
+
+    load_start = _load_average()
+    if load_start is not None and load_start > 0.5:
+        say(f"note: the machine is already busy (1-minute load average {load_start:.1f} on {os.cpu_count()} cores): "
+            f"timings will be slow and noisy; with other work running, --threads 1 avoids thread contention.")
+    say(f"loading {preset.name} ...")
+    target = load_preset_target(preset.target, quantization=args.quantization, device=args.device,
+                                dtype=parse_dtype(args.dtype))
+    lanes = runner.make_lanes(args, preset, target, names, base_cfg, say, calibration)
+    warm_up(lanes, target, questions[0].turns[0], min(args.warmup_tokens, args.max_new_tokens), base_cfg)
+
+    records, skipped = run_questions(lanes, target, questions, args.runs, base_cfg, progress=not args.no_progress)
+    for line in skipped:
+        say(f"skipped {line}")
+    identity = check_identity(records, target, args.temperature)
+    meta = run_meta(args, argv, preset, target, lanes, questions, base_cfg, budget, skipped, load_start)
+    paths = write_outputs(Path(args.out), records, meta, base_cfg.depth, identity,
+                          plotlyjs=True if args.plotlyjs == "inline" else "cdn")
+    _print_console(json.loads(paths["summary"].read_text()), meta)
+    say("wrote " + ", ".join(str(p) for p in paths.values()))
+    if identity["mismatches"]:
+        _loud([identity_banner(identity)] +
+              [f"{m['method']} run {m['run']} {m['dataset']}/{m['question_id']} turn {m['turn']}: first difference at "
+               f"token {m['index']} (got {m['got']}, plain {m['want']}; plain logit margin "
+               f"{m.get('margin', float('nan')):.4g})" for m in identity["mismatches"][:10]])
+        return 3
+    say(identity_banner(identity))
+    return 0
+
+
+def say(msg: str) -> None:
+    print(f"[bench] {msg}", file=sys.stderr, flush=True)
+
+
+def tree_budget_arg(args) -> int | str:
+    """--tree-budget as an integer or "auto" (None: the preset's); checks --runs and --limit too."""
+    if args.runs < 1:
+        raise ConfigError(f"--runs={args.runs} is out of range: use an integer >= 1.")
+    if args.limit is not None and args.limit < 1:
+        raise ConfigError(f"--limit={args.limit} is out of range: use an integer >= 1.")
+    if args.tree_budget is None or str(args.tree_budget).lower() == "auto":
+        return "auto" if args.tree_budget is not None else get_preset(args.preset).tree_budget
+    try:
+        return int(args.tree_budget)
+    except ValueError as err:
+        raise ConfigError(f"--tree-budget={args.tree_budget!r}: use an integer >= 2 or 'auto'.") from err
+
+
+def base_config(args, preset: Preset, budget: int | str) -> DecodeConfig:
+    """Every lane's settings before `auto` fits a draft's: the flags, else the preset's tree."""
+    return methods.decode_config(preset, depth=args.depth or None, top_k=args.top_k or None,
+                                 tree_budget=budget if isinstance(budget, int) else None,
+                                 temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens,
+                                 seed=args.seed, depth_stop=args.depth_stop or 0.0, head_rows=args.head_rows or "read")
+
+
+def check_methods(names: Sequence[str], preset: Preset) -> None:
+    for n in names:
+        if not methods.is_plain(n) and n not in preset.drafts and not n.startswith("random:"):
+            raise ConfigError(f"method {n!r} is not {methods.PLAIN}, {', '.join(methods.OTHER_PRECISION_PLAIN)} or "
+                              f"one of preset {preset.name!r}'s drafts ({', '.join(preset.drafts)}).")
+
+
+def warm_up(lanes: Sequence[runner.BenchLane], target, prompt: str, tokens: int, base_cfg: DecodeConfig) -> None:
+    """Every method decodes the first prompt once, untimed."""
+    ids = encode_prompt(target.tokenizer, prompt)
+    for lane in lanes:
+        decode_turn(runner.with_max_tokens(lane, tokens), target, ids, replace(base_cfg, max_new_tokens=tokens))
+
+
+def check_identity(records, target, temperature: float) -> dict:
+    """At temperature 0 every method must reproduce plain decoding: compare, and tell rounding near-ties (measured on
+    the plain target's logits where a method first differs) from real mismatches."""
+    if temperature != 0:
+        return {"reference": None, "checked": 0, "mismatches": [], "near_ties": [],
+                "skipped": f"temperature {temperature} > 0 (outputs are samples; losslessness is tested "
+                           f"statistically in tests/)"}
+    identity = identity_check(records)
+    by_key = {(r.method, r.key): r for r in records}
+    for mm in first_divergences(identity["mismatches"]).values():
+        rec = by_key[(identity["reference"], (mm["run"], mm["dataset"], mm["question_id"], mm["turn"]))]
+        mm["margin"] = runner.diagnose_mismatch(target, rec.prompt_ids, rec.token_ids, mm["index"], mm["got"])
+    return classify_mismatches(identity, runner.near_tie_tolerance(target.dtype),
+                               str(target.dtype).replace("torch.", ""))
+
+
+def run_meta(args, argv: Sequence[str], preset: Preset, target, lanes: Sequence[runner.BenchLane], questions,
+             base_cfg: DecodeConfig, budget: int | str, skipped: list[str], load_start: float | None) -> dict:
+    """What the report says about the run: command, date, hardware, software, settings, budgets, questions, notes."""
+    settings = (f"depth {base_cfg.depth}, top-k {base_cfg.top_k}, temperature {args.temperature}, top-p {args.top_p}, "
+                f"max new tokens {args.max_new_tokens}, runs {args.runs}, seed {args.seed}")
+    if base_cfg.depth_stop and budget != "auto":
+        settings += f", dynamic depth stop below p {base_cfg.depth_stop:g}"
+    if args.head_rows == "all":
+        settings += ", the target's LM head over every tree slot"
+    if budget == "auto":
+        source = (f"first {args.calibration_prompts} prompts of {' '.join(args.calibration_data)}"
+                  if args.calibration_data else "the built-in prompts")
+        chosen = "; ".join(f"{m.name} → {m.budget_choice.describe()}" for m in lanes if m.budget_choice is not None)
+        budget_text = f"auto (calibrated on {source}, {args.calibration_tokens} new tokens each): {chosen}"
+    else:
+        budget_text = f"{budget} (fixed)"
+    untrained = [m.name for m in lanes if not m.trained]
+    notes = [f"Untrained (random) drafts: {', '.join(untrained)}. Their acceptance and speed say nothing about POSS; "
+             f"they show what the machinery costs."] if untrained else []
+    n_turns = sum(len(q.turns) for q in questions)
+    return {
+        "preset": preset.name, "model_id": preset.name,
+        "command": "python -m poss_core.bench " + shlex.join(list(argv)),
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "hardware": _hardware(target) + _load_text(load_start, _load_average()), "software": _software(),
+        "target": f"{preset.description}, {str(target.dtype).replace('torch.', '')} on {target.device.type} "
+                  f"(quantization: {target.quantization})",
+        "settings": settings, "budget": budget_text,
+        "questions": f"{len(questions)} questions, {n_turns} turns from "
+                     f"{', '.join(dict.fromkeys(q.dataset for q in questions))}"
+                     + (f" (first {args.limit} per dataset)" if args.limit else ""),
+        "labels": {m.name: m.label for m in lanes},
+        "budgets": {m.name: m.budget for m in lanes if m.budget is not None},
+        "budget_choices": {m.name: m.budget_choice.to_json() for m in lanes if m.budget_choice is not None},
+        "skipped": skipped, "notes": notes,
+    }
+
+
+def _print_console(agg: dict, meta: dict) -> None:
+    """The overall table on stdout: method, τ, tokens/s, speed-up, time split."""
+    def f(v, d=2):
+        return "–" if v is None else f"{v:.{d}f}"
+
+    print(f"\n{meta['preset']} | {meta['settings']} | tree budget {meta['budget']}")
+    print(f"{'method':<10} {'tau':>6} {'tau/set':>8} {'tok/s':>16} {'speed-up':>16} {'draft ms':>9} "
+          f"{'verify ms':>10} {'overhead ms':>12}")
+    for m in agg["methods"]:
+        c = agg["table"][m]["overall"]
+        tps = f"{f(c['tokens_per_s'], 1)} ± {f(c['tokens_per_s_std'], 1)}"
+        sp = f"{f(c['speedup'])} ± {f(c['speedup_std'])}"
+        print(f"{m:<10} {f(c['tau_pooled']):>6} {f(agg['mean_tau_over_datasets'][m]):>8} {tps:>16} {sp:>16} "
+              f"{f(c['draft_ms']):>9} {f(c['verify_ms']):>10} {f(c['overhead_ms']):>12}")
+    print("tau = pooled over every round; tau/set = the mean of the datasets' tau (the paper's mean column)")
+    print()
+
+
+def report_main(argv: Sequence[str]) -> int:
+    p = argparse.ArgumentParser(prog="python -m poss_core.bench report",
+                                description="Rebuild tables, JSONL and HTML from a results folder's records.jsonl.")
+    p.add_argument("folder")
+    p.add_argument("--plotlyjs", choices=["inline", "cdn"], default="inline")
+    p.add_argument("--limit", type=int, default=None,
+                   help="only the first N questions of each dataset (a larger run read as a smaller one); needs --out")
+    p.add_argument("--out", default=None, help="write the rebuilt report here instead of into FOLDER")
+    args = p.parse_args(argv)
+    folder = Path(args.folder)
+    if args.limit is not None and (args.out is None or Path(args.out).resolve() == folder.resolve()):
+        raise PossError("--limit rebuilds a smaller report: give --out with another folder, so the full records stay.")
+    summary = read_summary(folder / "summary.json")
+    records = read_records(folder / "records.jsonl")
+    meta, identity = summary["meta"], summary.get("identity")
+    if args.limit is not None:
+        records = first_questions(records, args.limit)
+        meta = {**meta, "notes": list(meta.get("notes", [])) + [
+            f"Rebuilt from {folder}'s records: the first {args.limit} questions of each dataset "
+            f"(python -m poss_core.bench report {folder} --limit {args.limit} --out {args.out})."]}
+        identity = subset_identity(identity, records) if identity is not None else None
+    out = Path(args.out) if args.out else folder
+    out.mkdir(parents=True, exist_ok=True)
+    paths = write_outputs(out, records, meta, int(summary["depth"]), identity,
+                          plotlyjs=True if args.plotlyjs == "inline" else "cdn")
+    print("wrote " + ", ".join(str(p) for p in paths.values()))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+
+    def body() -> int:
+        if argv and argv[0] == "overhead":
+            return overhead_main(argv[1:])
+        if argv and argv[0] == "report":
+            return report_main(argv[1:])
+        return run_benchmark(build_parser().parse_args(argv), argv)
+
+    return run_cli(body)

@@ -1,0 +1,173 @@
+"""What the benchmark keeps of each decode: a `TurnRecord` per method, question, turn and run (its rounds compactly),
+pooled into one event stream per method, and written as records.jsonl and in Spec-Bench's answer layout."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from .. import metrics, methods
+from ..events import DraftNode, FeatureDeviation, RoundEvent
+
+
+@dataclass
+class TurnRecord:
+    """One decode: a method's answer to one turn of one question in one run, with its rounds kept compactly."""
+
+    run: int
+    method: str
+    dataset: str
+    question_id: Any
+    category: str
+    turn: int
+    token_ids: list[int]
+    text: str
+    stop_reason: str
+    wall_time: float  # seconds around the whole decode call
+    events: list[RoundEvent] = field(default_factory=list)  # light events (see `light_event`)
+    prompt_ids: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.method = methods.canonical(self.method)  # records written when plain decoding was called `ar`
+
+    @property
+    def new_tokens(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def key(self) -> tuple:
+        return (self.run, self.dataset, self.question_id, self.turn)
+
+    def to_json(self) -> dict[str, Any]:
+        """Columnar rounds: a long decode costs a few numbers per round on disk."""
+        ev = self.events
+        return {
+            "run": self.run, "method": self.method, "dataset": self.dataset, "question_id": self.question_id,
+            "category": self.category, "turn": self.turn, "token_ids": self.token_ids, "text": self.text,
+            "stop_reason": self.stop_reason, "wall_time": self.wall_time, "prompt_ids": self.prompt_ids,
+            "rounds": {
+                "prefill": [e.prefill for e in ev],
+                "accept_len": [e.accept_len for e in ev],
+                "new_tokens": [e.new_tokens for e in ev],
+                "draft_ms": [round(e.draft_ms, 4) for e in ev],
+                "verify_ms": [round(e.verify_ms, 4) for e in ev],
+                "wall_ms": [round(e.wall_ms, 4) for e in ev],
+                "feature_deviation": [[[d.l2, d.cosine] for d in e.feature_deviation] for e in ev],
+                "tokens": [e.tokens for e in ev],
+                "bonus": [e.bonus for e in ev],
+                "nodes": [[[n.token, n.parent, n.depth, n.score, n.draft_prob, n.specialist] for n in e.nodes]
+                          for e in ev],
+            },
+        }
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> "TurnRecord":
+        r = obj.get("rounds", {})
+        n = len(r.get("accept_len", []))
+
+        def col(name, default):
+            return r.get(name) or [default] * n
+
+        events = [
+            RoundEvent(round=i, nodes=[DraftNode(int(t), int(p), int(d), float(s), float(q), int(g))
+                                       for t, p, d, s, q, g in nodes],
+                       accepted=list(range(acc)), bonus=int(bonus), target_probs=[],
+                       feature_deviation=[FeatureDeviation(float(a), float(b)) for a, b in dev],
+                       draft_ms=float(dm), verify_ms=float(vm), new_tokens=int(nt), tokens=[int(t) for t in toks],
+                       wall_ms=float(wm), prefill=bool(pf))
+            for i, (pf, acc, nt, dm, vm, wm, dev, toks, bonus, nodes) in enumerate(zip(
+                col("prefill", False), col("accept_len", 0), col("new_tokens", 0), col("draft_ms", 0.0),
+                col("verify_ms", 0.0), col("wall_ms", 0.0), col("feature_deviation", []), col("tokens", []),
+                col("bonus", -1), col("nodes", [])))
+        ]
+        return cls(run=int(obj["run"]), method=obj["method"], dataset=obj["dataset"], question_id=obj["question_id"],
+                   category=obj.get("category", ""), turn=int(obj["turn"]), token_ids=list(obj["token_ids"]),
+                   text=obj.get("text", ""), stop_reason=obj.get("stop_reason", ""),
+                   wall_time=float(obj["wall_time"]), events=events, prompt_ids=list(obj.get("prompt_ids", [])))
+
+
+def light_event(e: RoundEvent) -> RoundEvent:
+    """A round as aggregation keeps it: acceptance, deviations, timings, emitted tokens, and of the tree only the
+    accepted path (first, so `accepted` is 0..accept_len-1) plus the first drafted node of every other depth (so the
+    drafted depth and which specialist drafted each position stay known). Parents are re-indexed within the kept
+    nodes (-1 when the parent was not kept)."""
+    keep = list(e.accepted)
+    depths = {e.nodes[a].depth for a in keep}
+    for i, n in enumerate(e.nodes):
+        if n.depth not in depths:
+            depths.add(n.depth)
+            keep.append(i)
+    remap = {old: new for new, old in enumerate(keep)}
+    nodes = [replace(e.nodes[i], parent=remap.get(e.nodes[i].parent, -1)) for i in keep]
+    probs = [e.target_probs[i] for i in keep] if len(e.target_probs) == len(e.nodes) else []
+    return replace(e, nodes=nodes, accepted=list(range(len(e.accepted))), target_probs=probs, text="")
+
+
+def pool_events(turns: Iterable[Sequence[RoundEvent]]) -> list[RoundEvent]:
+    """Concatenate several decodes' events into one stream whose `new_tokens` keeps counting, so that
+    `metrics.tokens_per_s` of the pool is total new tokens over total wall time."""
+    out: list[RoundEvent] = []
+    offset = 0
+    for events in turns:
+        for e in events:
+            out.append(replace(e, round=len(out), new_tokens=offset + e.new_tokens))
+        offset += metrics.total_new_tokens(list(events))
+    return out
+
+
+def read_records(path: Path) -> list[TurnRecord]:
+    with open(path) as f:
+        return [TurnRecord.from_json(json.loads(line)) for line in f if line.strip()]
+
+
+def first_questions(records: Sequence[TurnRecord], limit: int) -> list[TurnRecord]:
+    """The records of the first `limit` questions of each dataset, in the order the benchmark ran them."""
+    kept: dict[str, list[Any]] = {}
+    for r in records:
+        ids = kept.setdefault(r.dataset, [])
+        if r.question_id not in ids and len(ids) < limit:
+            ids.append(r.question_id)
+    return [r for r in records if r.question_id in kept[r.dataset]]
+
+
+def spec_bench_rows(records: Sequence[TurnRecord], method: str, model_id: str) -> list[dict[str, Any]]:
+    """One row per question in Spec-Bench's answer layout; `choices[i]` is run i. `accept_lengths` follows Spec-Bench:
+    tokens produced per draft round (accepted + bonus), all turns in order, so its mean is τ."""
+    rows: dict[tuple, dict[str, Any]] = {}
+    mine = sorted((r for r in records if r.method == method), key=lambda r: (r.run, r.turn))
+    for r in mine:
+        qkey = (r.dataset, r.question_id)
+        row = rows.setdefault(qkey, {"question_id": r.question_id, "category": r.category, "dataset": r.dataset,
+                                     "model_id": f"{model_id}-{method}", "choices": {}})
+        choice = row["choices"].setdefault(r.run, {"index": r.run, "turns": [], "decoding_steps": [],
+                                                   "new_tokens": [], "wall_time": [], "accept_lengths": []})
+        choice["turns"].append(r.text)
+        choice["decoding_steps"].append(len(metrics.draft_rounds(r.events)) + 1)
+        choice["new_tokens"].append(r.new_tokens)
+        choice["wall_time"].append(r.wall_time)
+        choice["accept_lengths"].extend(n + 1 for n in metrics.accept_lengths(r.events))
+    out = []
+    for row in rows.values():
+        row["choices"] = [row["choices"][k] for k in sorted(row["choices"])]
+        out.append(row)
+    return out
+
+
+def read_summary(path: Path) -> dict[str, Any]:
+    """A results folder's summary.json, its method names in the registry's spelling (older runs called plain
+    decoding `ar`)."""
+    summary = json.loads(Path(path).read_text())
+    meta = summary.get("meta", {})
+    for key in ("labels", "budgets", "budget_choices"):
+        if isinstance(meta.get(key), dict):
+            meta[key] = {methods.canonical(m): v for m, v in meta[key].items()}
+    identity = summary.get("identity")
+    if identity:
+        if identity.get("reference"):
+            identity["reference"] = methods.canonical(identity["reference"])
+        for row in (identity.get("mismatches") or []) + (identity.get("near_ties") or []):
+            row["method"] = methods.canonical(row["method"])
+    return summary

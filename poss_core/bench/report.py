@@ -1,0 +1,349 @@
+"""The benchmark's outputs: records.jsonl, one Spec-Bench JSONL per method, summary.json, report.md (tables with the
+command, hardware and date that produced them) and report.html (the same tables and the app's charts)."""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ..events import RoundEvent
+from ..json_safe import clean_json
+from ..methods import PLAIN, color_of, is_plain, label_of
+from . import figures
+from .analysis import (OVERALL, aggregate, auto_expectations, identity_check, pooled_events_by_method)
+from .records import TurnRecord, spec_bench_rows
+
+def identity_banner(identity: dict[str, Any]) -> str:
+    n = len(identity["mismatches"])
+    ties = identity.get("near_ties") or []
+    if identity.get("skipped"):
+        return f"Identity check skipped: {identity['skipped']}."
+    if identity["reference"] is None:
+        return "Identity check not run: no plain-decoding method in --methods."
+    if n == 0 and not ties:
+        return (f"Identity check PASSED: every method's output equals {identity['reference']} token for token "
+                f"on {identity['checked']} turns.")
+    if n == 0:
+        first = sum(1 for m in ties if m["kind"] == "near-tie")
+        return (f"Identity check PASSED up to rounding: {identity['checked'] - len(ties)} of {identity['checked']} "
+                f"turns equal {identity['reference']} token for token; {first} first differ where the plain "
+                f"target's logits for the two tokens are within {identity['tolerance']:g} of each other (a near-tie "
+                f"that {identity.get('precision') or 'this precision'} rounds differently in a batched verify pass "
+                f"and a one-token step), and {len(ties) - first} only after such a divergence in an earlier turn. "
+                f"No real mismatch.")
+    methods = sorted({m["method"] for m in identity["mismatches"]})
+    extra = f" ({len(ties)} more differ only at rounding near-ties)" if ties else ""
+    return (f"!!! IDENTITY CHECK FAILED: {n} of {identity['checked']} turns differ from {identity['reference']} "
+            f"({', '.join(methods)}){extra}. At temperature 0 speculative decoding must reproduce plain decoding "
+            f"exactly: this is a bug. !!!")
+
+
+def _fmt(v: float | None, digits: int = 2, pct: bool = False) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "–"
+    return f"{v * 100:+.{digits}f}%" if pct else f"{v:.{digits}f}"
+
+
+def _pm(mean: float, std: float, digits: int = 2, suffix: str = "") -> str:
+    if mean is None or math.isnan(mean):
+        return "–"
+    s = f"{mean:.{digits}f}{suffix}"
+    return s if std is None or math.isnan(std) else f"{s} ± {std:.{digits}f}"
+
+
+def _md_table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def _title(method: str, labels: dict[str, str]) -> str:
+    return labels.get(method) or label_of(method)
+
+
+def markdown_report(agg: dict[str, Any], identity: dict[str, Any], meta: dict[str, Any]) -> str:
+    """The benchmark's tables in markdown, with the command, hardware and date that produced them."""
+    labels = meta.get("labels", {})
+    out = header_section(agg, identity, meta)
+    out += overall_section(agg, labels)
+    out += per_dataset_sections(agg, labels)
+    out += vs_eagle_sections(agg, labels)
+    out += by_position_sections(agg, labels)
+    out += time_split_section(agg, labels)
+    out += auto_expectation_section(agg, meta)
+    return "\n".join(out)
+
+
+def header_section(agg: dict[str, Any], identity: dict[str, Any], meta: dict[str, Any]) -> list[str]:
+    """Title, the identity check (loud when it failed), the command, the facts of the run and how to read it."""
+    methods = agg["methods"]
+    out: list[str] = [f"# POSS benchmark: {meta.get('preset', '')}", ""]
+    banner = identity_banner(identity)
+    out += [f"**{banner}**" if identity["mismatches"] else banner, ""]
+    listed = identity["mismatches"] + (identity.get("near_ties") or [])
+    if listed:
+        rows = [[m["method"], str(m["run"]), m["dataset"], str(m["question_id"]), str(m["turn"]), str(m["index"]),
+                 str(m["got"]), str(m["want"]), _fmt(m.get("margin"), 4), m.get("kind", "mismatch")]
+                for m in listed[:50]]
+        out += [_md_table(["method", "run", "dataset", "question", "turn", "first diff", "got", "want",
+                           "plain logit margin", "kind"], rows), ""]
+    out += ["```", meta.get("command", ""), "```", ""]
+    facts = [("date", meta.get("date")), ("hardware", meta.get("hardware")), ("software", meta.get("software")),
+             ("target", meta.get("target")), ("settings", meta.get("settings")), ("tree budget", meta.get("budget")),
+             ("questions", meta.get("questions"))]
+    out += [f"- {k}: {v}" for k, v in facts if v] + [""]
+    for note in meta.get("notes", []):
+        out.append(f"> {note}")
+    if meta.get("notes"):
+        out.append("")
+    out += [f"Speed-up = tokens/s ÷ tokens/s of the fastest plain decoder "
+            f"({', '.join(m for m in methods if is_plain(m))}) on the same "
+            f"run and dataset; mean ± sample std over {len(agg['runs'])} run(s). τ = mean (accept_len + 1) per "
+            f"draft round; pooled = over every round of every dataset, mean of datasets = the average of the "
+            f"datasets' τ (the paper's mean column).", ""]
+    return out
+
+
+def overall_section(agg: dict[str, Any], labels: dict[str, str]) -> list[str]:
+    rows = []
+    for m in agg["methods"]:
+        c = agg["table"][m][OVERALL]
+        rows.append([_title(m, labels), _fmt(c["tau_pooled"]), _fmt(agg["mean_tau_over_datasets"][m]),
+                     _pm(c["tokens_per_s"], c["tokens_per_s_std"], 1),
+                     _pm(c["speedup"], c["speedup_std"], 2, "×"), _fmt(agg["mean_speedup_over_datasets"][m], 2),
+                     str(c["new_tokens"]), str(c["rounds"])])
+    return ["## Overall", "", _md_table(["method", "τ (pooled)", "τ (mean of datasets)", "tokens/s",
+                                        "speed-up (pooled)", "speed-up (mean of datasets)", "new tokens", "rounds"],
+                                       rows), ""]
+
+
+def per_dataset_sections(agg: dict[str, Any], labels: dict[str, str]) -> list[str]:
+    """τ, speed-up and tokens/s, one table each, a column per dataset."""
+    t, scopes = agg["table"], agg["datasets"] + [OVERALL]
+    out: list[str] = []
+    for title, key, digits, suffix in (("τ (mean acceptance length)", "tau", 2, ""),
+                                       ("Speed-up over the faster plain decoder", "speedup", 2, "×"),
+                                       ("Tokens per second", "tokens_per_s", 1, "")):
+        out += [f"## {title} per dataset", ""]
+        rows = []
+        for m in agg["methods"]:
+            cells = []
+            for s in scopes:
+                c = t[m][s]
+                cells.append(_fmt(c["tau_pooled"], digits) if key == "tau"
+                             else _pm(c[key], c[key + "_std"], digits, suffix))
+            if key == "tau":
+                cells.append(_fmt(agg["mean_tau_over_datasets"][m], digits))
+            rows.append([_title(m, labels)] + cells)
+        extra = ["mean of datasets"] if key == "tau" else []
+        out += [_md_table(["method"] + scopes + extra, rows), ""]
+    return out
+
+
+def vs_eagle_sections(agg: dict[str, Any], labels: dict[str, str]) -> list[str]:
+    """Every other draft's change over EAGLE, and τ's change with its bootstrap interval (none without EAGLE)."""
+    if not agg["vs_eagle"]:
+        return []
+    scopes = agg["datasets"] + [OVERALL]
+    out = ["## Relative change over EAGLE (τ; tokens/s mean ± std over runs)", ""]
+    rows = []
+    for m, row in agg["vs_eagle"].items():
+        cells = [f"τ {_fmt(row[s]['tau'], 1, True)}, speed {_fmt(row[s]['speed'], 1, True)}"
+                 + ("" if math.isnan(row[s]["speed_std"]) else f" ± {row[s]['speed_std'] * 100:.1f}")
+                 for s in scopes]
+        mo = row["mean_over_datasets"]
+        cells.append(f"τ {_fmt(mo['tau'], 1, True)}, speed {_fmt(mo['speed'], 1, True)}")
+        rows.append([_title(m, labels)] + cells)
+    out += [_md_table(["method"] + scopes + ["mean over datasets"], rows), ""]
+    out += ["## τ over EAGLE with a 95% interval", "",
+            "Paired bootstrap over questions (2,000 resamples; each dataset's questions drawn again with "
+            "replacement, a question's turns and runs together): an interval that contains 0 means these "
+            "questions cannot tell the two drafts apart. With a handful of questions per dataset the "
+            "interval is rough and tends to be too narrow.", ""]
+    rows = []
+    for m, row in agg["vs_eagle"].items():
+        cells = []
+        for key in ("pooled", "mean_of_datasets"):
+            change, lo, hi = row["tau_interval"][key]
+            cells.append(f"{_fmt(change, 1, True)} ({_fmt(lo, 1, True)} to {_fmt(hi, 1, True)})")
+        rows.append([_title(m, labels)] + cells)
+    return out + [_md_table(["method", "pooled τ", "τ (mean of datasets)"], rows), ""]
+
+
+def by_position_sections(agg: dict[str, Any], labels: dict[str, str]) -> list[str]:
+    """Pos-acc, the unconditional rate, the accept-length histogram and feature deviation of the drafts, overall."""
+    t, depth = agg["table"], agg["depth"]
+    spec = [m for m in agg["methods"] if not is_plain(m)]
+    if not spec:
+        return []
+    out: list[str] = []
+    for title, key in (("Conditional pos-acc (P(accept ≥ k) / P(accept ≥ k−1)), overall", "pos_acc"),
+                       ("Unconditional rate P(accept ≥ k), overall", "pos_rate")):
+        out += [f"## {title}", ""]
+        rows = [[_title(m, labels)] + [_fmt(v * 100 if not math.isnan(v) else v, 1) for v in t[m][OVERALL][key]]
+                for m in spec]
+        out += [_md_table(["method"] + [f"k={k}" for k in range(1, depth + 1)], rows), ""]
+    out += ["## Accept-length histogram (rounds accepting exactly k draft tokens), overall", ""]
+    rows = [[_title(m, labels)] + [str(v) for v in t[m][OVERALL]["accept_hist"]] for m in spec]
+    out += [_md_table(["method"] + [str(k) for k in range(depth + 1)], rows), ""]
+    out += ["## Feature deviation on accepted paths by position (mean L2 / cosine distance), overall", ""]
+    rows = []
+    for m in spec:
+        fd = t[m][OVERALL]["feature_deviation"]
+        cells = [f"{fd['l2'][k]:.3f} / {fd['cosine'][k]:.3f} (n={fd['count'][k]})" if k < len(fd["count"])
+                 else "–" for k in range(depth)]
+        rows.append([_title(m, labels)] + cells)
+    return out + [_md_table(["method"] + [f"k={k}" for k in range(1, depth + 1)], rows), ""]
+
+
+def time_split_section(agg: dict[str, Any], labels: dict[str, str]) -> list[str]:
+    out = ["## Where the time goes per round (ms, mean ± std over runs), overall", "",
+           "draft = building the draft tree (draft forwards included); verify = the target's forward over the tree "
+           "and its LM head (a leaf's row read during acceptance included); "
+           "overhead = the rest of the round (acceptance, cache commit, events), plus per decode the set-up before "
+           "the first round and the closing summary.", ""]
+    rows = []
+    for m in agg["methods"]:
+        c = agg["table"][m][OVERALL]
+        rows.append([_title(m, labels), _pm(c["draft_ms"], c["draft_ms_std"], 2),
+                     _pm(c["verify_ms"], c["verify_ms_std"], 2), _pm(c["overhead_ms"], c["overhead_ms_std"], 2),
+                     _pm(c["round_ms"], c["round_ms_std"], 2), _fmt(c["overhead_share"], 1, True).lstrip("+")])
+    return out + [_md_table(["method", "draft", "verify", "overhead", "round", "overhead share"], rows), ""]
+
+
+def auto_expectation_section(agg: dict[str, Any], meta: dict[str, Any]) -> list[str]:
+    """The report's markdown for `auto_expectations`, with plain decoding's expected and measured step (none without
+    `auto`)."""
+    rows = auto_expectations(agg, meta)
+    if not rows:
+        return []
+    labels = meta.get("labels", {})
+    plain = agg["table"][PLAIN][OVERALL] if PLAIN in agg["methods"] else None
+    plain_ms = plain["round_ms"] if plain else math.nan
+    cells = [[_title(r["method"], labels), f"{r['expected_tau']:.2f}", f"{r['tau']:.2f}", f"{r['expected_round_ms']:.1f}",
+              f"{r['round_ms']:.1f}", f"{r['expected_tokens_per_s']:.1f}", f"{r['rounds_only_tokens_per_s']:.1f}",
+              f"{r['tokens_per_s']:.1f}"] for r in rows]
+    cells.append([_title(PLAIN, labels), "1.00", "1.00", f"{1000.0 / rows[0]['expected_plain_tokens_per_s']:.1f}",
+                  _fmt(plain_ms, 1), f"{rows[0]['expected_plain_tokens_per_s']:.1f}",
+                  _fmt(1000.0 / plain_ms if plain_ms else math.nan, 1),
+                  _fmt(plain["tokens_per_s"], 1) if plain else "–"])
+    return ["## `auto`: what it expected against what it got, overall", "",
+            "Expected = the chosen setting's row of `auto`'s table (τ from the calibration prompts, round time from "
+            "the forward-time curve and the calibration's draft and overhead times); measured = these questions. "
+            "Measured tokens/s counts each decode's prefill, which the expectation leaves out; 1000·τ / round ms "
+            "(\"rounds only\") is the comparable figure.", "",
+            _md_table(["method", "τ expected", "τ measured", "round ms expected", "round ms measured",
+                       "tokens/s expected", "tokens/s rounds only", "tokens/s with prefill"], cells), ""]
+
+
+def _charts_html(events_by_label: dict[str, list[RoundEvent]], colors: dict[str, str],
+                 plotlyjs: str | bool) -> list[str]:
+    """The app's Plotly figures for these runs, as HTML fragments (a chart that fails says why in its place)."""
+    builders = [("Conditional pos-acc by position", lambda r, c: figures.pos_acc_figure(r, True, colors=c)),
+                ("Unconditional acceptance rate by position", lambda r, c: figures.pos_acc_figure(r, False, colors=c)),
+                ("Accept-length histogram", lambda r, c: figures.accept_hist_figure(r, colors=c)),
+                ("Feature deviation by position", lambda r, c: figures.feature_deviation_figure(r, colors=c)),
+                ("Tokens per second", lambda r, c: figures.tokens_per_s_figure(r, colors=c))]
+    parts, include = [], plotlyjs
+    for title, build in builders:
+        try:
+            fig = build(events_by_label, colors)
+        except Exception as err:  # noqa: BLE001 - one broken chart must not lose the report
+            parts.append(f"<p>{html.escape(title)}: not drawn ({html.escape(type(err).__name__)}: "
+                         f"{html.escape(str(err))})</p>")
+            continue
+        parts.append(f"<h3>{html.escape(title)}</h3>" + fig.to_html(full_html=False, include_plotlyjs=include))
+        include = False
+    return parts
+
+
+def _md_to_html(md: str) -> str:
+    """Enough markdown for the report's own output: headings, tables, code blocks, bullets, quotes, bold."""
+    out, in_code, in_table = [], False, False
+    for line in md.splitlines():
+        if line.startswith("```"):
+            out.append("</pre>" if in_code else "<pre>")
+            in_code = not in_code
+            continue
+        if in_code:
+            out.append(html.escape(line))
+            continue
+        if line.startswith("|"):
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            if all(set(c) <= {"-"} and c for c in cells):
+                continue
+            if not in_table:
+                out.append("<table><tr>" + "".join(f"<th>{html.escape(c)}</th>" for c in cells) + "</tr>")
+                in_table = True
+            else:
+                out.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
+            continue
+        if in_table:
+            out.append("</table>")
+            in_table = False
+        if line.startswith("#"):
+            level = len(line) - len(line.lstrip("#"))
+            out.append(f"<h{level}>{html.escape(line[level:].strip())}</h{level}>")
+        elif line.startswith("- "):
+            out.append(f"<li>{html.escape(line[2:])}</li>")
+        elif line.startswith("> "):
+            out.append(f"<blockquote>{html.escape(line[2:])}</blockquote>")
+        elif line.startswith("**") and line.endswith("**"):
+            out.append(f"<p class='alarm'>{html.escape(line.strip('*'))}</p>")
+        elif line.strip():
+            out.append(f"<p>{html.escape(line)}</p>")
+    if in_table:
+        out.append("</table>")
+    return "\n".join(out)
+
+
+def html_report(markdown: str, events_by_label: dict[str, list[RoundEvent]], plotlyjs: str | bool = True,
+                colors: dict[str, str] | None = None) -> str:
+    """A standalone page: the markdown tables, then the app's charts (plotly.js inlined by default: works offline)."""
+    charts = _charts_html(events_by_label, colors or {}, plotlyjs)
+    style = ("body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em}"
+             "table{border-collapse:collapse;margin:.5em 0 1.5em}td,th{border:1px solid #ccc;padding:3px 8px;"
+             "text-align:right}th:first-child,td:first-child{text-align:left}pre{background:#f4f4f4;padding:.6em;"
+             "white-space:pre-wrap}.alarm{background:#b00020;color:#fff;padding:1em;font-size:1.3em;font-weight:bold}")
+    body = _md_to_html(markdown)
+    body += "\n<h2>Charts (overall, all runs pooled)</h2>\n"
+    body += "\n".join(charts)
+    return f"<!doctype html><html><head><meta charset='utf-8'><title>POSS benchmark</title><style>{style}</style>" \
+           f"</head><body>{body}</body></html>"
+
+
+def write_outputs(out_dir: Path, records: Sequence[TurnRecord], meta: dict[str, Any], depth: int,
+                  identity: dict[str, Any] | None = None, plotlyjs: str | bool = True) -> dict[str, Path]:
+    """Write records.jsonl, one Spec-Bench JSONL per method, summary.json, report.md and report.html."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    agg = aggregate(records, depth)
+    if identity is None:
+        identity = identity_check(records)
+    paths: dict[str, Path] = {}
+    with open(out_dir / "records.jsonl", "w") as f:
+        for r in records:
+            f.write(json.dumps(clean_json(r.to_json())) + "\n")
+    paths["records"] = out_dir / "records.jsonl"
+    for m in agg["methods"]:
+        p = out_dir / f"{m}.jsonl"
+        with open(p, "w") as f:
+            for row in spec_bench_rows(records, m, meta.get("model_id", "model")):
+                f.write(json.dumps(clean_json(row)) + "\n")
+        paths[m] = p
+    summary = {"meta": meta, "identity": identity, **agg}
+    (out_dir / "summary.json").write_text(json.dumps(clean_json(summary), indent=1))
+    paths["summary"] = out_dir / "summary.json"
+    md = markdown_report(agg, identity, meta)
+    (out_dir / "report.md").write_text(md + "\n")
+    paths["markdown"] = out_dir / "report.md"
+    labels = meta.get("labels", {})
+    events = {_title(m, labels): ev for m, ev in pooled_events_by_method(records, agg["methods"]).items()}
+    colors = {_title(m, labels): color_of(m) for m in agg["methods"] if color_of(m)}
+    (out_dir / "report.html").write_text(html_report(md, events, plotlyjs, colors))
+    paths["html"] = out_dir / "report.html"
+    return paths

@@ -1,0 +1,303 @@
+"""The benchmark's timed runs: the questions, one lane per method (its decoder, with `--tree-budget auto` its fitted
+budget), and the loop that decodes every turn of every question with every method, run after run."""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import gc
+import glob
+import json
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm import tqdm
+
+from .. import methods
+from ..autobudget import CALIBRATION_PROMPTS, DEPTH_STOPS, auto_tree_budget, load_or_measure_curve
+from ..decoding.decoder import encode_prompt
+from ..errors import ConfigError
+from ..events import DecodeSummary, RoundEvent
+from ..models.loading import load_preset_target, parse_dtype
+from ..prompt_files import read_prompts
+from .records import TurnRecord, light_event
+
+
+@dataclass
+class Question:
+    dataset: str
+    question_id: Any
+    category: str
+    turns: list[str]
+
+
+@dataclass
+class BenchLane:
+    """One method as the benchmark runs it: its registry name and label, and how it decodes (decoder None =
+    transformers' `generate`), with the budget `auto` chose for it."""
+
+    name: str
+    label: str
+    decoder: Any = None
+    budget: int | None = None
+    budget_choice: Any = None
+    trained: bool = True
+    notes: list[str] = field(default_factory=list)
+
+
+def data_files(patterns: Sequence[str]) -> list[str]:
+    """The files --data names (globs expanded, each once, in order)."""
+    paths: list[str] = []
+    for p in patterns:
+        found = sorted(glob.glob(p)) or ([p] if Path(p).is_file() else [])
+        if not found:
+            raise ConfigError(f"--data {p!r} matches no file: give eval JSONL files (e.g. ../shared/data/eval/*.jsonl).")
+        paths.extend(found)
+    return list(dict.fromkeys(paths))
+
+
+def load_questions(patterns: Sequence[str], limit: int | None = None) -> list[Question]:
+    """Rows {"question_id", "category", "turns": [...]} from JSONL files; the dataset is the file's stem."""
+    questions: list[Question] = []
+    for path in data_files(patterns):
+        name = Path(path).stem
+        rows = 0
+        with open(path) as f:
+            for line_no, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                if limit is not None and rows >= limit:
+                    break
+                try:
+                    row = json.loads(line)
+                    turns = [str(t) for t in row["turns"]]
+                except (ValueError, KeyError, TypeError) as err:
+                    raise ConfigError(f"{path}:{line_no} is not an eval row with 'turns' ({err}).") from err
+                questions.append(Question(name, row.get("question_id", rows), str(row.get("category", "")), turns))
+                rows += 1
+    if not questions:
+        raise ConfigError("--data holds no questions.")
+    return questions
+
+
+def parse_methods(text: str, hf_generate: bool = True) -> list[str]:
+    """Registry names of --methods (older spellings such as `ar` accepted), plain decoding always first: speed-ups and
+    the identity check need it."""
+    names = [methods.canonical(m.strip()) for m in text.split(",") if m.strip()]
+    names = [n for n in names if n not in (methods.PLAIN, methods.PLAIN_HF)]
+    plain = [methods.PLAIN, methods.PLAIN_HF] if hf_generate else [methods.PLAIN]
+    return plain + list(dict.fromkeys(names))
+
+
+def calibration_texts(args: argparse.Namespace) -> list[str]:
+    """The prompts `auto` calibrates on: the first --calibration-prompts of --calibration-data, else the built-in
+    ones. Never the evaluation sets: a budget fitted on what is measured would flatter the speed-up."""
+    if args.calibration_prompts < 1:
+        raise ConfigError(f"--calibration-prompts={args.calibration_prompts} is out of range: use an integer >= 1.")
+    if not args.calibration_data:
+        return list(CALIBRATION_PROMPTS[: args.calibration_prompts])
+    calibration = {Path(f).resolve() for q in args.calibration_data for f in (glob.glob(q) or [q])}
+    if calibration & {Path(d).resolve() for d in data_files(args.data)}:
+        raise ConfigError("--calibration-data names a file that --data measures: calibrate on other prompts.")
+    texts = read_prompts(args.calibration_data)
+    if not texts:
+        raise ConfigError(f"--calibration-data {' '.join(args.calibration_data)} holds no prompts.")
+    return texts[: args.calibration_prompts]
+
+
+class _TokenClock:
+    """A transformers streamer that stamps the time each new token arrives (the first call carries the prompt)."""
+
+    def __init__(self) -> None:
+        self.times: list[float] = []
+        self.tokens: list[int] = []
+        self._prompt_seen = False
+
+    def put(self, value) -> None:
+        if not self._prompt_seen:
+            self._prompt_seen = True
+            return
+        self.times.append(time.perf_counter())
+        self.tokens.extend(int(t) for t in value.reshape(-1).tolist())
+
+    def end(self) -> None:
+        pass
+
+
+def hf_generate(target, ids: list[int], max_new_tokens: int, temperature: float, top_p: float, seed: int):
+    """transformers' own `generate` (batch 1, KV cache): token ids cut after the first EOS, and one event per token
+    from the streamer's timestamps (time to the first token = the prefill round)."""
+    x = torch.tensor([ids], device=target.device)
+    eos = sorted(target.eos_ids) or None
+    pad = target.tokenizer.pad_token_id if target.tokenizer.pad_token_id is not None else (eos[0] if eos else 0)
+    kwargs: dict[str, Any] = {"max_new_tokens": max_new_tokens, "eos_token_id": eos, "pad_token_id": pad}
+    if temperature > 0:
+        kwargs.update(do_sample=True, temperature=temperature, top_p=top_p, top_k=0)
+    else:
+        kwargs.update(do_sample=False)
+    clock = _TokenClock()
+    torch.manual_seed(seed)
+    t0 = time.perf_counter()
+    with torch.inference_mode():
+        out = target.model.generate(x, attention_mask=torch.ones_like(x), streamer=clock, **kwargs)
+    wall = time.perf_counter() - t0
+    tokens = out[0, len(ids):].tolist()
+    for i, t in enumerate(tokens):
+        if t in target.eos_ids:
+            tokens = tokens[: i + 1]
+            break
+    events, prev = [], t0
+    for i, stamp in enumerate(clock.times[: len(tokens)]):
+        ms = (stamp - prev) * 1000.0
+        prev = stamp
+        events.append(RoundEvent(round=i, nodes=[], accepted=[], bonus=tokens[i], target_probs=[],
+                                 feature_deviation=[], draft_ms=0.0, verify_ms=ms, new_tokens=i + 1,
+                                 tokens=[tokens[i]], wall_ms=ms, prefill=i == 0))
+    text = target.tokenizer.decode(tokens, skip_special_tokens=True)
+    stop = "eos" if tokens and tokens[-1] in target.eos_ids else "max_new_tokens"
+    return tokens, text, stop, wall, events
+
+
+def decode_turn(method: BenchLane, target, ids: list[int], cfg) -> tuple[list[int], str, str, float, list]:
+    """Run one decode; return (token ids, text, stop reason, wall seconds, light events). The wall time is taken
+    around the whole call; what the rounds' own wall_ms do not cover (set-up, the closing summary) is booked as
+    overhead of the last round, so tokens/s from events equals new tokens over this wall time."""
+    if method.decoder is None:
+        tokens, text, stop, wall, events = hf_generate(target, ids, cfg.max_new_tokens, cfg.temperature, cfg.top_p,
+                                                       cfg.seed)
+    else:
+        events, summary = [], None
+        t0 = time.perf_counter()
+        for item in method.decoder.generate(ids):
+            if isinstance(item, DecodeSummary):
+                summary = item
+            else:
+                events.append(light_event(item))
+        wall = time.perf_counter() - t0
+        tokens, text, stop = summary.token_ids, summary.text, summary.stop_reason
+    if events:
+        rest = wall * 1000.0 - sum(e.wall_ms for e in events)
+        if rest > 0:
+            events[-1].wall_ms += rest
+    return tokens, text, stop, wall, events
+
+
+def make_lanes(args, preset, target, names: list[str], base_cfg, say, calibration: list[str]) -> list[BenchLane]:
+    """A lane for every method; with --tree-budget auto, each draft gets the budget chosen for it."""
+    auto = str(args.tree_budget).lower() == "auto"
+    curve, calib_prompts = None, []
+    if auto:
+        curve = load_or_measure_curve(target, remeasure=args.remeasure, log=say)
+        say("verify ms by verified tokens n (forward to the hidden states + LM head and post-processing over n "
+            "rows; verification reads the slots with children and a stopping leaf, or every slot, whichever auto finds "
+            "cheaper): " + ", ".join(
+            f"{n}:{m:.1f}+{curve.post_at(n):.1f}" for n, m in zip(curve.sizes, curve.ms)))
+        calib_prompts = [encode_prompt(target.tokenizer, p) for p in calibration]
+    lanes: list[BenchLane] = []
+    for name in names:
+        method = methods.get_method(preset, name)
+        if method.name == methods.PLAIN_HF:
+            lanes.append(BenchLane(method.name, method.label, None))
+        elif method.name in methods.OTHER_PRECISION_PLAIN:
+            lanes.append(other_precision_plain(args, preset, method, base_cfg, say))
+        elif method.plain:
+            lanes.append(BenchLane(method.name, method.label, methods.build_decoder(method, target, base_cfg)))
+        else:
+            draft = methods.load_draft(method, target, base_cfg.depth)
+            cfg, choice = base_cfg, None
+            if auto:
+                say(f"calibrating {name} for the tree budget ...")
+                choice = auto_tree_budget(target, draft, base_cfg, prompts=calib_prompts,
+                                          max_budget=args.max_tree_budget, calibration_tokens=args.calibration_tokens,
+                                          curve=curve, log=say, choose_depth=not args.fixed_depth,
+                                          depth_stops=DEPTH_STOPS if args.depth_stop is None else (args.depth_stop,))
+                cfg = methods.with_budget_choice(base_cfg, choice)
+                if args.head_rows:
+                    cfg = replace(cfg, head_rows=args.head_rows)
+                say(f"{name}: {choice.describe()}")
+            lanes.append(BenchLane(name, method.label, methods.build_decoder(method, target, cfg, draft),
+                                   cfg.tree_budget, choice, method.trained))
+    return lanes
+
+
+def other_precision_plain(args, preset, method: methods.Method, base_cfg, say) -> BenchLane:
+    """Plain decoding of a second copy of the target in another precision (`plain-float32` beside a bf16 run), so the
+    speed-up is also measured against the fastest precision for plain decoding, in the same run."""
+    dtype = method.name.removeprefix("plain-")
+    say(f"loading a second copy of the target in {dtype} for {method.name} ...")
+    other = load_preset_target(preset.target, quantization=args.quantization, device=args.device,
+                               dtype=parse_dtype(dtype))
+    plain = methods.PLAIN_METHODS[methods.PLAIN]
+    return BenchLane(method.name, method.label, methods.build_decoder(plain, other, base_cfg))
+
+
+def with_max_tokens(lane: BenchLane, max_new_tokens: int) -> BenchLane:
+    """The same lane with another token budget (decoders are cheap views of the shared target and draft)."""
+    if lane.decoder is None:
+        return lane
+    dec = copy.copy(lane.decoder)
+    dec.config = replace(dec.config, max_new_tokens=max_new_tokens)
+    return BenchLane(lane.name, lane.label, dec, lane.budget)
+
+
+def run_questions(lanes: Sequence[BenchLane], target, questions: Sequence[Question], runs: int, base_cfg,
+                  progress: bool = True) -> tuple[list, list[str]]:
+    """The timed loop: for each run, each question, every method (order rotated per question), every turn with the
+    method's own earlier answers in context. Returns the turn records and the turns skipped for lack of context."""
+    total = runs * sum(len(q.turns) for q in questions) * len(lanes)
+    bar = tqdm(total=total, unit="decode", desc="bench", disable=not progress, dynamic_ncols=True, file=sys.stderr)
+    records: list[TurnRecord] = []
+    skipped: list[str] = []
+    lanes = list(lanes)
+    for run in range(runs):
+        for qi, q in enumerate(questions):
+            shift = qi % len(lanes)
+            gc.collect()  # between questions, so a collection does not land inside one method's timing
+            for lane in lanes[shift:] + lanes[:shift]:
+                cfg = lane.decoder.config if lane.decoder is not None else base_cfg
+                messages: list[dict] = []
+                for ti, turn in enumerate(q.turns):
+                    messages.append({"role": "user", "content": turn})
+                    ids = encode_prompt(target.tokenizer, messages)
+                    if len(ids) + cfg.max_new_tokens > target.max_context:
+                        skipped.append(f"{q.dataset}/{q.question_id} turn {ti} ({lane.name}): {len(ids)} prompt "
+                                       f"tokens + {cfg.max_new_tokens} new exceed the context window "
+                                       f"{target.max_context}")
+                        bar.update(len(q.turns) - ti)
+                        break
+                    bar.set_postfix_str(f"run {run + 1} {q.dataset}/{q.question_id} {lane.name}", refresh=False)
+                    tokens, text, stop, wall, events = decode_turn(lane, target, ids, cfg)
+                    records.append(TurnRecord(run=run, method=lane.name, dataset=q.dataset,
+                                              question_id=q.question_id, category=q.category, turn=ti,
+                                              token_ids=list(tokens), text=text, stop_reason=stop, wall_time=wall,
+                                              events=events,
+                                              # the reference's prompts let a mismatch be diagnosed later
+                                              prompt_ids=list(ids) if lane.name == methods.PLAIN else []))
+                    messages.append({"role": "assistant", "content": text})
+                    bar.update(1)
+    bar.close()
+    return records, skipped
+
+
+def near_tie_tolerance(dtype) -> float:
+    """How far apart two logits may be and still swap under rounding between a batched and a one-token forward:
+    a few units in the last place of bf16/fp16 at the logits' scale (|logit| ~ 10-30), a hair in fp32."""
+    return {torch.bfloat16: 0.5, torch.float16: 0.0625}.get(dtype, 0.01)
+
+
+def diagnose_mismatch(target, prompt_ids: list[int], want: list[int], index: int, got: int | None = None) -> float:
+    """Where a method first diverged, the plain target's logit of its own token minus that of the method's token
+    (top-1 minus top-2 when the method's output simply ended there): ~0 means a numerical near-tie, a large margin
+    a real bug."""
+    ids = torch.tensor([list(prompt_ids) + list(want[:index])], device=target.device)
+    with torch.inference_mode():
+        logits = target.model(ids).logits[0, -1].float()
+    if got is not None and index < len(want):
+        return float(logits[want[index]] - logits[got])
+    top = torch.topk(logits, 2).values
+    return float(top[0] - top[1])

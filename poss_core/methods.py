@@ -1,0 +1,153 @@
+"""The one registry of decoding methods: name, label, colour, trained or not, and how to build its decoder.
+
+Plain decoding is `plain` everywhere (CLI, benchmark files, app, charts); the older spelling `ar` (and `ar-hf`,
+`ar-float32`, ...) is still read wherever a saved file or a command line may use it. A draft method is named after
+its preset's draft (`eagle`, `poss1`, `poss2`, `poss3`, `matched`, ...)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from .decoding.config import DecodeConfig
+from .decoding.decoder import PlainDecoder, SpeculativeDecoder
+from .errors import ConfigError
+from .models.draft import DraftModel
+from .models.loading import load_draft_by_name
+from .models.presets import DraftRef, Preset, resolve_draft_name
+from .models.target import TargetModel
+
+PLAIN = "plain"
+PLAIN_HF = "plain-hf"  # transformers' own `generate`: the benchmark's second plain baseline
+# Plain decoding of a second copy of the target in another precision (`plain-float32` beside a bf16 run): a speed
+# baseline of the benchmark only; a numerically different model, so the identity check leaves it out.
+OTHER_PRECISION_PLAIN = ("plain-float32", "plain-bfloat16", "plain-float16")
+OLD_NAMES = {"ar": PLAIN, "ar-hf": PLAIN_HF, **{f"ar-{p[6:]}": p for p in OTHER_PRECISION_PLAIN}}
+
+PLAIN_COLOR = "#999999"
+# Okabe-Ito: distinguishable with the common colour-vision deficiencies; methods no table names take the next one.
+OKABE_ITO = ["#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#D55E00", "#CC79A7", "#999999"]
+_SHORT_AND_COLOR = {
+    "eagle": ("EAGLE", "#0072B2"), "poss1": ("POSS-1", "#E69F00"), "poss2": ("POSS-2", "#009E73"),
+    "poss3": ("POSS-3", "#CC79A7"), "matched": ("Matched", "#56B4E9"), "hass": ("HASS", "#8C6BB1"),
+    "eagle-reproduce": ("EAGLE (retrained)", "#F0E442"),
+}
+
+
+@dataclass(frozen=True)
+class Method:
+    """A way to decode: plain (the target alone) or speculative with one of a preset's drafts."""
+
+    name: str  # what CLIs, files and the app call it
+    label: str  # what it is, e.g. "POSS-2 (3 specialists)" (checkboxes, report tables)
+    short: str  # chart legends and lane titles, e.g. "POSS-2"
+    color: str
+    trained: bool = True  # False: a random stand-in draft (nothing trained is bundled yet)
+    draft: DraftRef | None = None  # None: plain decoding
+
+    @property
+    def plain(self) -> bool:
+        return self.draft is None
+
+
+PLAIN_METHODS = {
+    PLAIN: Method(PLAIN, "Plain decoding (target only)", "Plain", PLAIN_COLOR),
+    PLAIN_HF: Method(PLAIN_HF, "Plain decoding (transformers generate)", "Plain (generate)", "#666666"),
+    **{p: Method(p, f"Plain decoding ({p[6:]} copy of the target)", f"Plain ({p[6:]})", "#bbbbbb")
+       for p in OTHER_PRECISION_PLAIN},
+}
+
+
+def canonical(name: str) -> str:
+    """The registry's name for `name` (older spellings such as `ar` are read as `plain`)."""
+    return OLD_NAMES.get(name, name)
+
+
+def is_plain(name: str) -> bool:
+    """Plain decoding of any kind: the baselines speed-ups are measured against."""
+    return canonical(name) in PLAIN_METHODS
+
+
+def draft_method(name: str, ref: DraftRef) -> Method:
+    short, color = _SHORT_AND_COLOR.get(name, (ref.title or name, OKABE_ITO[len(name) % 7]))
+    return Method(name, ref.title or name, short, color, ref.trained, ref)
+
+
+def preset_methods(preset: Preset) -> dict[str, Method]:
+    """What a preset offers: plain decoding first, then its drafts in the preset's order."""
+    return {PLAIN: PLAIN_METHODS[PLAIN], **{n: draft_method(n, ref) for n, ref in preset.drafts.items()}}
+
+
+def get_method(preset: Preset, name: str) -> Method:
+    """A method by name: plain decoding of any kind, a preset's draft, or a draft given as random:KIND, hub:ID or a
+    folder (raises ConfigError naming what is valid)."""
+    name = canonical(name)
+    if name in PLAIN_METHODS:
+        return PLAIN_METHODS[name]
+    return draft_method(name, resolve_draft_name(preset, name))
+
+
+def label_of(name: str, preset: Preset | None = None) -> str:
+    """A method's label without loading anything (the name itself when nothing knows it)."""
+    name = canonical(name)
+    if name in PLAIN_METHODS:
+        return PLAIN_METHODS[name].label
+    if preset is not None and name in preset.drafts:
+        return draft_method(name, preset.drafts[name]).label
+    return name
+
+
+def short_of(name: str) -> str:
+    name = canonical(name)
+    if name in PLAIN_METHODS:
+        return PLAIN_METHODS[name].short
+    return _SHORT_AND_COLOR.get(name, (name, ""))[0]
+
+
+def color_of(name: str) -> str | None:
+    """The method's colour, or None for a method the registry does not know (a chart picks the next free one)."""
+    name = canonical(name)
+    if name in PLAIN_METHODS:
+        return PLAIN_METHODS[name].color
+    return _SHORT_AND_COLOR.get(name, (None, None))[1]
+
+
+def decode_config(preset: Preset | None, depth: int | None = None, top_k: int | None = None,
+                  tree_budget: int | None = None, **settings) -> DecodeConfig:
+    """A DecodeConfig: the tree settings given, else the preset's (else DecodeConfig's defaults); `settings` are the
+    rest (temperature, top_p, max_new_tokens, seed, depth_stop, head_rows)."""
+    def pick(value, name: str):
+        if value is not None:
+            return value
+        return getattr(preset, name) if preset is not None else getattr(DecodeConfig, name)
+
+    return DecodeConfig(depth=pick(depth, "depth"), top_k=pick(top_k, "top_k"),
+                        tree_budget=pick(tree_budget, "tree_budget"), **settings)
+
+
+def load_draft(method: Method, target: TargetModel, depth: int, positions_per_specialist: int | None = None,
+               allow_other_target: bool = False) -> DraftModel:
+    """The draft of a draft method, for this target (a random draft of its kind while it is untrained)."""
+    if method.draft is None:
+        raise ConfigError(f"method {method.name!r} is plain decoding: it has no draft.")
+    ref = method.draft
+    return load_draft_by_name(ref.source, target, depth=depth,
+                              positions_per_specialist=positions_per_specialist or ref.positions_per_specialist,
+                              allow_other_target=allow_other_target)
+
+
+def build_decoder(method: Method, target: TargetModel, config: DecodeConfig,
+                  draft: DraftModel | None = None) -> PlainDecoder | SpeculativeDecoder:
+    """The decoder every caller uses: plain decoding, or speculative decoding with the method's draft (loaded here
+    unless given, e.g. from a cache)."""
+    if method.plain:
+        if method.name == PLAIN_HF:
+            raise ConfigError(f"{PLAIN_HF} is transformers' own generate: the benchmark times it without a decoder.")
+        return PlainDecoder(target, config)
+    return SpeculativeDecoder(target, draft if draft is not None else load_draft(method, target, config.depth), config)
+
+
+def with_budget_choice(config: DecodeConfig, choice) -> DecodeConfig:
+    """`config` with what `--tree-budget auto` chose (a `BudgetChoice`): budget, depth if it chose one, depth stop
+    and how verification reads the LM head."""
+    return replace(config, tree_budget=choice.budget, depth=choice.depth or config.depth,
+                   depth_stop=choice.depth_stop, head_rows=choice.head_rows)

@@ -1,0 +1,101 @@
+"""The method registry: one name per method everywhere (older spellings read), labels without paths, the `trained`
+flag behind the app's "untrained" badge, and the one build_decoder every caller uses."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from app import render, state
+from poss_core import compare, methods
+from poss_core.bench import runner
+from poss_core.bench.records import TurnRecord
+from poss_core.decoding.config import DecodeConfig
+from poss_core.decoding.decoder import PlainDecoder, SpeculativeDecoder
+from poss_core.errors import ConfigError
+from poss_core.models.presets import drafts_dir, get_preset, presets
+
+
+def test_the_real_default_preset_labels_its_untrained_drafts_without_a_path():
+    """smollm2-135m as shipped: each draft not bundled (POSS-1 today) reads like the others in its checkbox plus
+    "(untrained)", its lane header carries the badge, and no label anywhere shows a folder."""
+    preset = get_preset("smollm2-135m")
+    offered = methods.preset_methods(preset)
+    choices = dict((value, label) for label, value in state.method_choices(preset))
+    bundled = {name for name in preset.drafts if (drafts_dir() / name / "model.safetensors").is_file()}
+    assert list(choices) == ["plain", "eagle", "poss1", "poss2", "poss3", "matched"]
+    for name, method in offered.items():
+        assert method.trained == (name == "plain" or name in bundled)
+        assert choices[name] == (method.label if method.trained else f"{method.label} (untrained)")
+        assert str(drafts_dir()) not in choices[name] and os.sep not in choices[name]
+    if "poss1" not in bundled:
+        assert choices["poss1"] == "POSS-1 (6 specialists) (untrained)"
+        assert "POSS-1" in render.draft_note(preset) and "untrained" in render.draft_note(preset)
+    for preset_ in presets().values():  # no preset's method label carries a folder either
+        for method in methods.preset_methods(preset_).values():
+            assert str(drafts_dir()) not in method.label and "untrained:" not in method.label
+
+
+def test_the_lane_header_badge_follows_the_trained_flag():
+    preset = get_preset("smollm2-135m")
+    offered = methods.preset_methods(preset)
+    spec = compare.RunSpec("hi", ["plain", "poss1"], "smollm2-135m")
+    lanes = [compare.Lane(name, offered[name].label, offered[name].trained) for name in ("plain", "poss1")]
+    comp = compare.Comparison(spec, lanes)
+    head = render.lane_head_html(lanes[1], comp, running=False)
+    assert f"<h3>{offered['poss1'].label}</h3>" in head
+    assert ("untrained draft</span>" in head) == (not offered["poss1"].trained)
+    assert "untrained" not in render.lane_head_html(lanes[0], comp, running=False)
+
+
+def test_plain_decoding_has_one_name_and_its_old_spelling_is_read():
+    assert methods.canonical("ar") == "plain" and methods.canonical("ar-hf") == "plain-hf"
+    assert methods.canonical("ar-float32") == "plain-float32" and methods.canonical("eagle") == "eagle"
+    assert methods.is_plain("ar") and methods.is_plain("plain-bfloat16") and not methods.is_plain("poss2")
+    assert compare.RunSpec("hi", ["ar", "eagle"], "tiny-random").methods == ["plain", "eagle"]
+    assert runner.parse_methods("ar,eagle,ar-float32") == ["plain", "plain-hf", "eagle", "plain-float32"]
+    old = TurnRecord(run=0, method="ar", dataset="d", question_id=1, category="", turn=0, token_ids=[1], text="",
+                     stop_reason="eos", wall_time=0.1)
+    assert old.method == "plain" and TurnRecord.from_json(old.to_json()).method == "plain"
+
+
+def test_one_label_short_name_and_colour_per_method():
+    preset = get_preset("tiny-random")
+    offered = methods.preset_methods(preset)
+    assert methods.label_of("plain") == offered["plain"].label == "Plain decoding (target only)"
+    assert [offered[n].short for n in ("plain", "eagle", "poss2")] == ["Plain", "EAGLE", "POSS-2"]
+    assert methods.color_of("plain") == methods.PLAIN_COLOR
+    assert len({offered[n].color for n in offered}) == len(offered)  # every lane its own colour
+    assert all(methods.color_of(n) == offered[n].color for n in offered)
+
+
+def test_build_decoder_for_every_method_of_a_preset(tiny_target):
+    preset = get_preset("tiny-random")
+    config = methods.decode_config(preset, depth=3, tree_budget=8, max_new_tokens=4)
+    assert (config.depth, config.top_k, config.tree_budget) == (3, preset.top_k, 8)
+    for name, method in methods.preset_methods(preset).items():
+        decoder = methods.build_decoder(method, tiny_target, config)
+        assert isinstance(decoder, PlainDecoder if name == "plain" else SpeculativeDecoder)
+        assert decoder.config == config
+    with pytest.raises(ConfigError, match="not one of preset"):
+        methods.get_method(preset, "hass")
+    with pytest.raises(ConfigError):
+        methods.build_decoder(methods.PLAIN_METHODS[methods.PLAIN_HF], tiny_target, DecodeConfig())
+
+
+def test_runs_saved_with_the_old_names_load_with_the_registry_names(tmp_path):
+    import json
+
+    from poss_core import saved_runs
+
+    head = {"type": "run", "version": 1, "settings": {"prompt": "hi", "methods": ["ar", "poss1"],
+                                                      "preset": "smollm2-135m"},
+            "lanes": [{"method": "ar", "label": "plain"},
+                      {"method": "poss1", "label": "POSS-1 (6 specialists) (untrained: not in /some/folder; train "
+                                                   "it)"}]}
+    path = tmp_path / "old.jsonl"
+    path.write_text(json.dumps(head) + "\n")
+    comp = saved_runs.load_run(path)
+    assert comp.spec.methods == ["plain", "poss1"] and [lane.method for lane in comp.lanes] == ["plain", "poss1"]
+    assert comp.lanes[1].label == "POSS-1 (6 specialists)" and not comp.lanes[1].trained and comp.lanes[0].trained
