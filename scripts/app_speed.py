@@ -18,9 +18,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file fr
 
 import torch
 
-from app import lanes
-from app.handlers import ui_defaults
-from poss_core import metrics
+from app.state import ui_defaults
+from poss_core import compare, metrics
 from poss_core.models.presets import get_preset
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "assets" / "examples" / "prompts.json"
@@ -29,12 +28,12 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "assets" / "examples" / "prompt
 def measure(precision: str, prompts: list[str], methods: list[str], preset: str = "smollm2-135m") -> dict:
     """One comparison per prompt (calibrating the auto budget first, untimed), pooled per lane."""
     d = ui_defaults(get_preset(preset))
-    spec0 = lanes.RunSpec(prompts[0], methods, preset, depth=d["depth"], top_k=d["top_k"],
+    spec0 = compare.RunSpec(prompts[0], methods, preset, depth=d["depth"], top_k=d["top_k"],
                           tree_budget=d["tree_budget"], max_new_tokens=d["max_new_tokens"],
                           auto_budget=True, precision=precision)
-    for _ in lanes.fit_budgets(spec0):  # the one-time calibration, before any timing
+    for _ in compare.fit_budgets(spec0):  # the one-time calibration, before any timing
         pass
-    lanes.run_to_end(lanes.start(lanes.RunSpec("Hello", methods, preset, max_new_tokens=4,
+    compare.run_to_end(compare.start(compare.RunSpec("Hello", methods, preset, max_new_tokens=4,
                                                precision=precision)))  # warm-up
     events = {m: [] for m in methods}
     tokens = {m: 0 for m in methods}
@@ -42,8 +41,8 @@ def measure(precision: str, prompts: list[str], methods: list[str], preset: str 
     identical = {m: 0 for m in methods}
     budgets: dict[str, object] = {}
     for prompt in prompts:
-        comp = lanes.run_to_end(lanes.start(lanes.RunSpec(**{**spec0.to_json(), "prompt": prompt})))
-        plain = comp.lane(lanes.PLAIN)
+        comp = compare.run_to_end(compare.start(compare.RunSpec(**{**spec0.to_json(), "prompt": prompt})))
+        plain = comp.lane(compare.PLAIN)
         for lane in comp.lanes:
             events[lane.method] += lane.events
             # Per decode: an event's new_tokens counts from the start of its own decode.
@@ -51,7 +50,7 @@ def measure(precision: str, prompts: list[str], methods: list[str], preset: str 
             seconds[lane.method] += metrics.wall_seconds(lane.events)
             identical[lane.method] += lane.token_ids == plain.token_ids
             budgets[lane.method] = (lane.budget, lane.depth_stop)
-    plain_tps = tokens[lanes.PLAIN] / seconds[lanes.PLAIN]
+    plain_tps = tokens[compare.PLAIN] / seconds[compare.PLAIN]
     rows = {}
     for m in methods:
         tps = tokens[m] / seconds[m]

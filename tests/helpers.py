@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import random
+from dataclasses import dataclass
 
 import torch
 
@@ -47,3 +50,22 @@ def trained_draft(target: TargetModel, spec: DraftSpec, steps: int = 150, positi
     draft.bind_target(target.input_embedding_weight(), target.lm_head_weight())
     train(draft, batches(self_distilled(target)), TrainConfig(steps=steps, lr=3e-3, positions=positions))
     return draft.eval()
+
+
+@dataclass
+class CliResult:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def run_main(main, args: list[str]) -> CliResult:
+    """A CLI's `main(argv)` in this process, its exit code and both streams captured: what `python -m MODULE ARGS`
+    gives, without the few seconds a new interpreter spends importing torch (the slow tier runs real processes)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(list(args))
+        except SystemExit as e:  # argparse's own errors
+            code = e.code if isinstance(e.code, int) else 1
+    return CliResult(code, out.getvalue(), err.getvalue())

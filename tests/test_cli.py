@@ -1,18 +1,17 @@
 """The generate CLI: streamed text and the --jsonl protocol."""
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from helpers import run_main
+
+from poss_core.generate import main as generate_main
+
 ROUND_KEYS = {"round", "nodes", "accepted", "bonus", "target_probs", "feature_deviation", "draft_ms", "verify_ms",
               "new_tokens"}
 
 
 def run(*args):
-    return subprocess.run([sys.executable, "-m", "poss_core.generate", "--preset", "tiny-random", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
+    return run_main(generate_main, ["--preset", "tiny-random", *args])
 
 
 def test_jsonl_rounds_then_summary():

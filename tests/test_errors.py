@@ -1,19 +1,14 @@
 """Bad input gets a clear error before any model work; the CLI exits non-zero with one line."""
 
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
+from helpers import run_main
 
 from poss_core.decoding.config import DecodeConfig
 from poss_core.decoding.decoder import PlainDecoder, SpeculativeDecoder, encode_prompt
 from poss_core.errors import CheckpointError, ConfigError, PromptError
+from poss_core.generate import main as generate_main
 from poss_core.models.loading import random_draft
 from poss_core.models.tiny import tiny_target
-
-ROOT = Path(__file__).resolve().parents[1]
-
 
 @pytest.mark.parametrize("field,value,needle", [
     ("top_k", 0, "top_k=0"), ("depth", 0, "depth=0"), ("tree_budget", 1, "tree_budget=1"),
@@ -49,8 +44,7 @@ def tiny_target_of_size(hidden=64, vocab=None):
 
 
 def cli(*args):
-    return subprocess.run([sys.executable, "-m", "poss_core.generate", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300)
+    return run_main(generate_main, args)
 
 
 @pytest.mark.parametrize("args,needle", [

@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # Bottom to top; a module belongs to the longest prefix that names it.
 LAYERS = [
-    ["poss_core", "poss_core.errors", "poss_core.json_safe"],
+    ["poss_core", "poss_core.errors", "poss_core.json_safe", "poss_core.paths"],
     ["poss_core.events"],
     ["poss_core.metrics", "poss_core.prompt_files"],
     ["poss_core.models"],
@@ -24,6 +24,7 @@ LAYERS = [
     ["poss_core.compare", "poss_core.saved_runs"],
     ["poss_core.bench", "poss_core.generate"],
     ["poss_core.training"],
+    ["poss_core.space"],  # stages the app, engine and drafts for a Space
     ["app", "app.about", "app.state"],
     ["app.render"],
     ["app.handlers", "app.api"],
