@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -59,22 +60,68 @@ def default_dtype(device: torch.device) -> torch.dtype:
     return torch.float32 if device.type == "cpu" else torch.bfloat16
 
 
+def parse_max_memory(text: str | None) -> dict | None:
+    """`"0:20GiB,1:20GiB,cpu:60GiB"` -> `{0: "20GiB", 1: "20GiB", "cpu": "60GiB"}` (accelerate's max_memory)."""
+    if not text:
+        return None
+    out: dict = {}
+    for part in text.split(","):
+        key, sep, amount = part.strip().partition(":")
+        if not sep or not amount.strip():
+            raise ConfigError(f"max memory {part.strip()!r} is not DEVICE:AMOUNT (e.g. 0:20GiB,cpu:60GiB).")
+        key = key.strip()
+        out[int(key) if key.isdigit() else key] = amount.strip()
+    return out
+
+
+def plan_device_map(name_or_path: str, dtype: torch.dtype, max_memory: dict | None, main: str | int) -> dict:
+    """Spread a target over every visible GPU, then the CPU, then disk (accelerate's `infer_auto_device_map`), with
+    the input embedding, final norm and LM head on `main`: the draft and the tree verification run where the LM head
+    is, and a tied LM head never lands apart from its embedding."""
+    from accelerate import infer_auto_device_map, init_empty_weights
+    from transformers import AutoConfig
+
+    try:
+        config = AutoConfig.from_pretrained(name_or_path)
+    except OSError as err:
+        raise ModelLoadError(f"could not read the config of {name_or_path!r}: {str(err).splitlines()[0]}") from err
+    with init_empty_weights():
+        meta = AutoModelForCausalLM.from_config(config)
+    plan = dict(infer_auto_device_map(meta, max_memory=max_memory, dtype=dtype,
+                                      no_split_module_classes=getattr(meta, "_no_split_modules", None) or []))
+    for name in list(plan):
+        if name in ("lm_head", "model.embed_tokens", "model.norm", "model.rotary_emb"):
+            plan[name] = main
+    if not any(k == "lm_head" or k.startswith("lm_head.") for k in plan):
+        plan["lm_head"] = main
+    return plan
+
+
 def load_target(name_or_path: str, device: str | None = None, dtype: torch.dtype | None = None,
-                quantization_config=None, quantization: str = "none") -> TargetModel:
-    """Load a causal LM and its tokenizer through the public transformers API."""
+                quantization_config=None, quantization: str = "none", device_map: str | None = None,
+                max_memory: dict | None = None) -> TargetModel:
+    """Load a causal LM and its tokenizer through the public transformers API. `device_map="auto"` spreads it over
+    the visible GPUs and the CPU (and disk) by `max_memory`, keeping the LM head on the main device."""
     dev = pick_device(device)
     dtype = dtype or default_dtype(dev)
     kwargs = {"dtype": dtype, "attn_implementation": "sdpa"}
+    if device_map not in (None, "auto"):
+        raise ConfigError(f"device map {device_map!r} is unknown: use auto (or leave it unset for one device).")
+    if device_map == "auto":
+        main = (dev.index or 0) if dev.type == "cuda" else str(dev)
+        kwargs["device_map"] = plan_device_map(name_or_path, dtype, max_memory, main)
+        if "disk" in kwargs["device_map"].values():
+            kwargs["offload_folder"] = tempfile.mkdtemp(prefix="poss-offload-")
     if quantization_config is not None:
         kwargs["quantization_config"] = quantization_config
-        kwargs["device_map"] = {"": dev.index or 0} if dev.type == "cuda" else {"": str(dev)}
+        kwargs.setdefault("device_map", {"": dev.index or 0} if dev.type == "cuda" else {"": str(dev)})
     try:
         tokenizer = AutoTokenizer.from_pretrained(name_or_path)
         model = AutoModelForCausalLM.from_pretrained(name_or_path, **kwargs)
     except OSError as err:
         where = "local folder" if os.path.isdir(name_or_path) else "Hugging Face id"
         raise ModelLoadError(f"could not load target {name_or_path!r} ({where}): {str(err).splitlines()[0]}") from err
-    if quantization_config is None:
+    if "device_map" not in kwargs:
         model = model.to(dev)
     return TargetModel(model, tokenizer, name=name_or_path, quantization=quantization)
 
@@ -122,9 +169,14 @@ def download_draft(repo_id: str) -> str:
 
 
 def load_preset_target(target_name: str, quantization: str = "auto", device: str | None = None,
-                       extra_bytes: int = 0, dtype: torch.dtype | None = None) -> TargetModel:
+                       extra_bytes: int = 0, dtype: torch.dtype | None = None, device_map: str | None = None,
+                       max_memory: dict | None = None) -> TargetModel:
     """Load a preset's target (`builtin:smollm2-135m`, `builtin:tiny-random`, or an id/folder), quantized when
-    `quantization` says so or `auto` finds it would not fit."""
+    `quantization` says so or `auto` finds it would not fit. `device_map` (default `$POSS_DEVICE_MAP`) `auto` spreads
+    it over every visible GPU and the CPU instead, by `max_memory` (default `$POSS_MAX_MEMORY`, e.g.
+    `0:20GiB,1:20GiB,cpu:60GiB`), so every CLI and the app take it."""
+    device_map = device_map or os.environ.get("POSS_DEVICE_MAP") or None
+    max_memory = max_memory or parse_max_memory(os.environ.get("POSS_MAX_MEMORY"))
     from .quantization import bnb_config, choose_quantization, estimate_kv_bytes, estimate_target_bytes, free_cuda_bytes
 
     if target_name == "builtin:tiny-random":
@@ -137,7 +189,10 @@ def load_preset_target(target_name: str, quantization: str = "auto", device: str
         target_name = str(prepare_default_model())
     dev = pick_device(device)
     mode = quantization
-    if quantization == "auto":
+    if quantization == "auto" and device_map:
+        mode = "none"  # spread over the devices rather than quantize to fit one
+        print("[poss] quantization: none (the device map spreads the target instead)", file=sys.stderr)
+    elif quantization == "auto":
         from transformers import AutoConfig
 
         try:
@@ -151,7 +206,8 @@ def load_preset_target(target_name: str, quantization: str = "auto", device: str
     else:
         choose_quantization(quantization, dev.type, 0, None)  # validates the name
     qcfg = bnb_config(mode, dtype or default_dtype(dev))
-    return load_target(target_name, device=str(dev), dtype=dtype, quantization_config=qcfg, quantization=mode)
+    return load_target(target_name, device=str(dev), dtype=dtype, quantization_config=qcfg, quantization=mode,
+                       device_map=device_map, max_memory=max_memory)
 
 
 def load_preset(preset_name: str, quantization: str = "auto", device: str | None = None) -> TargetModel:
