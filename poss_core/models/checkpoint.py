@@ -1,5 +1,7 @@
 """Draft checkpoints: the released EAGLE/HASS/POSS layout (config.json + weights), plus our metadata file.
 
+Weights: one file, or the Hub's sharded layout (model-0000i-of-0000N.safetensors + model.safetensors.index.json).
+
 Keys: embed_tokens.weight, fc.weight (fc.bias), layers.{i}.self_attn.{q,k,v,o}_proj.weight,
 layers.{i}.mlp.{gate,up,down}_proj.weight, layers.{i}.post_attention_layernorm.weight."""
 
@@ -25,6 +27,8 @@ from .target import TargetModel
 
 META_FILE = "poss_draft.json"
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+# The Hub's sharded layout: model-00001-of-0000N.safetensors plus an index naming each tensor's shard.
+INDEX_FILES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
 
 
 def target_fingerprint(target: TargetModel) -> str:
@@ -38,10 +42,38 @@ def target_fingerprint(target: TargetModel) -> str:
 
 
 def _weights_file(folder: Path) -> Path:
-    for name in WEIGHT_FILES:
+    """The single weights file, else the sharded layout's index."""
+    for name in (*WEIGHT_FILES, *INDEX_FILES):
         if (folder / name).is_file():
             return folder / name
-    raise CheckpointError(f"{folder} has no draft weights: expected one of {', '.join(WEIGHT_FILES)}.")
+    raise CheckpointError(f"{folder} has no draft weights: expected one of {', '.join(WEIGHT_FILES)} or a sharded "
+                          f"checkpoint with {' or '.join(INDEX_FILES)}.")
+
+
+def read_weights(folder: str | os.PathLike) -> dict[str, torch.Tensor]:
+    """A checkpoint folder's tensors, from one weights file or from the shards its index names."""
+    path = _weights_file(Path(folder))
+    return read_sharded(path) if path.name in INDEX_FILES else read_state_dict(path)
+
+
+def read_sharded(index_path: Path) -> dict[str, torch.Tensor]:
+    """Tensors of a sharded checkpoint: every shard its index names, checked against the index's weight map."""
+    try:
+        weight_map = json.loads(index_path.read_text())["weight_map"]
+    except (json.JSONDecodeError, KeyError, TypeError) as err:
+        raise CheckpointError(f"{index_path} is not a valid shard index (it needs a 'weight_map' of tensor name -> "
+                              f"shard file): {type(err).__name__}.") from err
+    state: dict[str, torch.Tensor] = {}
+    for shard in sorted(set(weight_map.values())):
+        shard_path = index_path.parent / shard
+        if Path(shard).name != shard or not shard_path.is_file():
+            raise CheckpointError(f"{index_path} names shard {shard!r}, which is not a file in {index_path.parent}.")
+        state.update(read_state_dict(shard_path))
+    missing = sorted(set(weight_map) - set(state))
+    if missing:
+        raise CheckpointError(f"{index_path.parent}: the index lists tensors no shard holds: {missing[:8]}"
+                              f"{' ...' if len(missing) > 8 else ''}.")
+    return state
 
 
 def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
@@ -81,7 +113,7 @@ def load_draft(path: str | os.PathLike, target: TargetModel, positions_per_speci
     except json.JSONDecodeError as err:
         raise CheckpointError(f"{folder / 'config.json'} is not valid JSON ({err.msg}).") from err
     meta = json.loads((folder / META_FILE).read_text()) if (folder / META_FILE).is_file() else {}
-    state = read_state_dict(_weights_file(folder))
+    state = read_weights(folder)
 
     hidden = int(raw_cfg.get("hidden_size", -1))
     vocab = int(raw_cfg.get("vocab_size", -1))

@@ -7,8 +7,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import ConfigError
+from ..paths import assets_dir
 
-ASSETS = Path(__file__).resolve().parents[2] / "assets"
+ASSETS = assets_dir()
 DEFAULT_PRESET = "smollm2-135m"
 
 
@@ -54,10 +55,10 @@ def drafts_dir() -> Path:
 def _bundled(name: str, n: int | None, label: str) -> DraftRef:
     """A draft bundled in assets/, or a random draft of the same kind (and say so) until it is trained."""
     folder = drafts_dir() / name
-    if (folder / "model.safetensors").is_file():
+    if any((folder / f).is_file() for f in ("model.safetensors", "model.safetensors.index.json")):  # one file or shards
         return DraftRef(str(folder), n, label)
-    return DraftRef(f"random:{name}", n, label, f"untrained: not in {folder.parent}; train it as the README's "
-                                                f"'Training drafts' says, or point POSS_DRAFTS_DIR at a run's drafts")
+    return DraftRef(f"random:{name}", n, label, f"untrained: not in {folder.parent}; train it as docs/training.md "
+                                                f"says, or point POSS_DRAFTS_DIR at a run's drafts")
 
 
 def _smollm2() -> Preset:

@@ -1,0 +1,433 @@
+"""Deploy the demo to a Hugging Face Space from a staged snapshot, and export drafts in the Hub's model layout.
+
+    python -m poss_core.space stage OUT_DIR                      # what a Space needs, listed; no token, no network
+    python -m poss_core.space deploy --repo OWNER/NAME [--hardware cpu-upgrade] [--private]
+    python -m poss_core.space card DRAFT_DIR [--out README.md]   # a draft's Hub model card
+    python -m poss_core.space export-hub DRAFT_DIR OUT_DIR [--max-shard-size 9MB]   # a model repo, shards < 10 MB
+
+A Space (like every Hub repo) refuses a file over 10 MB pushed with plain git, and this repository's history holds
+earlier drafts, so the demo goes up as a snapshot through `HfApi.upload_folder`, which sends large and binary files
+through LFS/Xet itself and never sends git history. The same staged folder is what makes `gradio deploy` safe (it
+uploads the whole current folder).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .errors import PossError, run_cli
+from .paths import project_root
+
+HUB_FILE_LIMIT = 10 * 1000 * 1000  # the Hub refuses plain (non-LFS/Xet) files over 10 MB
+BINARY_SUFFIXES = {".safetensors", ".bin", ".pt", ".pth", ".gguf", ".npz", ".npy", ".png", ".jpg", ".jpeg", ".gif",
+                   ".webp", ".ico", ".pdf", ".zip", ".gz"}
+SKIP_NAMES = {"__pycache__", ".pytest_cache", ".ipynb_checkpoints", ".DS_Store"}
+SKIP_SUFFIXES = {".pyc", ".pyo", ".egg-info"}
+CARD_FILE = "model_card.json"
+DEFAULT_SHARD_SIZE = "9MB"
+
+# What the Hub card says about drafts of a known target, keyed by the target folder's name (our drafts record a local
+# path: the default target is prepared from a GGUF into a cache folder). Unknown targets need --base-model etc.
+KNOWN_TARGETS: dict[str, dict[str, Any]] = {
+    "smollm2-135m-instruct": {
+        "base_model": "HuggingFaceTB/SmolLM2-135M-Instruct",
+        "license": "apache-2.0",
+        # Training prompts (the target wrote the answers): GSM8K train questions, self-instruct seed and
+        # user-oriented tasks, and T0 (P3) prompt templates; plus prompts the target wrote itself.
+        "datasets": ["openai/gsm8k", "yizhongw/self_instruct", "bigscience/P3"],
+    },
+}
+
+
+class SpaceError(PossError):
+    """Staging or deploying cannot go on: a missing file, an inconsistent pin, no token, a bad repo id."""
+
+
+@dataclass(frozen=True)
+class StagedFile:
+    path: str  # relative to the snapshot, with forward slashes
+    size: int
+    lfs: bool  # goes through LFS/Xet: over 10 MB or binary
+
+
+# ---------------------------------------------------------------------------------------------------------- staging
+
+
+def gradio_pin(requirements: Path) -> str | None:
+    """The exact gradio version requirements.txt pins (`gradio==X`), or None."""
+    for line in requirements.read_text(encoding="utf-8").splitlines():
+        m = re.match(r"\s*gradio\s*==\s*([\w.+-]+)", line.split("#", 1)[0])
+        if m:
+            return m.group(1)
+    return None
+
+
+def front_matter(readme: Path) -> dict[str, Any]:
+    """The README's YAML front matter (the Space's configuration)."""
+    import yaml
+
+    text = readme.read_text(encoding="utf-8")
+    m = re.match(r"^---\s*\n(.*?)\n---\s*\n", text, re.DOTALL)
+    if not m:
+        raise SpaceError(f"{readme} has no YAML front matter (--- ... ---): a Space reads its sdk and app_file there.")
+    try:
+        data = yaml.safe_load(m.group(1)) or {}
+    except yaml.YAMLError as err:
+        raise SpaceError(f"{readme}'s front matter is not valid YAML ({str(err).splitlines()[0]}).") from err
+    if not isinstance(data, dict):
+        raise SpaceError(f"{readme}'s front matter is not a mapping of keys to values.")
+    return data
+
+
+def check_space_config(root: Path) -> dict[str, Any]:
+    """The README front matter a Gradio Space needs, checked against requirements.txt's gradio pin."""
+    meta = front_matter(root / "README.md")
+    if meta.get("sdk") != "gradio":
+        raise SpaceError(f"README.md front matter has sdk: {meta.get('sdk')!r}; the demo is a Gradio Space "
+                         f"(sdk: gradio).")
+    app_file = meta.get("app_file")
+    if app_file != "app.py" or not (root / "app.py").is_file():
+        raise SpaceError(f"README.md front matter has app_file: {app_file!r}; it must be app.py, the demo's "
+                         f"entry point.")
+    pin = gradio_pin(root / "requirements.txt")
+    version = str(meta.get("sdk_version", ""))
+    if pin is None:
+        raise SpaceError("requirements.txt does not pin gradio (gradio==X.Y.Z): the Space's sdk_version needs it.")
+    if version != pin:
+        raise SpaceError(f"README.md front matter has sdk_version: {version or '(none)'} but requirements.txt pins "
+                         f"gradio=={pin}: make them agree (the Space installs sdk_version's gradio).")
+    return meta
+
+
+def _skipped(path: Path) -> bool:
+    return any(part in SKIP_NAMES or part.startswith(".") or Path(part).suffix in SKIP_SUFFIXES
+               for part in path.parts)
+
+
+def _is_binary(path: Path) -> bool:
+    if path.suffix.lower() in BINARY_SUFFIXES:
+        return True
+    with path.open("rb") as fh:
+        return b"\0" in fh.read(8192)
+
+
+def space_manifest(root: Path) -> list[tuple[Path, str]]:
+    """(source, path in the Space) for every file the Space needs; nothing else from the checkout goes up."""
+    pairs: list[tuple[Path, str]] = []
+
+    def add(src: Path) -> None:
+        pairs.append((src, src.relative_to(root).as_posix()))
+
+    for name in ("app.py", "requirements.txt", "README.md", "packages.txt", "assets/app.css"):
+        if (root / name).is_file():
+            add(root / name)
+    if "assets/demo.png" in (root / "README.md").read_text(encoding="utf-8") and (root / "assets/demo.png").is_file():
+        add(root / "assets/demo.png")
+    for folder in ("app", "poss_core", "assets/examples", "assets/drafts"):
+        for f in sorted((root / folder).rglob("*")):
+            if f.is_file() and not _skipped(f.relative_to(root)):
+                add(f)
+    return pairs
+
+
+def stage(out_dir: str | os.PathLike, root: str | os.PathLike | None = None) -> list[StagedFile]:
+    """Write the Space's snapshot into `out_dir` (new or empty) and return its files, marking those that go through
+    LFS/Xet. Each bundled draft gets its Hub model card (README.md). No token, no network."""
+    root = Path(root or project_root())
+    for need in ("app.py", "README.md", "requirements.txt", "app", "poss_core", "assets/drafts"):
+        if not (root / need).exists():
+            raise SpaceError(f"{root} has no {need}: stage from a source checkout of the project (an installed "
+                             f"package does not carry the app).")
+    check_space_config(root)
+    out = Path(out_dir)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise SpaceError(f"{out} exists and is not an empty folder: stage into a new folder.")
+    staged_dirs = [root.resolve() / name for name in ("app", "poss_core", "assets")]
+    if out.resolve() == root.resolve() or any(d == out.resolve() or d in out.resolve().parents for d in staged_dirs):
+        raise SpaceError(f"{out} is inside a folder being staged: choose a folder outside app/, poss_core/, assets/.")
+    out.mkdir(parents=True, exist_ok=True)
+    for src, rel in space_manifest(root):
+        (out / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, out / rel)
+    for config in sorted((out / "assets" / "drafts").rglob("config.json")):
+        write_model_card(config.parent)
+    return list_files(out)
+
+
+def list_files(folder: Path) -> list[StagedFile]:
+    files = []
+    for f in sorted(p for p in folder.rglob("*") if p.is_file()):
+        size = f.stat().st_size
+        files.append(StagedFile(f.relative_to(folder).as_posix(), size, size > HUB_FILE_LIMIT or _is_binary(f)))
+    return files
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:.1f} MB" if n >= 100_000 else f"{n / 1e3:.1f} kB"
+
+
+def format_listing(files: list[StagedFile], out: Path, verb: str = "staged") -> str:
+    lfs = [f for f in files if f.lfs]
+    lines = [f"{verb} {len(files)} files ({_mb(sum(f.size for f in files))}) into {out}:",
+             f"  {'size':>9}  {'upload':<8} path"]
+    lines += [f"  {_mb(f.size):>9}  {'LFS/Xet' if f.lfs else 'git':<8} {f.path}" for f in files]
+    lines.append(f"{len(lfs)} files ({_mb(sum(f.size for f in lfs))}) go through LFS/Xet (over 10 MB or binary); "
+                 f"the other {len(files) - len(lfs)} are plain text.")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------------------- deploying
+
+
+def hardware_choices() -> list[str]:
+    from huggingface_hub import SpaceHardware
+
+    return [h.value for h in SpaceHardware]
+
+
+def resolve_token(token: str | None = None) -> str:
+    """$HF_TOKEN, else the user's `hf auth login` token; a clear error (before any network) when neither exists."""
+    from huggingface_hub import get_token
+
+    token = token or os.environ.get("HF_TOKEN") or get_token()
+    if not token:
+        raise SpaceError("no Hugging Face token: set HF_TOKEN (a write token from https://huggingface.co/settings/"
+                         "tokens) or run `hf auth login` first.")
+    return token
+
+
+def _git_revision(root: Path) -> str:
+    try:
+        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True,
+                             timeout=10)
+        return rev.stdout.strip() if rev.returncode == 0 else ""
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def deploy(repo: str, hardware: str | None = None, private: bool = False, token: str | None = None,
+           root: str | os.PathLike | None = None, api=None) -> str:
+    """Create (or reuse) the Gradio Space `repo`, upload a fresh staged snapshot so it mirrors it, and request
+    `hardware` when given. Returns the Space's URL."""
+    if not re.fullmatch(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*", repo or ""):
+        raise SpaceError(f"--repo {repo!r} is not OWNER/NAME (e.g. your-name/poss-vs-eagle).")
+    if hardware is not None and hardware not in hardware_choices():
+        raise SpaceError(f"--hardware {hardware!r} is unknown: use one of {', '.join(hardware_choices())}.")
+    token = resolve_token(token)
+    root = Path(root or project_root())
+    with tempfile.TemporaryDirectory(prefix="poss-space-") as tmp:
+        snapshot = Path(tmp) / "space"
+        files = stage(snapshot, root)
+        print(format_listing(files, snapshot), file=sys.stderr)
+        if api is None:
+            from huggingface_hub import HfApi
+
+            api = HfApi(token=token)
+        from huggingface_hub.errors import HfHubHTTPError
+
+        rev = _git_revision(root)
+        try:
+            api.create_repo(repo, repo_type="space", space_sdk="gradio", exist_ok=True, private=private or None)
+            # delete_patterns="*": files of an earlier deploy that the snapshot no longer has are removed (the Hub
+            # never deletes .gitattributes), so the Space mirrors the snapshot.
+            api.upload_folder(repo_id=repo, repo_type="space", folder_path=str(snapshot), delete_patterns="*",
+                              commit_message=f"Deploy the demo{f' from {rev}' if rev else ''} (poss_core.space)")
+            if hardware:
+                api.request_space_hardware(repo, hardware)
+        except HfHubHTTPError as err:
+            raise SpaceError(f"the Hub refused the deploy to {repo}: {str(err).splitlines()[0]}") from err
+    return f"https://huggingface.co/spaces/{repo}"
+
+
+# -------------------------------------------------------------------------------------------------- drafts on the Hub
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        return {}
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise SpaceError(f"{path} is not valid JSON ({err.msg}).") from err
+
+
+def card_metadata(draft_dir: Path, base_model: str | None = None, license: str | None = None,
+                  datasets: list[str] | None = None) -> dict[str, Any]:
+    """The card's YAML metadata: the flags, else model_card.json's own keys, else what is known of its target."""
+    card, meta = _read_json(draft_dir / CARD_FILE), _read_json(draft_dir / "poss_draft.json")
+    target = str(meta.get("target") or card.get("target") or "")
+    known = KNOWN_TARGETS.get(Path(target).name.lower(), {})
+    if not known and re.fullmatch(r"[\w.-]+/[\w.-]+", target) and not Path(target).exists():
+        known = {"base_model": target}  # a Hugging Face id
+    base = base_model or card.get("base_model") or known.get("base_model")
+    if not base:
+        raise SpaceError(f"{draft_dir}: its target {target or '(not recorded)'!r} is not a Hugging Face id; give "
+                         f"--base-model ID (the target model this draft speeds up).")
+    method = str(meta.get("method") or card.get("method") or "")
+    kind = {"eagle": ["eagle"], "poss": ["poss", "position-specialists"], "stacked": ["stacked-draft"]}
+    tags = ["speculative-decoding", "draft-model", *kind.get(method, []), "safetensors"]
+    return {
+        "library_name": "poss-demo",
+        "base_model": base,
+        "tags": tags,
+        "license": license or card.get("license") or known.get("license") or "other",
+        "datasets": list(datasets or card.get("datasets") or known.get("datasets") or []),
+    }
+
+
+def model_card(draft_dir: str | os.PathLike, **overrides) -> str:
+    """A Hub model card (README.md) for a draft folder, built from its model_card.json and poss_draft.json."""
+    import yaml
+
+    folder = Path(draft_dir)
+    if not (folder / "config.json").is_file():
+        raise SpaceError(f"{folder} is not a draft folder (no config.json).")
+    card, meta = _read_json(folder / CARD_FILE), _read_json(folder / "poss_draft.json")
+    data = card_metadata(folder, **overrides)
+    label = card.get("label") or meta.get("label") or folder.name
+    layers, n = meta.get("num_layers", "?"), meta.get("positions_per_specialist", "?")
+    lines = [
+        "---", yaml.safe_dump(data, sort_keys=False, allow_unicode=True).strip(), "---", "",
+        f"# {label}: a draft model for speculative decoding of {data['base_model']}", "",
+        f"A draft head (method `{meta.get('method', '?')}`, {layers} layer(s), {n} draft position(s) per specialist) "
+        f"that proposes a tree of tokens the target model then verifies, so generation is lossless and faster. "
+        f"It reads the target's last hidden state and shares its embedding and LM head, which this checkpoint does "
+        f"not carry. It is loaded by the POSS vs EAGLE demo's `poss_core` package, not by `transformers`.", "",
+        "## Use", "", "```bash",
+        "python -m poss_core.generate --preset smollm2-135m --draft hub:OWNER/NAME --prompt \"Why is the sky blue?\"",
+        "```", "",
+        "`poss_draft.json` records the method, the draft vocabulary and a fingerprint of the target it was trained "
+        "for; loading refuses another target.", "",
+    ]
+    acc = card.get("heldout_top1_by_position_decoding")
+    if acc:
+        lines += ["## Held-out top-1 agreement with the target, by draft position", "",
+                  "| " + " | ".join(f"k={i + 1}" for i in range(len(acc))) + " |",
+                  "|" + "---|" * len(acc),
+                  "| " + " | ".join(f"{a:.3f}" for a in acc) + " |", ""]
+    if "steps" in card or "data" in card:
+        d = card.get("data") or {}
+        init = f"; {card['init']}" if card.get("init") else ""
+
+        def num(key: str) -> str:
+            return f"{d[key]:,}" if isinstance(d.get(key), int) else "?"
+
+        lines += ["## Training", "",
+                  f"Self-distillation: the target wrote the answers to the training prompts. "
+                  f"{card.get('steps', '?')} steps this run{init}. {num('sequences')} sequences, "
+                  f"{num('answer_tokens')} answer tokens, a draft vocabulary of {num('draft_vocab')} tokens. "
+                  f"Every setting: `model_card.json`.", ""]
+    return "\n".join(lines)
+
+
+def write_model_card(draft_dir: str | os.PathLike, out: str | os.PathLike | None = None, **overrides) -> Path:
+    path = Path(out) if out else Path(draft_dir) / "README.md"
+    path.write_text(model_card(draft_dir, **overrides), encoding="utf-8")
+    return path
+
+
+def export_hub(draft_dir: str | os.PathLike, out_dir: str | os.PathLike, max_shard_size: str | int = DEFAULT_SHARD_SIZE,
+               **card_overrides) -> list[StagedFile]:
+    """A Hub model-repo copy of a draft: config.json, weights sharded under `max_shard_size` (with the standard
+    model.safetensors.index.json when more than one shard), our metadata files and the README.md model card."""
+    from huggingface_hub import split_torch_state_dict_into_shards
+    from safetensors.torch import save_file
+
+    from .models.checkpoint import META_FILE, read_weights
+
+    src, out = Path(draft_dir), Path(out_dir)
+    if not (src / "config.json").is_file():
+        raise SpaceError(f"{src} is not a draft folder (no config.json).")
+    if out.exists() and any(out.iterdir()):
+        raise SpaceError(f"{out} exists and is not empty: export into a new folder.")
+    readme = model_card(src, **card_overrides)  # fails early on a missing base model
+    state = read_weights(src)
+    split = split_torch_state_dict_into_shards(state, filename_pattern="model{suffix}.safetensors",
+                                               max_shard_size=max_shard_size)
+    out.mkdir(parents=True, exist_ok=True)
+    for filename, names in split.filename_to_tensors.items():
+        save_file({k: state[k].contiguous() for k in names}, str(out / filename), metadata={"format": "pt"})
+    if split.is_sharded:
+        index = {"metadata": {**split.metadata}, "weight_map": split.tensor_to_filename}
+        (out / "model.safetensors.index.json").write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")
+    for name in ("config.json", META_FILE, CARD_FILE):
+        if (src / name).is_file():
+            shutil.copy2(src / name, out / name)
+    (out / "README.md").write_text(readme, encoding="utf-8")
+    return list_files(out)
+
+
+# ------------------------------------------------------------------------------------------------------------- CLI
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m poss_core.space", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("stage", help="write the Space's snapshot into OUT_DIR and list it (no token, no network)")
+    s.add_argument("out_dir")
+    d = sub.add_parser("deploy", help="stage into a temporary folder and upload it to a Gradio Space")
+    d.add_argument("--repo", required=True, help="the Space, OWNER/NAME (created if missing)")
+    d.add_argument("--hardware", default=None,
+                   help="request this hardware after the upload: cpu-basic (free), cpu-upgrade, zero-a10g, t4-small, "
+                        "... (paid tiers need billing on the account); default: leave the Space's as it is")
+    d.add_argument("--private", action="store_true", help="create the Space private (an existing one keeps its "
+                                                          "visibility)")
+    for name, helptext in (("card", "print (or --out) the Hub model card README.md of a draft folder"),
+                           ("export-hub", "write a Hub model-repo copy of a draft folder, weights in shards")):
+        c = sub.add_parser(name, help=helptext)
+        c.add_argument("draft_dir")
+        if name == "export-hub":
+            c.add_argument("out_dir")
+            c.add_argument("--max-shard-size", default=DEFAULT_SHARD_SIZE,
+                           help="largest shard, e.g. 9MB (default; the Hub's plain-file limit is 10 MB)")
+        else:
+            c.add_argument("--out", default=None, help="write the card here (e.g. DRAFT_DIR/README.md)")
+        c.add_argument("--base-model", default=None, help="the target's Hugging Face id (default: from the draft)")
+        c.add_argument("--license", default=None, help="license id (default: model_card.json's, or the target's)")
+        c.add_argument("--dataset", action="append", default=None, help="a training dataset id (repeatable)")
+    return p
+
+
+def _main(argv: list[str] | None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "stage":
+        out = Path(args.out_dir)
+        print(format_listing(stage(out), out))
+        print("Not uploaded: tests, training token ids, configs, scripts, docs, outputs, git history.")
+        print(f"deploy it: python -m poss_core.space deploy --repo OWNER/NAME   (or: cd {out} && gradio deploy)")
+        return 0
+    if args.command == "deploy":
+        url = deploy(args.repo, hardware=args.hardware, private=args.private)
+        print(f"deployed: {url}" + (f" (hardware requested: {args.hardware})" if args.hardware else ""))
+        return 0
+    overrides = {"base_model": args.base_model, "license": args.license, "datasets": args.dataset}
+    if args.command == "card":
+        if args.out:
+            print(f"wrote {write_model_card(args.draft_dir, args.out, **overrides)}")
+        else:
+            print(model_card(args.draft_dir, **overrides))
+        return 0
+    files = export_hub(args.draft_dir, args.out_dir, args.max_shard_size, **overrides)
+    print(format_listing(files, Path(args.out_dir), verb="wrote"))
+    print(f"upload it: huggingface_hub.HfApi().upload_folder(repo_id='OWNER/NAME', folder_path='{args.out_dir}') "
+          f"after create_repo('OWNER/NAME', exist_ok=True); then --draft hub:OWNER/NAME")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_cli(_main, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
