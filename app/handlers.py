@@ -18,6 +18,7 @@ from poss_core.compare import Comparison
 from poss_core.errors import PossError
 from poss_core.models.presets import get_preset
 
+from . import state
 from .render import conversation_html, draft_note, lane_tree, render, skip_all, status_html
 from .state import DEFAULT_METHODS, SESSIONS, RunSettings, Session, View, method_choices, ui_defaults
 
@@ -41,6 +42,9 @@ def _final_status(comp: Comparison) -> tuple[str, str]:
     errors = [f"{lane.short}: {lane.error}" for lane in comp.lanes if lane.error]
     if errors:
         return "Some lanes failed: " + " | ".join(errors), "error"
+    if comp.timed_out:
+        return (f"Stopped at this server's limit of {state.CALL_LIMIT_S:g} s per call: every lane ended cleanly. "
+                f"Ask for fewer new tokens or a smaller tree.", "info")
     if comp.cancelled or any(lane.stop_reason == "cancelled" for lane in comp.lanes):
         return "Stopped: every lane was cancelled cleanly. Run again whenever you like.", "info"
     what = "Replay finished" if comp.replay else "Done"
@@ -54,8 +58,12 @@ def _stream(session: Session, view: View, comp: Comparison, label: str) -> Itera
     Drawing happens between rounds, outside every lane's timing; on a slow CPU it backs off so that it takes at
     most MAX_RENDER_SHARE of the time."""
     last, last_charts, gap = 0.0, 0.0, UPDATE_EVERY_S
+    began = time.monotonic()
     try:
         while True:
+            if time.monotonic() - began > state.CALL_LIMIT_S and not comp.cancelled:
+                comp.timed_out = True  # the per-call cap: stop every lane before its next round
+                comp.stop()
             if comp.replay and comp.cancelled:  # replayed lanes do not watch the flag themselves
                 comp.drain()
                 break

@@ -11,10 +11,14 @@ from typing import Any
 
 from poss_core import methods
 from poss_core.compare import Comparison, RunSpec, cpu_bf16_units
-from poss_core.errors import PromptError
+from poss_core.decoding.config import check_prompt_text
+from poss_core.errors import ConfigError, PromptError
 from poss_core.models.presets import Preset, get_preset
 
 DEFAULT_METHODS = [methods.PLAIN, "eagle", "poss2"]
+# The server-side cap on work per call: a Run, Replay or /compare call decodes for at most this many seconds, then
+# its lanes are stopped and the status (or the API's answer) says so. `python app.py --max-call-seconds` sets it.
+CALL_LIMIT_S = 300.0
 
 
 @dataclass
@@ -54,8 +58,14 @@ class RunSettings:
     def spec(self, history: list[dict]) -> RunSpec:
         """What a comparison runs (raises PossError with a readable message): the prompt, after `history` when
         Multi-turn is ticked, and the chosen methods in the preset's order."""
-        if not str(self.prompt or "").strip():
+        if self.prompt is None or (isinstance(self.prompt, str) and not self.prompt.strip()):
             raise PromptError("the prompt is empty: type a question or instruction (or pick an example).")
+        check_prompt_text(self.prompt)
+        if self.methods is not None and (not isinstance(self.methods, (list, tuple))
+                                         or not all(isinstance(m, str) for m in self.methods)):
+            raise ConfigError(f"methods={self.methods!r}: give a list of method names (e.g. plain, eagle, poss2).")
+        if not isinstance(self.preset, str):
+            raise ConfigError(f"preset={self.preset!r}: give a preset's name.")
         if self.multi_turn and history:
             message: str | list[dict] = list(history) + [{"role": "user", "content": self.prompt}]
         else:
@@ -71,10 +81,13 @@ class RunSettings:
 
 
 def _num(v, cast):
-    """A slider's or number box's value as an int or float (left as it is when missing, so RunSpec names it)."""
-    if v is None or (isinstance(v, float) and math.isnan(v)):
+    """A slider's or number box's value as an int or float where that is exact; anything else is left as it is, so
+    that the settings' check (`DecodeConfig.of`) names the field and its range."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
         return v
-    return cast(v) if cast is int and float(v).is_integer() else (float(v) if cast is float else v)
+    if cast is int:
+        return int(v) if float(v).is_integer() and abs(v) < 2**53 else v
+    return float(v)
 
 
 @dataclass
