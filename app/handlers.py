@@ -244,22 +244,38 @@ def save_handler(request: gr.Request | None = None) -> Any:
 
 
 def load_handler(file: Any, view: View, request: gr.Request | None = None) -> list:
-    """Show a saved run as it ended; Replay plays it back, Step goes through it round by round."""
+    """Show a saved run as it ended; Replay plays it back, Step goes through it round by round.
+
+    The file is checked in full before the session changes: a bad file leaves the tab as it was and the status line
+    names the line and field that is wrong."""
     session = SESSIONS.get(request)
     if file is None:
         return skip_all(session, session.status)
     path = file if isinstance(file, str) else getattr(file, "name", str(file))
-    if session.lock.locked():
+    if not session.lock.acquire(blocking=False):
         return skip_all(session, ("This tab is running: press Stop before loading a run.", "error"))
+    before = (session.comparison, session.loaded, session.stepping, dict(session.pins))
     try:
         comp = saved_runs.load_run(path)
-    except PossError as err:
+        if session.comparison is not None and not session.comparison.finished:
+            session.comparison.stop()  # a paused Step session: end its lanes before the loaded run replaces them
+            session.comparison.drain()
+        session.comparison, session.loaded, session.stepping = comp, comp, False
+        session.pins.clear()
+        prompt = str(comp.spec.messages()[-1].get("content", ""))
+        return render(session, view, (f"Loaded a saved run ({comp.spec.preset}, prompt: {prompt[:60]!r}). Replay "
+                                      f"plays it back, Step goes through it round by round; no model needed.",
+                                      "info"))
+    except Exception as err:  # noqa: BLE001 - whatever went wrong, the tab keeps what it showed before
+        session.comparison, session.loaded, session.stepping = before[:3]
+        session.pins.clear()
+        session.pins.update(before[3])
+        if not isinstance(err, PossError):
+            traceback.print_exc(file=sys.stderr)
+            err = f"could not show the saved run ({type(err).__name__}: {err})."
         return render(session, view, (str(err), "error"))
-    session.comparison, session.loaded, session.stepping = comp, comp, False
-    session.pins.clear()
-    prompt = comp.spec.messages()[-1].get("content", "")
-    return render(session, view, (f"Loaded a saved run ({comp.spec.preset}, prompt: {prompt[:60]!r}). Replay "
-                                  f"plays it back, Step goes through it round by round; no model needed.", "info"))
+    finally:
+        session.lock.release()
 
 
 def new_conversation_handler(request: gr.Request | None = None) -> str:

@@ -10,7 +10,7 @@ from typing import Any
 
 import gradio as gr
 
-from poss_core import compare, methods
+from poss_core import compare, methods, saved_runs
 from poss_core.bench import figures
 from poss_core.decoding.config import LIMITS, MAX_PROMPT_CHARS
 from poss_core.models.presets import DEFAULT_PRESET, get_preset, presets
@@ -19,6 +19,8 @@ from . import about, handlers, state
 from .api import compare_endpoint
 from .render import OUTPUT_NAMES, conversation_html, draft_note, legend_html, status_html
 from .state import DEFAULT_METHODS, RunSettings, View, method_choices, precision_note, ui_defaults
+
+LOAD_CONCURRENCY = 2  # saved runs parsed at once (each is checked in full: up to a few seconds of CPU for a large one)
 
 TIMING_NOTE = ("Lanes run **in turns, one round each**, in one thread: each lane's tokens/s counts only its own "
                "rounds' compute time, i.e. the speed it would get alone on this machine.")
@@ -192,7 +194,7 @@ def build_demo(preset: str = DEFAULT_PRESET, concurrency: int = 2, precision: st
         new_conv.click(handlers.new_conversation_handler, None, conversation, api_visibility="private", **light)
         save_btn.click(handlers.save_handler, None, saved, api_name="save_run", **light)
         upload.upload(gathered(handlers.load_handler, leading=1), [upload] + view, outputs, api_name="load_run",
-                      **light)
+                      concurrency_id="load", concurrency_limit=LOAD_CONCURRENCY, show_progress="hidden")
         demo.load(gathered(handlers.view_handler), view, outputs, api_visibility="private", **light)
         demo.unload(handlers.drop_session)
         gr.api(compare_endpoint(preset, wrap=_gpu), api_name="compare", **decode)
@@ -226,5 +228,6 @@ def theme() -> gr.themes.Base:
 
 
 def launch_kwargs() -> dict[str, Any]:
-    """What `launch()` needs besides host and port: CSS and theme (Gradio 6 takes them at launch)."""
-    return {"css": CSS, "theme": theme()}
+    """What `launch()` needs besides host and port: CSS and theme (Gradio 6 takes them at launch), and the largest
+    upload (a saved run; Gradio refuses bigger files before they reach a handler)."""
+    return {"css": CSS, "theme": theme(), "max_file_size": saved_runs.MAX_RUN_BYTES}
