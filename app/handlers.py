@@ -136,6 +136,7 @@ def step_handler(settings: RunSettings, view: View, request: gr.Request | None =
     try:
         def body():
             comp = session.comparison
+            released, session.released = session.released, None
             if not (session.stepping and comp is not None and not comp.finished):
                 if session.loaded is not None:
                     comp = saved_runs.replay(session.loaded)
@@ -154,7 +155,9 @@ def step_handler(settings: RunSettings, view: View, request: gr.Request | None =
             else:
                 rounds = max(len(lane.events) - 1 for lane in comp.lanes)
                 what = "the prefill (the target reads the prompt)" if rounds == 0 else f"round {rounds}"
-                yield render(session, view, (f"Step mode: {what} done in every lane. Step again for the next "
+                note = (f"The paused Step session was ended and its memory freed because {released}; this Step "
+                        f"started over. " if released else "")
+                yield render(session, view, (f"{note}Step mode: {what} done in every lane. Step again for the next "
                                              f"round, Run to start over, Stop to end.", "info"))
 
         return list(_guard(session, view, body))[-1]

@@ -53,6 +53,7 @@ def build_demo(preset: str = DEFAULT_PRESET, concurrency: int = 2, precision: st
     decodes (state.CALL_LIMIT_S; `python app.py --max-call-seconds`)."""
     if call_limit_s is not None:
         state.CALL_LIMIT_S = float(call_limit_s)
+    state.SESSIONS.start_reaper()  # paused Step sessions idle past SESSIONS.idle_s free their decoders
     first = get_preset(preset)
     d = ui_defaults(first)
     gpu = compare.cuda_available()
