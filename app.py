@@ -30,6 +30,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--share", action="store_true", help="also open a public gradio.live link (off by default)")
     p.add_argument("--concurrency", type=int, default=2,
                    help="comparisons decoding at once; more wait in the queue (default 2)")
+    p.add_argument("--max-call-seconds", type=float, default=300.0,
+                   help="the most seconds one Run, Replay or /compare call decodes before it is stopped (default 300)")
     p.add_argument("--queue-size", type=int, default=64, help="most requests waiting in the queue (default 64)")
     p.add_argument("--threads", type=int, default=None,
                    help="torch CPU threads (default: half the cores, at least 1, which leaves a core to the web "
@@ -76,7 +78,10 @@ def main(argv: list[str] | None = None) -> None:
     from poss_core.compare import cpu_bf16_units, cuda_available
 
     precision = initial_precision(args.dtype, cuda_available(), cpu_bf16_units())
-    demo = build_demo(preset=args.preset, concurrency=args.concurrency, precision=precision)
+    if not 0 < args.max_call_seconds < float("inf"):
+        build_parser().error(f"--max-call-seconds={args.max_call_seconds}: use a number of seconds > 0.")
+    demo = build_demo(preset=args.preset, concurrency=args.concurrency, precision=precision,
+                      call_limit_s=args.max_call_seconds)
     demo.queue(max_size=args.queue_size, default_concurrency_limit=args.concurrency)
     if not args.no_preload:
         threading.Thread(target=preload, args=(args.preset, precision), daemon=True, name="poss-preload").start()

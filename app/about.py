@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import html
 
 INTRO = """
 ### Speculative decoding in one minute
@@ -98,9 +97,16 @@ DIAGRAM = """
 """
 
 
+def plain_markdown(text: str) -> str:
+    """`text` as literal characters in Markdown: every character other than a letter, digit or space becomes an HTML
+    character reference, so no link, image, table cell, autolink or HTML can form from it (a saved run's `hardware`
+    is text from a file)."""
+    return "".join(c if c.isalnum() or c == " " else f"&#{ord(c)};" for c in text[:200])
+
+
 def hardware_markdown(info: dict[str, str] | None, note: str = "") -> str:
     """The hardware, dtype and quantization in use (filled once a model is loaded)."""
     if not info:
         return "### Hardware in use\nNo model loaded yet: the first Run loads it." + (f"\n\n{note}" if note else "")
-    rows = "\n".join(f"| {html.escape(k)} | {html.escape(str(v))} |" for k, v in info.items())
+    rows = "\n".join(f"| {plain_markdown(k)} | {plain_markdown(str(v))} |" for k, v in info.items())
     return f"### Hardware in use\n| setting | value |\n|---|---|\n{rows}" + (f"\n\n{note}" if note else "")

@@ -18,6 +18,7 @@ from poss_core.compare import Comparison
 from poss_core.errors import PossError
 from poss_core.models.presets import get_preset
 
+from . import state
 from .render import conversation_html, draft_note, lane_tree, render, skip_all, status_html
 from .state import DEFAULT_METHODS, SESSIONS, RunSettings, Session, View, method_choices, ui_defaults
 
@@ -41,6 +42,9 @@ def _final_status(comp: Comparison) -> tuple[str, str]:
     errors = [f"{lane.short}: {lane.error}" for lane in comp.lanes if lane.error]
     if errors:
         return "Some lanes failed: " + " | ".join(errors), "error"
+    if comp.timed_out:
+        return (f"Stopped at this server's limit of {state.CALL_LIMIT_S:g} s per call: every lane ended cleanly. "
+                f"Ask for fewer new tokens or a smaller tree.", "info")
     if comp.cancelled or any(lane.stop_reason == "cancelled" for lane in comp.lanes):
         return "Stopped: every lane was cancelled cleanly. Run again whenever you like.", "info"
     what = "Replay finished" if comp.replay else "Done"
@@ -54,8 +58,12 @@ def _stream(session: Session, view: View, comp: Comparison, label: str) -> Itera
     Drawing happens between rounds, outside every lane's timing; on a slow CPU it backs off so that it takes at
     most MAX_RENDER_SHARE of the time."""
     last, last_charts, gap = 0.0, 0.0, UPDATE_EVERY_S
+    began = time.monotonic()
     try:
         while True:
+            if time.monotonic() - began > state.CALL_LIMIT_S and not comp.cancelled:
+                comp.timed_out = True  # the per-call cap: stop every lane before its next round
+                comp.stop()
             if comp.replay and comp.cancelled:  # replayed lanes do not watch the flag themselves
                 comp.drain()
                 break
@@ -128,6 +136,7 @@ def step_handler(settings: RunSettings, view: View, request: gr.Request | None =
     try:
         def body():
             comp = session.comparison
+            released, session.released = session.released, None
             if not (session.stepping and comp is not None and not comp.finished):
                 if session.loaded is not None:
                     comp = saved_runs.replay(session.loaded)
@@ -146,7 +155,9 @@ def step_handler(settings: RunSettings, view: View, request: gr.Request | None =
             else:
                 rounds = max(len(lane.events) - 1 for lane in comp.lanes)
                 what = "the prefill (the target reads the prompt)" if rounds == 0 else f"round {rounds}"
-                yield render(session, view, (f"Step mode: {what} done in every lane. Step again for the next "
+                note = (f"The paused Step session was ended and its memory freed because {released}; this Step "
+                        f"started over. " if released else "")
+                yield render(session, view, (f"{note}Step mode: {what} done in every lane. Step again for the next "
                                              f"round, Run to start over, Stop to end.", "info"))
 
         return list(_guard(session, view, body))[-1]
@@ -236,22 +247,38 @@ def save_handler(request: gr.Request | None = None) -> Any:
 
 
 def load_handler(file: Any, view: View, request: gr.Request | None = None) -> list:
-    """Show a saved run as it ended; Replay plays it back, Step goes through it round by round."""
+    """Show a saved run as it ended; Replay plays it back, Step goes through it round by round.
+
+    The file is checked in full before the session changes: a bad file leaves the tab as it was and the status line
+    names the line and field that is wrong."""
     session = SESSIONS.get(request)
     if file is None:
         return skip_all(session, session.status)
     path = file if isinstance(file, str) else getattr(file, "name", str(file))
-    if session.lock.locked():
+    if not session.lock.acquire(blocking=False):
         return skip_all(session, ("This tab is running: press Stop before loading a run.", "error"))
+    before = (session.comparison, session.loaded, session.stepping, dict(session.pins))
     try:
         comp = saved_runs.load_run(path)
-    except PossError as err:
+        if session.comparison is not None and not session.comparison.finished:
+            session.comparison.stop()  # a paused Step session: end its lanes before the loaded run replaces them
+            session.comparison.drain()
+        session.comparison, session.loaded, session.stepping = comp, comp, False
+        session.pins.clear()
+        prompt = str(comp.spec.messages()[-1].get("content", ""))
+        return render(session, view, (f"Loaded a saved run ({comp.spec.preset}, prompt: {prompt[:60]!r}). Replay "
+                                      f"plays it back, Step goes through it round by round; no model needed.",
+                                      "info"))
+    except Exception as err:  # noqa: BLE001 - whatever went wrong, the tab keeps what it showed before
+        session.comparison, session.loaded, session.stepping = before[:3]
+        session.pins.clear()
+        session.pins.update(before[3])
+        if not isinstance(err, PossError):
+            traceback.print_exc(file=sys.stderr)
+            err = f"could not show the saved run ({type(err).__name__}: {err})."
         return render(session, view, (str(err), "error"))
-    session.comparison, session.loaded, session.stepping = comp, comp, False
-    session.pins.clear()
-    prompt = comp.spec.messages()[-1].get("content", "")
-    return render(session, view, (f"Loaded a saved run ({comp.spec.preset}, prompt: {prompt[:60]!r}). Replay "
-                                  f"plays it back, Step goes through it round by round; no model needed.", "info"))
+    finally:
+        session.lock.release()
 
 
 def new_conversation_handler(request: gr.Request | None = None) -> str:

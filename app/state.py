@@ -5,16 +5,21 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
 from poss_core import methods
 from poss_core.compare import Comparison, RunSpec, cpu_bf16_units
-from poss_core.errors import PromptError
+from poss_core.decoding.config import check_prompt_text
+from poss_core.errors import ConfigError, PromptError
 from poss_core.models.presets import Preset, get_preset
 
 DEFAULT_METHODS = [methods.PLAIN, "eagle", "poss2"]
+# The server-side cap on work per call: a Run, Replay or /compare call decodes for at most this many seconds, then
+# its lanes are stopped and the status (or the API's answer) says so. `python app.py --max-call-seconds` sets it.
+CALL_LIMIT_S = 300.0
 
 
 @dataclass
@@ -54,8 +59,14 @@ class RunSettings:
     def spec(self, history: list[dict]) -> RunSpec:
         """What a comparison runs (raises PossError with a readable message): the prompt, after `history` when
         Multi-turn is ticked, and the chosen methods in the preset's order."""
-        if not str(self.prompt or "").strip():
+        if self.prompt is None or (isinstance(self.prompt, str) and not self.prompt.strip()):
             raise PromptError("the prompt is empty: type a question or instruction (or pick an example).")
+        check_prompt_text(self.prompt)
+        if self.methods is not None and (not isinstance(self.methods, (list, tuple))
+                                         or not all(isinstance(m, str) for m in self.methods)):
+            raise ConfigError(f"methods={self.methods!r}: give a list of method names (e.g. plain, eagle, poss2).")
+        if not isinstance(self.preset, str):
+            raise ConfigError(f"preset={self.preset!r}: give a preset's name.")
         if self.multi_turn and history:
             message: str | list[dict] = list(history) + [{"role": "user", "content": self.prompt}]
         else:
@@ -71,10 +82,13 @@ class RunSettings:
 
 
 def _num(v, cast):
-    """A slider's or number box's value as an int or float (left as it is when missing, so RunSpec names it)."""
-    if v is None or (isinstance(v, float) and math.isnan(v)):
+    """A slider's or number box's value as an int or float where that is exact; anything else is left as it is, so
+    that the settings' check (`DecodeConfig.of`) names the field and its range."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
         return v
-    return cast(v) if cast is int and float(v).is_integer() else (float(v) if cast is float else v)
+    if cast is int:
+        return int(v) if float(v).is_integer() and abs(v) < 2**53 else v
+    return float(v)
 
 
 @dataclass
@@ -88,15 +102,42 @@ class Session:
     history: list[dict] = field(default_factory=list)  # the conversation so far (multi-turn)
     pins: dict[int, int] = field(default_factory=dict)  # lane -> round the user scrubbed the tree to
     status: tuple[str, str] = ("Type a prompt (or pick an example) and press Run.", "info")
+    last_seen: float = field(default_factory=time.monotonic)  # the tab's last request
+    released: str | None = None  # why the store ended this tab's paused work (said on the next Step)
+
+    def end_work(self, why: str) -> None:
+        """Stop this tab's comparison and free its decoders (their KV caches): a running one stops before its next
+        round (the handler streaming it closes it), a paused Step session is closed here."""
+        comp = self.comparison
+        if comp is None or comp.finished:
+            return
+        comp.stop()
+        if self.lock.acquire(blocking=False):  # nothing is turning the lanes: close them now
+            try:
+                comp.drain()
+                if self.stepping:
+                    self.released = why
+                    self.status = (f"Step mode ended and its memory was freed because {why}. Step starts over, "
+                                   f"Run starts a new comparison.", "info")
+                self.stepping = False
+            finally:
+                self.lock.release()
 
 
 class SessionStore:
-    """Sessions by session hash, least recently used dropped past `capacity`."""
+    """Sessions by session hash. Past `capacity` the least recently used is evicted; a tab idle for `idle_s` seconds
+    has its paused or running work stopped and its decoders freed (the lanes it shows stay). Either way the work ends:
+    nothing keeps decoding, or holding caches, for a tab the store no longer serves. An evicted tab that comes back
+    gets a fresh session with the same lock while its old work is still ending, so two runs of one tab never overlap."""
 
-    def __init__(self, capacity: int = 256) -> None:
+    def __init__(self, capacity: int = 256, idle_s: float = 600.0) -> None:
         self.capacity = capacity
+        self.idle_s = idle_s
         self._lock = threading.Lock()
         self._sessions: OrderedDict[str, Session] = OrderedDict()
+        self._ending: dict[str, Session] = {}  # evicted sessions whose work may still be running, by key
+        self._last_reap = 0.0
+        self._reaper: threading.Thread | None = None
 
     @staticmethod
     def key(request: Any) -> str:
@@ -104,20 +145,64 @@ class SessionStore:
 
     def get(self, request: Any) -> Session:
         key = self.key(request)
+        evicted = []
         with self._lock:
             session = self._sessions.get(key)
             if session is None:
-                session = self._sessions[key] = Session()
+                ending = self._ending.pop(key, None)
+                lock = ending.lock if ending is not None and ending.lock.locked() else threading.Lock()
+                session = self._sessions[key] = Session(lock=lock)
                 while len(self._sessions) > self.capacity:
-                    self._sessions.popitem(last=False)
+                    old_key, old = self._sessions.popitem(last=False)
+                    evicted.append(old)
+                    self._ending[old_key] = old
+                for k in [k for k, s in self._ending.items() if not s.lock.locked()]:
+                    del self._ending[k]
             self._sessions.move_to_end(key)
-            return session
+            session.last_seen = time.monotonic()
+        for old in evicted:
+            old.end_work("this tab was evicted (the server serves at most "
+                         f"{self.capacity} tabs at once)")
+        if time.monotonic() - self._last_reap > min(10.0, self.idle_s):
+            self.reap()
+        return session
+
+    def reap(self, now: float | None = None) -> int:
+        """End the work of every tab idle for more than `idle_s` (returns how many); the store calls it on requests
+        and, once `start_reaper` ran, every `idle_s / 4` seconds."""
+        now = time.monotonic() if now is None else now
+        self._last_reap = now
+        with self._lock:
+            # A tab streaming a Run holds its lock and is bounded by CALL_LIMIT_S: only paused work is reaped here.
+            idle = [s for s in self._sessions.values() if now - s.last_seen > self.idle_s and not s.lock.locked()
+                    and s.comparison is not None and not s.comparison.finished]
+        minutes = self.idle_s / 60
+        for s in idle:
+            s.end_work(f"it waited more than {minutes:g} minute{'s' if minutes != 1 else ''} for the next Step")
+        return len(idle)
+
+    def start_reaper(self) -> None:
+        """A daemon thread that reaps idle tabs even when no request comes in (started once)."""
+        with self._lock:
+            if self._reaper is not None:
+                return
+
+            def loop() -> None:
+                while True:
+                    time.sleep(max(1.0, self.idle_s / 4))
+                    try:
+                        self.reap()
+                    except Exception:  # noqa: BLE001 - the reaper must outlive a bad session
+                        pass
+
+            self._reaper = threading.Thread(target=loop, daemon=True, name="poss-session-reaper")
+            self._reaper.start()
 
     def drop(self, request: Any) -> None:
         with self._lock:
             session = self._sessions.pop(self.key(request), None)
-        if session is not None and session.comparison is not None:
-            session.comparison.stop()
+        if session is not None:
+            session.end_work("the tab was closed")
 
     def __len__(self) -> int:
         return len(self._sessions)

@@ -10,14 +10,17 @@ from typing import Any
 
 import gradio as gr
 
-from poss_core import compare, methods
+from poss_core import compare, methods, saved_runs
 from poss_core.bench import figures
+from poss_core.decoding.config import LIMITS, MAX_PROMPT_CHARS
 from poss_core.models.presets import DEFAULT_PRESET, get_preset, presets
 
-from . import about, handlers
+from . import about, handlers, state
 from .api import compare_endpoint
 from .render import OUTPUT_NAMES, conversation_html, draft_note, legend_html, status_html
 from .state import DEFAULT_METHODS, RunSettings, View, method_choices, precision_note, ui_defaults
+
+LOAD_CONCURRENCY = 2  # saved runs parsed at once (each is checked in full: up to a few seconds of CPU for a large one)
 
 TIMING_NOTE = ("Lanes run **in turns, one round each**, in one thread: each lane's tokens/s counts only its own "
                "rounds' compute time, i.e. the speed it would get alone on this machine.")
@@ -43,9 +46,14 @@ A small draft guesses several tokens, the big model checks them in one pass and 
 side against plain decoding: coloured tokens came from the draft, underlined ones from the target."""
 
 
-def build_demo(preset: str = DEFAULT_PRESET, concurrency: int = 2, precision: str = "auto") -> gr.Blocks:
+def build_demo(preset: str = DEFAULT_PRESET, concurrency: int = 2, precision: str = "auto",
+               call_limit_s: float | None = None) -> gr.Blocks:
     """The whole app. `concurrency` caps how many comparisons (runs, steps, API calls) decode at once; `precision`
-    is the Precision setting's initial value (`python app.py --dtype`)."""
+    is the Precision setting's initial value (`python app.py --dtype`); `call_limit_s` the most seconds one call
+    decodes (state.CALL_LIMIT_S; `python app.py --max-call-seconds`)."""
+    if call_limit_s is not None:
+        state.CALL_LIMIT_S = float(call_limit_s)
+    state.SESSIONS.start_reaper()  # paused Step sessions idle past SESSIONS.idle_s free their decoders
     first = get_preset(preset)
     d = ui_defaults(first)
     gpu = compare.cuda_available()
@@ -62,6 +70,7 @@ def build_demo(preset: str = DEFAULT_PRESET, concurrency: int = 2, precision: st
                 with gr.Row(equal_height=False):
                     with gr.Column(scale=3):
                         prompt = gr.Textbox(label="Prompt", lines=3, max_lines=12, elem_id="poss-prompt",
+                                            max_length=MAX_PROMPT_CHARS,
                                             placeholder="Ask something, or pick an example below.")
                         with gr.Row():
                             run_btn = gr.Button("▶ Run", variant="primary", elem_id="poss-run")
@@ -85,21 +94,22 @@ def build_demo(preset: str = DEFAULT_PRESET, concurrency: int = 2, precision: st
                                                        elem_id="poss-methods")
                             note = gr.HTML(draft_note(first))
                             with gr.Row():
-                                temperature = gr.Slider(0, 1.5, value=0.0, step=0.05, label="Temperature",
+                                temperature = gr.Slider(*LIMITS["temperature"], value=0.0, step=0.05, label="Temperature",
                                                         info="0 = greedy: every lane must match plain decoding")
                                 top_p = gr.Slider(0.05, 1.0, value=1.0, step=0.05, label="Top-p")
                             with gr.Row():
-                                depth = gr.Slider(1, 10, value=d["depth"], step=1, label="Depth (draft positions)")
-                                top_k = gr.Slider(1, 20, value=d["top_k"], step=1, label="Top-k per node")
-                                tree_budget = gr.Slider(2, 128, value=d["tree_budget"], step=1,
+                                depth = gr.Slider(*LIMITS["depth"], value=d["depth"], step=1, label="Depth (draft positions)")
+                                top_k = gr.Slider(*LIMITS["top_k"], value=d["top_k"], step=1, label="Top-k per node")
+                                tree_budget = gr.Slider(*LIMITS["tree_budget"], value=d["tree_budget"], step=1,
                                                         label="Tree budget (nodes verified, root included)")
                             auto_budget = gr.Checkbox(value=d["auto_budget"], label="Auto budget: fit each draft's tree "
                                                       "budget to this machine", info="measured once per machine and "
                                                       "draft (tens of seconds on a CPU, then cached); off: the slider")
                             with gr.Row():
-                                max_new = gr.Slider(1, 512, value=d["max_new_tokens"], step=1,
+                                max_new = gr.Slider(*LIMITS["max_new_tokens"], value=d["max_new_tokens"], step=1,
                                                     label="Max new tokens")
-                                seed = gr.Number(value=0, precision=0, label="Seed")
+                                seed = gr.Number(value=0, precision=0, label="Seed",
+                                                 info=f"{LIMITS['seed'][0]} to {LIMITS['seed'][1]}")
                             offered = [p for p in compare.PRECISIONS if gpu or p != "float16" or p == precision]
                             precision_dd = gr.Radio(offered, value=precision,
                                                     label="Precision (the target's dtype)",
@@ -185,10 +195,10 @@ def build_demo(preset: str = DEFAULT_PRESET, concurrency: int = 2, precision: st
         new_conv.click(handlers.new_conversation_handler, None, conversation, api_visibility="private", **light)
         save_btn.click(handlers.save_handler, None, saved, api_name="save_run", **light)
         upload.upload(gathered(handlers.load_handler, leading=1), [upload] + view, outputs, api_name="load_run",
-                      **light)
+                      concurrency_id="load", concurrency_limit=LOAD_CONCURRENCY, show_progress="hidden")
         demo.load(gathered(handlers.view_handler), view, outputs, api_visibility="private", **light)
         demo.unload(handlers.drop_session)
-        gr.api(_gpu(compare_endpoint(preset)), api_name="compare", **decode)
+        gr.api(compare_endpoint(preset, wrap=_gpu), api_name="compare", **decode)
     return demo
 
 
@@ -219,5 +229,6 @@ def theme() -> gr.themes.Base:
 
 
 def launch_kwargs() -> dict[str, Any]:
-    """What `launch()` needs besides host and port: CSS and theme (Gradio 6 takes them at launch)."""
-    return {"css": CSS, "theme": theme()}
+    """What `launch()` needs besides host and port: CSS and theme (Gradio 6 takes them at launch), and the largest
+    upload (a saved run; Gradio refuses bigger files before they reach a handler)."""
+    return {"css": CSS, "theme": theme(), "max_file_size": saved_runs.MAX_RUN_BYTES}

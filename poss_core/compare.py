@@ -13,7 +13,9 @@ import math
 import platform
 import sys
 import threading
+import time
 import traceback
+import weakref
 from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
@@ -23,10 +25,10 @@ import torch
 
 from . import methods
 from .autobudget import cached_budget_choice, known_budget_choice
-from .decoding.config import DecodeConfig
+from .decoding.config import DecodeConfig, check_messages, check_prompt_tokens
 from .decoding.decoder import encode_prompt
 from .decoding.detokenizer import Detokenizer, TokenTexts
-from .errors import ConfigError, ModelLoadError, PossError, PromptError
+from .errors import ConfigError, ModelLoadError, PossError
 from .events import DecodeSummary, RoundEvent
 from .models import loading
 from .models.presets import Preset, get_preset
@@ -154,18 +156,14 @@ class RunSpec:
     precision: str = "auto"  # the target's dtype (PRECISIONS); saved runs from before it was a setting read "auto"
 
     def __post_init__(self) -> None:
-        self.methods = [methods.canonical(m) for m in self.methods]
+        if isinstance(self.methods, (list, tuple)):
+            self.methods = [methods.canonical(m) if isinstance(m, str) else m for m in self.methods]
 
     def config(self) -> DecodeConfig:
-        def as_int(name: str) -> int:
-            value = getattr(self, name)
-            if isinstance(value, float) and value.is_integer():
-                return int(value)
-            return value
-
-        return DecodeConfig(depth=as_int("depth"), top_k=as_int("top_k"), tree_budget=as_int("tree_budget"),
-                            temperature=float(self.temperature), top_p=float(self.top_p),
-                            max_new_tokens=as_int("max_new_tokens"), seed=as_int("seed"))
+        """The decoding settings, checked against `decoding.config.LIMITS` (ConfigError names a bad field)."""
+        return DecodeConfig.of(depth=self.depth, top_k=self.top_k, tree_budget=self.tree_budget,
+                               temperature=self.temperature, top_p=self.top_p, max_new_tokens=self.max_new_tokens,
+                               seed=self.seed)
 
     def messages(self) -> list[dict]:
         if isinstance(self.prompt, str):
@@ -173,11 +171,18 @@ class RunSpec:
         return list(self.prompt)
 
     def check(self) -> None:
-        """Raise ConfigError for settings no lane could run with, before anything loads."""
+        """Raise ConfigError (or PromptError) for settings no lane could run with, before anything loads."""
+        check_messages(self.prompt)
+        if not isinstance(self.methods, list) or not all(isinstance(m, str) for m in self.methods):
+            raise ConfigError(f"methods={self.methods!r}: give a list of method names (e.g. plain, eagle, poss2).")
         if not self.methods:
             raise ConfigError("no method chosen: pick two or three (e.g. Plain, EAGLE and POSS-2).")
         if len(self.methods) > MAX_LANES:
             raise ConfigError(f"{len(self.methods)} methods chosen: pick at most {MAX_LANES} lanes.")
+        if not isinstance(self.preset, str):
+            raise ConfigError(f"preset={self.preset!r}: give a preset's name.")
+        if not isinstance(self.auto_budget, bool):
+            raise ConfigError(f"auto_budget={self.auto_budget!r}: use true or false.")
         if self.quantization not in QUANTIZATIONS:
             raise ConfigError(f"quantization={self.quantization!r}: use one of {', '.join(QUANTIZATIONS)}.")
         if self.precision not in PRECISIONS:
@@ -364,7 +369,7 @@ class Lane:
         self.source = None
 
 
-@dataclass
+@dataclass(eq=False)  # compared (and held in sets) by identity
 class Comparison:
     """The lanes of one run (live, stepped or replayed) and the settings they share."""
 
@@ -374,6 +379,7 @@ class Comparison:
     hardware: dict[str, str] = field(default_factory=dict)
     replay: bool = False
     prompt_tokens: int = 0
+    timed_out: bool = False  # stopped by the per-call work limit, not by the user
 
     @property
     def finished(self) -> bool:
@@ -394,6 +400,7 @@ class Comparison:
         return alive
 
     def close(self) -> None:
+        """Close every lane's decoder (its caches are freed with it)."""
         for lane in self.lanes:
             lane.close()
 
@@ -436,9 +443,7 @@ def start(spec: RunSpec, models: ModelCache = MODELS, cancel: threading.Event | 
     config = spec.config()
     target = models.target(preset, spec.quantization, spec.precision)
     ids = encode_prompt(target.tokenizer, spec.messages())
-    if len(ids) >= target.max_context:
-        raise PromptError(f"the prompt has {len(ids)} tokens but the model's context window is {target.max_context}:"
-                          f" shorten it.")
+    check_prompt_tokens(len(ids), target.max_context)
     cancel = cancel or threading.Event()
     special = set(getattr(target.tokenizer, "all_special_ids", []) or []) | set(target.eos_ids)
     offered = methods.preset_methods(preset)
@@ -455,7 +460,19 @@ def start(spec: RunSpec, models: ModelCache = MODELS, cancel: threading.Event | 
                           depth_stop=lane_config.depth_stop, budget_auto=spec.auto_budget and budget is not None,
                           source=decoder.generate(ids, cancel=cancel), detok=Detokenizer(target.tokenizer),
                           token_text=TokenTexts(target.tokenizer)))
-    return Comparison(spec, lanes, cancel, hardware_info(target), prompt_tokens=len(ids))
+    comparison = Comparison(spec, lanes, cancel, hardware_info(target), prompt_tokens=len(ids))
+    _LIVE.add(comparison)
+    return comparison
+
+
+# Live comparisons (started, not yet closed), weakly held: what `live_comparisons` reports to tests and the load test
+# (after every call has ended, none should be left decoding).
+_LIVE: "weakref.WeakSet[Comparison]" = weakref.WeakSet()
+
+
+def live_comparisons() -> list[Comparison]:
+    """Comparisons whose decoders are still open (running, or paused between Steps)."""
+    return [c for c in list(_LIVE) if any(lane.source is not None for lane in c.lanes)]
 
 
 def fit_budgets(spec: RunSpec, models: ModelCache = MODELS) -> Iterator[str]:
@@ -477,11 +494,18 @@ def fit_budgets(spec: RunSpec, models: ModelCache = MODELS) -> Iterator[str]:
                 models.budget(target, draft, config)
 
 
-def run_to_end(comparison: Comparison) -> Comparison:
-    """Turn until every lane has finished (the API endpoint's non-streaming run)."""
+def run_to_end(comparison: Comparison, time_limit_s: float | None = None) -> Comparison:
+    """Turn until every lane has finished (the API endpoint's non-streaming run). Past `time_limit_s` seconds the
+    comparison is stopped (each lane ends with a "cancelled" summary) and `comparison.timed_out` says so; a stop from
+    elsewhere (`comparison.stop()`, e.g. a cancelled API call) ends it before the next round."""
+    start = time.monotonic()
     try:
         while comparison.turn():
-            pass
+            if time_limit_s is not None and time.monotonic() - start > time_limit_s and not comparison.cancelled:
+                comparison.timed_out = True
+                comparison.stop()
+        if comparison.cancelled:
+            comparison.drain()
     finally:
         comparison.close()
     return comparison

@@ -10,6 +10,7 @@ import json
 import sys
 
 from . import methods
+from .decoding.config import check_prompt_text, check_prompt_tokens
 from .decoding.decoder import encode_prompt
 from .errors import PossError, run_cli
 from .events import DecodeSummary
@@ -77,8 +78,10 @@ def make_decoder(args):
 
 
 def run(args) -> int:
+    check_prompt_text(args.prompt, "--prompt")  # before anything loads (undecodable bytes arrive as surrogates)
     decoder, target = make_decoder(args)
     ids = encode_prompt(target.tokenizer, args.prompt, use_chat_template=not args.no_chat_template)
+    check_prompt_tokens(len(ids), target.max_context)
     for item in decoder.generate(ids):
         if isinstance(item, DecodeSummary):
             if args.jsonl:

@@ -114,14 +114,15 @@ def color_of(name: str) -> str | None:
 def decode_config(preset: Preset | None, depth: int | None = None, top_k: int | None = None,
                   tree_budget: int | None = None, **settings) -> DecodeConfig:
     """A DecodeConfig: the tree settings given, else the preset's (else DecodeConfig's defaults); `settings` are the
-    rest (temperature, top_p, max_new_tokens, seed, depth_stop, head_rows)."""
+    rest (temperature, top_p, max_new_tokens, seed, depth_stop, head_rows). Checked against decoding.config.LIMITS,
+    the bounds the app uses too (ConfigError names a bad field)."""
     def pick(value, name: str):
         if value is not None:
             return value
         return getattr(preset, name) if preset is not None else getattr(DecodeConfig, name)
 
-    return DecodeConfig(depth=pick(depth, "depth"), top_k=pick(top_k, "top_k"),
-                        tree_budget=pick(tree_budget, "tree_budget"), **settings)
+    return DecodeConfig.of(depth=pick(depth, "depth"), top_k=pick(top_k, "top_k"),
+                           tree_budget=pick(tree_budget, "tree_budget"), **settings)
 
 
 def load_draft(method: Method, target: TargetModel, depth: int, positions_per_specialist: int | None = None,

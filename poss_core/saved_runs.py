@@ -14,15 +14,168 @@ import json
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from . import methods
-from .compare import Comparison, Lane, RunSpec
+from .compare import MAX_LANES, PRECISIONS, QUANTIZATIONS, Comparison, Lane, RunSpec
+from .decoding.config import LIMITS, MAX_PROMPT_CHARS, MAX_PROMPT_TOKENS
 from .errors import PossError
 from .events import RoundEvent
 from .json_safe import clean_json
 
 VERSION = 1
+
+# What a saved run may hold. A file is checked against these before anything in a session changes: each bounds the
+# work a replay and its drawing do (tree sizes, depths, specialists, rounds) or the memory a loaded run holds.
+MAX_RUN_BYTES = 16 * 1024 * 1024  # also the app's upload limit (launch's max_file_size)
+MAX_DEPTH = int(LIMITS["depth"][1])
+MAX_NODES = int(LIMITS["tree_budget"][1]) - 1  # the root is not a node
+MAX_ROUNDS = int(LIMITS["max_new_tokens"][1]) + 1  # every round emits a token; the prefill is round 0
+MAX_TOKEN_ID = 2**31 - 1
+MAX_PIECE_CHARS = 1024  # one token's text
+MAX_TEXT_CHARS = 256 * 1024  # a lane's whole text
+MAX_STATS_CHARS = 64 * 1024  # a lane's summary statistics, as JSON
+
+Name = Annotated[str, Field(min_length=1, max_length=80, pattern=r"^[A-Za-z0-9_.:/+-]+$")]
+Label = Annotated[str, Field(max_length=120, pattern=r"^[^<>]*$")]
+Piece = Annotated[str, Field(max_length=MAX_PIECE_CHARS)]
+TokenId = Annotated[int, Field(ge=0, le=MAX_TOKEN_ID)]
+Ms = Annotated[float, Field(ge=0.0, le=1e9)]
+Prob = Annotated[float, Field(ge=0.0, le=1.0 + 1e-3)]  # a probability, with room for rounding
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
+
+
+class _Message(_Model):
+    role: Annotated[str, Field(max_length=32)]
+    content: Annotated[str, Field(max_length=MAX_PROMPT_CHARS)]
+
+
+def _bounded(name: str, kind=int):
+    lo, hi = LIMITS[name]
+    return Annotated[kind, Field(ge=lo, le=hi)]
+
+
+class _Settings(_Model):
+    prompt: Annotated[str, Field(max_length=MAX_PROMPT_CHARS)] | Annotated[list[_Message], Field(max_length=256)]
+    methods: Annotated[list[Name], Field(min_length=1, max_length=MAX_LANES)]
+    preset: Name
+    temperature: _bounded("temperature", float) = 0.0
+    top_p: Annotated[float, Field(gt=0.0, le=1.0)] = 1.0
+    depth: _bounded("depth") = 6
+    top_k: _bounded("top_k") = 10
+    tree_budget: _bounded("tree_budget") = 60
+    max_new_tokens: _bounded("max_new_tokens") = 64
+    seed: _bounded("seed") = 0
+    quantization: Literal[QUANTIZATIONS] = "auto"  # type: ignore[valid-type]
+    auto_budget: bool = False
+    precision: Literal[PRECISIONS] = "auto"  # type: ignore[valid-type]
+
+    @field_validator("prompt")
+    @classmethod
+    def _total_length(cls, v):
+        if isinstance(v, list) and sum(len(m.content) for m in v) > MAX_PROMPT_CHARS:
+            raise ValueError(f"the conversation is longer than {MAX_PROMPT_CHARS} characters")
+        return v
+
+
+class _LaneHead(_Model):
+    method: Name
+    label: Label | None = None
+    trained: bool | None = None
+    special_ids: Annotated[list[TokenId], Field(max_length=4096)] = []
+    budget: _bounded("tree_budget") | None = None
+    budget_auto: bool = False
+
+
+class _Head(_Model):
+    type: Literal["run"]
+    version: Literal[1]
+    settings: _Settings
+    lanes: Annotated[list[_LaneHead], Field(min_length=1, max_length=MAX_LANES)]
+    hardware: Annotated[dict[Annotated[str, Field(max_length=40)], Annotated[str, Field(max_length=200)]],
+                        Field(max_length=16)] = {}
+    prompt_tokens: Annotated[int, Field(ge=0, le=MAX_PROMPT_TOKENS)] = 0
+
+
+class _Node(_Model):
+    token: TokenId
+    parent: Annotated[int, Field(ge=-1, lt=MAX_NODES)]
+    depth: Annotated[int, Field(ge=1, le=MAX_DEPTH)]
+    score: Annotated[float, Field(le=1e-3)]  # a cumulative log-probability
+    draft_prob: Prob
+    specialist: Annotated[int, Field(ge=0, lt=MAX_DEPTH)]
+
+
+class _Deviation(_Model):
+    l2: Annotated[float, Field(ge=0.0)]
+    cosine: Annotated[float, Field(ge=0.0, le=2.0)]
+
+
+class _Event(_Model):
+    round: Annotated[int, Field(ge=0, le=MAX_ROUNDS)]
+    nodes: Annotated[list[_Node], Field(max_length=MAX_NODES)] = []
+    accepted: Annotated[list[Annotated[int, Field(ge=0, lt=MAX_NODES)]], Field(max_length=MAX_DEPTH)] = []
+    bonus: TokenId
+    target_probs: Annotated[list[Prob], Field(max_length=MAX_NODES)] = []
+    feature_deviation: Annotated[list[_Deviation], Field(max_length=MAX_DEPTH)] = []
+    draft_ms: Ms = 0.0
+    verify_ms: Ms = 0.0
+    wall_ms: Ms = 0.0
+    new_tokens: Annotated[int, Field(ge=0, le=MAX_ROUNDS * (MAX_DEPTH + 1))] = 0
+    tokens: Annotated[list[TokenId], Field(max_length=MAX_DEPTH + 1)] = []
+    text: Annotated[str, Field(max_length=(MAX_DEPTH + 1) * MAX_PIECE_CHARS)] = ""
+    prefill: bool = False
+    draft_ms_by_depth: Annotated[list[Ms], Field(max_length=MAX_DEPTH)] = []
+
+    @model_validator(mode="after")
+    def _a_tree(self):
+        """Parents come before their children, one level up; the accepted path and target_probs index real nodes."""
+        for i, node in enumerate(self.nodes):
+            if node.parent >= i:
+                raise ValueError(f"nodes.{i}.parent={node.parent} must name an earlier node (or -1, the root)")
+            want = 1 if node.parent < 0 else self.nodes[node.parent].depth + 1
+            if node.depth != want:
+                raise ValueError(f"nodes.{i}.depth={node.depth} should be {want} (its parent's depth + 1)")
+        for k, a in enumerate(self.accepted):
+            if a >= len(self.nodes):
+                raise ValueError(f"accepted.{k}={a} is not a node (the round has {len(self.nodes)})")
+        if len(self.target_probs) > len(self.nodes):
+            raise ValueError(f"target_probs has {len(self.target_probs)} entries for {len(self.nodes)} nodes")
+        return self
+
+
+class _EventLine(_Model):
+    type: Literal["event"]
+    lane: Annotated[int, Field(ge=0, lt=MAX_LANES)]
+    event: _Event
+    pieces: Annotated[list[Piece], Field(max_length=MAX_DEPTH + 1)] = []
+    node_texts: Annotated[list[Piece], Field(max_length=MAX_NODES)] = []
+    bonus_text: Piece = ""
+
+
+class _SummaryLine(_Model):
+    type: Literal["summary"]
+    lane: Annotated[int, Field(ge=0, lt=MAX_LANES)]
+    text: Annotated[str, Field(max_length=MAX_TEXT_CHARS)] = ""
+    stop_reason: Annotated[str, Field(max_length=32)] = ""
+    stats: dict[Annotated[str, Field(max_length=64)], Any] = {}
+    error: Annotated[str, Field(max_length=2000)] | None = None
+
+    @field_validator("stats")
+    @classmethod
+    def _small(cls, v):
+        if len(json.dumps(v)) > MAX_STATS_CHARS:
+            raise ValueError(f"more than {MAX_STATS_CHARS} characters of statistics")
+        return v
+
+
+class _Line(_Model):
+    type: Literal["event", "summary"]
 
 
 class RunFileError(PossError):
@@ -54,44 +207,101 @@ def save_run(comparison: Comparison, path: str | Path) -> Path:
     return path
 
 
+def _field_error(name: str, lineno: int, err: ValidationError) -> RunFileError:
+    """One line naming the file, the line and the field: `line 3: event.nodes.0.depth: Input should be ...`."""
+    first = err.errors(include_url=False)[0]
+    where = ".".join(str(p) for p in first.get("loc", ()))
+    msg = first.get("msg", "invalid")
+    if first.get("type") == "literal_error" and not where:
+        where = "type"
+    value = first.get("input")
+    shown = "" if isinstance(value, (dict, list)) else f" (got {str(value)[:40]!r})"
+    return RunFileError(f"{name!r} is not a valid saved run: line {lineno}: {where or 'the line'}: {msg}{shown}.")
+
+
 def load_run(path: str | Path) -> Comparison:
-    """A finished comparison rebuilt from a saved file (its lanes have no source: nothing left to run)."""
+    """A finished comparison rebuilt from a saved file (its lanes have no source: nothing left to run).
+
+    Every line is checked against the schema above first (sizes, depths, lane indexes, specialists, counts, string
+    lengths); RunFileError names the line and the field of the first thing wrong. Nothing is built until the whole
+    file has passed."""
     path = Path(path)
     try:
-        lines = [json.loads(s) for s in path.read_text(encoding="utf-8").splitlines() if s.strip()]
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        size = path.stat().st_size
+        if size > MAX_RUN_BYTES:
+            raise RunFileError(f"{path.name!r} is {size / 2**20:.1f} MB: a saved run may be at most "
+                               f"{MAX_RUN_BYTES // 2**20} MB.")
+        texts = [s for s in path.read_text(encoding="utf-8").splitlines() if s.strip()]
+    except (OSError, UnicodeDecodeError) as err:
         raise RunFileError(f"could not read the saved run {path.name!r}: {err}") from err
-    if not lines or lines[0].get("type") != "run":
+    if not texts:
+        raise RunFileError(f"{path.name!r} is empty: a saved run starts with a \"run\" line.")
+    if len(texts) > 1 + MAX_LANES * (MAX_ROUNDS + 2):
+        raise RunFileError(f"{path.name!r} has {len(texts)} lines: a saved run has at most "
+                           f"{1 + MAX_LANES * (MAX_ROUNDS + 2)}.")
+    lines = []
+    for i, text in enumerate(texts, start=1):
+        try:
+            lines.append(json.loads(text))
+        except (json.JSONDecodeError, RecursionError) as err:
+            raise RunFileError(f"could not read the saved run {path.name!r}: line {i} is not JSON "
+                               f"({getattr(err, 'msg', type(err).__name__)}).") from err
+    if not isinstance(lines[0], dict) or lines[0].get("type") != "run":
         raise RunFileError(f"{path.name!r} is not a saved run (its first line should be a \"run\" object).")
-    head = lines[0]
     try:
-        spec = RunSpec.from_json(head["settings"])
-        lanes = [_saved_lane(d) for d in head["lanes"]]
-        for line in lines[1:]:
-            lane = lanes[int(line["lane"])]
-            if line["type"] == "event":
-                event = RoundEvent.from_json(line["event"])
-                lane.add(event, list(line.get("pieces", [])), list(line.get("node_texts", [])),
-                         str(line.get("bonus_text", "")))
-            elif line["type"] == "summary":
-                lane.summary = {"text": line.get("text", ""), "stop_reason": line.get("stop_reason", ""),
-                                "stats": line.get("stats", {})}
-                lane.error = line.get("error")
-    except (KeyError, IndexError, TypeError, ValueError) as err:
-        raise RunFileError(f"{path.name!r} is damaged: {type(err).__name__}: {err}") from err
+        head = _Head.model_validate(lines[0])
+    except ValidationError as err:
+        raise _field_error(path.name, 1, err) from err
+    body: list[_EventLine | _SummaryLine] = []
+    rounds = [0] * len(head.lanes)
+    for i, obj in enumerate(lines[1:], start=2):
+        try:
+            kind = _Line.model_validate(obj).type
+            line = (_EventLine if kind == "event" else _SummaryLine).model_validate(obj)
+        except ValidationError as err:
+            raise _field_error(path.name, i, err) from err
+        if line.lane >= len(head.lanes):
+            raise RunFileError(f"{path.name!r} is not a valid saved run: line {i}: lane: {line.lane} is not one of "
+                               f"the run's {len(head.lanes)} lanes (0 to {len(head.lanes) - 1}).")
+        if kind == "event":
+            rounds[line.lane] += 1
+            if rounds[line.lane] > MAX_ROUNDS:
+                raise RunFileError(f"{path.name!r} is not a valid saved run: line {i}: lane {line.lane} has more "
+                                   f"than {MAX_ROUNDS} rounds.")
+        body.append(line)
+    return _build(head, body)
+
+
+def _build(head: _Head, body: list) -> Comparison:
+    """The comparison a validated file describes."""
+    settings = head.settings.model_dump()
+    if isinstance(head.settings.prompt, list):
+        settings["prompt"] = [m.model_dump() for m in head.settings.prompt]
+    spec = RunSpec.from_json(settings)
+    lanes = [_saved_lane(d.model_dump()) for d in head.lanes]
+    for line in body:
+        lane = lanes[line.lane]
+        if line.type == "event":
+            lane.add(RoundEvent.from_json(line.event.model_dump()), list(line.pieces), list(line.node_texts),
+                     line.bonus_text)
+        else:
+            lane.summary = {"text": line.text, "stop_reason": line.stop_reason, "stats": dict(line.stats)}
+            lane.error = line.error
     for lane in lanes:
         if lane.summary is None and lane.error is None:
             lane.summary = {"text": lane.text, "stop_reason": "cancelled", "stats": {}}
-    return Comparison(spec, lanes, threading.Event(), dict(head.get("hardware", {})), replay=True,
-                      prompt_tokens=int(head.get("prompt_tokens", 0)))
+    return Comparison(spec, lanes, threading.Event(), dict(head.hardware), replay=True,
+                      prompt_tokens=head.prompt_tokens)
 
 
 def _saved_lane(d: dict[str, Any]) -> Lane:
     """A lane from a saved run's header (runs saved before the `trained` flag said so in the label)."""
-    label = str(d.get("label", d["method"]))
-    trained = bool(d.get("trained", " (untrained" not in label))
-    return Lane(methods.canonical(d["method"]), label.split(" (untrained")[0], trained,
-                special_ids={int(t) for t in d.get("special_ids", [])}, budget=d.get("budget"),
+    label = str(d.get("label") or d["method"])
+    trained = d.get("trained")
+    if trained is None:
+        trained = " (untrained" not in label
+    return Lane(methods.canonical(d["method"]), label.split(" (untrained")[0], bool(trained),
+                special_ids={int(t) for t in d.get("special_ids") or []}, budget=d.get("budget"),
                 budget_auto=bool(d.get("budget_auto", False)))
 
 

@@ -142,3 +142,31 @@ def test_browser_shows_tokens_tree_and_charts(server):
         finally:
             browser.close()
     assert SCREENSHOT.stat().st_size > 10_000
+
+
+def test_client_cancel_of_compare_stops_its_decoding(server):
+    """A /compare call the client cancels stops decoding on the server (it used to run on to max_new_tokens)."""
+    import time
+
+    from poss_core import compare
+
+    c = client(server)
+    before = set(map(id, compare.live_comparisons()))
+    job = c.submit("Tell me a long story", ["plain", "eagle", "poss2"], "tiny-random", 450, api_name="/compare")
+    deadline = time.monotonic() + 60
+    mine = []
+    while not mine and time.monotonic() < deadline:
+        mine = [comp for comp in compare.live_comparisons() if id(comp) not in before
+                and min(len(lane.events) for lane in comp.lanes) >= 2]
+        time.sleep(0.02)
+    assert mine, "the /compare call never started decoding"
+    comp = mine[0]
+    job.cancel()
+    at_cancel = [len(lane.events) for lane in comp.lanes]
+    deadline = time.monotonic() + 30
+    while comp in compare.live_comparisons() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert comp not in compare.live_comparisons(), "the cancelled /compare call is still decoding"
+    # Stopped within a round or two of the cancel (the cancel travels over HTTP first), far from max_new_tokens.
+    assert all(len(lane.events) - n <= 3 for lane, n in zip(comp.lanes, at_cancel)), (at_cancel, comp.lanes)
+    assert all(lane.stop_reason == "cancelled" for lane in comp.lanes)

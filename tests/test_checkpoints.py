@@ -166,3 +166,89 @@ def test_missing_folder_and_config(tmp_path, tiny_target):
     (tmp_path / "empty").mkdir()
     with pytest.raises(CheckpointError, match="no config.json"):
         load_draft(tmp_path / "empty", tiny_target)
+
+
+# ---------------------------------------------------------------- config.json checked before anything is allocated
+
+def _bad_config_folder(tmp_path, tiny_target, change=None, raw=None, meta=None):
+    folder = write_released(tmp_path / "bad", tiny_target.vocab_size, 1, True, "safetensors")
+    config = json.loads((folder / "config.json").read_text())
+    if change:
+        config.update(change)
+    (folder / "config.json").write_text(json.dumps(raw if raw is not None else config))
+    if meta is not None:
+        (folder / "poss_draft.json").write_text(json.dumps(meta))
+    return folder
+
+
+@pytest.mark.parametrize("change,raw,meta,needle", [
+    ({"intermediate_size": 2_000_000}, None, None, "intermediate_size=2000000 is out of range"),
+    ({"intermediate_size": 1e9}, None, None, "intermediate_size=1000000000 is out of range"),
+    ({"intermediate_size": 0}, None, None, "intermediate_size=0 is out of range"),
+    ({"num_attention_heads": 0}, None, None, "num_attention_heads=0 is out of range"),
+    ({"num_attention_heads": 5}, None, None, "num_attention_heads=5 must divide hidden_size=64"),
+    ({"num_key_value_heads": 3}, None, None, "num_key_value_heads=3 must divide num_attention_heads=4"),
+    ({"num_key_value_heads": 0}, None, None, "num_key_value_heads=0 is out of range"),
+    ({"hidden_size": "64"}, None, None, "hidden_size='64' must be an integer"),
+    ({"intermediate_size": "128"}, None, None, "intermediate_size='128' must be an integer"),
+    ({"head_dim": 1_000_000}, None, None, "head_dim=1000000 is out of range"),
+    ({"rms_norm_eps": "x"}, None, None, "rms_norm_eps='x' must be a number"),
+    ({"rope_theta": float("inf")}, None, None, "rope_theta=inf must be a number"),
+    ({"bias": "yes"}, None, None, "bias='yes' must be true or false"),
+    (None, [1, 2, 3], None, "must be a JSON object of settings, not list"),
+    (None, None, {"positions_per_specialist": 1e9}, "positions_per_specialist=1000000000 is out of range"),
+    (None, None, {"positions_per_specialist": "two"}, "positions_per_specialist='two' must be an integer"),
+    (None, None, {"method": "nope"}, "method='nope'"),
+    (None, None, {"draft_vocab": [1, 2, 10**9]}, "draft_vocab must be a list"),
+    (None, None, [1], "must be a JSON object, not list"),
+])
+def test_bad_draft_configs_are_refused_before_any_allocation(tmp_path, tiny_target, monkeypatch, change, raw, meta,
+                                                             needle):
+    from poss_core.models import checkpoint
+
+    folder = _bad_config_folder(tmp_path, tiny_target, change, raw, meta)
+
+    def no_allocation(*a, **k):
+        raise AssertionError("allocated before the config was checked")
+
+    monkeypatch.setattr(checkpoint, "read_state_dict", no_allocation)
+    monkeypatch.setattr(checkpoint, "DraftModel", no_allocation)
+    with pytest.raises(CheckpointError) as err:
+        load_draft(folder, tiny_target)
+    assert needle in str(err.value)
+    assert "config.json" in str(err.value) or "poss_draft.json" in str(err.value)  # which file
+
+
+def test_positions_per_specialist_argument_and_layer_count_are_bounded(tmp_path, tiny_target):
+    from poss_core.decoding.config import LIMITS
+    from poss_core.models import checkpoint
+
+    assert checkpoint.MAX_POSITIONS_PER_SPECIALIST == LIMITS["depth"][1]
+    folder = write_released(tmp_path / "d", tiny_target.vocab_size, 1, True, "safetensors")
+    with pytest.raises(CheckpointError, match="positions_per_specialist=1000000000 is out of range"):
+        load_draft(folder, tiny_target, positions_per_specialist=10**9)
+    state = released_state(tiny_target.vocab_size, 1, bias=False)
+    state["layers.999999.post_attention_layernorm.weight"] = torch.ones(H)
+    many = write_released(tmp_path / "many", tiny_target.vocab_size, 1, True, "safetensors", state=state)
+    with pytest.raises(CheckpointError, match="1000000 draft layers; a draft has at most 16"):
+        load_draft(many, tiny_target)
+    assert load_draft(folder, tiny_target).num_specialists == 1  # the good one still loads
+
+
+@pytest.mark.parametrize("flags,needle", [
+    (["--steps", "0"], "--steps=0 is out of range"), (["--steps", "-5"], "--steps=-5 is out of range"),
+    (["--lr", "nan"], "--lr=nan is out of range"), (["--lr", "inf"], "--lr=inf is out of range"),
+    (["--lr", "-1"], "--lr=-1.0 is out of range"), (["--depth", "50"], "--depth=50 is out of range"),
+    (["--noise", "nan"], "--noise=nan"),
+])
+def test_training_cli_checks_its_numbers_before_loading(flags, needle, tmp_path, monkeypatch):
+    from helpers import run_main
+
+    from poss_core.models import loading
+    from poss_core.training.train import main as train_main
+
+    monkeypatch.setattr(loading, "load_preset_target", lambda *a, **k: pytest.fail("loaded before checking"))
+    r = run_main(train_main, ["--preset", "tiny-random", "--data", str(tmp_path), "--out", str(tmp_path / "o"),
+                              *flags])
+    lines = [line for line in r.stderr.splitlines() if line.startswith("error:")]
+    assert r.returncode == 2 and len(lines) == 1 and needle in lines[0], r.stderr

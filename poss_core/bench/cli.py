@@ -31,7 +31,7 @@ import transformers
 
 from .. import methods
 from ..autobudget import device_description
-from ..decoding.config import DecodeConfig
+from ..decoding.config import LIMITS, DecodeConfig
 from ..decoding.decoder import encode_prompt
 from ..errors import ConfigError, PossError, run_cli
 from ..models.loading import add_dtype_argument, load_preset_target, parse_dtype
@@ -178,6 +178,14 @@ def tree_budget_arg(args) -> int | str:
         raise ConfigError(f"--runs={args.runs} is out of range: use an integer >= 1.")
     if args.limit is not None and args.limit < 1:
         raise ConfigError(f"--limit={args.limit} is out of range: use an integer >= 1.")
+    for flag in ("warmup_tokens", "calibration_tokens"):
+        value, (lo, hi) = getattr(args, flag), LIMITS["max_new_tokens"]
+        if not lo <= value <= hi:
+            raise ConfigError(f"--{flag.replace('_', '-')}={value} is out of range: use an integer from {lo} to {hi}.")
+    lo, hi = LIMITS["tree_budget"]
+    if not lo <= args.max_tree_budget <= hi:
+        raise ConfigError(f"--max-tree-budget={args.max_tree_budget} is out of range: use an integer from {lo} to "
+                          f"{hi}.")
     if args.tree_budget is None or str(args.tree_budget).lower() == "auto":
         return "auto" if args.tree_budget is not None else get_preset(args.preset).tree_budget
     try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import re
 import warnings
@@ -22,7 +23,7 @@ from safetensors.torch import load_file, save_file
 from transformers import LlamaConfig
 
 from ..errors import CheckpointError
-from .draft import DraftModel, DraftSpec, draft_config_from_target
+from .draft import METHODS, DraftModel, DraftSpec, draft_config_from_target
 from .target import TargetModel
 
 META_FILE = "poss_draft.json"
@@ -108,21 +109,10 @@ def load_draft(path: str | os.PathLike, target: TargetModel, positions_per_speci
                               f"draft name, or random:eagle|poss1|poss2|poss3|matched).")
     if not (folder / "config.json").is_file():
         raise CheckpointError(f"{folder} has no config.json: a draft checkpoint needs one.")
-    try:
-        raw_cfg = json.loads((folder / "config.json").read_text())
-    except json.JSONDecodeError as err:
-        raise CheckpointError(f"{folder / 'config.json'} is not valid JSON ({err.msg}).") from err
-    meta = json.loads((folder / META_FILE).read_text()) if (folder / META_FILE).is_file() else {}
-    state = read_weights(folder)
-
-    hidden = int(raw_cfg.get("hidden_size", -1))
-    vocab = int(raw_cfg.get("vocab_size", -1))
-    if hidden != target.hidden_size:
-        raise CheckpointError(f"this draft has hidden size {hidden} but the target {target.name!r} has "
-                              f"{target.hidden_size}: it was made for another target.")
-    if vocab != target.vocab_size:
-        raise CheckpointError(f"this draft has a vocabulary of {vocab} tokens but the target {target.name!r} has "
-                              f"{target.vocab_size}: it was made for another target.")
+    raw_cfg = _read_json(folder / "config.json")
+    meta = _read_json(folder / META_FILE) if (folder / META_FILE).is_file() else {}
+    check_draft_config(raw_cfg, meta, target, positions_per_specialist, where=str(folder / "config.json"))
+    state = read_weights(folder)  # one file or the Hub's shards
     fp = meta.get("target_fingerprint")
     if fp and fp != target_fingerprint(target):
         msg = (f"this draft was trained for target {meta.get('target', '?')!r} (fingerprint {fp}) but the loaded "
@@ -132,6 +122,9 @@ def load_draft(path: str | os.PathLike, target: TargetModel, positions_per_speci
         warnings.warn(msg, stacklevel=2)
 
     layers = _num_layers(state.keys())
+    if layers > MAX_DRAFT_LAYERS:
+        raise CheckpointError(f"{folder}: the weights name {layers} draft layers; a draft has at most "
+                              f"{MAX_DRAFT_LAYERS}.")
     n = positions_per_specialist or int(meta.get("positions_per_specialist", 1))
     method = meta.get("method") or ("eagle" if layers == 1 else "poss")
     bias = bool(raw_cfg.get("bias", True))  # Llama-2 drafts have no key and a bias
@@ -155,6 +148,105 @@ def load_draft(path: str | os.PathLike, target: TargetModel, positions_per_speci
     draft.bind_target(target.input_embedding_weight(), target.lm_head_weight(), copy_embedding=not with_embedding)
     draft.meta = meta
     return draft.eval()
+
+
+MAX_DRAFT_LAYERS = 16  # POSS-1 at the deepest allowed depth has 10 specialists
+MAX_POSITIONS_PER_SPECIALIST = 10  # the deepest tree decoding allows (decoding.config.LIMITS["depth"]; a test checks)
+MAX_INTERMEDIATE_RATIO = 4  # a draft's MLP may be at most this many times the target's
+MAX_CONFIG_BYTES = 1 << 20
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        if path.stat().st_size > MAX_CONFIG_BYTES:
+            raise CheckpointError(f"{path} is larger than {MAX_CONFIG_BYTES // 1024} kB: not a draft's config.")
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as err:
+        raise CheckpointError(f"{path} is not valid JSON ({getattr(err, 'msg', type(err).__name__)}).") from err
+
+
+def _int_field(where: str, cfg: dict, key: str, lo: int, hi: int, why: str = "") -> int | None:
+    """cfg[key] as an int in [lo, hi] (None when absent), else CheckpointError naming the file and field."""
+    value = cfg.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        if not (isinstance(value, float) and value.is_integer()):
+            raise CheckpointError(f"{where}: {key}={value!r} must be an integer{why}.")
+        value = int(value)
+    if not lo <= value <= hi:
+        raise CheckpointError(f"{where}: {key}={value!r} is out of range: use {lo} to {hi}{why}.")
+    return value
+
+
+def _number_field(where: str, cfg: dict, key: str, lo: float, hi: float) -> float | None:
+    value = cfg.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or not lo < value < hi:
+        raise CheckpointError(f"{where}: {key}={value!r} must be a number between {lo:g} and {hi:g}.")
+    return float(value)
+
+
+def check_draft_config(raw: Any, meta: Any, target: TargetModel, positions_per_specialist: int | None = None,
+                       where: str = "config.json") -> None:
+    """Check a draft's config.json (and our metadata) field by field against the target before anything is
+    allocated: types, positive sizes, sizes bounded by the target's (hidden size and vocabulary equal, MLP at most
+    MAX_INTERMEDIATE_RATIO times), attention heads that divide the hidden size, positions_per_specialist within the
+    decoding depth's range. Raises CheckpointError naming the field."""
+    if not isinstance(raw, dict):
+        raise CheckpointError(f"{where} must be a JSON object of settings, not {type(raw).__name__}.")
+    if not isinstance(meta, dict):
+        raise CheckpointError(f"{Path(where).parent / META_FILE} must be a JSON object, not {type(meta).__name__}.")
+    text = target.config.get_text_config() if hasattr(target.config, "get_text_config") else target.config
+    other = ": it was made for another target"
+    hidden = _int_field(where, raw, "hidden_size", 1, 1 << 20)
+    if hidden != target.hidden_size:
+        raise CheckpointError(f"this draft has hidden size {hidden} but the target {target.name!r} has "
+                              f"{target.hidden_size}{other}.")
+    vocab = _int_field(where, raw, "vocab_size", 1, 1 << 24)
+    if vocab != target.vocab_size:
+        raise CheckpointError(f"this draft has a vocabulary of {vocab} tokens but the target {target.name!r} has "
+                              f"{target.vocab_size}{other}.")
+    target_mlp = int(getattr(text, "intermediate_size", 4 * hidden) or 4 * hidden)
+    _int_field(where, raw, "intermediate_size", 1, MAX_INTERMEDIATE_RATIO * target_mlp,
+               f" (at most {MAX_INTERMEDIATE_RATIO} times the target's {target_mlp})")
+    heads = _int_field(where, raw, "num_attention_heads", 1, hidden) or int(text.num_attention_heads)
+    head_dim = _int_field(where, raw, "head_dim", 1, hidden)
+    if head_dim is None:
+        if hidden % heads:
+            raise CheckpointError(f"{where}: num_attention_heads={heads} must divide hidden_size={hidden} (or give "
+                                  f"head_dim).")
+    elif heads * head_dim > 4 * hidden:
+        raise CheckpointError(f"{where}: num_attention_heads × head_dim = {heads * head_dim} is more than 4 × "
+                              f"hidden_size ({4 * hidden}).")
+    kv = _int_field(where, raw, "num_key_value_heads", 1, heads, f" (at most num_attention_heads={heads})")
+    if kv is not None and heads % kv:
+        raise CheckpointError(f"{where}: num_key_value_heads={kv} must divide num_attention_heads={heads}.")
+    _number_field(where, raw, "rms_norm_eps", 0.0, 1.0)
+    _number_field(where, raw, "rope_theta", 0.0, 1e12)
+    rope = raw.get("rope_parameters")
+    if rope is not None:
+        if not isinstance(rope, dict):
+            raise CheckpointError(f"{where}: rope_parameters must be an object, not {type(rope).__name__}.")
+        _number_field(where, rope, "rope_theta", 0.0, 1e12)
+    if "bias" in raw and not isinstance(raw["bias"], bool):
+        raise CheckpointError(f"{where}: bias={raw['bias']!r} must be true or false.")
+    meta_where = str(Path(where).parent / META_FILE)
+    max_n = MAX_POSITIONS_PER_SPECIALIST
+    _int_field(meta_where, meta, "positions_per_specialist", 1, max_n)
+    if positions_per_specialist is not None:
+        _int_field("positions_per_specialist", {"positions_per_specialist": positions_per_specialist},
+                   "positions_per_specialist", 1, max_n)
+    if meta.get("method") is not None and meta["method"] not in METHODS:
+        raise CheckpointError(f"{meta_where}: method={meta['method']!r}: use one of {', '.join(METHODS)}.")
+    vocab_ids = meta.get("draft_vocab")
+    if vocab_ids is not None:
+        if not isinstance(vocab_ids, list) or len(vocab_ids) > vocab or not all(
+                isinstance(t, int) and not isinstance(t, bool) and 0 <= t < vocab for t in vocab_ids):
+            raise CheckpointError(f"{meta_where}: draft_vocab must be a list of at most {vocab} token ids in "
+                                  f"[0, {vocab}).")
 
 
 def _float_dtype(target: TargetModel) -> torch.dtype:

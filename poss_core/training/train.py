@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from ..errors import PossError, run_cli
+from ..errors import ConfigError, PossError, run_cli
 from ..models.checkpoint import load_draft, save_draft
 from ..models.draft import DraftModel, DraftSpec, draft_config_from_target
 from ..models.target import TargetModel
@@ -256,10 +256,38 @@ def main(argv: list[str] | None = None) -> int:
     return run_cli(run, args)
 
 
+def check_args(args) -> None:
+    """Every numeric flag in its range before the target loads (ConfigError names the flag)."""
+    from ..decoding.config import LIMITS
+
+    def integer(flag: str, lo: int, hi: int) -> None:
+        value = getattr(args, flag)
+        if not lo <= value <= hi:
+            raise ConfigError(f"--{flag.replace('_', '-')}={value} is out of range: use an integer from {lo} to {hi}.")
+
+    def number(flag: str, lo: float, hi: float, closed_lo: bool = False) -> None:
+        value = getattr(args, flag)
+        ok = math.isfinite(value) and (lo <= value if closed_lo else lo < value) and value <= hi
+        if not ok:
+            raise ConfigError(f"--{flag.replace('_', '-')}={value} is out of range: use a finite number "
+                              f"{'>=' if closed_lo else '>'} {lo:g} and <= {hi:g}.")
+
+    integer("steps", 1, 10**7)
+    number("lr", 0.0, 1.0, closed_lo=True)  # 0 is allowed: a no-op step (continuing a draft unchanged)
+    integer("depth", 1, int(LIMITS["depth"][1]))
+    integer("tokens_per_batch", 1, 1 << 22)
+    integer("max_len", 2, 1 << 20)
+    integer("save_every", 1, 10**7)
+    integer("draft_vocab", 0, 1 << 24)
+    number("noise", 0.0, 10.0, closed_lo=True)
+    number("heldout", 0.0, 0.5, closed_lo=True)
+
+
 def run(args) -> int:
     from ..models.loading import load_preset_target
     from ..models.presets import get_preset
 
+    check_args(args)
     if args.threads:
         torch.set_num_threads(args.threads)
     names = [m.strip() for m in args.methods.split(",") if m.strip()]
