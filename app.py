@@ -43,8 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def preload(preset_name: str, precision: str = "auto") -> None:
-    """Load the target and the default lanes' drafts before anyone presses Run, so the first comparison is quick."""
-    from app.state import DEFAULT_METHODS
+    """Load the target and the default lanes' drafts before anyone presses Run, so the first comparison is quick,
+    then fit their auto tree budgets to this machine (a Run meanwhile starts on the default budgets)."""
+    from app.state import DEFAULT_METHODS, ui_defaults
     from poss_core import compare
     from poss_core.errors import PossError
     from poss_core.methods import preset_methods
@@ -53,15 +54,38 @@ def preload(preset_name: str, precision: str = "auto") -> None:
     preset = get_preset(preset_name)
     if preset.device == "gpu" and not compare.cuda_available():
         return
+    compare.MODELS.startup_fit.set()  # from now until the fits are done, a Run starts on the default budgets
     try:
         print(f"[poss] loading {preset_name} in the background ...", file=sys.stderr, flush=True)
         methods = [m for m in DEFAULT_METHODS if m in preset_methods(preset)]
         # A two-token comparison loads the drafts and warms up the kernels, so the first real Run starts at once.
         compare.run_to_end(compare.start(compare.RunSpec("Hello", methods, preset_name, max_new_tokens=2,
                                                          precision=precision)))
-        print(f"[poss] {preset_name} ready.", file=sys.stderr, flush=True)
+        print(f"[poss] {preset_name} ready; fitting the default lanes' tree budgets ...", file=sys.stderr, flush=True)
+        d = ui_defaults(preset)
+        compare.prefit_budgets(compare.RunSpec("Hello", methods, preset_name, depth=d["depth"], top_k=d["top_k"],
+                                               tree_budget=d["tree_budget"], precision=precision, auto_budget=True))
+        print(f"[poss] {preset_name}: tree budgets fitted.", file=sys.stderr, flush=True)
     except PossError as err:  # the UI shows the same message when someone presses Run
         print(f"[poss] could not preload {preset_name}: {err}", file=sys.stderr, flush=True)
+    finally:
+        compare.MODELS.startup_fit.clear()
+
+
+def prepare_target(preset_name: str) -> None:
+    """Turn the default target's GGUF into a checkpoint (once per cache, about 20 s) before serving, so the page
+    never comes up with a first Run that would wait for it (what a new Space would otherwise do)."""
+    from poss_core.errors import PossError
+    from poss_core.models.presets import get_preset
+
+    if get_preset(preset_name).target != "builtin:smollm2-135m":
+        return
+    from poss_core.models.default_model import prepare_default_model
+
+    try:
+        prepare_default_model()
+    except PossError as err:  # the UI shows the same message when someone presses Run
+        print(f"[poss] could not prepare {preset_name}: {err}", file=sys.stderr, flush=True)
 
 
 def cpu_threads(requested: int | None) -> int:
@@ -84,6 +108,7 @@ def main(argv: list[str] | None = None) -> None:
                       call_limit_s=args.max_call_seconds)
     demo.queue(max_size=args.queue_size, default_concurrency_limit=args.concurrency)
     if not args.no_preload:
+        prepare_target(args.preset)  # before the page is up: its first Run then only loads a prepared checkpoint
         threading.Thread(target=preload, args=(args.preset, precision), daemon=True, name="poss-preload").start()
     demo.launch(server_name=args.host, server_port=args.port, share=args.share, **launch_kwargs())
 

@@ -44,7 +44,7 @@ def compare_api(prompt: str, methods: list[str], preset: str = DEFAULT_PRESET, m
         spec.check()
         if cancel is not None and cancel.is_set():
             raise gr.Error("cancelled before the comparison started.")
-        comp = compare.run_to_end(compare.start(spec, cancel=cancel), time_limit_s=state.CALL_LIMIT_S)
+        comp = compare.run_to_end(compare.start(spec, cancel=cancel, wait_for_fits=False), time_limit_s=state.CALL_LIMIT_S)
     except PossError as err:
         raise gr.Error(str(err)) from err
     plain = comp.lane(PLAIN)

@@ -117,9 +117,10 @@ def run_handler(settings: RunSettings, view: View, request: gr.Request | None = 
             spec.check()
             session.pins.clear()
             yield skip_all(session, (f"Loading {spec.preset} and {len(spec.methods)} lane(s)…", "busy"))
-            for line in compare.fit_budgets(spec):
+            # A fit the app started at start-up is not waited for: the lane starts on the default budget.
+            for line in compare.fit_budgets(spec, wait_for_fits=False):
                 yield skip_all(session, (line, "busy"))
-            comp = compare.start(spec)
+            comp = compare.start(spec, wait_for_fits=False)
             session.comparison, session.loaded = comp, None
             yield from _stream(session, view, comp, "Running")
 
@@ -142,7 +143,7 @@ def step_handler(settings: RunSettings, view: View, request: gr.Request | None =
                     comp = saved_runs.replay(session.loaded)
                     session.loaded = None
                 else:
-                    comp = compare.start(settings.spec(session.history))
+                    comp = compare.start(settings.spec(session.history), wait_for_fits=False)
                 session.comparison, session.stepping = comp, True
                 session.pins.clear()
             comp.turn()

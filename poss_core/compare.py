@@ -70,6 +70,8 @@ class ModelCache:
         self._key_locks: dict[tuple, threading.Lock] = {}
         self._targets: OrderedDict[tuple, Any] = OrderedDict()
         self._drafts: dict[tuple, Any] = {}
+        self._fitting: set[tuple] = set()  # budget fits under way (e.g. the app's start-up fit)
+        self.startup_fit = threading.Event()  # set while the app's start-up loads and fits (see prefit_budgets)
         self.dtype = None  # the precision "auto" stands for (None: the device's default)
 
     def _target_key(self, preset: Preset, quantization: str, precision: str) -> tuple:
@@ -125,9 +127,27 @@ class ModelCache:
     def budget(self, target, draft, config: DecodeConfig, log=None):
         """The tree budget fitted to this machine for `draft` at the config's depth and top_k (calibrated once per
         machine and cached on disk; one calibration at a time per draft)."""
+        key = self._budget_key(draft, config)
+        with self._lock:
+            self._fitting.add(key)
+        try:
+            with self._key_lock(key):
+                return cached_budget_choice(target, draft, config, log=log)
+        finally:
+            with self._lock:
+                self._fitting.discard(key)
+
+    @staticmethod
+    def _budget_key(draft, config: DecodeConfig) -> tuple:
         # Drafts are shared objects of this cache, so their identity names them (no need to hash the weights).
-        with self._key_lock(("budget", id(draft), config.depth, config.top_k)):
-            return cached_budget_choice(target, draft, config, log=log)
+        return ("budget", id(draft), config.depth, config.top_k)
+
+    def fitting_elsewhere(self, target, draft, config: DecodeConfig) -> bool:
+        """True while another thread fits this draft's budget and no choice is cached yet: a run that should not
+        wait for it (the app's first Run during its start-up fit) uses the default budget instead."""
+        with self._lock:
+            busy = self._budget_key(draft, config) in self._fitting or self.startup_fit.is_set()
+        return busy and known_budget_choice(target, draft, config) is None
 
     def loaded_targets(self) -> list:
         with self._lock:
@@ -433,8 +453,10 @@ def hardware_info(target) -> dict[str, str]:
             "torch": torch.__version__}
 
 
-def start(spec: RunSpec, models: ModelCache = MODELS, cancel: threading.Event | None = None) -> Comparison:
-    """Load what the spec needs (from the shared cache), encode the prompt and open one generator per lane.
+def start(spec: RunSpec, models: ModelCache = MODELS, cancel: threading.Event | None = None,
+          wait_for_fits: bool = True) -> Comparison:
+    """Load what the spec needs (from the shared cache), encode the prompt and open one generator per lane. With
+    `wait_for_fits=False`, a draft lane whose auto budget another thread is still fitting uses the default budget.
 
     Raises a PossError with a readable message for bad settings, an empty or too long prompt, a missing draft or
     a model that fails to load."""
@@ -449,15 +471,16 @@ def start(spec: RunSpec, models: ModelCache = MODELS, cancel: threading.Event | 
     offered = methods.preset_methods(preset)
     lanes = []
     for name in spec.methods:
-        method, budget, lane_config, draft = offered[name], None, config, None
+        method, budget, lane_config, draft, auto = offered[name], None, config, None, False
         if not method.plain:
             draft = models.draft(preset, name, target, spec.quantization, spec.precision)
-            if spec.auto_budget:
+            auto = spec.auto_budget and (wait_for_fits or not models.fitting_elsewhere(target, draft, config))
+            if auto:
                 lane_config = methods.with_budget_choice(config, models.budget(target, draft, config))
             budget = lane_config.tree_budget
         decoder = methods.build_decoder(method, target, lane_config, draft)
         lanes.append(Lane(name, method.label, method.trained, special_ids=special, budget=budget,
-                          depth_stop=lane_config.depth_stop, budget_auto=spec.auto_budget and budget is not None,
+                          depth_stop=lane_config.depth_stop, budget_auto=auto and budget is not None,
                           source=decoder.generate(ids, cancel=cancel), detok=Detokenizer(target.tokenizer),
                           token_text=TokenTexts(target.tokenizer)))
     comparison = Comparison(spec, lanes, cancel, hardware_info(target), prompt_tokens=len(ids))
@@ -475,10 +498,11 @@ def live_comparisons() -> list[Comparison]:
     return [c for c in list(_LIVE) if any(lane.source is not None for lane in c.lanes)]
 
 
-def fit_budgets(spec: RunSpec, models: ModelCache = MODELS) -> Iterator[str]:
+def fit_budgets(spec: RunSpec, models: ModelCache = MODELS, wait_for_fits: bool = True) -> Iterator[str]:
     """Before `start` with auto_budget: load the models and fit each draft lane's budget, yielding a status line
     before each step that may take a while (the first calibration of a draft on a CPU takes tens of seconds; later
-    ones read the cache)."""
+    ones read the cache). With `wait_for_fits=False`, a fit another thread has under way is not waited for: the
+    status says the lane starts on the default budget."""
     if not spec.auto_budget:
         return
     spec.check()
@@ -488,10 +512,35 @@ def fit_budgets(spec: RunSpec, models: ModelCache = MODELS) -> Iterator[str]:
     for method in spec.methods:
         if not methods.is_plain(method):
             draft = models.draft(preset, method, target, spec.quantization, spec.precision)
+            if not wait_for_fits and models.fitting_elsewhere(target, draft, config):
+                yield (f"{methods.label_of(method, preset)} starts on the default tree budget ({config.tree_budget}) "
+                       f"while the app fits tree budgets to this machine in the background; later runs use the fit.")
+                continue
             if known_budget_choice(target, draft, config) is None:
                 yield (f"Fitting the tree budget of {methods.label_of(method, preset)} to this machine (once per draft "
                        f"and setting, then cached)…")
                 models.budget(target, draft, config)
+
+
+def prefit_budgets(spec: RunSpec, models: ModelCache = MODELS) -> None:
+    """Fit every draft lane's auto budget now, one after another (the app does it at start-up, in the background).
+    All of them count as under way from the start, so a Run that comes meanwhile starts on the default budgets
+    (`wait_for_fits=False`) instead of waiting for calibrations it did not ask for; the app also sets
+    `models.startup_fit` before it loads anything, which this clears once the fits are done."""
+    preset, config = get_preset(spec.preset), spec.config()
+    target = models.target(preset, spec.quantization, spec.precision)
+    drafts = [models.draft(preset, m, target, spec.quantization, spec.precision)
+              for m in spec.methods if not methods.is_plain(m)]
+    keys = {models._budget_key(d, config) for d in drafts}
+    with models._lock:
+        models._fitting.update(keys)
+    try:
+        for draft in drafts:
+            models.budget(target, draft, config)
+    finally:
+        with models._lock:
+            models._fitting.difference_update(keys)
+        models.startup_fit.clear()
 
 
 def run_to_end(comparison: Comparison, time_limit_s: float | None = None) -> Comparison:
