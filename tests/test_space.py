@@ -184,3 +184,16 @@ def test_assets_dir_follows_the_environment(monkeypatch, tmp_path):
     assert (assets_dir() / "drafts").is_dir()
     monkeypatch.setenv("POSS_ASSETS_DIR", str(tmp_path))
     assert assets_dir() == tmp_path
+
+
+def test_zerogpu_decorated_handlers_still_run_on_a_cpu():
+    """With `spaces` installed (the dev requirements), the app's handlers go through `spaces.GPU`; off a ZeroGPU
+    Space that must leave them working, generators included (Run and Step stream)."""
+    pytest.importorskip("spaces")
+    from app import ui
+
+    def streaming(n):
+        yield from range(n)
+
+    assert ui._gpu(lambda x: x + 1)(1) == 2
+    assert list(ui._gpu(streaming)(3)) == [0, 1, 2]
