@@ -1,7 +1,7 @@
 """Entry point (also the Hugging Face Space's app_file): parse flags, build the Gradio app, launch it.
 
     python app.py [--preset smollm2-135m] [--host 127.0.0.1] [--port 7860] [--share] [--concurrency 2] [--threads N]
-                  [--dtype auto|float32|bfloat16|float16]
+                  [--dtype auto|float32|bfloat16|float16] [--max-call-seconds S] [--no-preload]
 """
 
 from __future__ import annotations
@@ -11,107 +11,7 @@ try:  # ZeroGPU Spaces: `spaces` must be imported before anything initialises CU
 except ImportError:
     spaces = None
 
-import argparse
-import os
-import sys
-import threading
-
-
-def build_parser() -> argparse.ArgumentParser:
-    from poss_core.models.loading import add_dtype_argument
-    from poss_core.models.presets import DEFAULT_PRESET, presets
-
-    p = argparse.ArgumentParser(prog="python app.py", description="POSS vs EAGLE speculative decoding demo (Gradio).")
-    p.add_argument("--preset", default=os.environ.get("POSS_PRESET", DEFAULT_PRESET), choices=list(presets()),
-                   help=f"model preset shown first (default {DEFAULT_PRESET}: runs offline on a CPU)")
-    p.add_argument("--host", default=None,
-                   help="interface to listen on (default 127.0.0.1, or $GRADIO_SERVER_NAME; 0.0.0.0 for a LAN)")
-    p.add_argument("--port", type=int, default=None, help="port (default 7860, or $GRADIO_SERVER_PORT)")
-    p.add_argument("--share", action="store_true", help="also open a public gradio.live link (off by default)")
-    p.add_argument("--concurrency", type=int, default=2,
-                   help="comparisons decoding at once; more wait in the queue (default 2)")
-    p.add_argument("--max-call-seconds", type=float, default=300.0,
-                   help="the most seconds one Run, Replay or /compare call decodes before it is stopped (default 300)")
-    p.add_argument("--queue-size", type=int, default=64, help="most requests waiting in the queue (default 64)")
-    p.add_argument("--threads", type=int, default=None,
-                   help="torch CPU threads (default: half the cores, at least 1, which leaves a core to the web "
-                        "server and the drawing; on a busy CPU it is also far faster than oversubscribing)")
-    add_dtype_argument(p, "the Precision setting's initial value (the target's dtype for every lane)", default=os.environ.get("POSS_DTYPE", "auto"))
-    p.add_argument("--no-preload", action="store_true",
-                   help="do not load the preset's model in the background at start-up (the first Run loads it)")
-    return p
-
-
-def preload(preset_name: str, precision: str = "auto") -> None:
-    """Load the target and the default lanes' drafts before anyone presses Run, so the first comparison is quick,
-    then fit their auto tree budgets to this machine (a Run meanwhile starts on the default budgets)."""
-    from app.state import DEFAULT_METHODS, ui_defaults
-    from poss_core import compare
-    from poss_core.errors import PossError
-    from poss_core.methods import preset_methods
-    from poss_core.models.presets import get_preset
-
-    preset = get_preset(preset_name)
-    if preset.device == "gpu" and not compare.cuda_available():
-        return
-    compare.MODELS.startup_fit.set()  # from now until the fits are done, a Run starts on the default budgets
-    try:
-        print(f"[poss] loading {preset_name} in the background ...", file=sys.stderr, flush=True)
-        methods = [m for m in DEFAULT_METHODS if m in preset_methods(preset)]
-        # A two-token comparison loads the drafts and warms up the kernels, so the first real Run starts at once.
-        compare.run_to_end(compare.start(compare.RunSpec("Hello", methods, preset_name, max_new_tokens=2,
-                                                         precision=precision)))
-        print(f"[poss] {preset_name} ready; fitting the default lanes' tree budgets ...", file=sys.stderr, flush=True)
-        d = ui_defaults(preset)
-        compare.prefit_budgets(compare.RunSpec("Hello", methods, preset_name, depth=d["depth"], top_k=d["top_k"],
-                                               tree_budget=d["tree_budget"], precision=precision, auto_budget=True))
-        print(f"[poss] {preset_name}: tree budgets fitted.", file=sys.stderr, flush=True)
-    except PossError as err:  # the UI shows the same message when someone presses Run
-        print(f"[poss] could not preload {preset_name}: {err}", file=sys.stderr, flush=True)
-    finally:
-        compare.MODELS.startup_fit.clear()
-
-
-def prepare_target(preset_name: str) -> None:
-    """Turn the default target's GGUF into a checkpoint (once per cache, about 20 s) before serving, so the page
-    never comes up with a first Run that would wait for it (what a new Space would otherwise do)."""
-    from poss_core.errors import PossError
-    from poss_core.models.presets import get_preset
-
-    if get_preset(preset_name).target != "builtin:smollm2-135m":
-        return
-    from poss_core.models.default_model import prepare_default_model
-
-    try:
-        prepare_default_model()
-    except PossError as err:  # the UI shows the same message when someone presses Run
-        print(f"[poss] could not prepare {preset_name}: {err}", file=sys.stderr, flush=True)
-
-
-def cpu_threads(requested: int | None) -> int:
-    return requested if requested and requested > 0 else max(1, (os.cpu_count() or 2) // 2)
-
-
-def main(argv: list[str] | None = None) -> None:
-    args = build_parser().parse_args(argv)
-    import torch
-
-    torch.set_num_threads(cpu_threads(args.threads))
-    from app.state import initial_precision
-    from app.ui import build_demo, launch_kwargs
-    from poss_core.compare import cpu_bf16_units, cuda_available
-
-    precision = initial_precision(args.dtype, cuda_available(), cpu_bf16_units())
-    if not 0 < args.max_call_seconds < float("inf"):
-        build_parser().error(f"--max-call-seconds={args.max_call_seconds}: use a number of seconds > 0.")
-    demo = build_demo(preset=args.preset, concurrency=args.concurrency, precision=precision,
-                      call_limit_s=args.max_call_seconds)
-    demo.queue(max_size=args.queue_size, default_concurrency_limit=args.concurrency)
-    if not args.no_preload:
-        prepare_target(args.preset)  # before the page is up: its first Run then only loads a prepared checkpoint
-        threading.Thread(target=preload, args=(args.preset, precision), daemon=True, name="poss-preload").start()
-    demo.launch(server_name=args.host, server_port=args.port, share=args.share, **launch_kwargs())
-
+from app.launch import build_parser, cpu_threads, main, preload, prepare_target  # noqa: E402,F401  (app.py's API)
 
 if __name__ == "__main__":
     main()

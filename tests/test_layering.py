@@ -29,6 +29,7 @@ LAYERS = [
     ["app.render"],
     ["app.handlers", "app.api"],
     ["app.ui"],
+    ["app.launch"],
     ["app_entry"],  # app.py
 ]
 PLOTLY_ALLOWED = {"poss_core.bench.figures"}
