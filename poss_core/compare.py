@@ -184,7 +184,7 @@ class RunSpec:
             raise ConfigError(f"precision={self.precision!r}: use one of {', '.join(PRECISIONS)}.")
         self.config()
         preset = get_preset(self.preset)
-        offered = methods.preset_methods(preset)
+        offered = methods.lane_methods(preset)
         for m in self.methods:
             if m not in offered:
                 raise ConfigError(f"method {m!r} is not available for preset {preset.name!r}: use "
@@ -441,11 +441,14 @@ def start(spec: RunSpec, models: ModelCache = MODELS, cancel: threading.Event | 
                           f" shorten it.")
     cancel = cancel or threading.Event()
     special = set(getattr(target.tokenizer, "all_special_ids", []) or []) | set(target.eos_ids)
-    offered = methods.preset_methods(preset)
+    offered = methods.lane_methods(preset)
     lanes = []
     for name in spec.methods:
         method, budget, lane_config, draft = offered[name], None, config, None
-        if not method.plain:
+        if method.oracle:
+            lane_config = methods.oracle_config(config) if spec.auto_budget else config
+            budget = lane_config.tree_budget
+        elif not method.plain:
             draft = models.draft(preset, name, target, spec.quantization, spec.precision)
             if spec.auto_budget:
                 lane_config = methods.with_budget_choice(config, models.budget(target, draft, config))
@@ -469,7 +472,7 @@ def fit_budgets(spec: RunSpec, models: ModelCache = MODELS) -> Iterator[str]:
     config = spec.config()
     target = models.target(preset, spec.quantization, spec.precision)
     for method in spec.methods:
-        if not methods.is_plain(method):
+        if not methods.is_plain(method) and method != methods.ORACLE:
             draft = models.draft(preset, method, target, spec.quantization, spec.precision)
             if known_budget_choice(target, draft, config) is None:
                 yield (f"Fitting the tree budget of {methods.label_of(method, preset)} to this machine (once per draft "
