@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..models.draft import DraftModel, DraftState
+from ..models.draft import DraftKV, DraftModel, DraftState
 from ..models.target import causal_allowed, float_mask
 
 
@@ -110,8 +110,8 @@ def _run_group(draft: DraftModel, state: DraftState, rows: _TreeRows, group: int
     if r1 > r0:
         allowed[n_ctx:, :c] = True
         allowed[n_ctx:, c:c + r1] = rows.anc[r0:r1, :r1]
-    out = draft.run_specialist(group, tokens[None], feats[None], positions[None],
-                               float_mask(allowed, feats.dtype), state.cache)[0]
+    mask = allowed if isinstance(state.cache, DraftKV) else float_mask(allowed, feats.dtype)
+    out = draft.run_specialist(group, tokens[None], feats[None], positions[None], mask, state.cache)[0]
     if n_ctx:
         state.mark_read(group)
     done[group] = r1
@@ -141,7 +141,10 @@ def build_tree(draft: DraftModel, state: DraftState, depth: int, top_k: int, tre
     cand_scores = [top.values]
     cand_logp = [top.values]
     cand_groups = [torch.full((k,), g0, dtype=torch.long, device=device)]
-    features: dict[int, torch.Tensor] = {}
+    # The draft's predicted feature at each expanded candidate: row j of torch.cat(feature_rows) belongs to
+    # candidate feature_of[j] (a tensor lookup at pruning, no loop over nodes).
+    feature_rows: list[torch.Tensor] = []
+    feature_of: list[torch.Tensor] = []
 
     frontier = torch.arange(k, device=device)  # candidate indices
     frontier_scores = top.values
@@ -157,8 +160,8 @@ def build_tree(draft: DraftModel, state: DraftState, depth: int, top_k: int, tre
         rows.add(torch.cat(cand_tokens)[frontier], frontier_feats, d, frontier_parent_rows)
         g = draft.specialist_of(d + 1)
         out = _run_group(draft, state, rows, g, done)[-k:]
-        for i, c in enumerate(frontier.tolist()):
-            features[c] = out[i]
+        feature_rows.append(out)
+        feature_of.append(frontier)
         logp = torch.log_softmax(draft.head_logits(out).float(), dim=-1)
         top = torch.topk(logp, k, dim=-1)
         cum = frontier_scores[:, None] + top.values
@@ -178,7 +181,7 @@ def build_tree(draft: DraftModel, state: DraftState, depth: int, top_k: int, tre
         depth_ms.append(ms_since(t0))
     state.reset_tree()
     tree = _prune(torch.cat(cand_tokens), torch.cat(cand_parents), torch.cat(cand_depths), torch.cat(cand_scores),
-                  torch.cat(cand_logp), torch.cat(cand_groups), root_feature, features, tree_budget)
+                  torch.cat(cand_logp), torch.cat(cand_groups), root_feature, feature_rows, feature_of, tree_budget)
     tree.depth_ms = depth_ms
     return tree
 
@@ -194,22 +197,27 @@ def ms_since(t0: float) -> float:
     return (time.perf_counter() - t0) * 1000.0
 
 
-def _prune(tokens, parents, depths, scores, logp, groups, root_feature, features, tree_budget) -> DraftTree:
+def _prune(tokens, parents, depths, scores, logp, groups, root_feature, feature_rows, feature_of,
+           tree_budget) -> DraftTree:
     """Keep the best `tree_budget - 1` candidates. A child's score never exceeds its parent's; the small depth
     penalty breaks exact ties (log-prob 0) in the parent's favour, so the kept set is always a tree."""
-    keep = min(tree_budget - 1, int(scores.numel()))
+    n = int(scores.numel())
+    keep = min(tree_budget - 1, n)
     key = scores.double() - 1e-9 * depths.double()
     sel = torch.sort(torch.topk(key, keep).indices).values  # creation order: parents before children
-    remap = torch.full((int(scores.numel()) + 1,), -1, dtype=torch.long, device=scores.device)
+    remap = torch.full((n + 1,), -1, dtype=torch.long, device=scores.device)
     remap[sel + 1] = torch.arange(keep, device=scores.device)
     new_parents = remap[parents[sel] + 1]
     h = root_feature.shape[-1]
     node_features = torch.zeros(keep, h, dtype=root_feature.dtype, device=root_feature.device)
-    has_feature = torch.zeros(keep, dtype=torch.bool)
-    for i, c in enumerate(sel.tolist()):
-        f = features.get(c)
-        if f is not None:
-            node_features[i] = f
-            has_feature[i] = True
+    if feature_rows:
+        row_of = torch.full((n,), -1, dtype=torch.long, device=scores.device)
+        row_of[torch.cat(feature_of)] = torch.arange(sum(int(f.numel()) for f in feature_of), device=scores.device)
+        rows = row_of[sel]
+        has = rows >= 0
+        node_features[has] = torch.cat(feature_rows)[rows[has]]
+        has_feature = has.cpu()
+    else:
+        has_feature = torch.zeros(keep, dtype=torch.bool)
     return DraftTree(tokens[sel].cpu(), new_parents.cpu(), depths[sel].cpu(), scores[sel].float().cpu(),
                      logp[sel].exp().float().cpu(), groups[sel].cpu(), root_feature, node_features, has_feature)
