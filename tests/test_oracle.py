@@ -143,3 +143,25 @@ def test_bench_cli_runs_the_oracle_and_prints_its_fraction(eval_files, tmp_path,
     assert summary["oracle"] == "oracle" and not summary["identity"]["mismatches"]
     assert summary["table"]["oracle"]["overall"]["tau_pooled"] > summary["table"]["eagle"]["overall"]["tau_pooled"]
     assert "of oracle" in capsys.readouterr().out
+
+
+def test_after_a_divergence_the_oracle_continues_from_a_plain_run_untimed(tiny_target):
+    """In low precision a batched verify pass can round a near-tie differently from the plain run: the decode then
+    leaves the known continuation. Simulated here by a wrong token in it: the output is still plain decoding's, the
+    rounds after the divergence accept the whole depth again, and the re-derivation is reported as untimed."""
+    depth = 4
+    ids = encode_prompt(tiny_target.tokenizer, PROMPTS[1])
+    dec = OracleDecoder(tiny_target, DecodeConfig(depth=depth, top_k=4, tree_budget=8, max_new_tokens=40))
+    want = dec.prepare(ids)
+    wrong = list(want)
+    wrong[9] = (wrong[9] + 1) % tiny_target.vocab_size
+    dec._continuations[tuple(ids)] = wrong
+    evs, summary = run(dec, ids)
+    assert summary.token_ids == want == greedy_reference(tiny_target, ids, 40)
+    rounds = [e for e in evs if not e.prefill]
+    short = [i for i, e in enumerate(rounds) if e.accept_len < depth]
+    assert short and short[0] < len(rounds) - 1  # the wrong token cut one round short ...
+    assert all(e.accept_len == depth for e in rounds[short[0] + 1:-1])  # ... and the rounds after it are whole
+    assert dec.untimed_s > 0 and dec._continuations[tuple(ids)] == want  # kept for the next run
+    _, again = run(dec, ids)
+    assert again.token_ids == want and dec.untimed_s == 0
