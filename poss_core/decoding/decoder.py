@@ -224,7 +224,7 @@ class SpeculativeDecoder(_BaseDecoder):
 
             if cfg.greedy:
                 path, bonus = verify_greedy(tree, rows)
-                target_probs = (rows.at_nodes(tree.tokens) - torch.logsumexp(rows.block, dim=-1)[rows.where]).exp()
+                target_probs = (rows.at_nodes(tree.tokens) - rows.log_norms()).exp()
             else:
                 path, bonus = verify_sampling(tree, rows, gen)
                 target_probs = rows.at_nodes(tree.tokens)

@@ -49,6 +49,12 @@ class SlotRows:
         """How many slots' rows were computed (the LM head's work this round)."""
         return len(self._index) + len(self._more)
 
+    def log_norms(self) -> torch.Tensor:
+        """logsumexp of each node's parent row (its entry in `at_nodes` minus this is the log-probability): computed
+        over the parents' rows only, not over every row the block holds."""
+        parents, where = torch.unique(self.where, return_inverse=True)
+        return torch.logsumexp(self.block[parents], dim=-1)[where]
+
     def at_nodes(self, tokens: torch.Tensor) -> torch.Tensor:
         """Each node's entry in its parent's row: the target's logit (or probability) of the drafted token."""
         return self.block[self.where, tokens]
