@@ -53,6 +53,8 @@ class SlotRows:
         """logsumexp of each node's parent row (its entry in `at_nodes` minus this is the log-probability): computed
         over the parents' rows only, not over every row the block holds."""
         parents, where = torch.unique(self.where, return_inverse=True)
+        if parents.numel() == self.block.shape[0]:  # the block holds only parents' rows ("read"): no copy
+            return torch.logsumexp(self.block, dim=-1)[self.where]
         return torch.logsumexp(self.block[parents], dim=-1)[where]
 
     def at_nodes(self, tokens: torch.Tensor) -> torch.Tensor:
