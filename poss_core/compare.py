@@ -209,7 +209,7 @@ class RunSpec:
             raise ConfigError(f"precision={self.precision!r}: use one of {', '.join(PRECISIONS)}.")
         self.config()
         preset = get_preset(self.preset)
-        offered = methods.preset_methods(preset)
+        offered = methods.lane_methods(preset)
         for m in self.methods:
             if m not in offered:
                 raise ConfigError(f"method {m!r} is not available for preset {preset.name!r}: use "
@@ -468,11 +468,14 @@ def start(spec: RunSpec, models: ModelCache = MODELS, cancel: threading.Event | 
     check_prompt_tokens(len(ids), target.max_context)
     cancel = cancel or threading.Event()
     special = set(getattr(target.tokenizer, "all_special_ids", []) or []) | set(target.eos_ids)
-    offered = methods.preset_methods(preset)
+    offered = methods.lane_methods(preset)
     lanes = []
     for name in spec.methods:
         method, budget, lane_config, draft, auto = offered[name], None, config, None, False
-        if not method.plain:
+        if method.oracle:
+            lane_config = methods.oracle_config(config) if spec.auto_budget else config
+            budget, auto = lane_config.tree_budget, spec.auto_budget
+        elif not method.plain:
             draft = models.draft(preset, name, target, spec.quantization, spec.precision)
             auto = spec.auto_budget and (wait_for_fits or not models.fitting_elsewhere(target, draft, config))
             if auto:
@@ -510,7 +513,7 @@ def fit_budgets(spec: RunSpec, models: ModelCache = MODELS, wait_for_fits: bool 
     config = spec.config()
     target = models.target(preset, spec.quantization, spec.precision)
     for method in spec.methods:
-        if not methods.is_plain(method):
+        if not methods.is_plain(method) and method != methods.ORACLE:
             draft = models.draft(preset, method, target, spec.quantization, spec.precision)
             if not wait_for_fits and models.fitting_elsewhere(target, draft, config):
                 yield (f"{methods.label_of(method, preset)} starts on the default tree budget ({config.tree_budget}) "
@@ -530,7 +533,7 @@ def prefit_budgets(spec: RunSpec, models: ModelCache = MODELS) -> None:
     preset, config = get_preset(spec.preset), spec.config()
     target = models.target(preset, spec.quantization, spec.precision)
     drafts = [models.draft(preset, m, target, spec.quantization, spec.precision)
-              for m in spec.methods if not methods.is_plain(m)]
+              for m in spec.methods if not methods.is_plain(m) and m != methods.ORACLE]
     keys = {models._budget_key(d, config) for d in drafts}
     with models._lock:
         models._fitting.update(keys)

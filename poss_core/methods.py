@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 
 from .decoding.config import DecodeConfig
 from .decoding.decoder import PlainDecoder, SpeculativeDecoder
+from .decoding.oracle import OracleDecoder
 from .errors import ConfigError
 from .models.draft import DraftModel
 from .models.loading import load_draft_by_name
@@ -30,7 +31,11 @@ _SHORT_AND_COLOR = {
     "eagle": ("EAGLE", "#0072B2"), "poss1": ("POSS-1", "#E69F00"), "poss2": ("POSS-2", "#009E73"),
     "poss3": ("POSS-3", "#CC79A7"), "matched": ("Matched", "#56B4E9"), "hass": ("HASS", "#8C6BB1"),
     "eagle-reproduce": ("EAGLE (retrained)", "#F0E442"),
+    "oracle": ("Oracle", "#000000"),
 }
+# The ceiling: a "draft" that is the target's own continuation (known from a plain run of the same prompt), so every
+# round accepts up to the depth. Offered with every preset beside its drafts (`lane_methods`), never trained.
+ORACLE = "oracle"
 
 
 @dataclass(frozen=True)
@@ -42,11 +47,12 @@ class Method:
     short: str  # chart legends and lane titles, e.g. "POSS-2"
     color: str
     trained: bool = True  # False: a random stand-in draft (nothing trained is bundled yet)
-    draft: DraftRef | None = None  # None: plain decoding
+    draft: DraftRef | None = None  # None: plain decoding (or the oracle)
+    oracle: bool = False  # the target's own continuation as the draft: the ceiling, not a method to deploy
 
     @property
     def plain(self) -> bool:
-        return self.draft is None
+        return self.draft is None and not self.oracle
 
 
 PLAIN_METHODS = {
@@ -55,6 +61,7 @@ PLAIN_METHODS = {
     **{p: Method(p, f"Plain decoding ({p[6:]} copy of the target)", f"Plain ({p[6:]})", "#bbbbbb")
        for p in OTHER_PRECISION_PLAIN},
 }
+ORACLE_METHOD = Method(ORACLE, "Oracle (the target's own continuation)", "Oracle", "#000000", oracle=True)
 
 
 def canonical(name: str) -> str:
@@ -77,12 +84,19 @@ def preset_methods(preset: Preset) -> dict[str, Method]:
     return {PLAIN: PLAIN_METHODS[PLAIN], **{n: draft_method(n, ref) for n, ref in preset.drafts.items()}}
 
 
+def lane_methods(preset: Preset) -> dict[str, Method]:
+    """What a comparison can run: the preset's methods, then the oracle (the ceiling any draft could reach)."""
+    return {**preset_methods(preset), ORACLE: ORACLE_METHOD}
+
+
 def get_method(preset: Preset, name: str) -> Method:
-    """A method by name: plain decoding of any kind, a preset's draft, or a draft given as random:KIND, hub:ID or a
-    folder (raises ConfigError naming what is valid)."""
+    """A method by name: plain decoding of any kind, the oracle, a preset's draft, or a draft given as random:KIND,
+    hub:ID or a folder (raises ConfigError naming what is valid)."""
     name = canonical(name)
     if name in PLAIN_METHODS:
         return PLAIN_METHODS[name]
+    if name == ORACLE:
+        return ORACLE_METHOD
     return draft_method(name, resolve_draft_name(preset, name))
 
 
@@ -91,6 +105,8 @@ def label_of(name: str, preset: Preset | None = None) -> str:
     name = canonical(name)
     if name in PLAIN_METHODS:
         return PLAIN_METHODS[name].label
+    if name == ORACLE:
+        return ORACLE_METHOD.label
     if preset is not None and name in preset.drafts:
         return draft_method(name, preset.drafts[name]).label
     return name
@@ -138,13 +154,21 @@ def load_draft(method: Method, target: TargetModel, depth: int, positions_per_sp
 
 def build_decoder(method: Method, target: TargetModel, config: DecodeConfig,
                   draft: DraftModel | None = None) -> PlainDecoder | SpeculativeDecoder:
-    """The decoder every caller uses: plain decoding, or speculative decoding with the method's draft (loaded here
-    unless given, e.g. from a cache)."""
+    """The decoder every caller uses: plain decoding, the oracle, or speculative decoding with the method's draft
+    (loaded here unless given, e.g. from a cache)."""
+    if method.oracle:
+        return OracleDecoder(target, config)
     if method.plain:
         if method.name == PLAIN_HF:
             raise ConfigError(f"{PLAIN_HF} is transformers' own generate: the benchmark times it without a decoder.")
         return PlainDecoder(target, config)
     return SpeculativeDecoder(target, draft if draft is not None else load_draft(method, target, config.depth), config)
+
+
+def oracle_config(config: DecodeConfig) -> DecodeConfig:
+    """The oracle's settings under `--tree-budget auto`: the bare chain (the depth's tokens plus the root), its best
+    budget, since filler nodes are never accepted and only make the verify pass longer."""
+    return replace(config, tree_budget=config.depth + 1, depth_stop=0.0)
 
 
 def with_budget_choice(config: DecodeConfig, choice) -> DecodeConfig:

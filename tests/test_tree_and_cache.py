@@ -121,3 +121,71 @@ def test_draft_state_rows_are_read_by_every_specialist(tiny_target):
     for g in range(draft.num_specialists):
         assert state.cache_len(g) == state.num_rows
     assert DraftSpec("poss", 2, 3).label.startswith("POSS-3")
+
+
+def test_decoding_path_of_a_specialist_matches_the_transformers_layers(tiny_target):
+    """`run_specialist` with a `DraftKV` (fused weights, RoPE table, in-place cache, bool mask) computes what the
+    transformers layers compute with a DynamicCache and a float mask: a context call, then rows that see only part of
+    what precedes them (a tree), for EAGLE, POSS and the stacked control (whose later layers keep their input norm)."""
+    from transformers import DynamicCache
+
+    from poss_core.models.draft import DraftKV
+    from poss_core.models.target import float_mask
+
+    g = torch.Generator().manual_seed(0)
+    for kind in ("eagle", "poss2", "matched"):
+        draft = random_draft(tiny_target, kind, depth=6)
+        with torch.no_grad():
+            for p in draft.parameters():
+                p.add_(0.02 * torch.randn(p.shape, generator=g))  # non-trivial norms and biases
+        h = draft.config.hidden_size
+        for group in range(draft.num_specialists):
+            slow, fast = DynamicCache(), DraftKV(len(draft.layers))
+            ctx = 7
+            tokens = torch.randint(0, 90, (1, ctx), generator=g)
+            feats = torch.randn(1, ctx, h, generator=g)
+            pos = torch.arange(ctx)[None]
+            allowed = causal_allowed(ctx, 0)
+            with torch.inference_mode():
+                a = draft.run_specialist(group, tokens, feats, pos, float_mask(allowed, feats.dtype), slow)
+                b = draft.run_specialist(group, tokens, feats, pos, allowed, fast)
+                assert torch.allclose(a, b, atol=1e-5), kind
+                # Three tree rows at the same depth, each seeing the context and itself only.
+                tokens = torch.randint(0, 90, (1, 3), generator=g)
+                feats = torch.randn(1, 3, h, generator=g)
+                pos = torch.full((1, 3), ctx)
+                allowed = torch.cat([torch.ones(3, ctx, dtype=torch.bool), torch.eye(3, dtype=torch.bool)], dim=1)
+                a = draft.run_specialist(group, tokens, feats, pos, float_mask(allowed, feats.dtype), slow)
+                b = draft.run_specialist(group, tokens, feats, pos, allowed, fast)
+                assert torch.allclose(a, b, atol=1e-5), kind
+            assert fast.lengths[draft.groups[group][0]] == ctx + 3
+
+
+def test_the_slab_cache_grows_and_commits_like_a_dynamic_cache(tiny_target):
+    """The target's cache keeps every layer in one growing buffer: forwards in chunks that outgrow it, a commit of a
+    chain (kept slots first: nothing moves) and of a scattered path give the caches a plain DynamicCache gives."""
+    from transformers import DynamicCache
+
+    from poss_core.models.target import SlabLayer
+
+    target = tiny_target
+    g = torch.Generator().manual_seed(3)
+    seq = torch.randint(0, 90, (420,), generator=g)
+    slab, plain = target.new_cache(), DynamicCache(config=target.config)
+    assert all(isinstance(layer, SlabLayer) for layer in slab.layers)
+    for cache in (slab, plain):
+        for a in range(0, 300, 100):  # the first chunk reserves 256 rows: the third outgrows them
+            target.forward(seq[a:a + 100], torch.arange(a, a + 100), causal_allowed(100, a), cache, logits="none")
+    assert slab.layers[0].slab.data.shape[-2] >= 300
+    for keep in (torch.arange(4), torch.tensor([0, 2, 5, 6])):
+        for cache in (slab, plain):
+            target.forward(seq[300:308], torch.arange(300, 308), causal_allowed(8, 300), cache, logits="none")
+            keep_cache_slots(cache, 300, keep)
+        for a, b in zip(slab.layers, plain.layers):
+            assert a.keys.shape == b.keys.shape and torch.equal(a.keys, b.keys) and torch.equal(a.values, b.values)
+        for cache in (slab, plain):  # back to 300 rows for the next case
+            for layer in cache.layers:
+                layer.keys, layer.values = layer.keys[..., :300, :], layer.values[..., :300, :]
+    out_slab = target.forward(seq[300:310], torch.arange(300, 310), causal_allowed(10, 300), slab, logits="all")
+    out_plain = target.forward(seq[300:310], torch.arange(300, 310), causal_allowed(10, 300), plain, logits="all")
+    assert torch.allclose(out_slab.logits, out_plain.logits, atol=1e-5)

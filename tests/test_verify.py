@@ -109,3 +109,16 @@ def test_a_leaf_read_is_timed_as_the_targets_work_and_a_computed_row_is_not():
     first = rows.lazy_ms
     _ = rows[leaves[0]]  # read once, kept
     assert rows.lazy_ms == first
+
+
+def test_log_norms_give_each_node_its_parents_log_probabilities():
+    """Each node's target probability (what events show) is its entry of softmax(parent row), whichever rows the
+    block holds (the rows with children, or every slot)."""
+    for seed in range(20):
+        tree, hidden, head = _random_case(seed)
+        full = torch.softmax(hidden @ head.T, dim=-1)
+        want = full[tree.parents + 1, tree.tokens]
+        for every in (False, True):
+            rows = SlotRows(lambda h: h @ head.T, hidden, tree.parents, every_slot=every)
+            got = (rows.at_nodes(tree.tokens) - rows.log_norms()).exp()
+            assert torch.allclose(got, want, atol=1e-6)

@@ -15,7 +15,7 @@ from typing import Any
 
 from .. import metrics
 from ..events import RoundEvent
-from ..methods import OTHER_PRECISION_PLAIN, PLAIN, PLAIN_HF, is_plain
+from ..methods import ORACLE, OTHER_PRECISION_PLAIN, PLAIN, PLAIN_HF, is_plain
 from .records import TurnRecord, pool_events
 
 OVERALL = "overall"
@@ -99,10 +99,23 @@ def aggregate(records: Sequence[TurnRecord], depth: int, eagle: str = "eagle") -
                                       if cell["round_ms"] and not math.isnan(cell["round_ms"]) else math.nan)
             table[m][s] = cell
 
+    # The oracle's speed-up is the ceiling of this engine at these settings: each method's share of it, per run (the
+    # two tokens/s of the same run, so the machine's speed that run cancels out), mean ± std over runs.
+    for m in methods:
+        for s in scopes:
+            cell = table[m][s]
+            if ORACLE in methods:
+                fractions = [row["tokens_per_s"] / o["tokens_per_s"] if o["tokens_per_s"] else math.nan
+                             for row, o in zip(per_run[m][s], per_run[ORACLE][s])]
+            else:
+                fractions = []
+            cell["oracle_fraction_runs"] = fractions
+            cell["oracle_fraction"], cell["oracle_fraction_std"] = mean_std(fractions)
+
     vs_eagle: dict[str, dict[str, Any]] = {}
     if eagle in methods:
         for m in methods:
-            if m == eagle or is_plain(m):
+            if m == eagle or is_plain(m) or m == ORACLE:
                 continue
             row: dict[str, Any] = {}
             for s in scopes:
@@ -119,11 +132,13 @@ def aggregate(records: Sequence[TurnRecord], depth: int, eagle: str = "eagle") -
             vs_eagle[m] = row
 
     mean_speedup = {m: mean_std([table[m][d]["speedup"] for d in datasets])[0] for m in methods}
+    mean_fraction = {m: mean_std([table[m][d]["oracle_fraction"] for d in datasets])[0] for m in methods}
     # The paper's "mean" column: every dataset weighs the same, however many rounds it took (the pooled τ weighs
     # each round the same, so datasets with short acceptances and long answers pull it down).
     mean_tau = {m: mean_std([table[m][d]["tau_pooled"] for d in datasets])[0] for m in methods}
     return {"methods": methods, "datasets": datasets, "runs": runs, "depth": depth, "table": table,
             "baseline": baseline, "vs_eagle": vs_eagle, "mean_speedup_over_datasets": mean_speedup,
+            "oracle": ORACLE if ORACLE in methods else None, "mean_oracle_fraction_over_datasets": mean_fraction,
             "mean_tau_over_datasets": mean_tau}
 
 

@@ -204,9 +204,11 @@ def base_config(args, preset: Preset, budget: int | str) -> DecodeConfig:
 
 def check_methods(names: Sequence[str], preset: Preset) -> None:
     for n in names:
-        if not methods.is_plain(n) and n not in preset.drafts and not n.startswith("random:"):
-            raise ConfigError(f"method {n!r} is not {methods.PLAIN}, {', '.join(methods.OTHER_PRECISION_PLAIN)} or "
-                              f"one of preset {preset.name!r}'s drafts ({', '.join(preset.drafts)}).")
+        if (not methods.is_plain(n) and n != methods.ORACLE and n not in preset.drafts
+                and not n.startswith("random:")):
+            raise ConfigError(f"method {n!r} is not {methods.PLAIN}, {', '.join(methods.OTHER_PRECISION_PLAIN)}, "
+                              f"{methods.ORACLE} or one of preset {preset.name!r}'s drafts "
+                              f"({', '.join(preset.drafts)}).")
 
 
 def warm_up(lanes: Sequence[runner.BenchLane], target, prompt: str, tokens: int, base_cfg: DecodeConfig) -> None:
@@ -276,15 +278,18 @@ def _print_console(agg: dict, meta: dict) -> None:
         return "–" if v is None else f"{v:.{d}f}"
 
     print(f"\n{meta['preset']} | {meta['settings']} | tree budget {meta['budget']}")
+    oracle = agg.get("oracle")
     print(f"{'method':<10} {'tau':>6} {'tau/set':>8} {'tok/s':>16} {'speed-up':>16} {'draft ms':>9} "
-          f"{'verify ms':>10} {'overhead ms':>12}")
+          f"{'verify ms':>10} {'overhead ms':>12}" + (f" {'of oracle':>10}" if oracle else ""))
     for m in agg["methods"]:
         c = agg["table"][m]["overall"]
         tps = f"{f(c['tokens_per_s'], 1)} ± {f(c['tokens_per_s_std'], 1)}"
         sp = f"{f(c['speedup'])} ± {f(c['speedup_std'])}"
         print(f"{m:<10} {f(c['tau_pooled']):>6} {f(agg['mean_tau_over_datasets'][m]):>8} {tps:>16} {sp:>16} "
-              f"{f(c['draft_ms']):>9} {f(c['verify_ms']):>10} {f(c['overhead_ms']):>12}")
-    print("tau = pooled over every round; tau/set = the mean of the datasets' tau (the paper's mean column)")
+              f"{f(c['draft_ms']):>9} {f(c['verify_ms']):>10} {f(c['overhead_ms']):>12}"
+              + (f" {f(c.get('oracle_fraction')):>10}" if oracle else ""))
+    print("tau = pooled over every round; tau/set = the mean of the datasets' tau (the paper's mean column)"
+          + ("; of oracle = tokens/s ÷ the oracle's (its speed-up is the ceiling at these settings)" if oracle else ""))
     print()
 
 

@@ -7,12 +7,14 @@ import argparse
 import statistics
 import time
 from collections.abc import Sequence
+from contextlib import contextmanager
 from dataclasses import replace
 
 import torch
 
 from .. import methods
 from ..decoding.decoder import SpeculativeDecoder, encode_prompt
+from ..decoding.oracle import OracleDecoder
 from ..errors import PossError
 from ..events import DecodeSummary
 from ..models.loading import add_dtype_argument, load_preset_target, parse_dtype
@@ -20,11 +22,23 @@ from ..models.presets import get_preset
 from ..models.tiny import tiny_target
 
 
+@contextmanager
+def _untimed(clock: dict):
+    """Work whose model calls must not count towards any round (the oracle's plain run)."""
+    saved = dict(clock)
+    try:
+        yield
+    finally:
+        clock.update(saved)
+
+
 def measure_overhead(target, draft, cfg, prompt: str = "Tell me a story about a lighthouse keeper.",
                      rounds: int = 60, warmup_rounds: int = 5) -> dict[str, float]:
     """Per draft round: wall, draft and verify ms as events report them, and the engine's own overhead = wall minus
     the time spent inside model forwards (the target's forward and LM head, the draft's specialist layers and its
-    LM head), measured by timing those calls. Nodes per tree are reported to show the tree was full.
+    LM head), measured by timing those calls. Nodes per tree are reported to show the tree was full. `draft` None
+    measures the oracle (the target's own continuation as the draft, padded to the budget): the round of a perfect
+    draft that costs nothing to run.
 
     The target's LM head is also timed both ways on the same rounds: over the rows verification reads (what the
     engine does) and, as an extra call outside the round's accounting, over every slot of the tree (what it did
@@ -62,11 +76,26 @@ def measure_overhead(target, draft, cfg, prompt: str = "Tell me a story about a 
     # Instance attributes shadow the methods for these two objects only; the engine's code is unchanged.
     target.forward = forward_and_full_head
     target.logits = timed_head
-    draft.run_specialist = timed(type(draft).run_specialist.__get__(draft))
-    draft.head_logits = timed(type(draft).head_logits.__get__(draft))
+    patched = [(target, "forward"), (target, "logits")]
+    if draft is not None:
+        draft.run_specialist = timed(type(draft).run_specialist.__get__(draft))
+        draft.head_logits = timed(type(draft).head_logits.__get__(draft))
+        patched += [(draft, "run_specialist"), (draft, "head_logits")]
     try:
-        dec = SpeculativeDecoder(target, draft, replace(cfg, max_new_tokens=10 ** 6))
         ids = encode_prompt(target.tokenizer, prompt)
+        if draft is None:  # the oracle: the plain run it proposes from is made (untimed) before the rounds
+            tokens = (rounds + warmup_rounds + 1) * (cfg.depth + 1)
+            dec = OracleDecoder(target, replace(cfg, max_new_tokens=tokens))
+            with _untimed(clock):
+                dec.prepare(ids)
+            realign = dec._realign
+
+            def untimed_realign(emitted):  # a near-tie's plain run: not a round's model time either
+                with _untimed(clock):
+                    return realign(emitted)
+            dec._realign = untimed_realign
+        else:
+            dec = SpeculativeDecoder(target, draft, replace(cfg, max_new_tokens=10 ** 6))
         rows = []
         gen = dec.generate(ids)
         last = dict(clock)
@@ -86,7 +115,7 @@ def measure_overhead(target, draft, cfg, prompt: str = "Tell me a story about a 
                 gen.close()
                 break
     finally:
-        for obj, name in ((target, "forward"), (target, "logits"), (draft, "run_specialist"), (draft, "head_logits")):
+        for obj, name in patched:
             obj.__dict__.pop(name, None)
     rows = rows[warmup_rounds:]
     if not rows:
@@ -109,7 +138,9 @@ def overhead_main(argv: Sequence[str]) -> int:
     p = argparse.ArgumentParser(prog="python -m poss_core.bench overhead",
                                 description="The engine's own per-round cost (everything but model forwards).")
     p.add_argument("--preset", default="tiny-random")
-    p.add_argument("--draft", default="poss2")
+    p.add_argument("--draft", default="poss2", help="a draft of the preset, or oracle")
+    p.add_argument("--no-oracle", action="store_true",
+                   help="skip the oracle's split (printed after the draft's by default: the round of a perfect draft)")
     p.add_argument("--depth", type=int, default=6)
     p.add_argument("--top-k", type=int, default=10)
     p.add_argument("--tree-budget", type=int, default=60)
@@ -125,11 +156,22 @@ def overhead_main(argv: Sequence[str]) -> int:
     if preset.name == "tiny-random":
         # A tiny target with room for a long decode: the default tiny one has 512 positions.
         target = tiny_target(seed=0, max_positions=8192)
-    draft = methods.load_draft(methods.get_method(preset, args.draft), target, args.depth)
     cfg = methods.decode_config(preset, depth=args.depth, top_k=args.top_k, tree_budget=args.tree_budget)
-    r = measure_overhead(target, draft, cfg, rounds=args.rounds)
-    print(f"{preset.name} target, draft {args.draft}, depth {args.depth}, top-k {args.top_k}, tree budget "
-          f"{args.tree_budget} ({r['nodes']:.0f} drafted nodes per round), {r['rounds']} rounds, "
+    names = [methods.canonical(args.draft)] + ([] if args.no_oracle or args.draft == methods.ORACLE
+                                                else [methods.ORACLE])
+    for name in names:
+        method = methods.get_method(preset, name)
+        draft = None if method.oracle else methods.load_draft(method, target, args.depth)
+        r = measure_overhead(target, draft, cfg, rounds=args.rounds)
+        _print_split(preset.name, name, args, r)
+    return 0
+
+
+def _print_split(preset: str, name: str, args, r: dict[str, float]) -> None:
+    what = "the oracle (the target's own continuation, padded to the budget)" if name == methods.ORACLE else \
+        f"draft {name}"
+    print(f"{preset} target, {what}, depth {args.depth}, top-k {args.top_k}, tree budget "
+          f"{args.tree_budget} ({r['nodes']:.0f} drafted nodes per round, τ {r['tau']:.2f}), {r['rounds']} rounds, "
           f"{torch.get_num_threads()} threads")
     print(f"  round {r['wall_ms']:.2f} ms = draft {r['draft_ms']:.2f} + verify {r['verify_ms']:.2f} + rest "
           f"{r['event_overhead_ms']:.2f} (as events report them)")
@@ -139,4 +181,3 @@ def overhead_main(argv: Sequence[str]) -> int:
     print(f"  target LM head per round: {r['head_ms']:.2f} ms over the {r['head_rows']:.1f} rows verification reads; "
           f"{r['all_head_ms']:.2f} ms over all {r['all_rows']:.1f} slots (timed on the same rounds): "
           f"{saved:.2f} ms saved, {100 * saved / (r['wall_ms'] + saved):.1f}% of a round that heads every slot")
-    return 0

@@ -109,25 +109,39 @@ def header_section(agg: dict[str, Any], identity: dict[str, Any], meta: dict[str
 
 
 def overall_section(agg: dict[str, Any], labels: dict[str, str]) -> list[str]:
+    oracle = agg.get("oracle")
     rows = []
     for m in agg["methods"]:
         c = agg["table"][m][OVERALL]
+        fraction = ([_pm(c["oracle_fraction"], c["oracle_fraction_std"], 2),
+                     _fmt(agg["mean_oracle_fraction_over_datasets"][m], 2)] if oracle else [])
         rows.append([_title(m, labels), _fmt(c["tau_pooled"]), _fmt(agg["mean_tau_over_datasets"][m]),
                      _pm(c["tokens_per_s"], c["tokens_per_s_std"], 1),
                      _pm(c["speedup"], c["speedup_std"], 2, "×"), _fmt(agg["mean_speedup_over_datasets"][m], 2),
-                     str(c["new_tokens"]), str(c["rounds"])])
-    return ["## Overall", "", _md_table(["method", "τ (pooled)", "τ (mean of datasets)", "tokens/s",
-                                        "speed-up (pooled)", "speed-up (mean of datasets)", "new tokens", "rounds"],
-                                       rows), ""]
+                     *fraction, str(c["new_tokens"]), str(c["rounds"])])
+    header = ["method", "τ (pooled)", "τ (mean of datasets)", "tokens/s", "speed-up (pooled)",
+              "speed-up (mean of datasets)"]
+    if oracle:
+        header += ["of the oracle's speed-up (pooled)", "of the oracle's (mean of datasets)"]
+    out = ["## Overall", ""]
+    if oracle:
+        out += [f"The oracle ({_title(oracle, labels)}) proposes the target's own continuation, so every round "
+                f"accepts up to the depth: its speed-up is the most any draft can reach with this engine on this "
+                f"machine at these settings. \"Of the oracle's\" = a method's tokens/s ÷ the oracle's in the same "
+                f"run (= its speed-up ÷ the oracle's).", ""]
+    return out + [_md_table(header + ["new tokens", "rounds"], rows), ""]
 
 
 def per_dataset_sections(agg: dict[str, Any], labels: dict[str, str]) -> list[str]:
     """τ, speed-up and tokens/s, one table each, a column per dataset."""
     t, scopes = agg["table"], agg["datasets"] + [OVERALL]
     out: list[str] = []
-    for title, key, digits, suffix in (("τ (mean acceptance length)", "tau", 2, ""),
-                                       ("Speed-up over the faster plain decoder", "speedup", 2, "×"),
-                                       ("Tokens per second", "tokens_per_s", 1, "")):
+    tables = [("τ (mean acceptance length)", "tau", 2, ""),
+              ("Speed-up over the faster plain decoder", "speedup", 2, "×"),
+              ("Tokens per second", "tokens_per_s", 1, "")]
+    if agg.get("oracle"):
+        tables.insert(2, ("Speed-up as a fraction of the oracle's", "oracle_fraction", 2, ""))
+    for title, key, digits, suffix in tables:
         out += [f"## {title} per dataset", ""]
         rows = []
         for m in agg["methods"]:

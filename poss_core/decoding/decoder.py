@@ -167,6 +167,14 @@ class SpeculativeDecoder(_BaseDecoder):
         self.draft = draft
         self._stats_depth = config.depth
 
+    def _new_state(self, ids: torch.Tensor):
+        """What the draft keeps between rounds; `generate` feeds it each round's committed tokens (`add_rows`)."""
+        return DraftState(self.draft)
+
+    def _draft_tree(self, state, depth: int) -> DraftTree:
+        cfg = self.config
+        return build_tree(self.draft, state, depth, cfg.top_k, cfg.tree_budget, cfg.depth_stop)
+
     def _target_rows(self, hidden: torch.Tensor) -> torch.Tensor:
         """What verification reads at a slot: the target's logits (greedy) or the distribution it samples from."""
         logits = self.target.logits(hidden)
@@ -182,7 +190,7 @@ class SpeculativeDecoder(_BaseDecoder):
         gen = self._generator()
         stream = _Stream(self.target.tokenizer, self.target.eos_ids, cfg.max_new_tokens)
         cache = self.target.new_cache()
-        state = DraftState(self.draft)
+        state = self._new_state(ids)
         events: list[RoundEvent] = []
 
         t0 = time.perf_counter()
@@ -202,8 +210,7 @@ class SpeculativeDecoder(_BaseDecoder):
             t_round = time.perf_counter()
             # Committed tokens never exceed the context window: accepted nodes plus the bonus must fit.
             depth = min(cfg.depth, self.target.max_context - n - 1)
-            tree = (build_tree(self.draft, state, depth, cfg.top_k, cfg.tree_budget, cfg.depth_stop) if depth > 0
-                    else DraftTree.empty(self.target.hidden_size))
+            tree = self._draft_tree(state, depth) if depth > 0 else DraftTree.empty(self.target.hidden_size)
             draft_ms = _ms(t_round)
 
             t0 = time.perf_counter()
@@ -217,7 +224,7 @@ class SpeculativeDecoder(_BaseDecoder):
 
             if cfg.greedy:
                 path, bonus = verify_greedy(tree, rows)
-                target_probs = (rows.at_nodes(tree.tokens) - torch.logsumexp(rows.block, dim=-1)[rows.where]).exp()
+                target_probs = (rows.at_nodes(tree.tokens) - rows.log_norms()).exp()
             else:
                 path, bonus = verify_sampling(tree, rows, gen)
                 target_probs = rows.at_nodes(tree.tokens)
@@ -257,7 +264,7 @@ def _nodes(tree: DraftTree) -> list[DraftNode]:
 
 def _feature_deviation(tree: DraftTree, path: list[int], hidden: torch.Tensor) -> list[FeatureDeviation]:
     """For accepted position k: the draft's predicted feature at the slot before it vs the target's true feature."""
-    if not path:
+    if not path or tree.root_feature is None:  # a draft without features (the oracle) has no deviation
         return []
     predicted = [tree.root_feature] + [tree.node_features[a] for a in path[:-1]]
     true_slots = [0] + [a + 1 for a in path[:-1]]

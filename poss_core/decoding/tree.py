@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..models.draft import DraftModel, DraftState
+from ..models.draft import DraftKV, DraftModel, DraftState
 from ..models.target import causal_allowed, float_mask
 
 
@@ -85,8 +85,7 @@ class _TreeRows:
         self.depths[r:r + n] = depth
         if parent_rows is not None:
             self.anc[r:r + n] = self.anc[parent_rows]
-        idx = torch.arange(r, r + n, device=self.anc.device)
-        self.anc[idx, idx] = True
+        self.anc[r:r + n, r:r + n].fill_diagonal_(True)
         self.count += n
 
 
@@ -99,19 +98,24 @@ def _run_group(draft: DraftModel, state: DraftState, rows: _TreeRows, group: int
         raise RuntimeError("a specialist read tree rows before the context: the draft state is inconsistent")
     c = state.num_rows
     device = rows.tokens.device
-    tokens = torch.cat([ctx_tokens, rows.tokens[r0:r1]])
-    feats = torch.cat([ctx_feats, rows.features[r0:r1]])
-    positions = torch.cat([torch.arange(start, c, device=device), c - 1 + rows.depths[r0:r1]])
+    if n_ctx:
+        tokens = torch.cat([ctx_tokens, rows.tokens[r0:r1]])
+        feats = torch.cat([ctx_feats, rows.features[r0:r1]])
+        positions = torch.cat([torch.arange(start, c, device=device), c - 1 + rows.depths[r0:r1]])
+    else:  # a specialist already up to date with the context: only tree rows (the common case past depth 1)
+        tokens, feats, positions = rows.tokens[r0:r1], rows.features[r0:r1], c - 1 + rows.depths[r0:r1]
     past = start + r0
     q = int(tokens.numel())
-    allowed = torch.zeros(q, past + q, dtype=torch.bool, device=device)
-    if n_ctx:
+    # Keys: the c context rows, then the r1 tree rows (past + q == c + r1 either way).
+    allowed = torch.empty(q, past + q, dtype=torch.bool, device=device)
+    if n_ctx:  # new context rows: the cache and each other causally, no tree row
         allowed[:n_ctx, :c] = causal_allowed(n_ctx, start, device)
-    if r1 > r0:
+        allowed[:n_ctx, c:] = False
+    if r1 > r0:  # tree rows: the whole context and their ancestors
         allowed[n_ctx:, :c] = True
-        allowed[n_ctx:, c:c + r1] = rows.anc[r0:r1, :r1]
-    out = draft.run_specialist(group, tokens[None], feats[None], positions[None],
-                               float_mask(allowed, feats.dtype), state.cache)[0]
+        allowed[n_ctx:, c:] = rows.anc[r0:r1, :r1]
+    mask = allowed if isinstance(state.cache, DraftKV) else float_mask(allowed, feats.dtype)
+    out = draft.run_specialist(group, tokens[None], feats[None], positions[None], mask, state.cache)[0]
     if n_ctx:
         state.mark_read(group)
     done[group] = r1
@@ -135,15 +139,19 @@ def build_tree(draft: DraftModel, state: DraftState, depth: int, top_k: int, tre
     root_feature = _run_group(draft, state, rows, g0, done)[-1]
     logp = torch.log_softmax(draft.head_logits(root_feature).float(), dim=-1)
     top = torch.topk(logp, k)
+    # Candidates by depth: depth 1 has k, every further depth k*k (k children of each of the k frontier nodes).
     cand_tokens = [draft.to_full_vocab(top.indices)]
     cand_parents = [torch.full((k,), -1, dtype=torch.long, device=device)]
-    cand_depths = [torch.ones(k, dtype=torch.long, device=device)]
     cand_scores = [top.values]
     cand_logp = [top.values]
-    cand_groups = [torch.full((k,), g0, dtype=torch.long, device=device)]
-    features: dict[int, torch.Tensor] = {}
+    groups = [g0]
+    # The draft's predicted feature at each expanded candidate: row j of torch.cat(feature_rows) belongs to
+    # candidate feature_of[j] (a tensor lookup at pruning, no loop over nodes).
+    feature_rows: list[torch.Tensor] = []
+    feature_of: list[torch.Tensor] = []
 
     frontier = torch.arange(k, device=device)  # candidate indices
+    frontier_tokens = cand_tokens[0]
     frontier_scores = top.values
     frontier_feats = root_feature.expand(k, -1)
     frontier_parent_rows: torch.Tensor | None = None
@@ -154,31 +162,36 @@ def build_tree(draft: DraftModel, state: DraftState, depth: int, top_k: int, tre
         # topk sorts: entry 0 is the best path at depth d. Without a stop, no read-back (a device sync on a GPU).
         if depth_stop > 0 and float(frontier_scores[0]) < stop_below:
             break
-        rows.add(torch.cat(cand_tokens)[frontier], frontier_feats, d, frontier_parent_rows)
+        rows.add(frontier_tokens, frontier_feats, d, frontier_parent_rows)
         g = draft.specialist_of(d + 1)
         out = _run_group(draft, state, rows, g, done)[-k:]
-        for i, c in enumerate(frontier.tolist()):
-            features[c] = out[i]
+        feature_rows.append(out)
+        feature_of.append(frontier)
         logp = torch.log_softmax(draft.head_logits(out).float(), dim=-1)
         top = torch.topk(logp, k, dim=-1)
-        cum = frontier_scores[:, None] + top.values
-        cand_tokens.append(draft.to_full_vocab(top.indices).reshape(-1))
-        cand_parents.append(frontier.repeat_interleave(k))
-        cand_depths.append(torch.full((k * k,), d + 1, dtype=torch.long, device=device))
-        cand_scores.append(cum.reshape(-1))
+        cum = (frontier_scores[:, None] + top.values).reshape(-1)
+        tokens = draft.to_full_vocab(top.indices).reshape(-1)
+        cand_tokens.append(tokens)
+        cand_parents.append(frontier)
+        cand_scores.append(cum)
         cand_logp.append(top.values.reshape(-1))
-        cand_groups.append(torch.full((k * k,), g, dtype=torch.long, device=device))
-        best = torch.topk(cum.reshape(-1), k)
-        this_rows = torch.arange(rows.count - k, rows.count, device=device)
-        frontier_parent_rows = this_rows[best.indices // k]
-        frontier_feats = out[best.indices // k]
+        groups.append(g)
+        best = torch.topk(cum, k)
+        parent = best.indices // k  # which frontier row each new frontier node hangs from
+        frontier_parent_rows = parent + (rows.count - k)
+        frontier_feats = out[parent]
+        frontier_tokens = tokens[best.indices]
         frontier_scores = best.values
         frontier = n_cand + best.indices
         n_cand += k * k
         depth_ms.append(ms_since(t0))
     state.reset_tree()
-    tree = _prune(torch.cat(cand_tokens), torch.cat(cand_parents), torch.cat(cand_depths), torch.cat(cand_scores),
-                  torch.cat(cand_logp), torch.cat(cand_groups), root_feature, features, tree_budget)
+    sizes = torch.tensor([k] + [k * k] * (len(groups) - 1), device=device)
+    parents = torch.cat([cand_parents[0]] + [p.repeat_interleave(k) for p in cand_parents[1:]])
+    depths = torch.repeat_interleave(torch.arange(1, len(groups) + 1, device=device), sizes)
+    tree = _prune(torch.cat(cand_tokens), parents, depths, torch.cat(cand_scores), torch.cat(cand_logp),
+                  torch.repeat_interleave(torch.tensor(groups, device=device), sizes), root_feature, feature_rows,
+                  feature_of, tree_budget)
     tree.depth_ms = depth_ms
     return tree
 
@@ -194,22 +207,27 @@ def ms_since(t0: float) -> float:
     return (time.perf_counter() - t0) * 1000.0
 
 
-def _prune(tokens, parents, depths, scores, logp, groups, root_feature, features, tree_budget) -> DraftTree:
+def _prune(tokens, parents, depths, scores, logp, groups, root_feature, feature_rows, feature_of,
+           tree_budget) -> DraftTree:
     """Keep the best `tree_budget - 1` candidates. A child's score never exceeds its parent's; the small depth
     penalty breaks exact ties (log-prob 0) in the parent's favour, so the kept set is always a tree."""
-    keep = min(tree_budget - 1, int(scores.numel()))
+    n = int(scores.numel())
+    keep = min(tree_budget - 1, n)
     key = scores.double() - 1e-9 * depths.double()
     sel = torch.sort(torch.topk(key, keep).indices).values  # creation order: parents before children
-    remap = torch.full((int(scores.numel()) + 1,), -1, dtype=torch.long, device=scores.device)
+    remap = torch.full((n + 1,), -1, dtype=torch.long, device=scores.device)
     remap[sel + 1] = torch.arange(keep, device=scores.device)
     new_parents = remap[parents[sel] + 1]
     h = root_feature.shape[-1]
     node_features = torch.zeros(keep, h, dtype=root_feature.dtype, device=root_feature.device)
-    has_feature = torch.zeros(keep, dtype=torch.bool)
-    for i, c in enumerate(sel.tolist()):
-        f = features.get(c)
-        if f is not None:
-            node_features[i] = f
-            has_feature[i] = True
+    if feature_rows:
+        row_of = torch.full((n,), -1, dtype=torch.long, device=scores.device)
+        row_of[torch.cat(feature_of)] = torch.arange(sum(int(f.numel()) for f in feature_of), device=scores.device)
+        rows = row_of[sel]
+        has = rows >= 0
+        node_features[has] = torch.cat(feature_rows)[rows[has]]
+        has_feature = has.cpu()
+    else:
+        has_feature = torch.zeros(keep, dtype=torch.bool)
     return DraftTree(tokens[sel].cpu(), new_parents.cpu(), depths[sel].cpu(), scores[sel].float().cpu(),
                      logp[sel].exp().float().cpu(), groups[sel].cpu(), root_feature, node_features, has_feature)

@@ -14,7 +14,6 @@ from transformers import DynamicCache, LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
 
 from ..errors import CheckpointError
-from .target import truncate_cache_layer
 
 METHODS = ("eagle", "poss", "stacked")
 
@@ -147,10 +146,13 @@ class DraftModel(nn.Module):
         return lookup[full_ids.to(self.draft_vocab.device)]
 
     def run_specialist(self, group: int, tokens: torch.Tensor, features: torch.Tensor, position_ids: torch.Tensor,
-                       attention_mask: torch.Tensor | None, cache: DynamicCache | None = None) -> torch.Tensor:
+                       attention_mask: torch.Tensor | None, cache: DynamicCache | DraftKV | None = None) -> torch.Tensor:
         """Rows (emb(token_t+1), feature_t) -> predicted feature_t+1 through one specialist.
 
-        Shapes: tokens [B, q], features [B, q, H], position_ids [B, q], attention_mask float [B|1, 1, q, k]."""
+        Shapes: tokens [B, q], features [B, q, H], position_ids [B, q], attention_mask float [B|1, 1, q, k] (with a
+        `DraftKV` cache, decoding's: batch 1 and a bool [q, k] mask, True where a row may look)."""
+        if isinstance(cache, DraftKV):
+            return self._decode_rows(group, tokens[0], features[0], position_ids[0], attention_mask, cache)[None]
         x = self.fc(torch.cat([self.embed_tokens(tokens).to(features.dtype), features], dim=-1))
         pos_emb = self.rotary_emb(x, position_ids)
         for li in self.groups[group]:
@@ -158,13 +160,144 @@ class DraftModel(nn.Module):
                                 use_cache=cache is not None, position_embeddings=pos_emb)
         return x
 
+    # ----- decoding's path: the same layers with fewer, larger ops --------------------------------------------
+    # Drafting runs a specialist over a handful of rows per depth, so the transformers layer's many small ops and
+    # its cache's concatenations cost as much as the matmuls. This path computes the same function for inference:
+    # q/k/v and gate/up as one matmul each (fused copies of the weights, rebuilt when the weights change), RoPE
+    # read from a precomputed table, keys and values written into a preallocated `DraftKV`, and a bool mask
+    # handed straight to SDPA (grouped-query heads without copies).
+    def _decode_rows(self, group: int, tokens: torch.Tensor, features: torch.Tensor, positions: torch.Tensor,
+                     allowed: torch.Tensor, kv: "DraftKV") -> torch.Tensor:
+        x = F.linear(torch.cat([self.embed_tokens(tokens).to(features.dtype), features], dim=-1), self.fc.weight,
+                     self.fc.bias)
+        cos, sin = self._rope_rows(positions, x.dtype)
+        mask = allowed[None, None]
+        for li in self.groups[group]:
+            x = self._decode_layer(li, x, cos, sin, mask, kv)
+        return x
+
+    def _decode_layer(self, li: int, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor,
+                      kv: "DraftKV") -> torch.Tensor:
+        f = self._fused_layer(li)
+        n = int(x.shape[0])
+        h = x if f["in_norm"] is None else f["in_norm"](x)
+        q, k, v = F.linear(h, f["wqkv"], f["bqkv"]).split(f["split"], dim=-1)
+        q = q.view(n, f["heads"], f["head_dim"]).transpose(0, 1)
+        k = k.view(n, f["kv_heads"], f["head_dim"]).transpose(0, 1)
+        v = v.view(n, f["kv_heads"], f["head_dim"]).transpose(0, 1)
+        q = q * cos + _rotate_half(q) * sin
+        k = k * cos + _rotate_half(k) * sin
+        keys, values = kv.append(li, k, v)
+        attn = F.scaled_dot_product_attention(q[None], keys[None], values[None], attn_mask=mask,
+                                              scale=f["scale"], enable_gqa=f["kv_heads"] != f["heads"])
+        x = x + F.linear(attn[0].transpose(0, 1).reshape(n, -1), f["wo"], f["bo"])
+        h = _rms_norm(x, f["post_w"], f["post_eps"])
+        gate, up = F.linear(h, f["wgu"], f["bgu"]).chunk(2, dim=-1)
+        return x + F.linear(F.silu(gate) * up, f["wdown"], f["bdown"])
+
+    def _fused_layer(self, li: int) -> dict:
+        """Fused copies of layer li's weights for `_decode_layer`, rebuilt whenever a weight changed (training)."""
+        layer = self.layers[li]
+        att, mlp = layer.self_attn, layer.mlp
+        params = (att.q_proj, att.k_proj, att.v_proj, att.o_proj, mlp.gate_proj, mlp.up_proj, mlp.down_proj)
+        stamp = tuple((m.weight.data_ptr(), m.weight._version) for m in params) + (
+            layer.post_attention_layernorm.weight._version,)
+        cache = self.__dict__.setdefault("_fused", {})
+        known = cache.get(li)
+        if known is not None and known["stamp"] == stamp:
+            return known
+
+        def cat_bias(*mods):
+            if all(m.bias is None for m in mods):
+                return None
+            return torch.cat([m.bias if m.bias is not None else torch.zeros(m.out_features, dtype=m.weight.dtype,
+                                                                           device=m.weight.device) for m in mods])
+
+        with torch.no_grad():
+            fused = {
+                "stamp": stamp,
+                "wqkv": torch.cat([att.q_proj.weight, att.k_proj.weight, att.v_proj.weight]).detach(),
+                "bqkv": cat_bias(att.q_proj, att.k_proj, att.v_proj),
+                "split": [att.q_proj.out_features, att.k_proj.out_features, att.v_proj.out_features],
+                "wo": att.o_proj.weight.detach(), "bo": att.o_proj.bias,
+                "wgu": torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]).detach(),
+                "bgu": cat_bias(mlp.gate_proj, mlp.up_proj),
+                "wdown": mlp.down_proj.weight.detach(), "bdown": mlp.down_proj.bias,
+                "head_dim": att.head_dim, "heads": att.q_proj.out_features // att.head_dim,
+                "kv_heads": att.k_proj.out_features // att.head_dim, "scale": att.scaling,
+                "in_norm": None if isinstance(layer.input_layernorm, nn.Identity) else layer.input_layernorm,
+                "post_w": layer.post_attention_layernorm.weight,
+                "post_eps": layer.post_attention_layernorm.variance_epsilon,
+            }
+        if self.config.hidden_act != "silu":
+            raise CheckpointError(f"draft activation {self.config.hidden_act!r} is not supported: use silu.")
+        cache[li] = fused
+        return fused
+
+    def _rope_rows(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin [q, head_dim] at these positions, read from a table computed once (as the rotary module
+        computes them)."""
+        table = self.__dict__.get("_rope_table")
+        need = int(positions.max()) + 1 if positions.numel() else 1
+        if table is None or table[0].dtype != dtype or table[0].shape[0] < need:
+            size = max(need, int(getattr(self.config, "max_position_embeddings", 0) or 0), 1)
+            pos = torch.arange(size, device=positions.device)[None]
+            with torch.no_grad():
+                cos, sin = self.rotary_emb(torch.empty(0, dtype=dtype, device=positions.device), pos)
+            table = (cos[0], sin[0])
+            self.__dict__["_rope_table"] = table
+        return table[0][positions], table[1][positions]
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """LlamaRMSNorm's arithmetic (in float32, then back to the input's dtype)."""
+    h = x.float()
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * h.to(x.dtype)
+
+
+class DraftKV:
+    """The draft's keys and values during decoding: one preallocated buffer per draft layer, [kv_heads, capacity,
+    head_dim], grown by doubling. Appending writes in place (no concatenation of the whole cache per call) and
+    truncating only moves a length."""
+
+    def __init__(self, num_layers: int) -> None:
+        self.keys: list[torch.Tensor | None] = [None] * num_layers
+        self.values: list[torch.Tensor | None] = [None] * num_layers
+        self.lengths = [0] * num_layers
+
+    def append(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Add rows k, v [kv_heads, n, head_dim]; return every cached row of the layer (views of the buffers)."""
+        length, n = self.lengths[layer], int(k.shape[1])
+        buf = self.keys[layer]
+        if buf is None or length + n > buf.shape[1]:
+            cap = max(256, 2 * (length + n))
+            for store in (self.keys, self.values):
+                old = store[layer]
+                new = torch.empty(k.shape[0], cap, k.shape[2], dtype=k.dtype, device=k.device)
+                if old is not None and length:
+                    new[:, :length] = old[:, :length]
+                store[layer] = new
+        self.keys[layer][:, length:length + n] = k
+        self.values[layer][:, length:length + n] = v
+        self.lengths[layer] = length + n
+        return self.keys[layer][:, :length + n], self.values[layer][:, :length + n]
+
+    def truncate(self, layer: int, length: int) -> None:
+        self.lengths[layer] = min(self.lengths[layer], length)
+
 
 class DraftState:
     """Per-decode draft state: one KV cache layer per draft layer, and how far each specialist has read the context."""
 
     def __init__(self, draft: DraftModel) -> None:
         self.draft = draft
-        self.cache = DynamicCache()  # layers appear as specialists first write
+        self.cache = DraftKV(len(draft.layers))
         self.num_rows = 0  # context rows known (tokens whose preceding target feature is known)
         self.read = [0] * draft.num_specialists  # context rows in each specialist's cache
         self._tokens = torch.empty(0, dtype=torch.long, device=draft.fc.weight.device)
@@ -197,17 +330,10 @@ class DraftState:
         """Drop this round's tree rows from every specialist's cache, keeping what it read of the context."""
         for g, layers in enumerate(self.draft.groups):
             for li in layers:
-                if li < len(self.cache.layers):
-                    truncate_cache_layer(self.cache, li, self.read[g])
+                self.cache.truncate(li, self.read[g])
 
     def cache_len(self, group: int) -> int:
-        li = self.draft.groups[group][0]
-        if li >= len(self.cache.layers):
-            return 0
-        layer = self.cache.layers[li]
-        if not getattr(layer, "is_initialized", True) or layer.keys is None:
-            return 0
-        return int(layer.keys.shape[-2])
+        return self.cache.lengths[self.draft.groups[group][0]]
 
 
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
+from transformers.cache_utils import DynamicLayer
 
 
 @dataclass
@@ -28,12 +29,97 @@ def causal_allowed(q: int, past: int, device: torch.device | str = "cpu") -> tor
     return allowed
 
 
+class KVSlab:
+    """Every layer's keys and values in one preallocated buffer [layers, 2, batch, kv_heads, capacity, head_dim],
+    grown by doubling. Layers hold prefix views of it, so a forward writes its new rows in place instead of
+    concatenating each layer's whole cache, and committing a verified tree is one gather over all layers."""
+
+    def __init__(self, num_layers: int) -> None:
+        self.num_layers = num_layers
+        self.data: torch.Tensor | None = None
+        self.layers: list[SlabLayer] = []
+
+    def reserve(self, like: torch.Tensor, length: int) -> torch.Tensor:
+        """The buffer, with room for `length` rows per layer (layers' views are rebound when it grows)."""
+        if self.data is None or self.data.shape[-2] < length:
+            b, h, _, d = like.shape
+            cap = max(256, 2 * length)
+            new = torch.empty(self.num_layers, 2, b, h, cap, d, dtype=like.dtype, device=like.device)
+            if self.data is not None:
+                old = self.data.shape[-2]
+                new[..., :old, :] = self.data
+            self.data = new
+            for layer in self.layers:
+                if layer.is_initialized:
+                    layer.bind(layer.keys.shape[-2])
+        return self.data
+
+
+class SlabLayer(DynamicLayer):
+    """A DynamicLayer whose keys and values are prefix views of a `KVSlab` (row i of the cache is row i of the
+    slab), so transformers reads it like any dynamic layer and slicing it (truncation) still works."""
+
+    def __init__(self, slab: KVSlab, index: int) -> None:
+        super().__init__()
+        self.slab, self.index = slab, index
+        slab.layers.append(self)
+
+    def bind(self, length: int) -> None:
+        self.keys = self.slab.data[self.index, 0, ..., :length, :]
+        self.values = self.slab.data[self.index, 1, ..., :length, :]
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        self.device = key_states.device
+        self.slab.reserve(key_states, key_states.shape[-2])
+        self.bind(0)
+        self.is_initialized = True
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        n, q = self.keys.shape[-2], key_states.shape[-2]
+        data = self.slab.reserve(key_states, n + q)
+        data[self.index, 0, ..., n:n + q, :] = key_states
+        data[self.index, 1, ..., n:n + q, :] = value_states
+        self.bind(n + q)
+        return self.keys, self.values
+
+    def get_seq_length(self) -> int:
+        return self.keys.shape[-2] if self.is_initialized else 0
+
+    def reset(self) -> None:
+        self.is_initialized = False
+        self.keys = self.values = None
+
+
+def slab_cache(config) -> DynamicCache:
+    """A DynamicCache whose layers share one `KVSlab` (a dynamic cache as transformers builds it if the model has
+    other kinds of layers, e.g. sliding windows)."""
+    cache = DynamicCache(config=config)
+    if cache.layers and all(type(layer) is DynamicLayer for layer in cache.layers):
+        slab = KVSlab(len(cache.layers))
+        cache.layers = [SlabLayer(slab, i) for i in range(len(cache.layers))]
+    return cache
+
+
 @torch.inference_mode()
 def keep_cache_slots(cache: DynamicCache, past_len: int, keep: torch.Tensor) -> None:
     """Keep the first `past_len` entries plus the entries at `past_len + keep` (in that order); drop the rest.
 
-    Only the tail is rewritten, so committing a verified tree costs O(tree), not O(context)."""
+    Only the tail is rewritten, so committing a verified tree costs O(tree), not O(context). With a `KVSlab` it is
+    one gather over every layer at once, and nothing at all when the kept slots already come first (a chain)."""
     n = int(keep.numel())
+    layers = cache.layers
+    if layers and all(isinstance(layer, SlabLayer) and layer.is_initialized for layer in layers):
+        slab = layers[0].slab
+        if all(layer.slab is slab and layer.keys.shape[-2] == layers[0].keys.shape[-2] for layer in layers) \
+                and len(layers) == slab.num_layers:
+            if not torch.equal(keep.cpu(), torch.arange(n)):
+                data = slab.data
+                data[..., past_len:past_len + n, :] = data[..., keep.to(data.device) + past_len, :]
+            for layer in layers:
+                layer.bind(past_len + n)
+            return
     for layer in cache.layers:
         if not getattr(layer, "is_initialized", True) or layer.keys is None:
             continue
@@ -87,7 +173,7 @@ class TargetModel:
         return ids
 
     def new_cache(self) -> DynamicCache:
-        return DynamicCache(config=self.config)
+        return slab_cache(self.config)
 
     @torch.inference_mode()
     def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor, allowed: torch.Tensor,
