@@ -71,7 +71,7 @@ class RunSettings:
             message: str | list[dict] = list(history) + [{"role": "user", "content": self.prompt}]
         else:
             message = self.prompt
-        order = list(methods.preset_methods(get_preset(self.preset)))
+        order = list(methods.lane_methods(get_preset(self.preset)))
         chosen = sorted({methods.canonical(m) for m in self.methods or []},
                         key=lambda m: order.index(m) if m in order else len(order))
         return RunSpec(prompt=message, methods=chosen, preset=self.preset, temperature=_num(self.temperature, float),
@@ -243,4 +243,4 @@ def method_choices(preset: Preset) -> list[tuple[str, str]]:
     """(label, value) pairs for the methods a preset offers, plain decoding first: each method's label, with
     "(untrained)" after a draft that is a random stand-in (nothing trained is bundled for it yet)."""
     return [(m.label if m.trained else f"{m.label} (untrained)", name)
-            for name, m in methods.preset_methods(preset).items()]
+            for name, m in methods.lane_methods(preset).items()]

@@ -31,7 +31,7 @@ _SHORT_AND_COLOR = {
     "eagle": ("EAGLE", "#0072B2"), "poss1": ("POSS-1", "#E69F00"), "poss2": ("POSS-2", "#009E73"),
     "poss3": ("POSS-3", "#CC79A7"), "matched": ("Matched", "#56B4E9"), "hass": ("HASS", "#8C6BB1"),
     "eagle-reproduce": ("EAGLE (retrained)", "#F0E442"),
-    "oracle": ("Oracle", "#000000"),
+    "oracle": ("Oracle", "#D55E00"),
 }
 # The ceiling: a "draft" that is the target's own continuation (known from a plain run of the same prompt), so every
 # round accepts up to the depth. Offered with every preset beside its drafts (`lane_methods`), never trained.
@@ -61,7 +61,7 @@ PLAIN_METHODS = {
     **{p: Method(p, f"Plain decoding ({p[6:]} copy of the target)", f"Plain ({p[6:]})", "#bbbbbb")
        for p in OTHER_PRECISION_PLAIN},
 }
-ORACLE_METHOD = Method(ORACLE, "Oracle (the target's own continuation)", "Oracle", "#000000", oracle=True)
+ORACLE_METHOD = Method(ORACLE, "Oracle (the target's own continuation)", "Oracle", "#D55E00", oracle=True)
 
 
 def canonical(name: str) -> str:

@@ -494,7 +494,7 @@ def test_preset_switch_and_app_flags():
 
     out = handlers.preset_handler("tiny-random")
     methods = out[0]
-    assert [v for _, v in methods.choices] == ["plain", "eagle", "poss1", "poss2", "poss3", "matched"]
+    assert [v for _, v in methods.choices] == ["plain", "eagle", "poss1", "poss2", "poss3", "matched", "oracle"]
     assert methods.value == ["plain", "eagle", "poss2"]
     smol = get_preset(DEFAULT_PRESET)
     note = render.draft_note(smol)
