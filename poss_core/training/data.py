@@ -11,7 +11,6 @@ rebuilds the features from such a file on a fresh machine without generating aga
 from __future__ import annotations
 
 import argparse
-import glob
 import json
 import random
 import sys
@@ -28,31 +27,12 @@ from tqdm import tqdm
 
 from ..decoding.decoder import encode_prompt
 from ..errors import PossError, run_cli
+from ..prompt_files import jsonl_rows, prompt_from_row, read_prompts
 from ..models.target import TargetModel
 from .trainer import TrainSequence
 
 
 # ----- prompts -------------------------------------------------------------------------------------------------------
-def prompt_from_row(row: dict) -> str | list[dict] | None:
-    """A prompt (or a conversation's opening messages) from the common dataset layouts."""
-    if "conversations" in row:  # ShareGPT: keep the first human turn (the target writes the answers itself)
-        for turn in row["conversations"]:
-            if turn.get("from") in ("human", "user"):
-                return str(turn.get("value", ""))
-        return None
-    if "messages" in row:
-        users = [m for m in row["messages"] if m.get("role") == "user"]
-        return str(users[0]["content"]) if users else None
-    if "turns" in row:
-        return str(row["turns"][0])
-    for key in ("question", "prompt", "instruction", "text"):
-        if row.get(key):
-            text = str(row[key])
-            extra = (row.get("instances") or [{}])[0].get("input") if key == "instruction" else None
-            return f"{text}\n\n{extra}" if extra else text
-    return None
-
-
 def answer_from_row(row: dict) -> str | None:
     """A dataset's own answer for its prompt, where the layout has one (gsm8k, self-instruct, ShareGPT)."""
     if "conversations" in row:
@@ -71,43 +51,14 @@ def answer_from_row(row: dict) -> str | None:
     return None
 
 
-def _files(paths: list[str]) -> Iterator[Path]:
-    """The files a list of paths/globs names, refusing the evaluation sets."""
-    for pattern in paths:
-        for f in sorted(glob.glob(pattern)) or [pattern]:
-            p = Path(f)
-            if "eval" in p.parts:
-                raise PossError(f"{f} is an evaluation set: drafts are never trained or calibrated on eval/ prompts.")
-            if not p.is_file():
-                raise PossError(f"prompt file {f} does not exist.")
-            yield p
-
-
-def _jsonl_rows(paths: list[str]) -> Iterator[dict]:
-    for p in _files(paths):
-        if p.suffix == ".jsonl":
-            for line in p.read_text().splitlines():
-                if line.strip():
-                    yield json.loads(line)
-
-
 def read_pairs(paths: list[str]) -> list[tuple[str, str]]:
     """(prompt, dataset answer) pairs, for feature extraction on fixed answers (as EAGLE trained on ShareGPT)."""
     pairs = []
-    for row in _jsonl_rows(paths):
+    for row in jsonl_rows(paths):
         prompt, answer = prompt_from_row(row), answer_from_row(row)
         if prompt and answer and prompt.strip() and answer.strip():
             pairs.append((prompt, answer))
     return pairs
-
-
-def read_prompts(paths: list[str]) -> list[str]:
-    """Prompts from JSONL files (any layout above) or text files (one prompt per line). Refuses the eval sets."""
-    prompts = [p for row in _jsonl_rows(paths) if (p := prompt_from_row(row)) and p.strip()]
-    for f in _files(paths):
-        if f.suffix != ".jsonl":
-            prompts.extend(line.strip() for line in f.read_text().splitlines() if line.strip())
-    return prompts
 
 
 # ----- prompts the target writes itself (Magpie, arXiv 2406.08464) --------------------------------------------------
