@@ -15,7 +15,6 @@ import json
 import random
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
