@@ -87,3 +87,22 @@ def test_bonus_prob_round_trips_and_old_events_load():
     old = e.to_json()
     del old["bonus_prob"]
     assert RoundEvent.from_json(old).bonus_prob is None
+
+
+def test_decoders_record_the_targets_probability_of_its_bonus():
+    from poss_core import compare
+    for temperature in (0.0, 0.8):
+        comp = compare.start(compare.RunSpec("Hello there", ["eagle"], "tiny-random", temperature=temperature,
+                                             max_new_tokens=6))
+        try:
+            while comp.turn():
+                pass
+        finally:
+            comp.close()
+        rounds = [e for e in comp.lanes[0].events if not e.prefill]
+        assert rounds and all(e.bonus_prob is not None and 0.0 < e.bonus_prob <= 1.0 + 1e-6 for e in rounds)
+        if temperature == 0.0:  # greedy: the bonus is the target's argmax, at least as likely as any candidate there
+            for e in rounds:
+                parent = e.accepted[-1] if e.accepted else -1
+                kids = [i for i, n in enumerate(e.nodes) if n.parent == parent]
+                assert all(e.bonus_prob >= e.target_probs[i] - 1e-5 for i in kids)
