@@ -19,7 +19,7 @@ from poss_core.errors import PossError
 from poss_core.models.presets import get_preset
 
 from . import state
-from .render import conversation_html, draft_note, lane_tree, render, skip_all, status_html
+from .render import conversation_html, draft_note, lane_explain, lane_tree, render, skip_all, status_html
 from .state import DEFAULT_METHODS, SESSIONS, RunSettings, Session, View, method_choices, ui_defaults
 
 UPDATE_EVERY_S = 0.35  # the most often a running comparison repaints (lanes run flat out in between)
@@ -210,23 +210,24 @@ def view_handler(view: View, request: gr.Request | None = None) -> list:
     return render(session, view)
 
 
-def tree_handler(lane_index: int, round_index: float, request: gr.Request | None = None) -> Any:
-    """The tree of lane `lane_index` at a chosen round (the slider); the last round re-follows the live one."""
+def tree_handler(lane_index: int, round_index: float, request: gr.Request | None = None) -> list:
+    """The tree of lane `lane_index` at a chosen round (the slider) and that round told in words; the last round
+    re-follows the live one."""
     session = SESSIONS.get(request)
     comp = session.comparison
     if comp is None or lane_index >= len(comp.lanes):
-        return gr.skip()
+        return [gr.skip(), gr.skip()]
     lane = comp.lanes[lane_index]
     r = int(round_index or 0)
     if r >= len(lane.events) - 1:
         session.pins.pop(lane_index, None)
     else:
         session.pins[lane_index] = r
-    return lane_tree(lane, r)
+    return [lane_tree(lane, r), lane_explain(lane, r, float(comp.spec.temperature) > 0.0)]
 
 
 def tree_for(lane_index: int):
-    def handler(round_index: float, request: gr.Request = None) -> Any:
+    def handler(round_index: float, request: gr.Request = None) -> list:
         return tree_handler(lane_index, round_index, request)
 
     return handler

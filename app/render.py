@@ -12,6 +12,7 @@ import gradio as gr
 from poss_core import compare, methods, metrics
 from poss_core.bench import figures
 from poss_core.compare import MAX_LANES, Comparison, Lane, TokenRecord, hardware_info
+from poss_core.explain import explain_round
 from poss_core.models.presets import Preset
 
 from . import about
@@ -131,7 +132,7 @@ def status_html(message: str, kind: str = "info") -> str:
 
 # ---------------------------------------------------------------- lanes, charts, every output
 
-LANE_PARTS = ("col", "head", "tokens", "text", "tree", "slider")
+LANE_PARTS = ("col", "head", "tokens", "text", "tree", "slider", "explain")
 
 
 OUTPUT_NAMES = (["status", "legend", "conversation"]
@@ -193,6 +194,41 @@ def lane_tree(lane: Lane, round_index: int | None) -> Any:
     return figures.tree_figure(event, labels=lane.node_texts[r], root_label=root or "root",
                               bonus_label=lane.bonus_texts[r], title=f"{lane.short}: draft tree, round {r}",
                               height=360)
+
+
+EXPLAIN_EMPTY = '<div class="poss-round-account poss-note">Pick a round with the slider to read it in words.</div>'
+
+
+def account_html(text: str) -> str:
+    """An `explain_round` account as HTML: the first line a paragraph, "- " lines a list; every text escaped."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    head = [line for line in lines if not line.startswith("- ")]
+    items = [line[2:] for line in lines if line.startswith("- ")]
+    body = "".join(f"<p>{html.escape(line)}</p>" for line in head)
+    if items:
+        body += "<ul>" + "".join(f"<li>{html.escape(item)}</li>" for item in items) + "</ul>"
+    return f'<div class="poss-round-account">{body}</div>'
+
+
+def lane_explain(lane: Lane, round_index: int | None, sampling: bool = False) -> str:
+    """The chosen round (the latest when None) of a lane told in words, under its tree."""
+    if not lane.events:
+        return EXPLAIN_EMPTY
+    r = len(lane.events) - 1 if round_index is None else max(0, min(int(round_index), len(lane.events) - 1))
+    event = lane.events[r]
+    known: dict[int, str] = {}
+    labels = lane.node_texts[r] if r < len(lane.node_texts) else []
+    for node, label in zip(event.nodes, labels):
+        known.setdefault(node.token, label)
+    if r < len(lane.bonus_texts):
+        known[event.bonus] = lane.bonus_texts[r]
+
+    def token_text(token: int) -> str:
+        if token in known:
+            return known[token]
+        return lane.token_text(token) if lane.token_text is not None else f"#{token}"
+
+    return account_html(explain_round(event, token_text, sampling=sampling))
 
 
 def _slider(lane: Lane | None, value: int | None) -> Any:
@@ -264,6 +300,7 @@ def render(session: Session, view: View, status: tuple[str, str] | None = None, 
             pin = session.pins.get(i)
             out[p + "tree"] = lane_tree(lane, pin)
             out[p + "slider"] = _slider(lane, pin)
+            out[p + "explain"] = lane_explain(lane, pin, float(comp.spec.temperature) > 0.0)
         else:
             visible = comp is None and i < len(DEFAULT_METHODS)
             out[p + "col"] = gr.Column(visible=visible)
@@ -273,6 +310,7 @@ def render(session: Session, view: View, status: tuple[str, str] | None = None, 
             out[p + "text"] = ""
             out[p + "tree"] = figures.empty_figure("The latest round's draft tree appears here.", 360, "Draft tree")
             out[p + "slider"] = _slider(None, None)
+            out[p + "explain"] = EXPLAIN_EMPTY
     runs_, colors = chart_runs(comp)
     if not with_charts:
         for name in ("pos_acc", "feature_deviation", "accept_hist", "tokens_per_s"):

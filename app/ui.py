@@ -140,7 +140,8 @@ def build_demo(preset: str = DEFAULT_PRESET, concurrency: int = 2, precision: st
                             tree = gr.Plot(show_label=False, elem_id=f"poss-lane{i}-tree")
                             slider = gr.Slider(0, 1, value=0, step=1, label="Round (scrub the tree back)",
                                                interactive=False)
-                        lane_parts.append([col, head, toks, text, tree, slider])
+                            explain = gr.HTML(elem_id=f"poss-lane{i}-explain")
+                        lane_parts.append([col, head, toks, text, tree, slider, explain])
                 gr.Markdown("### Charts (POSS and EAGLE on the same axes; each states its sample size)")
                 pos_acc_mode = gr.Radio(["conditional (POSS pos-acc)", "unconditional P(accept_len ≥ k)"],
                                         value="conditional (POSS pos-acc)", label="Position-wise acceptance")
@@ -187,7 +188,7 @@ def build_demo(preset: str = DEFAULT_PRESET, concurrency: int = 2, precision: st
             control.change(gathered(handlers.view_handler), view, outputs, api_visibility="private", **light)
         for i, parts in enumerate(lane_parts):
             for trigger in (parts[5].input, parts[5].release):  # dragging, and the number box
-                trigger(handlers.tree_for(i), parts[5], parts[4], api_visibility="private",
+                trigger(handlers.tree_for(i), parts[5], [parts[4], parts[6]], api_visibility="private",
                         trigger_mode="always_last", **light)
         preset_dd.change(handlers.preset_handler, preset_dd,
                          [method_boxes, depth, top_k, tree_budget, max_new, note, status], api_visibility="private",

@@ -46,6 +46,9 @@ class RoundEvent:
     # Drafting milliseconds had the tree stopped at depth d (entry d-1), pruning included: measured marks inside
     # one tree build, so `--tree-budget auto` costs shallower trees from real rounds rather than by proportion.
     draft_ms_by_depth: list[float] = field(default_factory=list)
+    # The target's probability of its own token `bonus` where acceptance stopped (None: not recorded, e.g. plain
+    # decoding or a file saved before this field existed).
+    bonus_prob: float | None = None
 
     @property
     def accept_len(self) -> int:
@@ -72,6 +75,7 @@ class RoundEvent:
             "text": self.text,
             "prefill": self.prefill,
             "draft_ms_by_depth": list(self.draft_ms_by_depth),
+            "bonus_prob": self.bonus_prob,
         }
 
     @classmethod
@@ -92,6 +96,7 @@ class RoundEvent:
             wall_ms=float(obj.get("wall_ms", 0.0)),
             prefill=bool(obj.get("prefill", False)),
             draft_ms_by_depth=[float(m) for m in obj.get("draft_ms_by_depth", [])],
+            bonus_prob=None if obj.get("bonus_prob") is None else float(obj["bonus_prob"]),
         )
 
 

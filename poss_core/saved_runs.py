@@ -131,6 +131,7 @@ class _Event(_Model):
     text: Annotated[str, Field(max_length=(MAX_DEPTH + 1) * MAX_PIECE_CHARS)] = ""
     prefill: bool = False
     draft_ms_by_depth: Annotated[list[Ms], Field(max_length=MAX_DEPTH)] = []
+    bonus_prob: Prob | None = None
 
     @model_validator(mode="after")
     def _a_tree(self):

@@ -132,6 +132,9 @@ def test_browser_shows_tokens_tree_and_charts(server):
             assert page.locator(".poss-badge.ok").count() == 2  # both speculative lanes match plain decoding
             # The draft tree of a speculative lane and the four charts are drawn by plotly.
             assert page.locator("#poss-lane1-tree .main-svg .scatterlayer .trace").count() >= 3
+            # Under the tree, the shown round told in words.
+            account = page.locator("#poss-lane1-explain .poss-round-account").inner_text()
+            assert "Round" in account and "one forward pass" in account and "Time: draft" in account
             for chart in ("pos-acc", "deviation", "hist", "tps"):
                 assert page.locator(f"#poss-chart-{chart} .main-svg").count() > 0, chart
             assert page.locator("#poss-chart-tps .scatterlayer .trace").count() == 3

@@ -392,11 +392,32 @@ def test_tree_slider_scrubs_back_and_follows_again():
     r = req("slider")
     list(handlers.run_handler(*settings(methods=["eagle"], max_new_tokens=6), request=r))
     lane = handlers.SESSIONS.get(r).comparison.lanes[0]
-    fig = handlers.tree_handler(0, 1, request=r)
+    fig, account = handlers.tree_handler(0, 1, request=r)
     assert "round 1" in fig.layout.title.text and handlers.SESSIONS.get(r).pins == {0: 1}
     assert [t.name for t in fig.data][:2] == ["edges", "accepted path"]
+    assert "Round 1: the draft proposed" in account and "one forward pass" in account
     handlers.tree_handler(0, len(lane.events) - 1, request=r)
     assert handlers.SESSIONS.get(r).pins == {}
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.7])
+def test_picking_a_round_tells_it_in_words_escaped(temperature):
+    r = req(f"explain{temperature}")
+    session = handlers.SESSIONS.get(r)
+    session.comparison = known_comparison(temperature=temperature)
+    fig, account = handlers.tree_handler(1, 1, request=r)
+    assert "round 1" in fig.layout.title.text
+    assert account.startswith('<div class="poss-round-account"><p>Round 1: the draft proposed 5 candidate tokens')
+    # Token texts are escaped: node 2 is "<c>", the target's token is "t".
+    assert "&quot;&lt;c&gt;&quot;" in account and "<c>" not in account
+    assert "It kept 2 drafted tokens, in order: &quot;b&quot; (target p 0.90), &quot;&lt;c&gt;&quot;" in account
+    assert "top candidate &quot;q&quot; (draft p 0.50)" in account and "&quot;t&quot;" in account
+    assert ("accept/reject draw" in account) == (temperature > 0)
+    out = render.outputs_dict(render.render(session, *VIEW))
+    assert "Round 1: the draft proposed" in out["lane1_explain"]  # the pinned round, on a repaint too
+    assert "Round 0 (prefill)" in handlers.tree_handler(0, 0, request=r)[1]
+    assert "(plain decoding)" in handlers.tree_handler(0, 2, request=r)[1]
+    handlers.SESSIONS.drop(r)
 
 
 def test_compare_api_returns_texts_and_summaries():

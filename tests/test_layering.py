@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 LAYERS = [
     ["poss_core", "poss_core.errors", "poss_core.json_safe", "poss_core.paths"],
     ["poss_core.events"],
-    ["poss_core.metrics", "poss_core.prompt_files"],
+    ["poss_core.metrics", "poss_core.prompt_files", "poss_core.explain"],
     ["poss_core.models"],
     ["poss_core.decoding"],
     ["poss_core.autobudget"],

@@ -228,6 +228,7 @@ class SpeculativeDecoder(_BaseDecoder):
             else:
                 path, bonus = verify_sampling(tree, rows, gen)
                 target_probs = rows.at_nodes(tree.tokens)
+            bonus_prob = _bonus_prob(rows, path, bonus, cfg.greedy)
             verify_ms += rows.lazy_ms  # a leaf's LM-head row read during acceptance is the target's work too
 
             keep = torch.tensor([0] + [a + 1 for a in path])
@@ -242,9 +243,19 @@ class SpeculativeDecoder(_BaseDecoder):
                 round=len(events), nodes=_nodes(tree), accepted=list(path), bonus=bonus,
                 target_probs=[float(p) for p in target_probs.tolist()], feature_deviation=deviation,
                 draft_ms=draft_ms, verify_ms=verify_ms, new_tokens=len(stream.ids), tokens=kept, text=delta,
-                wall_ms=_ms(t_round), draft_ms_by_depth=_draft_ms_by_depth(tree, draft_ms)))
+                wall_ms=_ms(t_round), draft_ms_by_depth=_draft_ms_by_depth(tree, draft_ms), bonus_prob=bonus_prob))
             yield events[-1]
         yield self._finish(events, stream, stream.stop_reason)
+
+
+def _bonus_prob(rows: SlotRows, path: list[int], bonus: int, greedy: bool) -> float:
+    """The target's probability of its own token at the slot where acceptance stopped (a row verification has
+    already read): softmax of the logits (greedy), or the sampling distribution itself."""
+    row = rows[path[-1] + 1 if path else 0]
+    if greedy:
+        row = row.float()
+        return float(torch.exp(row[bonus] - torch.logsumexp(row, dim=-1)))
+    return float(row[bonus])
 
 
 def _draft_ms_by_depth(tree: DraftTree, draft_ms: float) -> list[float]:

@@ -1,0 +1,115 @@
+"""One round in words: a short plain-language account of a `RoundEvent` for a class (what was drafted, what the
+target kept and why the first rejected draft lost, the bonus token, the time split). Pure: token texts come from the
+caller, so the engine needs no tokenizer here."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from .events import RoundEvent
+
+
+def _q(text: str) -> str:
+    """A token's text in quotes, with whitespace made visible."""
+    return '"' + text.replace("\\", "\\\\").replace("\n", "\\n").replace("\t", "\\t") + '"'
+
+
+def _p(value: float | None) -> str | None:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    return f"{value:.2f}" if value >= 0.01 or value == 0 else f"{value:.1e}"
+
+
+def _positions(depths: list[int]) -> str:
+    """[1, 2, 3] -> "positions 1–3"; [1, 3] -> "positions 1, 3"; [2] -> "position 2"."""
+    ds = sorted(set(depths))
+    if len(ds) == 1:
+        return f"position {ds[0]}"
+    if ds == list(range(ds[0], ds[-1] + 1)):
+        return f"positions {ds[0]}–{ds[-1]}"
+    return "positions " + ", ".join(str(d) for d in ds)
+
+
+def _time_split(event: RoundEvent) -> str:
+    parts = [f"draft {event.draft_ms:.1f} ms", f"verify {event.verify_ms:.1f} ms"]
+    if event.wall_ms > 0:
+        parts.append(f"the rest (engine bookkeeping) {event.overhead_ms:.1f} ms, of {event.wall_ms:.1f} ms in all")
+    return "Time: " + ", ".join(parts) + "."
+
+
+def explain_round(event: RoundEvent, token_text: Callable[[int], str],
+                  specialist_label: Callable[[int], str] | None = None, sampling: bool = False) -> str:
+    """A few lines (one sentence each, "- " bullets after the first) telling what round `event` did.
+
+    `token_text(id)` is a token's own text; `specialist_label(k)` names specialist k (default "S{k+1}");
+    `sampling` says the round was verified by accept/reject draws (temperature > 0) rather than greedily."""
+    label = specialist_label or (lambda k: f"S{k + 1}")
+    bonus = _q(token_text(event.bonus))
+    bonus_p = _p(event.bonus_prob)
+    if event.prefill:
+        return "\n".join([
+            f"Round {event.round} (prefill): the target read the whole prompt in one forward pass and picked the "
+            f"first token {bonus}" + (f" (its probability {bonus_p})" if bonus_p else "") + ". Nothing was drafted.",
+            f"- Time: {event.verify_ms:.1f} ms."])
+    if not event.nodes:
+        return "\n".join([
+            f"Round {event.round} (plain decoding): nothing was drafted; the target ran one forward pass and "
+            + ("drew" if sampling else "picked") + f" one token, {bonus}"
+            + (f" (its probability {bonus_p})" if bonus_p else "") + ".",
+            f"- {_time_split(event)}"])
+
+    nodes = event.nodes
+    lines = []
+    by_spec: dict[int, list[int]] = {}
+    for n in nodes:
+        by_spec.setdefault(n.specialist, []).append(n.depth)
+    who = "; ".join(f"specialist {label(s)} drafted {len(ds)} at {_positions(ds)}"
+                    for s, ds in sorted(by_spec.items(), key=lambda kv: min(kv[1])))
+    lines.append(f"Round {event.round}: the draft proposed {len(nodes)} candidate tokens at "
+                 f"{_positions([n.depth for n in nodes])} ({who}).")
+    lines.append(f"- The target checked all {len(nodes)} in one forward pass ({event.verify_ms:.1f} ms), "
+                 + ("drawing accept or reject for each candidate down the tree." if sampling
+                    else "keeping a drafted token only where it is the target's own top choice."))
+
+    def tp(i: int) -> str | None:
+        return _p(event.target_probs[i]) if i < len(event.target_probs) else None
+
+    if event.accepted:
+        kept = ", ".join(_q(token_text(nodes[a].token)) + (f" (target p {tp(a)})" if tp(a) else "")
+                         for a in event.accepted)
+        lines.append(f"- It kept {len(event.accepted)} drafted token{'s' if len(event.accepted) > 1 else ''}, "
+                     f"in order: {kept}.")
+    else:
+        lines.append("- It kept none of the drafted tokens.")
+
+    at = len(event.accepted) + 1
+    parent = event.accepted[-1] if event.accepted else -1
+    kids = sorted((i for i, n in enumerate(nodes) if n.parent == parent), key=lambda i: -nodes[i].score)
+    choice = f"the target's choice {bonus}" + (f" (target p {bonus_p})" if bonus_p else "")
+    if kids:
+        top = kids[0]
+        cand = _q(token_text(nodes[top].token))
+        cand_tp = tp(top)
+        others = f" (and {len(kids) - 1} other candidate{'s' if len(kids) > 2 else ''} there)" if len(kids) > 1 else ""
+        if sampling:
+            lines.append(
+                f"- Position {at} was the first rejected: the draft's top candidate {cand} (draft p "
+                f"{_p(nodes[top].draft_prob)}){others} lost an accept/reject draw. The rule accepts a candidate with "
+                f"probability min(1, p_target/p_draft); this draft proposes its candidates outright (p_draft = 1 in "
+                f"the rule, its probability only ranks them), so {cand} was accepted with probability p_target"
+                + (f" = {cand_tp}" if cand_tp else "") + " and the draw said no. Rejected candidates are taken out "
+                f"of the target's distribution and the target drew its own token {bonus}"
+                + (f" (target p {bonus_p})" if bonus_p else "") + " from what remained.")
+        else:
+            lines.append(
+                f"- Position {at} was the first rejected: the draft's top candidate {cand} (draft p "
+                f"{_p(nodes[top].draft_prob)}){others} lost to {choice}"
+                + (f"; the target gave {cand} only {cand_tp}" if cand_tp else "") + ".")
+    else:
+        lines.append(f"- Nothing was drafted at position {at} after the kept tokens, so nothing there was rejected.")
+    lines.append(f"- Bonus: the target added its own token {bonus}" + (f" (p {bonus_p})" if bonus_p else "")
+                 + f", so this round emitted {len(event.accepted) + 1} token{'s' if event.accepted else ''}"
+                 f" for one target pass.")
+    lines.append(f"- {_time_split(event)}")
+    return "\n".join(lines)
