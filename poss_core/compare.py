@@ -137,6 +137,19 @@ class ModelCache:
             with self._lock:
                 self._fitting.discard(key)
 
+    def fit_budgets_in_turn(self, target, drafts: list, config: DecodeConfig) -> None:
+        """Fit each draft's budget, one after another, all counting as under way from the start (`fitting_elsewhere`
+        is then true for every one of them until its own fit is cached)."""
+        keys = {self._budget_key(d, config) for d in drafts}
+        with self._lock:
+            self._fitting.update(keys)
+        try:
+            for draft in drafts:
+                self.budget(target, draft, config)
+        finally:
+            with self._lock:
+                self._fitting.difference_update(keys)
+
     @staticmethod
     def _budget_key(draft, config: DecodeConfig) -> tuple:
         # Drafts are shared objects of this cache, so their identity names them (no need to hash the weights).
@@ -513,7 +526,7 @@ def fit_budgets(spec: RunSpec, models: ModelCache = MODELS, wait_for_fits: bool 
     config = spec.config()
     target = models.target(preset, spec.quantization, spec.precision)
     for method in spec.methods:
-        if not methods.is_plain(method) and method != methods.ORACLE:
+        if methods.uses_draft(method):
             draft = models.draft(preset, method, target, spec.quantization, spec.precision)
             if not wait_for_fits and models.fitting_elsewhere(target, draft, config):
                 yield (f"{methods.label_of(method, preset)} starts on the default tree budget ({config.tree_budget}) "
@@ -528,22 +541,13 @@ def fit_budgets(spec: RunSpec, models: ModelCache = MODELS, wait_for_fits: bool 
 def prefit_budgets(spec: RunSpec, models: ModelCache = MODELS) -> None:
     """Fit every draft lane's auto budget now, one after another (the app does it at start-up, in the background).
     All of them count as under way from the start, so a Run that comes meanwhile starts on the default budgets
-    (`wait_for_fits=False`) instead of waiting for calibrations it did not ask for; the app also sets
-    `models.startup_fit` before it loads anything, which this clears once the fits are done."""
+    (`wait_for_fits=False`) instead of waiting for calibrations it did not ask for (the app also sets
+    `models.startup_fit` from before it loads anything until this returns)."""
     preset, config = get_preset(spec.preset), spec.config()
     target = models.target(preset, spec.quantization, spec.precision)
     drafts = [models.draft(preset, m, target, spec.quantization, spec.precision)
-              for m in spec.methods if not methods.is_plain(m) and m != methods.ORACLE]
-    keys = {models._budget_key(d, config) for d in drafts}
-    with models._lock:
-        models._fitting.update(keys)
-    try:
-        for draft in drafts:
-            models.budget(target, draft, config)
-    finally:
-        with models._lock:
-            models._fitting.difference_update(keys)
-        models.startup_fit.clear()
+              for m in spec.methods if methods.uses_draft(m)]
+    models.fit_budgets_in_turn(target, drafts, config)
 
 
 def run_to_end(comparison: Comparison, time_limit_s: float | None = None) -> Comparison:

@@ -74,6 +74,11 @@ def is_plain(name: str) -> bool:
     return canonical(name) in PLAIN_METHODS
 
 
+def uses_draft(name: str) -> bool:
+    """A method that decodes with a draft model of the preset (neither plain decoding nor the oracle)."""
+    return not is_plain(name) and canonical(name) != ORACLE
+
+
 def draft_method(name: str, ref: DraftRef) -> Method:
     short, color = _SHORT_AND_COLOR.get(name, (ref.title or name, OKABE_ITO[len(name) % 7]))
     return Method(name, ref.title or name, short, color, ref.trained, ref)

@@ -63,7 +63,6 @@ def main(argv: list[str] | None = None) -> int:
         if not Path(args.drafts).is_dir():
             raise SystemExit(f"error: --drafts {args.drafts} is not a folder.")
         env["POSS_DRAFTS_DIR"] = args.drafts
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     print(("POSS_DRAFTS_DIR=" + args.drafts + " " if args.drafts else "") + " ".join(
         "python" if c == sys.executable else c for c in cmd), flush=True)
     if args.dry_run:

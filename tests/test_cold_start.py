@@ -4,19 +4,17 @@ starts on the default budget and says so; once the fit is done, Runs use the fit
 from __future__ import annotations
 
 import threading
-from types import SimpleNamespace
+
+from app_settings import req, run_settings
 
 from app import handlers, render, state
 from poss_core import compare
 from poss_core.autobudget import cache, calibration
 
 
-def run_settings(**kw):
-    s = dict(prompt="Hello there", multi_turn=False, preset="tiny-random", methods=["plain", "eagle", "poss2"],
-             temperature=0.0, top_p=1.0, depth=6, top_k=8, tree_budget=32, max_new_tokens=8, seed=0,
-             quantization="auto", auto_budget=True, precision="auto")
-    s.update(kw)
-    return state.RunSettings(**s)
+def cold_settings(**kw):
+    return run_settings(**{**dict(methods=["plain", "eagle", "poss2"], depth=6, top_k=8, tree_budget=32,
+                                  max_new_tokens=8, auto_budget=True), **kw})
 
 
 def test_a_run_during_the_start_up_fit_starts_on_the_default_budget(tmp_path, monkeypatch):
@@ -30,13 +28,13 @@ def test_a_run_during_the_start_up_fit_starts_on_the_default_budget(tmp_path, mo
         return real(*args, **kwargs)
 
     monkeypatch.setattr(calibration, "auto_tree_budget", held)
-    spec = run_settings().spec([])
+    spec = cold_settings().spec([])
     prefit = threading.Thread(target=compare.prefit_budgets, args=(spec,), daemon=True)
     prefit.start()
     assert entered.wait(60)
     view = state.View()
-    request = SimpleNamespace(session_hash="cold")
-    frames = list(handlers.run_handler(run_settings(), view, request=request))
+    request = req("cold")
+    frames = list(handlers.run_handler(cold_settings(), view, request=request))
     statuses = [render.outputs_dict(f)["status"] for f in frames]
     assert sum("starts on the default tree budget (32)" in s for s in statuses) == 2  # both draft lanes
     assert not any("Fitting the tree budget" in s for s in statuses)
@@ -47,7 +45,7 @@ def test_a_run_during_the_start_up_fit_starts_on_the_default_budget(tmp_path, mo
     release.set()
     prefit.join(120)
     assert not prefit.is_alive()
-    frames = list(handlers.run_handler(run_settings(), view, request=request))
+    frames = list(handlers.run_handler(cold_settings(), view, request=request))
     again = handlers.SESSIONS.get(request).comparison
     assert all(lane.budget_auto for lane in again.lanes[1:])
     assert not any("default tree budget" in render.outputs_dict(f)["status"] for f in frames)

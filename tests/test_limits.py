@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import time
-from types import SimpleNamespace
 
 import gradio as gr
 import pytest
+from app_settings import req, run_settings
 from helpers import run_main
 
 from app import api, handlers, render, state
@@ -21,20 +21,8 @@ from poss_core.generate import main as generate_main
 VIEW = state.View()
 
 
-def settings(**kw):
-    s = dict(prompt="Hello there", multi_turn=False, preset="tiny-random", methods=["plain", "eagle"],
-             temperature=0.0, top_p=1.0, depth=4, top_k=4, tree_budget=16, max_new_tokens=6, seed=0,
-             quantization="auto", auto_budget=False, precision="auto")
-    s.update(kw)
-    return state.RunSettings(**s)
-
-
-def req(name):
-    return SimpleNamespace(session_hash=name)
-
-
 def final_status(name, **kw):
-    frames = list(handlers.run_handler(settings(**kw), VIEW, request=req(name)))
+    frames = list(handlers.run_handler(run_settings(**kw), VIEW, request=req(name)))
     return render.outputs_dict(frames[-1])["status"]
 
 

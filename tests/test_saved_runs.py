@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import json
 import time
-from types import SimpleNamespace
 
 import pytest
+
+from app_settings import req, run_settings
 
 from app import about, handlers, render, state, ui
 from poss_core import saved_runs
@@ -15,16 +16,8 @@ from poss_core import saved_runs
 VIEW = state.View()
 
 
-def req(name):
-    return SimpleNamespace(session_hash=name)
-
-
 def settings(**kw):
-    s = dict(prompt="Hello there", multi_turn=False, preset="tiny-random", methods=["plain", "poss2"],
-             temperature=0.0, top_p=1.0, depth=4, top_k=4, tree_budget=16, max_new_tokens=10, seed=0,
-             quantization="auto", auto_budget=False, precision="auto")
-    s.update(kw)
-    return state.RunSettings(**s)
+    return run_settings(**{**dict(methods=["plain", "poss2"], max_new_tokens=10), **kw})
 
 
 @pytest.fixture(scope="module")

@@ -4,26 +4,15 @@ its decoders; a Step session idle past the stated time frees them and says so wh
 from __future__ import annotations
 
 import time
-from types import SimpleNamespace
 
 import pytest
+
+from app_settings import req, run_settings
 
 from app import handlers, render, state
 from poss_core import compare
 
 VIEW = state.View()
-
-
-def settings(**kw):
-    s = dict(prompt="Hello there", multi_turn=False, preset="tiny-random", methods=["plain", "eagle"],
-             temperature=0.0, top_p=1.0, depth=4, top_k=4, tree_budget=16, max_new_tokens=6, seed=0,
-             quantization="auto", auto_budget=False, precision="auto")
-    s.update(kw)
-    return state.RunSettings(**s)
-
-
-def req(name):
-    return SimpleNamespace(session_hash=name)
 
 
 @pytest.fixture
@@ -39,7 +28,7 @@ def status(frame):
 
 def test_evicting_a_running_tab_stops_its_run_and_its_lock_holds(store):
     a = req("evict-run-a")
-    gen = handlers.run_handler(settings(max_new_tokens=400), VIEW, request=a)
+    gen = handlers.run_handler(run_settings(max_new_tokens=400), VIEW, request=a)
     next(gen)  # loading
     next(gen)  # a live frame: the lanes are decoding
     old = store.get(a)
@@ -51,33 +40,33 @@ def test_evicting_a_running_tab_stops_its_run_and_its_lock_holds(store):
     # The tab comes back while its old run is ending: a fresh session, the same lock, so no second run beside it.
     again = store.get(a)
     assert again is not old and again.lock is old.lock
-    refused = list(handlers.run_handler(settings(), VIEW, request=a))
+    refused = list(handlers.run_handler(run_settings(), VIEW, request=a))
     assert "already running" in status(refused[-1])
     rest = list(gen)
     assert "Stopped" in status(rest[-1])
     assert all(lane.stop_reason == "cancelled" and len(lane.events) < 50 for lane in comp.lanes)
     assert comp not in compare.live_comparisons()
-    assert "Done" in status(list(handlers.run_handler(settings(), VIEW, request=a))[-1])  # the tab works again
+    assert "Done" in status(list(handlers.run_handler(run_settings(), VIEW, request=a))[-1])  # the tab works again
 
 
 def test_evicting_a_paused_step_session_frees_its_decoders(store):
     a = req("evict-step-a")
-    handlers.step_handler(settings(max_new_tokens=40), VIEW, request=a)
-    handlers.step_handler(settings(max_new_tokens=40), VIEW, request=a)
+    handlers.step_handler(run_settings(max_new_tokens=40), VIEW, request=a)
+    handlers.step_handler(run_settings(max_new_tokens=40), VIEW, request=a)
     comp = store.get(a).comparison
     assert comp in compare.live_comparisons() and all(lane.source is not None for lane in comp.lanes)
     store.get(req("evict-step-b"))
     store.get(req("evict-step-c"))
     assert all(lane.source is None for lane in comp.lanes) and comp not in compare.live_comparisons()
     assert all(lane.stop_reason == "cancelled" for lane in comp.lanes)
-    out = handlers.step_handler(settings(max_new_tokens=40), VIEW, request=a)  # the tab starts over
+    out = handlers.step_handler(run_settings(max_new_tokens=40), VIEW, request=a)  # the tab starts over
     assert "prefill" in status(out)
 
 
 def test_an_idle_paused_step_session_releases_its_decoders_and_says_so(store):
     a = req("idle-step")
-    handlers.step_handler(settings(max_new_tokens=40), VIEW, request=a)
-    handlers.step_handler(settings(max_new_tokens=40), VIEW, request=a)
+    handlers.step_handler(run_settings(max_new_tokens=40), VIEW, request=a)
+    handlers.step_handler(run_settings(max_new_tokens=40), VIEW, request=a)
     session = store.get(a)
     comp = session.comparison
     events = [len(lane.events) for lane in comp.lanes]
@@ -87,17 +76,17 @@ def test_an_idle_paused_step_session_releases_its_decoders_and_says_so(store):
     assert [len(lane.events) for lane in comp.lanes] == events  # what the lanes show stays
     assert session.comparison is comp and not session.stepping
     assert "1 minute" in session.status[0]  # a redraw says why
-    out = handlers.step_handler(settings(max_new_tokens=40), VIEW, request=a)
+    out = handlers.step_handler(run_settings(max_new_tokens=40), VIEW, request=a)
     text = status(out)
     assert "memory freed" in text and "more than 1 minute" in text and "prefill" in text, text
     assert not session.lock.locked()
-    out = handlers.step_handler(settings(max_new_tokens=40), VIEW, request=a)
+    out = handlers.step_handler(run_settings(max_new_tokens=40), VIEW, request=a)
     assert "memory freed" not in status(out)  # said once
 
 
 def test_the_reaper_leaves_a_streaming_run_alone_and_dropping_a_tab_ends_its_work(store):
     a = req("reap-run")
-    gen = handlers.run_handler(settings(max_new_tokens=400), VIEW, request=a)
+    gen = handlers.run_handler(run_settings(max_new_tokens=400), VIEW, request=a)
     next(gen)
     next(gen)
     comp = store.get(a).comparison
@@ -106,7 +95,7 @@ def test_the_reaper_leaves_a_streaming_run_alone_and_dropping_a_tab_ends_its_wor
     assert comp.cancelled
     assert "Stopped" in status(list(gen)[-1])
     b = req("drop-step")
-    handlers.step_handler(settings(max_new_tokens=40), VIEW, request=b)
+    handlers.step_handler(run_settings(max_new_tokens=40), VIEW, request=b)
     paused = store.get(b).comparison
     store.drop(b)
     assert paused not in compare.live_comparisons()

@@ -204,7 +204,7 @@ def base_config(args, preset: Preset, budget: int | str) -> DecodeConfig:
 
 def check_methods(names: Sequence[str], preset: Preset) -> None:
     for n in names:
-        if (not methods.is_plain(n) and n != methods.ORACLE and n not in preset.drafts
+        if (methods.uses_draft(n) and n not in preset.drafts
                 and not n.startswith("random:")):
             raise ConfigError(f"method {n!r} is not {methods.PLAIN}, {', '.join(methods.OTHER_PRECISION_PLAIN)}, "
                               f"{methods.ORACLE} or one of preset {preset.name!r}'s drafts "

@@ -216,10 +216,10 @@ def flag_args(flags: dict) -> list[str]:
     return out
 
 
-def data_command(recipe: Recipe, d: DataFolder, use_tokens: bool = True, max_shards: int = 0) -> list[str]:
+def data_command(recipe: Recipe, d: DataFolder, max_shards: int = 0) -> list[str]:
     """The data CLI call that (re)builds one folder: from its committed token ids when it has them."""
     out = recipe.data_root / d.name
-    args = [] if d.tokens and use_tokens else list(d.args)
+    args = [] if d.tokens else list(d.args)
     # --exclude names data folders of the recipe
     if "--exclude" in args:
         i = args.index("--exclude") + 1
@@ -227,9 +227,9 @@ def data_command(recipe: Recipe, d: DataFolder, use_tokens: bool = True, max_sha
             args[i] = str(recipe.data_root / recipe.folder(args[i]).name)
             i += 1
     cmd = [sys.executable, "-m", DATA_MODULE, "--preset", recipe.preset, *args, "--out", str(out)]
-    if d.tokens and use_tokens:
-        cmd += ["--from-ids", d.tokens] + [a for a in _dtype_of(d.args)]
-    shards = min(x for x in (d.max_shards, max_shards) if x) if (d.max_shards or max_shards) else 0
+    if d.tokens:
+        cmd += ["--from-ids", d.tokens, *_dtype_of(d.args)]
+    shards = min((x for x in (d.max_shards, max_shards) if x), default=0)  # the smaller cap that is set
     if shards:
         cmd += ["--max-shards", str(shards)]
     return cmd
@@ -280,9 +280,10 @@ def needed_data(recipe: Recipe, until: str | None) -> list[str]:
 def build_data(recipe: Recipe, only: list[str], max_shards: int, dry_run: bool) -> None:
     """Every data folder in order (later ones may exclude earlier ones); a folder whose shards exist is skipped by the
     data CLI itself, so a rerun resumes."""
+    unknown = sorted(set(only) - {d.name for d in recipe.data})
+    if unknown:
+        raise ConfigError(f"--only {', '.join(unknown)}: not a data folder of {recipe.path}.")
     todo = [d for d in recipe.data if not only or d.name in only]
-    for unknown in set(only) - {d.name for d in recipe.data}:
-        raise ConfigError(f"--only {unknown}: not a data folder of {recipe.path}.")
     for i, d in enumerate(todo, 1):
         run_step(data_command(recipe, d, max_shards=max_shards), f"data {i}/{len(todo)} {d.name}", dry_run)
 
