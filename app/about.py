@@ -31,7 +31,10 @@ to separate "more parameters" from "specialisation".
 * Token colours: shaded tokens were guessed by the draft and accepted; the shade says at which draft position (or
   by which specialist). Underlined tokens are the target's own. Struck-through tokens are drafts the target rejected.
 * The tree: every token the draft proposed in a round, by depth. The thick path is what the target accepted.
-* Position-wise acceptance: POSS's claim is that its curve stays higher at late positions than EAGLE's.
+  Click a token (or Tab to it and press Enter) to see the tree of the round it came from.
+* Position-wise acceptance: POSS's claim is that its curve stays higher at late positions than EAGLE's. One prompt
+  is a few dozen rounds; "Charts show: all my runs" pools every run of this tab on the model, per method, so the
+  curves firm up as you try more prompts.
 """
 
 METRICS = """

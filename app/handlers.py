@@ -19,7 +19,8 @@ from poss_core.errors import PossError
 from poss_core.models.presets import get_preset
 
 from . import state
-from .render import conversation_html, draft_note, lane_explain, lane_tree, render, skip_all, status_html
+from .render import (conversation_html, draft_note, lane_explain, lane_tree, render, round_slider, skip_all,
+                     status_html)
 from .state import DEFAULT_METHODS, SESSIONS, RunSettings, Session, View, method_choices, ui_defaults
 
 UPDATE_EVERY_S = 0.35  # the most often a running comparison repaints (lanes run flat out in between)
@@ -85,6 +86,7 @@ def _stream(session: Session, view: View, comp: Comparison, label: str) -> Itera
                 yield frame
     finally:
         comp.close()
+        session.pool_run(comp)  # also when the browser went away mid-run: its rounds so far count
     _remember_turn(session, comp)
     yield render(session, view, _final_status(comp))
 
@@ -112,6 +114,7 @@ def run_handler(settings: RunSettings, view: View, request: gr.Request | None = 
             if session.comparison is not None:
                 session.comparison.stop()
                 session.comparison.close()
+                session.pool_run(session.comparison)  # a paused Step run's rounds so far
             session.stepping = False
             spec = settings.spec(session.history)
             spec.check()
@@ -139,6 +142,7 @@ def step_handler(settings: RunSettings, view: View, request: gr.Request | None =
             comp = session.comparison
             released, session.released = session.released, None
             if not (session.stepping and comp is not None and not comp.finished):
+                session.pool_run(comp)  # the run on show ended (pooled once, whatever ended it)
                 if session.loaded is not None:
                     comp = saved_runs.replay(session.loaded)
                     session.loaded = None
@@ -150,6 +154,7 @@ def step_handler(settings: RunSettings, view: View, request: gr.Request | None =
             if comp.finished:
                 comp.close()
                 session.stepping = False
+                session.pool_run(comp)
                 _remember_turn(session, comp)
                 yield render(session, view, ("Step mode: every lane has finished. " + _final_status(comp)[0],
                                              "info"))
@@ -177,6 +182,7 @@ def stop_handler(view: View, request: gr.Request | None = None) -> list:
         try:
             comp.drain()
             session.stepping = False
+            session.pool_run(comp)
             _remember_turn(session, comp)
             return render(session, view, _final_status(comp))
         finally:
@@ -233,6 +239,37 @@ def tree_for(lane_index: int):
     return handler
 
 
+def round_pick_handler(lane_index: int, round_index: Any, request: gr.Request | None = None) -> list:
+    """A clicked token's round: lane `lane_index`'s slider moves there, with its tree and account (slider, tree,
+    account). Anything but a round the lane has leaves them as they are."""
+    session = SESSIONS.get(request)
+    comp = session.comparison
+    try:
+        r = int(round_index)
+    except (TypeError, ValueError):
+        r = -1
+    if comp is None or not 0 <= lane_index < len(comp.lanes) or not 0 <= r < len(comp.lanes[lane_index].events):
+        return [gr.skip()] * 3
+    return [round_slider(comp.lanes[lane_index], r)] + tree_handler(lane_index, r, request)
+
+
+def round_pick_for(lane_index: int):
+    """Lane `lane_index`'s token click (the tokens' `data-round`, sent by render.TOKEN_CLICK_JS)."""
+    def handler(evt: gr.EventData, request: gr.Request = None) -> list:
+        data = evt._data if isinstance(getattr(evt, "_data", None), dict) else {}
+        return round_pick_handler(lane_index, data.get("round"), request)
+
+    return handler
+
+
+def forget_handler(view: View, request: gr.Request | None = None) -> list:
+    """"Forget my runs": empty this tab's pooled runs (every preset's) and redraw."""
+    session = SESSIONS.get(request)
+    rounds = session.forget_runs()
+    return render(session, view, (f"Forgot {rounds} pooled round{'s' if rounds != 1 else ''}: \"All my runs\" "
+                                  f"starts again with the next run.", "info"))
+
+
 def drop_session(request: gr.Request = None) -> None:
     SESSIONS.drop(request)
 
@@ -265,6 +302,7 @@ def load_handler(file: Any, view: View, request: gr.Request | None = None) -> li
         if session.comparison is not None and not session.comparison.finished:
             session.comparison.stop()  # a paused Step session: end its lanes before the loaded run replaces them
             session.comparison.drain()
+            session.pool_run(session.comparison)
         session.comparison, session.loaded, session.stepping = comp, comp, False
         session.pins.clear()
         prompt = str(comp.spec.messages()[-1].get("content", ""))

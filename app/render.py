@@ -15,8 +15,8 @@ from poss_core.compare import MAX_LANES, Comparison, Lane, TokenRecord, hardware
 from poss_core.explain import explain_round
 from poss_core.models.presets import Preset
 
-from . import about
-from .state import DEFAULT_METHODS, Session, View
+from . import about, state
+from .state import DEFAULT_METHODS, Pools, Session, View
 
 MAX_SHADES = 8  # draft positions and specialists beyond this reuse the last shade
 
@@ -49,16 +49,24 @@ def _shown(text: str) -> str:
 
 def tokens_html(records: list[TokenRecord], color_by: str = "position", show_rejected: bool = False,
                 placeholder: str = "") -> str:
-    """The coloured token view. `color_by` is "position" (shade by draft position) or "specialist"."""
+    """The coloured token view. `color_by` is "position" (shade by draft position) or "specialist".
+
+    Every token carries its round (`data-round`): clicking one picks that round in the lane's tree (TOKEN_CLICK_JS).
+    The first token of each round is focusable, so Tab walks the rounds and Enter picks one."""
     mode = "by-specialist" if color_by == "specialist" else "by-position"
     parts = [f'<div class="poss-tokens {mode}{"" if show_rejected else " hide-rej"}">']
     if not records and placeholder:
         parts.append(f'<span class="poss-placeholder">{html.escape(placeholder)}</span>')
+    last_round = None
     for rec in records:
         title = html.escape(tooltip(rec), quote=True)
+        data = f' data-round="{int(rec.round)}"'
         if rec.rejected:
             best = rec.rejected[0]
-            parts.append(f'<s class="rej" title="{title}">{_shown(best.text)}</s>')
+            parts.append(f'<s class="rej"{data} title="{title}">{_shown(best.text)}</s>')
+        if rec.round != last_round:
+            data += ' tabindex="0"'
+            last_round = rec.round
         text = rec.text or ("⟨special⟩" if rec.special else "")
         if rec.from_draft:
             p = min(rec.position, MAX_SHADES)
@@ -68,9 +76,30 @@ def tokens_html(records: list[TokenRecord], color_by: str = "position", show_rej
             cls = f"tok target {rec.source}"
         if rec.special:
             cls += " special"
-        parts.append(f'<span class="{cls}" title="{title}">{_shown(text)}</span>')
+        parts.append(f'<span class="{cls}"{data} title="{title}">{_shown(text)}</span>')
     parts.append("</div>")
     return "".join(parts)
+
+
+# On each lane's token view (gr.HTML's js_on_load: `element` is the component, `trigger` sends an event to the
+# server): a click on a token, or Enter/Space on a focused one, sends its round as the view's click event, whose
+# handler (handlers.round_pick_for) moves the lane's slider, tree and account there. One listener on the component
+# serves every repaint of the tokens inside it; the flag keeps a second run of this code from adding another.
+TOKEN_CLICK_JS = """
+if (!element.dataset.possRoundPick) {
+  element.dataset.possRoundPick = "1";
+  const pick = (target) => {
+    const tok = target && target.closest ? target.closest("[data-round]") : null;
+    if (!tok || !element.contains(tok)) return false;
+    trigger("click", {round: Number(tok.dataset.round)});
+    return true;
+  };
+  element.addEventListener("click", (e) => { pick(e.target); });
+  element.addEventListener("keydown", (e) => {
+    if ((e.key === "Enter" || e.key === " ") && pick(e.target)) e.preventDefault();
+  });
+}
+"""
 
 
 def legend_html(color_by: str = "position", depth: int = 6, specialists: int = 3) -> str:
@@ -88,7 +117,8 @@ def legend_html(color_by: str = "position", depth: int = 6, specialists: int = 3
             f'<span class="item"><span class="tok target bonus">tok</span> the target\'s own token (bonus or '
             f'correction; every token of plain decoding)</span>'
             f'<span class="item"><s class="rej">tok</s> draft the target rejected there</span>'
-            f'<span class="item muted">hover a token for round, position, specialist and probabilities</span></div>')
+            f'<span class="item muted">hover a token for round, position, specialist and probabilities; click '
+            f'it (or Tab to it and press Enter) for its round\'s tree</span></div>')
 
 
 def badge_html(text: str, kind: str = "neutral") -> str:
@@ -231,7 +261,8 @@ def lane_explain(lane: Lane, round_index: int | None, sampling: bool = False) ->
     return account_html(explain_round(event, token_text, sampling=sampling))
 
 
-def _slider(lane: Lane | None, value: int | None) -> Any:
+def round_slider(lane: Lane | None, value: int | None) -> Any:
+    """A lane's round slider (0 = the prefill), at `value` (the latest round when None)."""
     n = len(lane.events) if lane is not None else 0
     top = max(1, n - 1)
     return gr.Slider(minimum=0, maximum=top, value=min(top, n - 1 if value is None else value) if n else 0,
@@ -247,6 +278,35 @@ def chart_runs(comp: Comparison | None) -> tuple[dict[str, list], dict[str, str]
         runs_[name] = lane.events
         colors[name] = methods.color_of(lane.method) or methods.OKABE_ITO[len(colors) % 7]
     return runs_, colors
+
+
+def pool_note(pools: Pools) -> str:
+    """The pooled charts' second subtitle line: how many runs, whether their settings differ, whether the cap cut
+    the oldest rounds (the rounds themselves are each chart's n=)."""
+    if not pools:
+        return ""
+    counts = {p.label: len(p.runs) for p in pools.values()}
+    if len(set(counts.values())) == 1:
+        n = next(iter(counts.values()))
+        runs = f"{n} run{'s' if n != 1 else ''}"
+    else:
+        runs = "runs " + ", ".join(f"{label} {n}" for label, n in counts.items())
+    parts = [f"All my runs: {runs} pooled"]
+    varied = list(dict.fromkeys(k for p in pools.values() for k in p.varied()))
+    if varied:
+        parts.append(f"settings varied across runs ({', '.join(varied)})")
+    if any(p.dropped for p in pools.values()):
+        parts.append(f"capped: the latest {state.POOL_ROUNDS:,} rounds per method, the oldest dropped")
+    return "; ".join(parts)
+
+
+def pooled_chart_runs(pools: Pools) -> tuple[dict[str, list], dict[str, str], str]:
+    """The charts' runs for "All my runs": one pooled event stream per method (plain decoding first), their
+    colours, and the note that says what was pooled."""
+    order = sorted(pools, key=lambda m: m != methods.PLAIN)
+    runs_ = {pools[m].label: pools[m].events() for m in order}
+    colors = {pools[m].label: methods.color_of(m) or methods.OKABE_ITO[i % 7] for i, m in enumerate(order)}
+    return runs_, colors, pool_note(pools)
 
 
 def conversation_html(history: list[dict]) -> str:
@@ -299,7 +359,7 @@ def render(session: Session, view: View, status: tuple[str, str] | None = None, 
             out[p + "text"] = lane.text
             pin = session.pins.get(i)
             out[p + "tree"] = lane_tree(lane, pin)
-            out[p + "slider"] = _slider(lane, pin)
+            out[p + "slider"] = round_slider(lane, pin)
             out[p + "explain"] = lane_explain(lane, pin, float(comp.spec.temperature) > 0.0)
         else:
             visible = comp is None and i < len(DEFAULT_METHODS)
@@ -309,18 +369,18 @@ def render(session: Session, view: View, status: tuple[str, str] | None = None, 
                 [], placeholder="Press Run to stream this lane.") + "</div>")
             out[p + "text"] = ""
             out[p + "tree"] = figures.empty_figure("The latest round's draft tree appears here.", 360, "Draft tree")
-            out[p + "slider"] = _slider(None, None)
+            out[p + "slider"] = round_slider(None, None)
             out[p + "explain"] = EXPLAIN_EMPTY
-    runs_, colors = chart_runs(comp)
     if not with_charts:
         for name in ("pos_acc", "feature_deviation", "accept_hist", "tokens_per_s"):
             out[name] = gr.skip()
         out["hardware"] = gr.skip()
         return [out[name] for name in OUTPUT_NAMES]
-    out["pos_acc"] = figures.pos_acc_figure(runs_, conditional=view.conditional, colors=colors)
-    out["feature_deviation"] = figures.feature_deviation_figure(runs_, colors=colors)
-    out["accept_hist"] = figures.accept_hist_figure(runs_, colors=colors)
-    out["tokens_per_s"] = figures.tokens_per_s_figure(runs_, colors=colors)
+    runs_, colors, note = pooled_chart_runs(session.pool_view(comp)) if view.pooled else (*chart_runs(comp), "")
+    out["pos_acc"] = figures.pos_acc_figure(runs_, conditional=view.conditional, colors=colors, note=note)
+    out["feature_deviation"] = figures.feature_deviation_figure(runs_, colors=colors, note=note)
+    out["accept_hist"] = figures.accept_hist_figure(runs_, colors=colors, note=note)
+    out["tokens_per_s"] = figures.tokens_per_s_figure(runs_, colors=colors, note=note)
     info = comp.hardware if comp is not None and comp.hardware else loaded_hardware()
     note = "Showing a saved run: the hardware it was recorded on." if comp is not None and comp.replay else ""
     out["hardware"] = about.hardware_markdown(info, note)

@@ -1,18 +1,22 @@
-"""What the app remembers: each browser tab's session (its comparison, conversation, pinned rounds, status), how the
-lanes are drawn (the view toggles), the Run settings as one value, and the settings the UI starts with."""
+"""What the app remembers: each browser tab's session (its comparison, conversation, pinned rounds, status, and the
+rounds of every run it decoded, pooled per preset and method for "All my runs"), how the lanes are drawn (the view
+toggles), the Run settings as one value, and the settings the UI starts with."""
 
 from __future__ import annotations
 
 import math
 import threading
 import time
+import weakref
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from poss_core import methods
-from poss_core.compare import Comparison, RunSpec, cpu_bf16_units
+from poss_core.bench.records import light_event, pool_events
+from poss_core.compare import Comparison, Lane, RunSpec, cpu_bf16_units
 from poss_core.decoding.config import check_prompt_text
+from poss_core.events import RoundEvent
 from poss_core.errors import ConfigError, PromptError
 from poss_core.models.presets import Preset, get_preset
 
@@ -20,6 +24,11 @@ DEFAULT_METHODS = [methods.PLAIN, "eagle", "poss2"]
 # The server-side cap on work per call: a Run, Replay or /compare call decodes for at most this many seconds, then
 # its lanes are stopped and the status (or the API's answer) says so. `python app.py --max-call-seconds` sets it.
 CALL_LIMIT_S = 300.0
+# "All my runs" keeps at most this many rounds per preset and method in a tab, the oldest dropped first. A pooled
+# round is light (the accepted path and one node per other depth, no token ids): about 0.8 KB at depth 6, so a full
+# method pool is about 2.5 MB (docs/architecture.md, "Limits a public app needs", says how this was measured).
+POOL_ROUNDS = 3000
+POOLED_VIEW = "all my runs"  # the charts' source control: "this run" or this
 
 
 @dataclass
@@ -29,12 +38,15 @@ class View:
     color_by: str = "position"  # or "specialist"
     show_rejected: bool = False
     conditional: bool = True
+    pooled: bool = False  # the charts pool every run this tab decoded on the preset ("All my runs")
 
     @classmethod
-    def from_controls(cls, color_by: str, show_rejected: bool, pos_acc_mode: str) -> "View":
-        """From the three view controls' values (radio labels and a checkbox)."""
+    def from_controls(cls, color_by: str, show_rejected: bool, pos_acc_mode: str,
+                      charts_from: str | bool = "this run") -> "View":
+        """From the view controls' values (radio labels and a checkbox)."""
         return cls(color_by="specialist" if str(color_by).startswith("spec") else "position",
-                   show_rejected=bool(show_rejected), conditional=not str(pos_acc_mode).startswith("uncond"))
+                   show_rejected=bool(show_rejected), conditional=not str(pos_acc_mode).startswith("uncond"),
+                   pooled=charts_from is True or str(charts_from) == POOLED_VIEW)
 
 
 @dataclass
@@ -92,6 +104,85 @@ def _num(v, cast):
 
 
 @dataclass
+class PooledRun:
+    """One run's rounds of one method as "All my runs" keeps them, and the settings that shaped them."""
+
+    events: list[RoundEvent]
+    settings: dict[str, Any]
+
+
+def pooled_event(e: RoundEvent) -> RoundEvent:
+    """A round as the pool keeps it: the benchmark's light event (the accepted path and one node per other depth),
+    without token ids or per-depth marks, which no chart reads."""
+    return replace(light_event(e), tokens=[], draft_ms_by_depth=[])
+
+
+def lane_settings(comp: Comparison, lane: Lane) -> dict[str, Any]:
+    """The settings that move a lane's acceptance and speed (the prompt and seed are meant to vary)."""
+    s = comp.spec
+    out: dict[str, Any] = {"precision": comp.hardware.get("dtype") or s.precision, "quantization": s.quantization,
+                           "temperature": s.temperature, "top-p": s.top_p}
+    if not lane.plain:
+        out.update({"depth": s.depth, "top-k": s.top_k, "depth stop": lane.depth_stop,
+                    "tree budget": lane.budget if lane.budget is not None else s.tree_budget})
+    return out
+
+
+@dataclass
+class MethodPool:
+    """One method's rounds over the runs a tab decoded on one preset, the oldest first, at most `POOL_ROUNDS` of
+    them. A pool is never changed once built (`added` returns a new one), so a repaint can read it while a handler
+    adds a run."""
+
+    label: str  # the method's short name (chart legends)
+    runs: tuple[PooledRun, ...] = ()
+    dropped: int = 0  # rounds dropped past the cap, oldest first
+
+    @property
+    def rounds(self) -> int:
+        return sum(len(r.events) for r in self.runs)
+
+    def added(self, run: PooledRun, cap: int | None = None) -> "MethodPool":
+        """This pool with `run` last, its oldest rounds dropped past `cap` (POOL_ROUNDS by default). A run cut
+        short keeps counting its new tokens from the first round it keeps."""
+        runs, dropped = list(self.runs) + [run], self.dropped
+        excess = sum(len(r.events) for r in runs) - (POOL_ROUNDS if cap is None else cap)
+        while excess > 0:
+            first = runs[0]
+            if len(first.events) <= excess:
+                runs.pop(0)
+                cut = len(first.events)
+            else:
+                base = first.events[excess - 1].new_tokens
+                runs[0] = PooledRun([replace(e, new_tokens=e.new_tokens - base) for e in first.events[excess:]],
+                                    first.settings)
+                cut = excess
+            excess, dropped = excess - cut, dropped + cut
+        return MethodPool(self.label, tuple(runs), dropped)
+
+    def events(self) -> list[RoundEvent]:
+        """Every kept round as one stream whose `new_tokens` counts on across runs: what the charts take (built on
+        each call, not kept: a second copy of every round would double the pool's memory)."""
+        return pool_events(r.events for r in self.runs)
+
+    def varied(self) -> list[str]:
+        """The settings that differ between the pooled runs (in the order `lane_settings` lists them)."""
+        if not self.runs:
+            return []
+        keys = list(self.runs[0].settings)
+        return [k for k in keys if len({repr(r.settings.get(k)) for r in self.runs}) > 1]
+
+
+Pools = dict[str, MethodPool]  # method name -> its pool
+
+
+def _pooled_runs(comp: Comparison, light: bool) -> list[tuple[Lane, PooledRun]]:
+    """Each lane with rounds, and its rounds as a pooled run (`light`: as the pool keeps them)."""
+    return [(lane, PooledRun([pooled_event(e) for e in lane.events] if light else list(lane.events),
+                             lane_settings(comp, lane))) for lane in comp.lanes if lane.events]
+
+
+@dataclass
 class Session:
     """One browser tab's lanes. Two tabs never share one: the store keys sessions by Gradio's session hash."""
 
@@ -104,6 +195,43 @@ class Session:
     status: tuple[str, str] = ("Type a prompt (or pick an example) and press Run.", "info")
     last_seen: float = field(default_factory=time.monotonic)  # the tab's last request
     released: str | None = None  # why the store ended this tab's paused work (said on the next Step)
+    pools: dict[str, Pools] = field(default_factory=dict)  # preset -> method -> the rounds of every run decoded here
+    # The comparisons `pools` took, held weakly (a pooled run's lanes are freed with it): each run goes in once.
+    pooled: list[weakref.ref] = field(default_factory=list)
+
+    def was_pooled(self, comp: Comparison) -> bool:
+        return any(ref() is comp for ref in self.pooled)
+
+    def pool_run(self, comp: Comparison | None) -> None:
+        """Put a live run's rounds into the pools once it has ended (finished, stopped, or replaced while paused).
+        A replay or a loaded saved run never goes in: a replay repeats a run that is in already, and a loaded file
+        is not a run of this tab. The pools are replaced, never changed in place (a repaint may be reading them)."""
+        if comp is None or comp.replay or self.was_pooled(comp):
+            return
+        self.pooled = [ref for ref in self.pooled if ref() is not None] + [weakref.ref(comp)]
+        pools = dict(self.pools.get(comp.spec.preset, {}))
+        for lane, run in _pooled_runs(comp, light=True):
+            pools[lane.method] = pools.get(lane.method, MethodPool(lane.short)).added(run)
+        self.pools = {**self.pools, comp.spec.preset: pools}
+
+    def pool_view(self, comp: Comparison | None) -> Pools:
+        """What "All my runs" draws next to `comp`: the pools of its preset, plus its own rounds so far while it is
+        a live run not pooled yet (so the pooled charts move as it runs); for a replay, the pools alone."""
+        if comp is None:
+            return {}
+        pools = dict(self.pools.get(comp.spec.preset, {}))
+        if comp.replay or self.was_pooled(comp):
+            return pools
+        for lane, run in _pooled_runs(comp, light=False):
+            pools[lane.method] = pools.get(lane.method, MethodPool(lane.short)).added(run)
+        return pools
+
+    def forget_runs(self) -> int:
+        """Empty every preset's pools ("Forget my runs"); returns how many rounds were forgotten. A finished run on
+        show stays out (it went in already); a run still going goes in when it ends."""
+        rounds = sum(p.rounds for pools in self.pools.values() for p in pools.values())
+        self.pools = {}
+        return rounds
 
     def end_work(self, why: str) -> None:
         """Stop this tab's comparison and free its decoders (their KV caches): a running one stops before its next

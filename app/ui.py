@@ -17,7 +17,7 @@ from poss_core.models.presets import DEFAULT_PRESET, get_preset, presets
 
 from . import about, handlers, state
 from .api import compare_endpoint
-from .render import OUTPUT_NAMES, conversation_html, draft_note, legend_html, status_html
+from .render import OUTPUT_NAMES, TOKEN_CLICK_JS, conversation_html, draft_note, legend_html, status_html
 from .state import DEFAULT_METHODS, RunSettings, View, method_choices, precision_note, ui_defaults
 
 LOAD_CONCURRENCY = 2  # saved runs parsed at once (each is checked in full: up to a few seconds of CPU for a large one)
@@ -133,18 +133,27 @@ def build_demo(preset: str = DEFAULT_PRESET, concurrency: int = 2, precision: st
                         with gr.Column(visible=i < len(methods0), min_width=320,
                                        elem_classes="poss-lane") as col:
                             head = gr.HTML(elem_classes="poss-lane-head-box")
-                            toks = gr.HTML('<div class="poss-lane-tokens"></div>', elem_id=f"poss-lane{i}-tokens")
+                            toks = gr.HTML('<div class="poss-lane-tokens"></div>', elem_id=f"poss-lane{i}-tokens",
+                                           js_on_load=TOKEN_CLICK_JS)
                             with gr.Accordion("Plain text (copy)", open=False):
                                 text = gr.Textbox(show_label=False, lines=5, max_lines=20, buttons=["copy"],
                                                   interactive=False)
                             tree = gr.Plot(show_label=False, elem_id=f"poss-lane{i}-tree")
-                            slider = gr.Slider(0, 1, value=0, step=1, label="Round (scrub the tree back)",
-                                               interactive=False)
+                            slider = gr.Slider(0, 1, value=0, step=1, interactive=False,
+                                               label="Round (scrub the tree back, or click a token)",
+                                               elem_id=f"poss-lane{i}-round")
                             explain = gr.HTML(elem_id=f"poss-lane{i}-explain")
                         lane_parts.append([col, head, toks, text, tree, slider, explain])
                 gr.Markdown("### Charts (POSS and EAGLE on the same axes; each states its sample size)")
-                pos_acc_mode = gr.Radio(["conditional (POSS pos-acc)", "unconditional P(accept_len ≥ k)"],
-                                        value="conditional (POSS pos-acc)", label="Position-wise acceptance")
+                with gr.Row(equal_height=False):
+                    pos_acc_mode = gr.Radio(["conditional (POSS pos-acc)", "unconditional P(accept_len ≥ k)"],
+                                            value="conditional (POSS pos-acc)", label="Position-wise acceptance",
+                                            scale=2)
+                    charts_from = gr.Radio(["this run", state.POOLED_VIEW], value="this run", label="Charts show",
+                                           info="all my runs: every round of every run in this tab on this preset, "
+                                                "per method (replays and loaded runs are not added)",
+                                           elem_id="poss-charts-from", scale=2)
+                    forget_btn = gr.Button("Forget my runs", size="sm", scale=1, elem_id="poss-forget")
                 with gr.Row():
                     pos_acc_plot = gr.Plot(show_label=False, elem_id="poss-chart-pos-acc")
                     dev_plot = gr.Plot(show_label=False, elem_id="poss-chart-deviation")
@@ -173,7 +182,7 @@ def build_demo(preset: str = DEFAULT_PRESET, concurrency: int = 2, precision: st
         settings = [prompt, multi_turn, preset_dd, method_boxes, temperature, top_p, depth, top_k, tree_budget,
                     max_new, seed, quantization, auto_budget, precision_dd]
         assert len(settings) == len(fields(RunSettings))
-        view = [color_by, show_rejected, pos_acc_mode]
+        view = [color_by, show_rejected, pos_acc_mode, charts_from]
         run = gathered(handlers.run_handler, settings=True)
         step = gathered(handlers.step_handler, settings=True)
 
@@ -186,10 +195,14 @@ def build_demo(preset: str = DEFAULT_PRESET, concurrency: int = 2, precision: st
                          concurrency_limit=concurrency, show_progress="minimal")
         for control in view:
             control.change(gathered(handlers.view_handler), view, outputs, api_visibility="private", **light)
+        forget_btn.click(gathered(handlers.forget_handler), view, outputs, api_visibility="private", **light)
         for i, parts in enumerate(lane_parts):
             for trigger in (parts[5].input, parts[5].release):  # dragging, and the number box
                 trigger(handlers.tree_for(i), parts[5], [parts[4], parts[6]], api_visibility="private",
                         trigger_mode="always_last", **light)
+            # A clicked token picks its round: the slider, tree and account move there.
+            parts[2].click(handlers.round_pick_for(i), None, [parts[5], parts[4], parts[6]],
+                           api_visibility="private", trigger_mode="always_last", **light)
         preset_dd.change(handlers.preset_handler, preset_dd,
                          [method_boxes, depth, top_k, tree_budget, max_new, note, status], api_visibility="private",
                          **light)

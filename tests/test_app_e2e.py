@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,9 @@ from app.ui import build_demo, launch_kwargs
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = "/usr/bin/chromium"
 SCREENSHOT = ROOT / "screenshots" / "app.png"
-VIEW = ["draft position", False, "conditional (POSS pos-acc)"]
+VIEW = ["draft position", False, "conditional (POSS pos-acc)", "this run"]
+needs_chromium = pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"Debian's chromium is not installed at "
+                                                                         f"{CHROMIUM} (apt-get install chromium)")
 
 
 def free_port() -> int:
@@ -40,7 +43,7 @@ def server():
 
 def run_args(prompt="Hello there", methods=("plain", "eagle", "poss2"), max_new_tokens=16):
     """/run's inputs: prompt, multi-turn, preset, methods, temperature, top-p, depth, top-k, tree budget,
-    max new tokens, seed, quantization, auto budget, precision, then the three view toggles."""
+    max new tokens, seed, quantization, auto budget, precision, then the four view toggles."""
     return [prompt, False, "tiny-random", list(methods), 0.0, 1.0, 6, 8, 32, max_new_tokens, 0, "auto", False,
             "auto"] + VIEW
 
@@ -103,10 +106,9 @@ def test_client_compare_api_and_two_sessions(server):
     assert sum("POSS-1" in t for t in texts_a) >= 1 and not any("POSS-1" in t for t in texts_b)
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(not os.path.exists(CHROMIUM),
-                    reason=f"Debian's chromium is not installed at {CHROMIUM} (apt-get install chromium)")
-def test_browser_shows_tokens_tree_and_charts(server):
+@contextmanager
+def app_page(url: str):
+    """The app open in headless chromium, ready for input."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
@@ -114,36 +116,43 @@ def test_browser_shows_tokens_tree_and_charts(server):
                                                                     "--disable-background-networking"])
         try:
             page = browser.new_page(viewport={"width": 1500, "height": 1100})
-            page.goto(server)
+            page.goto(url)
             page.wait_for_selector("#poss-run", timeout=60_000)
-            page.fill("#poss-prompt textarea", "Hello, how are you?")
-            page.click("#poss-run")
-            page.wait_for_function("document.querySelector('#poss-status').innerText.includes('Done')",
-                                   timeout=120_000)
-            # Coloured tokens: accepted draft tokens have a tint, the target's tokens an underline; all have tooltips.
-            drafts = page.locator(".poss-tokens .tok.draft")
-            assert drafts.count() > 0
-            tint = drafts.first.evaluate("e => getComputedStyle(e).backgroundColor")
-            assert tint not in ("rgba(0, 0, 0, 0)", "transparent")
-            target = page.locator("#poss-lane1-tokens .tok.target").first
-            assert "inset" in target.evaluate("e => getComputedStyle(e).boxShadow")
-            assert "round" in target.get_attribute("title")
-            assert page.locator("#poss-lane0-tokens .tok").count() > 5
-            assert page.locator(".poss-badge.ok").count() == 2  # both speculative lanes match plain decoding
-            # The draft tree of a speculative lane and the four charts are drawn by plotly.
-            assert page.locator("#poss-lane1-tree .main-svg .scatterlayer .trace").count() >= 3
-            # Under the tree, the shown round told in words.
-            account = page.locator("#poss-lane1-explain .poss-round-account").inner_text()
-            assert "Round" in account and "one forward pass" in account and "Time: draft" in account
-            for chart in ("pos-acc", "deviation", "hist", "tps"):
-                assert page.locator(f"#poss-chart-{chart} .main-svg").count() > 0, chart
-            assert page.locator("#poss-chart-tps .scatterlayer .trace").count() == 3
-            assert "Position-wise acceptance" in page.locator("#poss-chart-pos-acc").inner_text()
-            assert "bfloat16" in page.locator("#poss-precision").inner_text()
-            SCREENSHOT.parent.mkdir(exist_ok=True)
-            page.screenshot(path=str(SCREENSHOT), full_page=True)
+            yield page
         finally:
             browser.close()
+
+
+@pytest.mark.slow
+@needs_chromium
+def test_browser_shows_tokens_tree_and_charts(server):
+    with app_page(server) as page:
+        page.fill("#poss-prompt textarea", "Hello, how are you?")
+        page.click("#poss-run")
+        page.wait_for_function("document.querySelector('#poss-status').innerText.includes('Done')",
+                               timeout=120_000)
+        # Coloured tokens: accepted draft tokens have a tint, the target's tokens an underline; all have tooltips.
+        drafts = page.locator(".poss-tokens .tok.draft")
+        assert drafts.count() > 0
+        tint = drafts.first.evaluate("e => getComputedStyle(e).backgroundColor")
+        assert tint not in ("rgba(0, 0, 0, 0)", "transparent")
+        target = page.locator("#poss-lane1-tokens .tok.target").first
+        assert "inset" in target.evaluate("e => getComputedStyle(e).boxShadow")
+        assert "round" in target.get_attribute("title")
+        assert page.locator("#poss-lane0-tokens .tok").count() > 5
+        assert page.locator(".poss-badge.ok").count() == 2  # both speculative lanes match plain decoding
+        # The draft tree of a speculative lane and the four charts are drawn by plotly.
+        assert page.locator("#poss-lane1-tree .main-svg .scatterlayer .trace").count() >= 3
+        # Under the tree, the shown round told in words.
+        account = page.locator("#poss-lane1-explain .poss-round-account").inner_text()
+        assert "Round" in account and "one forward pass" in account and "Time: draft" in account
+        for chart in ("pos-acc", "deviation", "hist", "tps"):
+            assert page.locator(f"#poss-chart-{chart} .main-svg").count() > 0, chart
+        assert page.locator("#poss-chart-tps .scatterlayer .trace").count() == 3
+        assert "Position-wise acceptance" in page.locator("#poss-chart-pos-acc").inner_text()
+        assert "bfloat16" in page.locator("#poss-precision").inner_text()
+        SCREENSHOT.parent.mkdir(exist_ok=True)
+        page.screenshot(path=str(SCREENSHOT), full_page=True)
     assert SCREENSHOT.stat().st_size > 10_000
 
 
@@ -173,3 +182,69 @@ def test_client_cancel_of_compare_stops_its_decoding(server):
     # Stopped within a round or two of the cancel (the cancel travels over HTTP first), far from max_new_tokens.
     assert all(len(lane.events) - n <= 3 for lane, n in zip(comp.lanes, at_cancel)), (at_cancel, comp.lanes)
     assert all(lane.stop_reason == "cancelled" for lane in comp.lanes)
+
+
+
+def eagle_rounds(prompt: str, timeout_s: float = 120.0) -> int:
+    """The EAGLE lane's draft rounds in the finished run of `prompt`, read off the server's sessions (the server
+    runs in this process); waits for the run to finish."""
+    import time
+
+    from app import handlers
+    from poss_core import metrics
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        comps = [s.comparison for s in list(handlers.SESSIONS._sessions.values())
+                 if s.comparison is not None and s.comparison.spec.prompt == prompt and s.comparison.finished]
+        if comps:
+            return len(metrics.draft_rounds(comps[-1].lane("eagle").events))
+        time.sleep(0.05)
+    raise AssertionError(f"no finished run of {prompt!r}")
+
+
+def wait_for_title(page, chart: str, *parts: str) -> None:
+    """Until the chart's title (with its sample sizes) holds every one of `parts`."""
+    page.wait_for_function(
+        "([sel, parts]) => { const t = document.querySelector(sel);"
+        " return t !== null && parts.every(p => t.textContent.includes(p)); }",
+        arg=[f"#poss-chart-{chart} .gtitle", list(parts)], timeout=20_000)
+
+
+@pytest.mark.slow
+@needs_chromium
+def test_browser_token_click_picks_a_round_and_all_my_runs_pools(server):
+    """A clicked token (or Enter on a focused one) moves its lane's round slider and account to its round; after
+    two runs, "all my runs" redraws the charts over both (the sample size grows to the sum)."""
+
+    def run(page, prompt) -> int:
+        page.fill("#poss-prompt textarea", prompt)
+        page.click("#poss-run")
+        n = eagle_rounds(prompt)
+        page.wait_for_function("document.querySelector('#poss-status').innerText.includes('Done')", timeout=60_000)
+        wait_for_title(page, "pos-acc", f"EAGLE n={n}")
+        return n
+
+    with app_page(server) as page:
+        first = run(page, "Hello, how are you?")
+        slider = page.locator("#poss-lane1-round input[type=number]")
+        assert int(slider.input_value()) >= 3
+        page.locator('#poss-lane1-tokens .tok[data-round="1"]').first.click()
+        page.wait_for_function("document.querySelector('#poss-lane1-explain').innerText.includes('Round 1:')",
+                               timeout=20_000)
+        assert slider.input_value() == "1"
+        assert "round 1" in page.locator("#poss-lane1-tree .gtitle").text_content()
+        # Keyboard: the first token of each round is a tab stop; Enter picks its round.
+        page.locator('#poss-lane1-tokens [data-round="2"][tabindex="0"]').focus()
+        page.keyboard.press("Enter")
+        page.wait_for_function("document.querySelector('#poss-lane1-explain').innerText.includes('Round 2:')",
+                               timeout=20_000)
+        assert slider.input_value() == "2"
+
+        second = run(page, "Name three colours.")
+        assert "All my runs" not in page.locator("#poss-chart-pos-acc .gtitle").text_content()
+        page.locator("#poss-charts-from label", has_text="all my runs").click()
+        wait_for_title(page, "pos-acc", "All my runs: 2 runs pooled", f"EAGLE n={first + second}")
+        page.locator("#poss-charts-from label", has_text="this run").click()
+        wait_for_title(page, "pos-acc", f"EAGLE n={second}")
+        assert "pooled" not in page.locator("#poss-chart-pos-acc .gtitle").text_content()

@@ -54,11 +54,13 @@ def _none_for_nan(values: Sequence[float]) -> list[float | None]:
     return [None if (v is None or (isinstance(v, float) and math.isnan(v))) else v for v in values]
 
 
-def _style(fig: go.Figure, title: str, height: int = 340, subtitle: str = "") -> go.Figure:
-    text = f"{title}<br><sup>{subtitle}</sup>" if subtitle else title
+def _style(fig: go.Figure, title: str, height: int = 340, subtitle: str = "", note: str = "") -> go.Figure:
+    """Title, subtitle (the sample size) and an optional second line `note` (what the runs are, e.g. pooled)."""
+    lines = [line for line in (subtitle, note) if line]
+    text = "".join([title] + [f"<br><sup>{line}</sup>" for line in lines])
     fig.update_layout(
         title={"text": text, "x": 0.01, "xanchor": "left", "font": {"size": 15}},
-        height=height, margin={"l": 52, "r": 16, "t": 70 if subtitle else 46, "b": 46},
+        height=height, margin={"l": 52, "r": 16, "t": 46 + 24 * len(lines), "b": 46},
         paper_bgcolor="rgba(0,0,0,0)", plot_bgcolor="rgba(0,0,0,0)",
         font={"color": FONT_COLOR, "size": 12},
         legend={"orientation": "h", "yanchor": "bottom", "y": 1.0, "xanchor": "right", "x": 1.0,
@@ -104,13 +106,14 @@ def specialists_by_position(events: Sequence[RoundEvent]) -> list[int]:
 def pos_acc_figure(runs: Runs, conditional: bool = True,
                    specialist_bands: bool | Mapping[str, Sequence[int]] | None = True,
                    depth: int | None = None, colors: Mapping[str, str] | None = None,
-                   height: int = 380) -> go.Figure:
+                   height: int = 380, note: str = "") -> go.Figure:
     """Position-wise acceptance per draft position, one line per run on shared axes.
 
     conditional=True draws POSS's pos-acc_k = P(accept_len >= k) / P(accept_len >= k-1); False draws the
     unconditional rate P(accept_len >= k). `specialist_bands` adds a strip under the chart showing which specialist
     drafts which position for each run: True reads it off the events, a mapping gives it per run label
-    (specialist index per position 1..depth), None/False leaves it out. Runs without draft rounds are skipped."""
+    (specialist index per position 1..depth), None/False leaves it out. Runs without draft rounds are skipped.
+    `note` (here and in the other charts) is a second subtitle line saying what the runs are."""
     drafted = _drafted_runs(runs)
     name = "Position-wise acceptance, conditional (pos-acc)" if conditional else \
         "Position-wise acceptance, unconditional"
@@ -165,11 +168,11 @@ def pos_acc_figure(runs: Runs, conditional: bool = True,
     else:
         fig.update_xaxes(title_text="draft position k", dtick=1, row=1, col=1)
     return _style(fig, name, height, f"{POS_ACC_FORMULA if conditional else POS_RATE_FORMULA}; "
-                                     f"{_sample_sizes(drafted)}")
+                                     f"{_sample_sizes(drafted)}", note)
 
 
 def feature_deviation_figure(runs: Runs, metric: str = "l2", colors: Mapping[str, str] | None = None,
-                             height: int = 340) -> go.Figure:
+                             height: int = 340, note: str = "") -> go.Figure:
     """Mean deviation between the draft's predicted feature and the target's true feature, by accepted position.
 
     `metric` is "l2" (L2 norm) or "cosine" (1 - cos); the hover shows both and how many accepted positions each
@@ -194,11 +197,12 @@ def feature_deviation_figure(runs: Runs, metric: str = "l2", colors: Mapping[str
     fig.update_xaxes(title_text="draft position k", dtick=1)
     fig.update_yaxes(title_text="mean L2 distance" if metric == "l2" else "mean cosine distance", rangemode="tozero")
     counts = ", ".join(f"{label} n={sum(d['count'])}" for label, d in data.items())
-    return _style(fig, title, height, f"draft's predicted vs target's true feature; accepted positions: {counts}")
+    return _style(fig, title, height, f"draft's predicted vs target's true feature; accepted positions: {counts}",
+                  note)
 
 
 def accept_hist_figure(runs: Runs, depth: int | None = None, colors: Mapping[str, str] | None = None,
-                       height: int = 340) -> go.Figure:
+                       height: int = 340, note: str = "") -> go.Figure:
     """Share of rounds that accepted exactly k draft tokens (k = 0..depth), grouped bars per run; hover gives counts."""
     title = "Accept-length histogram"
     drafted = _drafted_runs(runs)
@@ -218,10 +222,11 @@ def accept_hist_figure(runs: Runs, depth: int | None = None, colors: Mapping[str
     fig.update_xaxes(title_text="accepted draft tokens per round (accept_len)", dtick=1)
     fig.update_yaxes(title_text="share of rounds", tickformat=".0%", rangemode="tozero")
     taus = ", ".join(f"{label} τ={metrics.tau(ev):.2f}" for label, ev in drafted.items())
-    return _style(fig, title, height, f"{_sample_sizes(drafted)}; {taus}")
+    return _style(fig, title, height, f"{_sample_sizes(drafted)}; {taus}", note)
 
 
-def tokens_per_s_figure(runs: Runs, colors: Mapping[str, str] | None = None, height: int = 340) -> go.Figure:
+def tokens_per_s_figure(runs: Runs, colors: Mapping[str, str] | None = None, height: int = 340,
+                        note: str = "") -> go.Figure:
     """Cumulative tokens/s against each run's own elapsed compute time (sum of its rounds' wall_ms)."""
     title = "Tokens/s over time"
     series = {label: metrics.tokens_per_s_series(ev) for label, ev in runs.items()}
@@ -238,7 +243,7 @@ def tokens_per_s_figure(runs: Runs, colors: Mapping[str, str] | None = None, hei
     fig.update_xaxes(title_text="the run's own compute time (s)", rangemode="tozero")
     fig.update_yaxes(title_text="tokens/s so far", rangemode="tozero")
     sizes = ", ".join(f"{label} n={len(runs[label])}" for label in series)
-    return _style(fig, title, height, f"rounds (prefill included): {sizes}")
+    return _style(fig, title, height, f"rounds (prefill included): {sizes}", note)
 
 
 def tree_layout(event: RoundEvent) -> tuple[list[float], list[float]]:
