@@ -6,8 +6,8 @@ from __future__ import annotations
 import html
 import math
 import os
-import traceback
 import sys
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -118,8 +118,9 @@ def header_html(ev: Evidence, source: str) -> str:
              ("questions", f"{sum(questions.values())} ("
                            + ", ".join(f"{d} {n}" for d, n in questions.items()) + ")"),
              ("draft rounds", rounds), ("identity check", check)]
-    rows = "".join(f"<li><b>{html.escape(k)}</b>: {_code(v) if k in ('command', 'summary written by') else html.escape(v)}"
-                   "</li>" for k, v in facts if v)
+    commands = ("command", "summary written by")
+    rows = "".join(f"<li><b>{html.escape(k)}</b>: {_code(v) if k in commands else html.escape(v)}</li>"
+                   for k, v in facts if v)
     notes = "".join(f"<li>{html.escape(n)}</li>" for n in m.notes)
     return (f'<div class="poss-evidence-header"><b>{html.escape(ev.preset)}</b>, depth {ev.depth}'
             f"<ul>{rows}{notes}</ul></div>")
@@ -140,13 +141,14 @@ def table_html(ev: Evidence) -> str:
             continue
         cell = result.scopes[OVERALL]
         speed, tps = cell.speedup.estimate(), cell.tokens_per_s.estimate()
+        speed_std, tps_std = speed.high - speed.value, tps.high - tps.value  # 0: a single run, no spread
         vs = result.tau_vs_eagle.estimate() if result.tau_vs_eagle else None
         cells = [info.label if info.trained else f"{info.label} (untrained)",
                  "1 (plain)" if info.plain else _interval_text(result.tau_mean_of_datasets.estimate()),
                  "" if info.plain else _interval_text(cell.tau.estimate()),
                  _interval_text(vs, pct=True) if vs else "",
-                 f"×{_fmt(speed.value)}" + ("" if speed.high == speed.value else f" ± {_fmt(speed.high - speed.value)}"),
-                 f"{_fmt(tps.value, 1)}" + ("" if tps.high == tps.value else f" ± {_fmt(tps.high - tps.value, 1)}"),
+                 f"×{_fmt(speed.value)}" + (f" ± {_fmt(speed_std)}" if speed_std else ""),
+                 _fmt(tps.value, 1) + (f" ± {_fmt(tps_std, 1)}" if tps_std else ""),
                  str(speed.n), "" if info.plain else str(cell.rounds), str(cell.questions)]
         swatch = f'<span style="color:{info.color}">■</span> '
         rows.append("<tr>" + "".join(f"<td>{swatch if i == 0 else ''}{html.escape(c)}</td>"

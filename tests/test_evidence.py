@@ -13,7 +13,7 @@ from test_bench import DEPTH, known_records
 
 from app import evidence_view
 from poss_core import metrics
-from poss_core.bench import analysis, cli, evidence, figures, report
+from poss_core.bench import analysis, cli, evidence, figures
 from poss_core.errors import ConfigError
 from poss_core.methods import label_of
 from poss_core.models.presets import get_preset
@@ -24,7 +24,8 @@ ROOT = Path(__file__).resolve().parents[1]
 # ---------------------------------------------------------------- statistics (poss_core.metrics)
 
 def test_wilson_interval_against_a_hand_computation():
-    # 3 of 4: p = .75, z² = 3.8415, centre = (.75 + z²/8) / (1 + z²/4) = .6275, half = z·√(p(1−p)/4 + z²/64) / 1.9604
+    # 3 of 4: p = .75, z² = 3.8415, centre = (.75 + z²/8) / (1 + z²/4) = .6275,
+    # half = z·√(p(1−p)/4 + z²/64) / 1.9604 = .3269
     lo, hi = metrics.wilson_interval(3, 4)
     assert lo == pytest.approx(0.3006, abs=1e-4) and hi == pytest.approx(0.9544, abs=1e-4)
     lo, hi = metrics.wilson_interval(8, 12)
@@ -173,7 +174,8 @@ def test_loader_refuses_hostile_records(known, tmp_path):
     many_runs = [{**row, "run": i} for i in range(evidence.MAX_RUNS + 1)]  # bounds the work aggregation does
     for name, lines, says in [("huge", [huge], "accept_len"), ("text", ["hello"], "line 1 is not valid JSON"),
                               ("runs", many_runs, "21 runs; a summary covers at most 20"),
-                              ("short", [{"run": 0}], "line 1 is not a benchmark record"), ("none", [], "no benchmark")]:
+                              ("short", [{"run": 0}], "line 1 is not a benchmark record"),
+                              ("none", [], "no benchmark")]:
         folder = tmp_path / name
         folder.mkdir()
         (folder / "records.jsonl").write_text("".join((ln if isinstance(ln, str) else json.dumps(ln)) + "\n"

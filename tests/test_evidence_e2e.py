@@ -26,8 +26,8 @@ def server(tmp_path_factory):
     records = known_records()
     meta = {"preset": "tiny-random", "command": "python -m poss_core.bench --bundled-unit", "hardware": "unit CPU"}
     evidence.write_evidence(root / "bundled" / "tiny-random.json", evidence.build_evidence(records, meta, DEPTH))
-    report.write_outputs(root / "results" / "mine", records[:8], {**meta, "command": "python -m poss_core.bench --mine"},
-                         DEPTH, plotlyjs="cdn")  # the first run only
+    mine = {**meta, "command": "python -m poss_core.bench --mine"}
+    report.write_outputs(root / "results" / "mine", records[:8], mine, DEPTH, plotlyjs="cdn")  # the first run only
     before = os.environ.get("POSS_EVIDENCE_DIR")
     os.environ["POSS_EVIDENCE_DIR"] = str(root / "bundled")
     demo = build_demo("tiny-random", concurrency=2, results_dir=str(root / "results"))
