@@ -503,7 +503,7 @@ def evidence_main(argv: Sequence[str]) -> int:
     p = argparse.ArgumentParser(
         prog="python -m poss_core.bench evidence",
         description="Write the evidence summary (what the app's Evidence tab shows) of a results folder: τ per "
-                    "dataset with 95%% intervals, pos-acc and the unconditional rate per position with Wilson "
+                    "dataset with 95% intervals, pos-acc and the unconditional rate per position with Wilson "
                     "intervals and their n, feature deviation, speed-up and tokens/s, with the run's command, "
                     "hardware and date. For the bundled drafts: python -m poss_core.bench evidence results/paper "
                     "--out assets/evidence/smollm2-135m.json")
