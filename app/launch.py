@@ -35,6 +35,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="torch CPU threads (default: half the cores, at least 1, which leaves a core to the web "
                         "server and the drawing; on a busy CPU it is also far faster than oversubscribing)")
     add_dtype_argument(p, "the Precision setting's initial value (the target's dtype for every lane)", default=os.environ.get("POSS_DTYPE", "auto"))
+    p.add_argument("--results-dir", default=None,
+                   help="a folder the Evidence tab's path box may read results from, besides the project's results/ "
+                        "(default: $POSS_RESULTS_DIR)")
     p.add_argument("--no-preload", action="store_true",
                    help="do not load the preset's model in the background at start-up (the first Run loads it)")
     return p
@@ -103,7 +106,7 @@ def main(argv: list[str] | None = None) -> None:
     if not 0 < args.max_call_seconds < float("inf"):
         build_parser().error(f"--max-call-seconds={args.max_call_seconds}: use a number of seconds > 0.")
     demo = build_demo(preset=args.preset, concurrency=args.concurrency, precision=precision,
-                      call_limit_s=args.max_call_seconds)
+                      call_limit_s=args.max_call_seconds, results_dir=args.results_dir)
     demo.queue(max_size=args.queue_size, default_concurrency_limit=args.concurrency)
     if not args.no_preload:
         prepare_target(args.preset)  # before the page is up: its first Run then only loads a prepared checkpoint

@@ -15,7 +15,7 @@ from poss_core.bench import figures
 from poss_core.decoding.config import LIMITS, MAX_PROMPT_CHARS
 from poss_core.models.presets import DEFAULT_PRESET, get_preset, presets
 
-from . import about, handlers, state
+from . import about, evidence_view, handlers, state
 from .api import compare_endpoint
 from .render import OUTPUT_NAMES, TOKEN_CLICK_JS, conversation_html, draft_note, legend_html, status_html
 from .state import DEFAULT_METHODS, RunSettings, View, method_choices, precision_note, ui_defaults
@@ -47,12 +47,15 @@ side against plain decoding: coloured tokens came from the draft, underlined one
 
 
 def build_demo(preset: str = DEFAULT_PRESET, concurrency: int = 2, precision: str = "auto",
-               call_limit_s: float | None = None) -> gr.Blocks:
+               call_limit_s: float | None = None, results_dir: str | None = None) -> gr.Blocks:
     """The whole app. `concurrency` caps how many comparisons (runs, steps, API calls) decode at once; `precision`
     is the Precision setting's initial value (`python app.py --dtype`); `call_limit_s` the most seconds one call
-    decodes (state.CALL_LIMIT_S; `python app.py --max-call-seconds`)."""
+    decodes (state.CALL_LIMIT_S; `python app.py --max-call-seconds`); `results_dir` a folder the Evidence tab may
+    read results from besides results/ (`python app.py --results-dir`)."""
     if call_limit_s is not None:
         state.CALL_LIMIT_S = float(call_limit_s)
+    if results_dir:
+        evidence_view.RESULTS_DIR = Path(results_dir)
     state.SESSIONS.start_reaper()  # paused Step sessions idle past SESSIONS.idle_s free their decoders
     first = get_preset(preset)
     d = ui_defaults(first)
@@ -169,6 +172,8 @@ def build_demo(preset: str = DEFAULT_PRESET, concurrency: int = 2, precision: st
                         save_btn = gr.Button("Save this run (JSONL)")
                         saved = gr.File(label="Saved run", interactive=False)
                         upload = gr.File(label="Load a saved run (.jsonl)", file_types=[".jsonl"], type="filepath")
+            with gr.Tab("Evidence", id="evidence"):
+                evidence_view.build_tab(demo, preset, preset_choices)
             with gr.Tab("About", id="about"):
                 gr.Markdown(about.INTRO)
                 gr.HTML(about.DIAGRAM)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from .events import RoundEvent
@@ -46,21 +47,30 @@ def _tau_change(picked: Sequence[Sequence[tuple[TauTotals, TauTotals]]]) -> tupl
     return pooled, by_set
 
 
-def bootstrap_tau_change(datasets: Sequence[Sequence[tuple[TauTotals, TauTotals]]], resamples: int = 2000,
-                         level: float = 0.95, seed: int = 0) -> dict[str, tuple[float, float, float]]:
-    """How sure a τ difference between two drafts on the same questions is: a paired bootstrap over questions.
-    `datasets` holds, per dataset, one ((sum, rounds) of the method, (sum, rounds) of the base) pair per question
-    (`tau_totals`). Each resample draws every dataset's questions again with replacement (so the mix of datasets
-    stays fixed) and keeps the pairing. Returns {"pooled": (change, low, high), "mean_of_datasets": (...)}, the
-    change as a fraction and the percentile interval at `level`."""
-    point = _tau_change(datasets)
+def _tau_pooled_and_by_set(picked: Sequence[Sequence[TauTotals]]) -> tuple[float, float]:
+    """τ pooled over every round, and the mean of the datasets' τ (the paper's mean column)."""
+    per_set = [(sum(s for s, _ in rows), sum(n for _, n in rows)) for rows in picked]
+    total, rounds = sum(s for s, _ in per_set), sum(n for _, n in per_set)
+    means = [s / n for s, n in per_set if n]
+    return (total / rounds if rounds else math.nan), (sum(means) / len(means) if means else math.nan)
+
+
+STATISTICS = ("pooled", "mean_of_datasets")
+
+
+def _stratified_bootstrap(datasets: Sequence[Sequence[Any]], statistic, resamples: int, level: float,
+                          seed: int) -> dict[str, tuple[float, float, float]]:
+    """A percentile bootstrap over questions, stratified by dataset: each resample draws every dataset's questions
+    again with replacement (so the mix of datasets stays fixed). `statistic` maps the per-dataset rows to the two
+    `STATISTICS`; returns {name: (point estimate, low, high)} at `level`."""
+    point = statistic(datasets)
     rng = random.Random(seed)
     draws: list[tuple[float, float]] = []
     for _ in range(resamples):
         picked = [[rows[rng.randrange(len(rows))] for _ in rows] for rows in datasets if rows]
-        draws.append(_tau_change(picked))
+        draws.append(statistic(picked))
     out = {}
-    for i, name in enumerate(("pooled", "mean_of_datasets")):
+    for i, name in enumerate(STATISTICS):
         vals = sorted(d[i] for d in draws if not math.isnan(d[i]))
         if not vals:
             out[name] = (point[i], math.nan, math.nan)
@@ -69,6 +79,47 @@ def bootstrap_tau_change(datasets: Sequence[Sequence[tuple[TauTotals, TauTotals]
         hi = vals[int((1 + level) / 2 * (len(vals) - 1))]
         out[name] = (point[i], lo, hi)
     return out
+
+
+def bootstrap_tau_change(datasets: Sequence[Sequence[tuple[TauTotals, TauTotals]]], resamples: int = 2000,
+                         level: float = 0.95, seed: int = 0) -> dict[str, tuple[float, float, float]]:
+    """How sure a τ difference between two drafts on the same questions is: a paired bootstrap over questions.
+    `datasets` holds, per dataset, one ((sum, rounds) of the method, (sum, rounds) of the base) pair per question
+    (`tau_totals`); a resample keeps the pairing. Returns {"pooled": (change, low, high), "mean_of_datasets": (...)},
+    the change as a fraction and the percentile interval at `level`."""
+    return _stratified_bootstrap(datasets, _tau_change, resamples, level, seed)
+
+
+def bootstrap_tau(datasets: Sequence[Sequence[TauTotals]], resamples: int = 2000, level: float = 0.95,
+                  seed: int = 0) -> dict[str, tuple[float, float, float]]:
+    """τ with a 95% interval from a bootstrap over questions: `datasets` holds, per dataset, one (sum, rounds) per
+    question (`tau_totals` of its turns, runs included: at temperature 0 a question's runs repeat its rounds, so a
+    question is the unit). Returns {"pooled": (τ, low, high), "mean_of_datasets": (...)}; with one dataset the two
+    agree."""
+    return _stratified_bootstrap(datasets, _tau_pooled_and_by_set, resamples, level, seed)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A figure with its interval and the sample it rests on: τ with its bootstrap interval over questions (n: rounds),
+    a speed-up with ± one std over runs (n: runs), a rate with its Wilson interval (n: its denominator)."""
+
+    value: float
+    low: float
+    high: float
+    n: int
+
+
+def wilson_interval(successes: int, n: int, z: float = 1.959964) -> tuple[float, float]:
+    """Wilson score interval of a proportion successes / n (95% by default): unlike p ± z·SE it stays inside [0, 1]
+    and is honest with few rounds or a rate near 0 or 1. (NaN, NaN) when n is 0."""
+    if n <= 0:
+        return math.nan, math.nan
+    p, z2 = successes / n, z * z
+    denom = 1.0 + z2 / n
+    centre = (p + z2 / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def max_depth(events: Iterable[RoundEvent]) -> int:
@@ -108,6 +159,12 @@ def pos_acc_from_hist(hist: Sequence[int]) -> list[float]:
     NaN where no round reached position k-1."""
     ge = _at_least(hist)
     return [ge[k] / ge[k - 1] if ge[k - 1] else math.nan for k in range(1, len(hist))]
+
+
+def reached_counts(hist: Sequence[int]) -> list[int]:
+    """reached[k] = rounds with accept_len >= k, k = 0..depth (reached[0] is every round): the denominators of
+    pos-acc (reached[k-1]) and of the unconditional rate (reached[0])."""
+    return _at_least(hist)
 
 
 def only_drafted(values: Sequence[float], events: Iterable[RoundEvent]) -> list[float]:
@@ -207,3 +264,63 @@ def summarize(events: Sequence[RoundEvent], depth: int | None = None) -> dict[st
         "feature_deviation": feature_deviation_by_position(events),
         **time_split(events),
     }
+
+
+def specialists_by_position(events: Iterable[RoundEvent]) -> list[int]:
+    """Which specialist drafted each position 1..depth, read off the events' tree nodes (-1 where never drafted)."""
+    events = list(events)
+    out = [-1] * max_depth(events)
+    for e in events:
+        for n in e.nodes:
+            if out[n.depth - 1] < 0:
+                out[n.depth - 1] = n.specialist
+    return out
+
+
+@dataclass
+class AcceptanceStats:
+    """What the acceptance and deviation charts draw for one method: the accept-length histogram, how deep it
+    drafted, which specialist drafted each position, and feature deviation by position. Built from events
+    (`acceptance_stats`: the app's lanes) or read back from a benchmark summary (the Evidence tab), so both draw
+    the same charts from the same numbers."""
+
+    hist: list[int]  # rounds that accepted exactly k draft tokens, k = 0..depth
+    drafted_depth: int  # deepest drafted position: deeper positions proposed nothing (NaN, not 0)
+    specialists: list[int] = field(default_factory=list)  # specialist per position 1..depth, -1 never drafted
+    deviation: dict[str, list] = field(default_factory=lambda: {"l2": [], "cosine": [], "count": []})
+
+    @property
+    def rounds(self) -> int:
+        return sum(self.hist)
+
+    @property
+    def tau(self) -> float:
+        return sum((k + 1) * h for k, h in enumerate(self.hist)) / self.rounds if self.rounds else math.nan
+
+    def _drafted(self, values: Sequence[float]) -> list[float]:
+        return [v if k <= self.drafted_depth else math.nan for k, v in enumerate(values, 1)]
+
+    def rates(self, conditional: bool = True) -> list[float]:
+        """Conditional pos-acc (True) or the unconditional rate P(accept_len >= k), k = 1..depth."""
+        return self._drafted(pos_acc_from_hist(self.hist) if conditional else pos_rate_from_hist(self.hist))
+
+    def counts(self, conditional: bool = True) -> tuple[list[int], list[int]]:
+        """(successes, n) behind each rate: rounds that reached k, over rounds that reached k−1 (conditional) or
+        over every round (unconditional)."""
+        reached = reached_counts(self.hist)
+        hits = reached[1:]
+        return hits, (reached[:-1] if conditional else [reached[0] if reached else 0] * len(hits))
+
+    def intervals(self, conditional: bool = True) -> list[tuple[float, float]]:
+        """Wilson 95% interval of each rate (NaN where nothing was drafted or no round reached k−1)."""
+        hits, n = self.counts(conditional)
+        return [wilson_interval(h, m) if k <= self.drafted_depth else (math.nan, math.nan)
+                for k, (h, m) in enumerate(zip(hits, n), 1)]
+
+
+def acceptance_stats(events: Iterable[RoundEvent], depth: int | None = None) -> AcceptanceStats:
+    """An `AcceptanceStats` of these rounds (`depth`: the histogram's length at least, as `accept_hist`)."""
+    events = list(events)
+    return AcceptanceStats(hist=accept_hist(events, depth), drafted_depth=max_depth(events),
+                           specialists=specialists_by_position(events),
+                           deviation=feature_deviation_by_position(events))

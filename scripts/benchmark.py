@@ -1,6 +1,6 @@
 """The project's two benchmark settings as one command each, over the six evaluation sets in ../shared/data/eval/.
 
-    python scripts/benchmark.py paper [--limit 3] [--drafts DIR] [--out results/paper]
+    python scripts/benchmark.py paper [--limit 3] [--drafts DIR] [--out results/paper] [--evidence]
     python scripts/benchmark.py auto  [--max-new-tokens 64] [--drafts DIR] [--out results/auto]
 
 paper: the paper's settings (fp32, depth 6, top-k 10, a 60-token tree, 64 new tokens, one run): τ and pos-acc, which
@@ -8,6 +8,8 @@ do not depend on the machine's speed. auto: bf16 with the tree budget chosen for
 recalibrated), two timed runs over two questions per set: the wall-clock speed-up; run it on a quiet machine.
 Anything after `--` goes to `python -m poss_core.bench` unchanged. `--drafts DIR` measures other drafts than the
 bundled ones (e.g. runs/smollm2-135m/stage-14/drafts). Progress, tables and charts come from the benchmark itself.
+`--evidence` then writes the run's evidence summary to assets/evidence/PRESET.json (what the app's Evidence tab
+shows): `python scripts/benchmark.py paper --evidence` is the command that refreshes the bundled drafts' one.
 """
 
 from __future__ import annotations
@@ -55,6 +57,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-new-tokens", type=int, default=None, help="new tokens per answer (64)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--out", default=None, help="results folder (default results/SETTINGS)")
+    p.add_argument("--evidence", action="store_true",
+                   help="after the run, write its evidence summary to assets/evidence/PRESET.json (the app's Evidence "
+                        "tab)")
     p.add_argument("--dry-run", action="store_true", help="print the command without running it")
     args = p.parse_args(argv)
     cmd = bench_command(args, extra)
@@ -63,11 +68,23 @@ def main(argv: list[str] | None = None) -> int:
         if not Path(args.drafts).is_dir():
             raise SystemExit(f"error: --drafts {args.drafts} is not a folder.")
         env["POSS_DRAFTS_DIR"] = args.drafts
-    print(("POSS_DRAFTS_DIR=" + args.drafts + " " if args.drafts else "") + " ".join(
-        "python" if c == sys.executable else c for c in cmd), flush=True)
+    commands = [cmd] + ([evidence_command(args, cmd)] if args.evidence else [])
+    for c in commands:
+        print(("POSS_DRAFTS_DIR=" + args.drafts + " " if args.drafts else "") + " ".join(
+            "python" if part == sys.executable else part for part in c), flush=True)
     if args.dry_run:
         return 0
-    return subprocess.call(cmd, env=env, cwd=ROOT)
+    for c in commands:
+        rc = subprocess.call(c, env=env, cwd=ROOT)
+        if rc != 0:
+            return rc
+    return 0
+
+
+def evidence_command(args: argparse.Namespace, bench: list[str]) -> list[str]:
+    """The evidence summary of the run `bench` writes, into assets/evidence/PRESET.json."""
+    out = bench[len(bench) - bench[::-1].index("--out")]  # the last --out (one after `--` overrides)
+    return [sys.executable, "-m", "poss_core.bench", "evidence", out, "--out", f"assets/evidence/{args.preset}.json"]
 
 
 if __name__ == "__main__":

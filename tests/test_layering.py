@@ -27,7 +27,7 @@ LAYERS = [
     ["poss_core.space"],  # stages the app, engine and drafts for a Space
     ["app", "app.about", "app.state"],
     ["app.render"],
-    ["app.handlers", "app.api"],
+    ["app.handlers", "app.api", "app.evidence_view"],
     ["app.ui"],
     ["app.launch"],
     ["app_entry"],  # app.py

@@ -54,8 +54,12 @@ def aggregate(records: Sequence[TurnRecord], depth: int, eagle: str = "eagle") -
     runs = sorted({r.run for r in records})
     scopes = datasets + [OVERALL]
 
+    by_method: dict[str, list[TurnRecord]] = {}
+    for r in records:
+        by_method.setdefault(r.method, []).append(r)
+
     def select(method: str, scope: str, run: int | None) -> list[list[RoundEvent]]:
-        return [r.events for r in records if r.method == method and (scope == OVERALL or r.dataset == scope)
+        return [r.events for r in by_method[method] if (scope == OVERALL or r.dataset == scope)
                 and (run is None or r.run == run)]
 
     per_run: dict[str, dict[str, list[dict[str, Any]]]] = {}
@@ -146,18 +150,21 @@ def tau_change_interval(records: Sequence[TurnRecord], method: str, base: str,
                         datasets: Sequence[str]) -> dict[str, tuple[float, float, float]]:
     """`method`'s τ change over `base` with a 95% paired-bootstrap interval over questions (`metrics`); a question's
     turns and runs count as one unit, since at temperature 0 its runs repeat the same rounds."""
-    def totals(m: str) -> dict[tuple, tuple[int, int]]:
-        by_question: dict[tuple, tuple[int, int]] = {}
-        for r in records:
-            if r.method == m:
-                s, n = metrics.tau_totals(r.events)
-                a, b = by_question.get((r.dataset, r.question_id), (0, 0))
-                by_question[(r.dataset, r.question_id)] = (a + s, b + n)
-        return by_question
-
-    mine, theirs = totals(method), totals(base)
+    mine, theirs = question_totals(records, method), question_totals(records, base)
     groups = [[(mine[k], theirs[k]) for k in mine if k[0] == d and k in theirs] for d in datasets]
     return metrics.bootstrap_tau_change(groups)
+
+
+def question_totals(records: Sequence[TurnRecord], method: str) -> dict[tuple, metrics.TauTotals]:
+    """τ's (sum, rounds) of each question (keyed (dataset, question_id)), its turns and runs summed: the unit every
+    bootstrap over questions resamples."""
+    by_question: dict[tuple, metrics.TauTotals] = {}
+    for r in records:
+        if r.method == method:
+            s, n = metrics.tau_totals(r.events)
+            a, b = by_question.get((r.dataset, r.question_id), (0, 0))
+            by_question[(r.dataset, r.question_id)] = (a + s, b + n)
+    return by_question
 
 
 def pooled_events_by_method(records: Sequence[TurnRecord], methods: Sequence[str] | None = None,

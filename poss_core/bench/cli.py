@@ -5,6 +5,7 @@
         [--depth 6 --top-k 10 --tree-budget 60 | --tree-budget auto] --out results/
     python -m poss_core.bench overhead [--preset tiny-random] [--tree-budget 60] [--rounds 60] [--dtype ...]
     python -m poss_core.bench report results/ [--limit N --out DIR]   # tables and charts again from records.jsonl
+    python -m poss_core.bench evidence results/ [--out FILE]   # the Evidence tab's summary (results/evidence.json)
 
 `plain` is plain decoding (`ar`, its older name, is read too), timed two ways: the project's PlainDecoder (`plain`)
 and transformers' `generate` (`plain-hf`); speed-ups are against the faster of the two on the same run and dataset.
@@ -20,6 +21,7 @@ import json
 import os
 import platform
 import shlex
+import subprocess
 import sys
 from collections.abc import Sequence
 from dataclasses import replace
@@ -36,8 +38,10 @@ from ..decoding.decoder import encode_prompt
 from ..errors import ConfigError, PossError, run_cli
 from ..models.loading import add_dtype_argument, load_preset_target, parse_dtype
 from ..models.presets import Preset, get_preset
+from ..paths import project_root
 from . import runner
 from .analysis import classify_mismatches, first_divergences, identity_check, subset_identity
+from .evidence import evidence_main
 from .overhead import overhead_main
 from .records import first_questions, read_records, read_summary
 from .report import identity_banner, write_outputs
@@ -116,6 +120,19 @@ def _load_text(start: float | None, end: float | None) -> str:
     if start is None or end is None:
         return ""
     return f"; 1-minute load average {start:.1f} before loading, {end:.1f} at the end"
+
+
+def _git_commit() -> str | None:
+    """The checkout's commit (with "+changes" when files differ from it), or None outside a git checkout."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=project_root(), capture_output=True, text=True,
+                              timeout=10).stdout.strip()
+
+    try:
+        commit = git("rev-parse", "HEAD")
+        return (commit + ("+changes" if git("status", "--porcelain", "--untracked-files=no") else "")) or None
+    except (OSError, subprocess.SubprocessError):
+        return None
 
 
 def _software() -> str:
@@ -269,6 +286,12 @@ def run_meta(args, argv: Sequence[str], preset: Preset, target, lanes: Sequence[
         "budgets": {m.name: m.budget for m in lanes if m.budget is not None},
         "budget_choices": {m.name: m.budget_choice.to_json() for m in lanes if m.budget_choice is not None},
         "skipped": skipped, "notes": notes,
+        # The same facts as values, for the evidence summary (poss_core.bench.evidence).
+        "dtype": str(target.dtype).replace("torch.", ""), "threads": torch.get_num_threads(),
+        "git_commit": _git_commit(),
+        "run_settings": {"depth": base_cfg.depth, "top_k": base_cfg.top_k, "tree_budget": budget,
+                         "max_new_tokens": args.max_new_tokens, "temperature": args.temperature,
+                         "top_p": args.top_p, "runs": args.runs, "seed": args.seed, "limit": args.limit},
     }
 
 
@@ -330,6 +353,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return overhead_main(argv[1:])
         if argv and argv[0] == "report":
             return report_main(argv[1:])
+        if argv and argv[0] == "evidence":
+            return evidence_main(argv[1:])
         return run_benchmark(build_parser().parse_args(argv), argv)
 
     return run_cli(body)

@@ -1,7 +1,10 @@
-"""Plotly figures of runs (label -> RoundEvents): pure functions drawn by the app and the benchmark's HTML report.
+"""Plotly figures: pure functions drawn by the app's Demo and Evidence tabs and the benchmark's HTML report.
 
-Every number drawn comes from `poss_core.metrics`; this module only lays it out. Each chart names its sample size
-(rounds, or accepted positions) so nobody reads noise as a result.
+The acceptance, deviation and histogram charts take runs as label -> RoundEvents (a lane, a pooled benchmark method)
+or label -> `metrics.AcceptanceStats` (what a benchmark summary keeps), so live lanes and a stored summary go through
+the same drawing code. Every number drawn comes from `poss_core.metrics`; this module only lays it out. Each chart
+names its sample size (rounds, accepted positions, questions or runs) so nobody reads noise as a result, and rates
+carry their Wilson 95% intervals.
 """
 
 from __future__ import annotations
@@ -15,8 +18,9 @@ from plotly.subplots import make_subplots
 from .. import metrics
 from ..events import RoundEvent
 from ..methods import OKABE_ITO, PLAIN_COLOR
+from ..metrics import AcceptanceStats, Estimate
 
-Runs = Mapping[str, Sequence[RoundEvent]]
+Runs = Mapping[str, "Sequence[RoundEvent] | AcceptanceStats"]
 
 # Specialists (draft layer groups): one categorical colour each, the same as the token view (vermillion is kept
 # for the target's own tokens and the accepted path).
@@ -83,38 +87,44 @@ def empty_figure(message: str, height: int = 300, title: str = "") -> go.Figure:
     return fig
 
 
-def _drafted_runs(runs: Runs) -> dict[str, list[RoundEvent]]:
+def acceptance_of(runs: Runs, depth: int | None = None) -> dict[str, AcceptanceStats]:
+    """Every run as `AcceptanceStats`: events are summarised here, stats pass through."""
+    return {label: r if isinstance(r, AcceptanceStats) else metrics.acceptance_stats(r, depth)
+            for label, r in runs.items()}
+
+
+def _drafted(stats: Mapping[str, AcceptanceStats]) -> dict[str, AcceptanceStats]:
     """Runs with at least one verified draft round (plain decoding has none and no draft positions)."""
-    return {label: list(ev) for label, ev in runs.items() if metrics.draft_rounds(ev) and metrics.max_depth(ev) > 0}
+    return {label: s for label, s in stats.items() if s.rounds and s.drafted_depth > 0}
 
 
-def _sample_sizes(runs: Mapping[str, Sequence[RoundEvent]]) -> str:
-    return "rounds: " + ", ".join(f"{label} n={len(metrics.draft_rounds(ev))}" for label, ev in runs.items())
+def _sample_sizes(stats: Mapping[str, AcceptanceStats]) -> str:
+    return "rounds: " + ", ".join(f"{label} n={s.rounds}" for label, s in stats.items())
 
 
-def specialists_by_position(events: Sequence[RoundEvent]) -> list[int]:
-    """Which specialist drafted each position 1..depth, read off the events' tree nodes (-1 where never drafted)."""
-    depth = metrics.max_depth(events)
-    out = [-1] * depth
-    for e in events:
-        for n in e.nodes:
-            if out[n.depth - 1] < 0:
-                out[n.depth - 1] = n.specialist
-    return out
+def _error_bars(values: Sequence[float], intervals: Sequence[tuple[float, float]], color: str | None) -> dict:
+    """Plotly's asymmetric error bars for an interval around each value (none where either is missing)."""
+    def gap(a: float, b: float) -> float | None:
+        return None if any(v is None or math.isnan(v) for v in (a, b)) else max(0.0, a - b)
+
+    return {"type": "data", "symmetric": False, "array": [gap(hi, v) for v, (_, hi) in zip(values, intervals)],
+            "arrayminus": [gap(v, lo) for v, (lo, _) in zip(values, intervals)], "color": color, "thickness": 1.3,
+            "width": 4}
 
 
 def pos_acc_figure(runs: Runs, conditional: bool = True,
                    specialist_bands: bool | Mapping[str, Sequence[int]] | None = True,
                    depth: int | None = None, colors: Mapping[str, str] | None = None,
                    height: int = 380, note: str = "") -> go.Figure:
-    """Position-wise acceptance per draft position, one line per run on shared axes.
+    """Position-wise acceptance per draft position, one line per run on shared axes, each point with its Wilson 95%
+    interval and (on hover) the rounds it rests on.
 
     conditional=True draws POSS's pos-acc_k = P(accept_len >= k) / P(accept_len >= k-1); False draws the
     unconditional rate P(accept_len >= k). `specialist_bands` adds a strip under the chart showing which specialist
-    drafts which position for each run: True reads it off the events, a mapping gives it per run label
+    drafts which position for each run: True reads it off the runs, a mapping gives it per run label
     (specialist index per position 1..depth), None/False leaves it out. Runs without draft rounds are skipped.
     `note` (here and in the other charts) is a second subtitle line saying what the runs are."""
-    drafted = _drafted_runs(runs)
+    drafted = _drafted(acceptance_of(runs, depth))
     name = "Position-wise acceptance, conditional (pos-acc)" if conditional else \
         "Position-wise acceptance, unconditional"
     if not drafted:
@@ -122,28 +132,26 @@ def pos_acc_figure(runs: Runs, conditional: bool = True,
     colors = run_colors(list(runs), known=colors)
     bands: dict[str, list[int]] = {}
     if specialist_bands is True:
-        bands = {label: specialists_by_position(ev) for label, ev in drafted.items()}
+        bands = {label: st.specialists for label, st in drafted.items() if st.specialists}
     elif isinstance(specialist_bands, Mapping):
         bands = {label: list(v) for label, v in specialist_bands.items() if label in drafted}
     if bands:
         fig = make_subplots(rows=2, cols=1, shared_xaxes=True, row_heights=[0.78, 0.22], vertical_spacing=0.06)
     else:
         fig = make_subplots(rows=1, cols=1)
-    for label, ev in drafted.items():
-        hist = metrics.accept_hist(ev, depth)
-        values = metrics.only_drafted(
-            metrics.pos_acc_from_hist(hist) if conditional else metrics.pos_rate_from_hist(hist), ev)
-        reached = [sum(hist[k:]) for k in range(len(hist))]  # rounds with accept_len >= k
+    for label, st in drafted.items():
+        values = st.rates(conditional)
+        intervals = st.intervals(conditional)
+        hits, base = st.counts(conditional)  # how many rounds each point rests on: the ratio's denominator
         x = list(range(1, len(values) + 1))
-        # How many rounds each point rests on: the denominator of the ratio.
-        base = [reached[k - 1] for k in x] if conditional else [reached[0]] * len(x)
-        hits = [reached[k] for k in x]
         fig.add_trace(go.Scatter(
             x=x, y=_none_for_nan(values), mode="lines+markers", name=label,
             line={"color": colors.get(label), "width": 2.5}, marker={"size": 8},
-            customdata=list(zip(hits, base)),
-            hovertemplate=f"{label}<br>position %{{x}}: %{{y:.2f}}<br>%{{customdata[0]}} of %{{customdata[1]}} "
-                          "rounds<extra></extra>"), row=1, col=1)
+            error_y=_error_bars(values, intervals, colors.get(label)),
+            customdata=[[h, b, lo, hi] for h, b, (lo, hi) in zip(hits, base, intervals)],
+            hovertemplate=f"{label}<br>position %{{x}}: %{{y:.2f}} (95%: %{{customdata[2]:.2f}}–"
+                          "%{customdata[3]:.2f})<br>%{customdata[0]} of %{customdata[1]} rounds<extra></extra>"),
+            row=1, col=1)
     fig.update_yaxes(title_text="accepted" + (" | reached k−1" if conditional else " (share of rounds)"),
                      range=[0, 1.05], row=1, col=1)
     if bands:
@@ -168,7 +176,7 @@ def pos_acc_figure(runs: Runs, conditional: bool = True,
     else:
         fig.update_xaxes(title_text="draft position k", dtick=1, row=1, col=1)
     return _style(fig, name, height, f"{POS_ACC_FORMULA if conditional else POS_RATE_FORMULA}; "
-                                     f"{_sample_sizes(drafted)}", note)
+                                     f"bars: Wilson 95%; {_sample_sizes(drafted)}", note)
 
 
 def feature_deviation_figure(runs: Runs, metric: str = "l2", colors: Mapping[str, str] | None = None,
@@ -180,7 +188,7 @@ def feature_deviation_figure(runs: Runs, metric: str = "l2", colors: Mapping[str
     if metric not in ("l2", "cosine"):
         raise ValueError(f"metric={metric!r}: use 'l2' or 'cosine'.")
     title = "Feature deviation by draft position (accepted positions)"
-    data = {label: metrics.feature_deviation_by_position(ev) for label, ev in _drafted_runs(runs).items()}
+    data = {label: st.deviation for label, st in _drafted(acceptance_of(runs)).items()}
     data = {label: d for label, d in data.items() if d["count"]}
     if not data:
         return empty_figure("No accepted draft tokens yet: deviation is measured on accepted positions.", height,
@@ -205,14 +213,13 @@ def accept_hist_figure(runs: Runs, depth: int | None = None, colors: Mapping[str
                        height: int = 340, note: str = "") -> go.Figure:
     """Share of rounds that accepted exactly k draft tokens (k = 0..depth), grouped bars per run; hover gives counts."""
     title = "Accept-length histogram"
-    drafted = _drafted_runs(runs)
+    drafted = _drafted(acceptance_of(runs, depth))
     if not drafted:
         return empty_figure("No draft rounds yet.", height, title)
     colors = run_colors(list(runs), known=colors)
     fig = go.Figure()
-    for label, ev in drafted.items():
-        hist = metrics.accept_hist(ev, depth)
-        total = sum(hist)
+    for label, st in drafted.items():
+        hist, total = st.hist, st.rounds
         fig.add_trace(go.Bar(
             x=list(range(len(hist))), y=[h / total for h in hist], name=label, marker_color=colors.get(label),
             customdata=[[h, total] for h in hist],
@@ -221,15 +228,66 @@ def accept_hist_figure(runs: Runs, depth: int | None = None, colors: Mapping[str
     fig.update_layout(barmode="group", bargap=0.2)
     fig.update_xaxes(title_text="accepted draft tokens per round (accept_len)", dtick=1)
     fig.update_yaxes(title_text="share of rounds", tickformat=".0%", rangemode="tozero")
-    taus = ", ".join(f"{label} τ={metrics.tau(ev):.2f}" for label, ev in drafted.items())
+    taus = ", ".join(f"{label} τ={st.tau:.2f}" for label, st in drafted.items())
     return _style(fig, title, height, f"{_sample_sizes(drafted)}; {taus}", note)
+
+
+def tau_figure(taus: Mapping[str, Mapping[str, Estimate]], means: Mapping[str, Estimate] | None = None,
+               colors: Mapping[str, str] | None = None, sizes: str = "", height: int = 380) -> go.Figure:
+    """τ per dataset, grouped bars per method with their 95% intervals, and the mean of datasets (`means`, the
+    paper's column) as the last group. `taus` maps a method's label to {dataset: Estimate} (its n: the rounds it
+    rests on); `sizes` says how many questions."""
+    title = "τ (mean acceptance length) per dataset"
+    taus = {label: rows for label, rows in taus.items() if rows}
+    if not taus:
+        return empty_figure("No draft method in these results.", height, title)
+    colors = run_colors(list(taus), known=colors)
+    fig = go.Figure()
+    for label, rows in taus.items():
+        groups = {**rows, **({"mean of datasets": means[label]} if means and label in means else {})}
+        values = [e.value for e in groups.values()]
+        fig.add_trace(go.Bar(
+            x=list(groups), y=_none_for_nan(values), name=label, marker_color=colors.get(label),
+            error_y=_error_bars(values, [(e.low, e.high) for e in groups.values()], FONT_COLOR),
+            customdata=[[e.low, e.high, e.n] for e in groups.values()],
+            hovertemplate=f"{label}<br>%{{x}}: τ %{{y:.2f}} (95%: %{{customdata[0]:.2f}}–%{{customdata[1]:.2f}})"
+                          "<br>%{customdata[2]} rounds<extra></extra>"))
+    fig.update_layout(barmode="group", bargap=0.2)
+    fig.update_yaxes(title_text="τ: tokens per target forward", rangemode="tozero")
+    rounds = ", ".join(f"{label} n={sum(e.n for e in rows.values())}" for label, rows in taus.items())
+    return _style(fig, title, height, f"bars: 95% bootstrap over questions; {sizes + '; ' if sizes else ''}"
+                                      f"rounds: {rounds}")
+
+
+def speedup_figure(speedups: Mapping[str, Estimate], tokens_per_s: Mapping[str, Estimate] | None = None,
+                   colors: Mapping[str, str] | None = None, height: int = 340) -> go.Figure:
+    """Speed-up over the faster plain decoder per method: the mean, and ± one std over runs as bars (the Estimate's
+    low and high; its n: the runs). The hover adds tokens/s."""
+    title = "Speed-up over plain decoding"
+    speedups = {label: e for label, e in speedups.items() if not math.isnan(e.value)}
+    if not speedups:
+        return empty_figure("No timed runs in these results.", height, title)
+    colors = run_colors(list(speedups), known=colors)
+    tps = tokens_per_s or {}
+    labels = list(speedups)
+    values = [speedups[lb].value for lb in labels]
+    fig = go.Figure(go.Bar(
+        x=labels, y=values, marker_color=[colors.get(lb) for lb in labels], name="speed-up",
+        error_y=_error_bars(values, [(speedups[lb].low, speedups[lb].high) for lb in labels], FONT_COLOR),
+        customdata=[[tps[lb].value if lb in tps else None, speedups[lb].n] for lb in labels],
+        hovertemplate="%{x}: ×%{y:.2f}<br>%{customdata[0]:.1f} tokens/s, %{customdata[1]} run(s)<extra></extra>"))
+    fig.add_hline(y=1.0, line={"color": FONT_COLOR, "dash": "dot", "width": 1})
+    fig.update_yaxes(title_text="× plain decoding's tokens/s", rangemode="tozero")
+    runs = ", ".join(f"{label} n={e.n}" for label, e in speedups.items())
+    return _style(fig, title, height, f"mean ± std over runs; runs: {runs}")
 
 
 def tokens_per_s_figure(runs: Runs, colors: Mapping[str, str] | None = None, height: int = 340,
                         note: str = "") -> go.Figure:
     """Cumulative tokens/s against each run's own elapsed compute time (sum of its rounds' wall_ms)."""
     title = "Tokens/s over time"
-    series = {label: metrics.tokens_per_s_series(ev) for label, ev in runs.items()}
+    series = {label: metrics.tokens_per_s_series(ev) for label, ev in runs.items()
+              if not isinstance(ev, AcceptanceStats)}  # a summary keeps no timeline
     series = {label: s for label, s in series.items() if s}
     if not series:
         return empty_figure("No rounds yet.", height, title)

@@ -1,5 +1,6 @@
-"""The benchmark's outputs: records.jsonl, one Spec-Bench JSONL per method, summary.json, report.md (tables with the
-command, hardware and date that produced them) and report.html (the same tables and the app's charts)."""
+"""The benchmark's outputs: records.jsonl, one Spec-Bench JSONL per method, summary.json (every table),
+evidence.json (the compact summary the app's Evidence tab shows), report.md (tables with the command, hardware and
+date that produced them) and report.html (the same tables and the app's charts)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from ..json_safe import clean_json
 from ..methods import PLAIN, color_of, is_plain, label_of
 from . import figures
 from .analysis import (OVERALL, aggregate, auto_expectations, identity_check, pooled_events_by_method)
+from .evidence import FILE_NAME as EVIDENCE_FILE
+from .evidence import build_evidence, write_evidence
 from .records import TurnRecord, spec_bench_rows
 
 def identity_banner(identity: dict[str, Any]) -> str:
@@ -332,7 +335,8 @@ def html_report(markdown: str, events_by_label: dict[str, list[RoundEvent]], plo
 
 def write_outputs(out_dir: Path, records: Sequence[TurnRecord], meta: dict[str, Any], depth: int,
                   identity: dict[str, Any] | None = None, plotlyjs: str | bool = True) -> dict[str, Path]:
-    """Write records.jsonl, one Spec-Bench JSONL per method, summary.json, report.md and report.html."""
+    """Write records.jsonl, one Spec-Bench JSONL per method, summary.json, evidence.json, report.md and
+    report.html."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     agg = aggregate(records, depth)
@@ -352,6 +356,7 @@ def write_outputs(out_dir: Path, records: Sequence[TurnRecord], meta: dict[str, 
     summary = {"meta": meta, "identity": identity, **agg}
     (out_dir / "summary.json").write_text(json.dumps(clean_json(summary), indent=1))
     paths["summary"] = out_dir / "summary.json"
+    paths["evidence"] = write_evidence(out_dir / EVIDENCE_FILE, build_evidence(records, meta, depth, identity, agg=agg))
     md = markdown_report(agg, identity, meta)
     (out_dir / "report.md").write_text(md + "\n")
     paths["markdown"] = out_dir / "report.md"

@@ -1,0 +1,269 @@
+"""The Evidence tab: the benchmark's figures over many prompts for a preset's bundled drafts (assets/evidence/
+<preset>.json), or for an evidence summary or results folder a user loads, drawn with the Demo tab's chart code."""
+
+from __future__ import annotations
+
+import html
+import math
+import os
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+import gradio as gr
+
+from poss_core.bench import figures
+from poss_core.bench.analysis import OVERALL
+from poss_core.bench.evidence import Evidence, load_evidence
+from poss_core.errors import ConfigError, PossError
+from poss_core.models.presets import get_preset, presets
+from poss_core.paths import assets_dir, project_root
+
+OUTPUT_NAMES = ("message", "header", "table", "tau", "speedup", "pos_acc", "pos_rate", "deviation")
+# The folder the path box may read besides the project's results/: `python app.py --results-dir DIR` or this.
+RESULTS_ENV = "POSS_RESULTS_DIR"
+RESULTS_DIR: Path | None = None  # set by build_demo from --results-dir
+LOAD_CONCURRENCY = 2  # summaries built from records at once (a large records.jsonl takes seconds)
+
+INTRO = """### The benchmark's figures for these drafts, over many prompts
+The Demo tab shows one prompt. This tab shows what `python -m poss_core.bench` measured over the evaluation sets:
+τ per dataset with 95% intervals (bootstrap over questions), position-wise acceptance with Wilson 95% intervals,
+feature deviation by position, and the speed-up over plain decoding (mean ± std over runs), the matched-capacity
+control beside EAGLE and POSS. Every chart states the sample it rests on."""
+
+FOLDER_NOTE = ("Reads only folders under the project's `results/` (or the folder `python app.py --results-dir DIR` "
+               f"or `{RESULTS_ENV}` names): a public app must not read other files on its server. A folder from "
+               "`python -m poss_core.bench ... --out results/NAME` is read as `results/NAME`.")
+
+
+def evidence_dir() -> Path:
+    """Where each preset's evidence summary lives: $POSS_EVIDENCE_DIR, else assets/evidence/."""
+    return Path(os.environ.get("POSS_EVIDENCE_DIR") or assets_dir() / "evidence")
+
+
+def refresh_command(preset: str) -> str:
+    """The commands that write a preset's evidence summary."""
+    if preset == "smollm2-135m":
+        return "python scripts/benchmark.py paper --evidence"
+    drafts = ",".join(["plain", *get_preset(preset).drafts])
+    return (f"python -m poss_core.bench --preset {preset} --methods {drafts} --data ../shared/data/eval/*.jsonl "
+            f"--out results/{preset} && python -m poss_core.bench evidence results/{preset} "
+            f"--out assets/evidence/{preset}.json")
+
+
+def results_roots() -> list[Path]:
+    """The folders the path box may read from."""
+    extra = RESULTS_DIR or (Path(os.environ[RESULTS_ENV]) if os.environ.get(RESULTS_ENV) else None)
+    return [p.resolve() for p in ([extra] if extra else []) + [project_root() / "results"]]
+
+
+def resolve_results_path(text: Any) -> Path:
+    """A typed results folder (or summary file) inside one of `results_roots()`, symlinks resolved first; anything
+    else raises ConfigError saying what may be read."""
+    if not isinstance(text, str) or not text.strip():
+        raise ConfigError("type a results folder, e.g. results/paper.")
+    text = text.strip()
+    if len(text) > 1000 or "\x00" in text:
+        raise ConfigError("that is not a folder path.")
+    roots = results_roots()
+    given = Path(text)
+    candidates = [given] if given.is_absolute() else [project_root() / given] + [root / given for root in roots]
+    resolved = [(c, c.resolve()) for c in candidates]  # symlinks and `..` resolved before the check
+    allowed = [r for _, r in resolved if any(r.is_relative_to(root) for root in roots)]
+    found = next((r for r in allowed if r.exists()), None)
+    if found is not None:
+        return found
+    if not allowed or any(c.exists() for c, _ in resolved):
+        raise ConfigError(f"this app reads only folders under {_roots_text(roots)} (a public app must not read "
+                          f"other files on its server); copy the folder there, or start the app with --results-dir "
+                          f"DIR.")
+    raise ConfigError(f"no such folder under {_roots_text(roots)}.")
+
+
+def _roots_text(roots: list[Path]) -> str:
+    return " or ".join(str(r) for r in roots)
+
+
+# ---------------------------------------------------------------- rendering
+
+
+def _fmt(v: float, digits: int = 2) -> str:
+    return "–" if v is None or math.isnan(v) else f"{v:.{digits}f}"
+
+
+def _interval_text(e, digits: int = 2, pct: bool = False) -> str:
+    if math.isnan(e.value):
+        return "–"
+    if pct:
+        return f"{e.value * 100:+.1f}% ({e.low * 100:+.1f} to {e.high * 100:+.1f})"
+    if math.isnan(e.low) or (e.low == e.value == e.high):
+        return _fmt(e.value, digits)
+    return f"{e.value:.{digits}f} ({e.low:.{digits}f}–{e.high:.{digits}f})"
+
+
+def header_html(ev: Evidence, source: str) -> str:
+    """Where the figures come from: the command, the hardware, the date, the settings and the sample sizes."""
+    m = ev.meta
+    questions = ev.questions()
+    rounds = ", ".join(f"{info.short} {ev.results[info.name].scopes[OVERALL].rounds}"
+                       for info in ev.draft_methods() if OVERALL in ev.results[info.name].scopes)
+    identity = ev.identity
+    check = (f"{identity.checked} turns compared with {identity.reference}: {identity.mismatches} mismatches, "
+             f"{identity.near_ties} rounding near-ties" if identity.reference else "not run")
+    facts = [("source", source), ("command", m.command), ("summary written by", m.summary_command
+                                                             if m.summary_command != m.command else ""),
+             ("hardware", m.hardware), ("software", m.software), ("target", m.target), ("date", m.date),
+             ("commit", m.git_commit or ""), ("settings", m.settings), ("tree budget", m.budget),
+             ("questions", f"{sum(questions.values())} ("
+                           + ", ".join(f"{d} {n}" for d, n in questions.items()) + ")"),
+             ("draft rounds", rounds), ("identity check", check)]
+    commands = ("command", "summary written by")
+    rows = "".join(f"<li><b>{html.escape(k)}</b>: {_code(v) if k in commands else html.escape(v)}</li>"
+                   for k, v in facts if v)
+    notes = "".join(f"<li>{html.escape(n)}</li>" for n in m.notes)
+    return (f'<div class="poss-evidence-header"><b>{html.escape(ev.preset)}</b>, depth {ev.depth}'
+            f"<ul>{rows}{notes}</ul></div>")
+
+
+def _code(text: str) -> str:
+    return f"<code>{html.escape(text)}</code>"
+
+
+def table_html(ev: Evidence) -> str:
+    """One row per method: τ with 95% intervals, τ over EAGLE, speed-up and tokens/s over runs, the sample sizes."""
+    head = ["method", "τ, mean of datasets (95%)", "τ pooled (95%)", "τ vs EAGLE, mean of datasets (95%)",
+            "speed-up (± std)", "tokens/s (± std)", "runs", "draft rounds", "questions"]
+    rows = []
+    for info in ev.methods:
+        result = ev.results.get(info.name)
+        if result is None or OVERALL not in result.scopes:
+            continue
+        cell = result.scopes[OVERALL]
+        speed, tps = cell.speedup.estimate(), cell.tokens_per_s.estimate()
+        speed_std, tps_std = speed.high - speed.value, tps.high - tps.value  # 0: a single run, no spread
+        vs = result.tau_vs_eagle.estimate() if result.tau_vs_eagle else None
+        cells = [info.label if info.trained else f"{info.label} (untrained)",
+                 "1 (plain)" if info.plain else _interval_text(result.tau_mean_of_datasets.estimate()),
+                 "" if info.plain else _interval_text(cell.tau.estimate()),
+                 _interval_text(vs, pct=True) if vs else "",
+                 f"×{_fmt(speed.value)}" + (f" ± {_fmt(speed_std)}" if speed_std else ""),
+                 _fmt(tps.value, 1) + (f" ± {_fmt(tps_std, 1)}" if tps_std else ""),
+                 str(speed.n), "" if info.plain else str(cell.rounds), str(cell.questions)]
+        swatch = f'<span style="color:{info.color}">■</span> '
+        rows.append("<tr>" + "".join(f"<td>{swatch if i == 0 else ''}{html.escape(c)}</td>"
+                                      for i, c in enumerate(cells)) + "</tr>")
+    th = "".join(f"<th>{html.escape(h)}</th>" for h in head)
+    return (f'<table class="poss-evidence-table" style="border-collapse:collapse;font-size:0.9em">'
+            f"<tr>{th}</tr>{''.join(rows)}</table>")
+
+
+def evidence_outputs(ev: Evidence, source: str, message: str = "") -> list:
+    """Every output of the tab for one summary, in OUTPUT_NAMES order."""
+    colors = ev.colors()
+    runs = ev.acceptance(OVERALL)
+    speed, tps = ev.speedups(OVERALL)
+    sizes = "questions: " + ", ".join(f"{d} {n}" for d, n in ev.questions().items())
+    out = {
+        "message": _message(message or f"Showing {source}.", "info"),
+        "header": header_html(ev, source),
+        "table": table_html(ev),
+        "tau": figures.tau_figure(*ev.taus(), colors=colors, sizes=sizes),
+        "speedup": figures.speedup_figure(speed, tps, colors=colors),
+        "pos_acc": figures.pos_acc_figure(runs, conditional=True, colors=colors),
+        "pos_rate": figures.pos_acc_figure(runs, conditional=False, specialist_bands=None, colors=colors),
+        "deviation": figures.feature_deviation_figure(runs, colors=colors),
+    }
+    return [out[name] for name in OUTPUT_NAMES]
+
+
+def empty_outputs(message: str, kind: str = "info") -> list:
+    """The tab with nothing to show: the message says why and what to run."""
+    blank = figures.empty_figure("No evidence summary loaded.", 300)
+    out = {"message": _message(message, kind), "header": "", "table": ""}
+    return [out.get(name, blank) for name in OUTPUT_NAMES]
+
+
+def _message(text: str, kind: str) -> str:
+    icon = "⚠ " if kind == "error" else ""
+    return f'<div class="poss-status {kind}">{icon}{html.escape(text, quote=False)}</div>'
+
+
+# ---------------------------------------------------------------- handlers
+
+
+def _guarded(load, source: str) -> list:
+    """Outputs for `load()`'s summary; a bad file changes nothing else and says what to do (never a traceback)."""
+    try:
+        return evidence_outputs(load(), source)
+    except PossError as err:
+        return [_message(f"Could not load {source}: {err}", "error")] + [gr.skip()] * (len(OUTPUT_NAMES) - 1)
+    except Exception as err:  # noqa: BLE001 - a hostile file must never take the app down
+        traceback.print_exc(file=sys.stderr)
+        return [_message(f"Could not load {source}: {type(err).__name__} (see the server log).", "error")] + \
+            [gr.skip()] * (len(OUTPUT_NAMES) - 1)
+
+
+def bundled_handler(preset: str) -> list:
+    """The preset's committed evidence summary, or a message with the command that writes one."""
+    if not isinstance(preset, str) or preset not in presets():
+        return empty_outputs(f"preset={preset!r}: pick one of {', '.join(presets())}.", "error")
+    path = evidence_dir() / f"{preset}.json"
+    if not path.is_file():
+        return empty_outputs(f"No benchmark summary is bundled for {preset} yet. To make one, run: "
+                             f"{refresh_command(preset)}")
+    return _guarded(lambda: load_evidence(path), f"the bundled summary for {preset} ({path.name})")
+
+
+def upload_handler(file: Any) -> list:
+    """An uploaded evidence .json or records.jsonl."""
+    if not file:
+        return [gr.skip()] * len(OUTPUT_NAMES)
+    path = Path(file if isinstance(file, str) else getattr(file, "name", ""))
+    if path.suffix not in (".json", ".jsonl"):
+        return [_message(f"{path.name}: load an evidence summary (.json) or a records.jsonl.", "error")] + \
+            [gr.skip()] * (len(OUTPUT_NAMES) - 1)
+    return _guarded(lambda: load_evidence(path), f"the uploaded {path.name}")
+
+
+def folder_handler(text: Any) -> list:
+    """A results folder (or summary file) typed into the path box, inside the folders it may read."""
+    return _guarded(lambda: load_evidence(resolve_results_path(text)), f"{str(text).strip()[:200]!r}")
+
+
+# ---------------------------------------------------------------- layout
+
+
+def build_tab(demo: gr.Blocks, preset: str, preset_choices: list) -> None:
+    """The tab's controls and charts, and their wiring (called inside `with gr.Tab("Evidence")`)."""
+    gr.Markdown(INTRO)
+    with gr.Row():
+        preset_dd = gr.Dropdown(preset_choices, value=preset, label="Preset (its bundled drafts' summary)", scale=1)
+        message = gr.HTML(elem_id="poss-evidence-message")
+    header = gr.HTML(elem_id="poss-evidence-header")
+    table = gr.HTML(elem_id="poss-evidence-table")
+    with gr.Row():
+        tau = gr.Plot(show_label=False, elem_id="poss-evidence-tau")
+        speedup = gr.Plot(show_label=False, elem_id="poss-evidence-speedup")
+    with gr.Row():
+        pos_acc = gr.Plot(show_label=False, elem_id="poss-evidence-pos-acc")
+        pos_rate = gr.Plot(show_label=False, elem_id="poss-evidence-pos-rate")
+    deviation = gr.Plot(show_label=False, elem_id="poss-evidence-deviation")
+    with gr.Accordion("Load another summary or results folder (e.g. your own GPU run)", open=False):
+        with gr.Row():
+            upload = gr.File(label="Evidence summary (.json) or records.jsonl", file_types=[".json", ".jsonl"],
+                             type="filepath")
+            with gr.Column():
+                folder = gr.Textbox(label="Results folder on this server", placeholder="results/paper",
+                                    max_length=1000, elem_id="poss-evidence-folder")
+                folder_btn = gr.Button("Load folder", elem_id="poss-evidence-load")
+        gr.Markdown(FOLDER_NOTE)
+    outputs = [message, header, table, tau, speedup, pos_acc, pos_rate, deviation]
+    assert len(outputs) == len(OUTPUT_NAMES)
+    light = {"api_visibility": "private", "show_progress": "hidden"}
+    loads = {"concurrency_id": "evidence", "concurrency_limit": LOAD_CONCURRENCY, "show_progress": "minimal"}
+    preset_dd.change(bundled_handler, preset_dd, outputs, **light)
+    demo.load(bundled_handler, preset_dd, outputs, **light)
+    upload.upload(upload_handler, upload, outputs, api_name="load_evidence", **loads)
+    folder_btn.click(folder_handler, folder, outputs, api_visibility="private", **loads)
+    folder.submit(folder_handler, folder, outputs, api_visibility="private", **loads)

@@ -1,0 +1,296 @@
+"""The evidence summary: Wilson intervals and τ's bootstrap (metrics), the summary built from known records, the
+benchmark writing it, the loader refusing bad files, the shared chart code, and the Evidence tab's handlers on a
+fresh tiny benchmark run."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from test_bench import DEPTH, known_records
+
+from app import evidence_view
+from poss_core import metrics
+from poss_core.bench import analysis, cli, evidence, figures
+from poss_core.errors import ConfigError
+from poss_core.methods import label_of
+from poss_core.models.presets import get_preset
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# ---------------------------------------------------------------- statistics (poss_core.metrics)
+
+def test_wilson_interval_against_a_hand_computation():
+    # 3 of 4: p = .75, z² = 3.8415, centre = (.75 + z²/8) / (1 + z²/4) = .6275,
+    # half = z·√(p(1−p)/4 + z²/64) / 1.9604 = .3269
+    lo, hi = metrics.wilson_interval(3, 4)
+    assert lo == pytest.approx(0.3006, abs=1e-4) and hi == pytest.approx(0.9544, abs=1e-4)
+    lo, hi = metrics.wilson_interval(8, 12)
+    assert lo == pytest.approx(0.3906, abs=1e-4) and hi == pytest.approx(0.8619, abs=1e-4)
+    assert metrics.wilson_interval(0, 10)[0] == 0.0 and metrics.wilson_interval(0, 10)[1] == pytest.approx(0.2775,
+                                                                                                         abs=1e-4)
+    assert metrics.wilson_interval(5, 5)[1] == 1.0
+    assert all(math.isnan(v) for v in metrics.wilson_interval(0, 0))
+
+
+def test_bootstrap_tau_over_questions():
+    same = [[(30, 10)] * 4, [(20, 10)] * 3]  # every question of a dataset alike: no spread
+    out = metrics.bootstrap_tau(same, resamples=200)
+    assert out["pooled"] == (pytest.approx(18 / 7), pytest.approx(18 / 7), pytest.approx(18 / 7))  # 180 over 70
+    assert out["mean_of_datasets"] == (pytest.approx(2.5), pytest.approx(2.5), pytest.approx(2.5))  # (3 + 2) / 2
+    tau, lo, hi = metrics.bootstrap_tau([[(10, 10), (40, 10), (20, 10), (30, 10)]], resamples=500)["pooled"]
+    assert tau == pytest.approx(2.5) and 1.0 <= lo < tau < hi <= 4.0
+
+
+def test_acceptance_stats_from_events_give_counts_and_intervals():
+    from test_bench import events as bench_events
+
+    st = metrics.acceptance_stats(bench_events([2, 0, 3, 1], 1.0), DEPTH)
+    assert st.hist == [1, 1, 1, 1] and st.rounds == 4 and st.drafted_depth == DEPTH
+    assert st.counts(True) == ([3, 2, 1], [4, 3, 2]) and st.counts(False) == ([3, 2, 1], [4, 4, 4])
+    assert st.intervals(True)[0] == metrics.wilson_interval(3, 4)
+    assert st.rates(False) == pytest.approx([0.75, 0.5, 0.25]) and st.tau == pytest.approx(2.5)
+
+
+# ---------------------------------------------------------------- the summary from known records
+
+@pytest.fixture(scope="module")
+def known():
+    records = known_records()
+    return records, evidence.build_evidence(records, {"preset": "tiny-random", "command": "python -m unit"}, DEPTH)
+
+
+def test_summary_of_known_records_has_the_right_counts_and_intervals(known):
+    _, ev = known
+    assert ev["schema"] == evidence.SCHEMA and ev["version"] == evidence.VERSION and ev["datasets"] == ["d1", "d2"]
+    assert [m["name"] for m in ev["methods"]] == ["plain", "plain-hf", "eagle", "poss2"]
+    eagle = ev["results"]["eagle"]
+    # eagle's accept lengths: d1 2, 0, 3, 1 and d2 1, 0, each in two runs: hist 4, 4, 2, 2; reached 12, 8, 4, 2.
+    acc = eagle["scopes"]["overall"]["acceptance"]
+    assert acc["hist"] == [4, 4, 2, 2] and acc["drafted_depth"] == DEPTH
+    k1, k2, k3 = acc["positions"]
+    assert (k1["pos_acc"]["n"], k2["pos_acc"]["n"], k3["pos_acc"]["n"]) == (12, 8, 4)  # rounds that reached k−1
+    assert [p["rate"]["n"] for p in acc["positions"]] == [12, 12, 12]  # every round
+    assert k1["pos_acc"]["value"] == pytest.approx(8 / 12, rel=1e-5)
+    assert (k1["pos_acc"]["low"], k1["pos_acc"]["high"]) == (pytest.approx(0.3906, abs=1e-4),
+                                                             pytest.approx(0.8619, abs=1e-4))
+    assert k2["pos_acc"]["value"] == 0.5 and k3["rate"]["value"] == pytest.approx(2 / 12, rel=1e-5)
+    assert [p["deviation_n"] for p in acc["positions"]] == [8, 4, 2] and k2["l2"] == pytest.approx(2.0)
+    d1 = eagle["scopes"]["d1"]
+    assert d1["tau"]["value"] == pytest.approx(2.5) and d1["tau"]["n"] == 8 and d1["questions"] == 1
+    assert d1["speedup"]["mean"] == pytest.approx((1.76 + 0.5) / 2) and d1["speedup"]["runs"] == 2
+    assert eagle["tau_mean_of_datasets"]["value"] == pytest.approx(2.0)
+    assert ev["results"]["poss2"]["tau_vs_eagle"]["value"] == pytest.approx(0.75)
+    assert "tau_vs_eagle" not in eagle
+    assert ev["meta"]["command"] == "python -m unit" and ev["meta"]["summary_command"] == "python -m unit"
+    assert ev["identity"]["reference"] == "plain"
+
+
+def test_summary_round_trips_and_draws_like_the_events(known, tmp_path):
+    records, ev = known
+    path = evidence.write_evidence(tmp_path / "e.json", ev)
+    back = evidence.load_evidence(path)
+    assert json.loads(path.read_text()) == ev and back == evidence.Evidence.model_validate(ev)
+    stats = back.acceptance()["EAGLE"]
+    events = analysis.pooled_events_by_method(records, ["eagle"])["eagle"]
+    assert stats.rates(True) == pytest.approx(metrics.pos_acc(events, DEPTH), rel=1e-5)
+    # One drawing code for both paths: the same lines and the same Wilson error bars.
+    from_stats = figures.pos_acc_figure({"EAGLE": stats}, colors={"EAGLE": "#0072B2"})
+    from_events = figures.pos_acc_figure({"EAGLE": events}, depth=DEPTH, colors={"EAGLE": "#0072B2"})
+    a, b = from_stats.data[0], from_events.data[0]
+    assert list(a.y) == pytest.approx(list(b.y), rel=1e-5)
+    assert list(a.error_y.array) == pytest.approx(list(b.error_y.array), rel=1e-4)
+    assert a.error_y.arrayminus[0] == pytest.approx(8 / 12 - metrics.wilson_interval(8, 12)[0], rel=1e-4)
+    assert "EAGLE n=12" in from_stats.layout.title.text and "Wilson" in from_stats.layout.title.text
+    dev = figures.feature_deviation_figure({"EAGLE": stats})
+    assert list(dev.data[0].y) == pytest.approx([1.0, 2.0, 3.0]) and "EAGLE n=14" in dev.layout.title.text
+
+
+def test_tau_and_speedup_charts_show_intervals_and_sizes(known):
+    ev = evidence.Evidence.model_validate(known[1])
+    tau = figures.tau_figure(*ev.taus(), colors=ev.colors())
+    eagle = next(t for t in tau.data if t.name == "EAGLE")
+    assert list(eagle.x) == ["d1", "d2", "mean of datasets"] and list(eagle.y) == pytest.approx([2.5, 1.5, 2.0])
+    assert "EAGLE n=12" in tau.layout.title.text  # rounds: 8 on d1, 4 on d2
+    speed, tps = ev.speedups()
+    fig = figures.speedup_figure(speed, tps, colors=ev.colors())
+    assert list(fig.data[0].x) == ["Plain", "Plain (generate)", "EAGLE", "POSS-2"]
+    assert "EAGLE n=2" in fig.layout.title.text
+    assert fig.data[0].error_y.array[2] == pytest.approx(known[1]["results"]["eagle"]["scopes"]["overall"]
+                                                         ["speedup"]["std"], rel=1e-5)
+
+
+# ---------------------------------------------------------------- the loader refuses what is not a summary
+
+def _write(tmp_path, name, text):
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+@pytest.mark.parametrize("text, says", [
+    ("{not json", "not valid JSON"),
+    ("[1, 2, 3]", "not an evidence summary"),
+    ('{"schema": "something-else"}', "not an evidence summary"),
+    ("[" * 100_000 + "]" * 100_000, "not valid JSON"),
+])
+def test_loader_refuses_corrupt_or_foreign_json(tmp_path, text, says):
+    with pytest.raises(ConfigError, match=says):
+        evidence.load_evidence(_write(tmp_path, "x.json", text))
+
+
+def test_loader_refuses_another_version_and_bad_fields(known, tmp_path):
+    newer = {**known[1], "version": evidence.VERSION + 1}
+    with pytest.raises(ConfigError, match="this app reads version 1"):
+        evidence.load_evidence(_write(tmp_path, "v.json", json.dumps(newer)))
+    bad = json.loads(json.dumps(known[1]))
+    bad["results"]["eagle"]["scopes"]["overall"]["acceptance"]["hist"] = [1] * 10_000
+    with pytest.raises(ConfigError, match="hist"):
+        evidence.load_evidence(_write(tmp_path, "h.json", json.dumps(bad)))
+    bad = json.loads(json.dumps(known[1]))
+    bad["methods"][2]["color"] = "red;background:url(x)"
+    with pytest.raises(ConfigError, match="color"):
+        evidence.load_evidence(_write(tmp_path, "c.json", json.dumps(bad)))
+
+
+def test_loader_refuses_oversized_files_and_non_results_folders(tmp_path, monkeypatch):
+    monkeypatch.setattr(evidence, "MAX_EVIDENCE_BYTES", 100)
+    with pytest.raises(ConfigError, match="over the"):
+        evidence.load_evidence(_write(tmp_path, "big.json", "{" + " " * 200 + "}"))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ConfigError, match="not a results folder"):
+        evidence.load_evidence(tmp_path / "empty")
+    with pytest.raises(ConfigError, match="does not exist"):
+        evidence.load_evidence(tmp_path / "nothing.json")
+
+
+def test_loader_refuses_hostile_records(known, tmp_path):
+    row = known_records()[0].to_json()
+    huge = json.loads(json.dumps(row))
+    huge["rounds"]["accept_len"] = [10**9]  # would allocate a billion-entry histogram
+    many_runs = [{**row, "run": i} for i in range(evidence.MAX_RUNS + 1)]  # bounds the work aggregation does
+    for name, lines, says in [("huge", [huge], "accept_len"), ("text", ["hello"], "line 1 is not valid JSON"),
+                              ("runs", many_runs, "21 runs; a summary covers at most 20"),
+                              ("short", [{"run": 0}], "line 1 is not a benchmark record"),
+                              ("none", [], "no benchmark")]:
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "records.jsonl").write_text("".join((ln if isinstance(ln, str) else json.dumps(ln)) + "\n"
+                                                      for ln in lines))
+        with pytest.raises(ConfigError, match=says):
+            evidence.load_evidence(folder)
+
+
+# ---------------------------------------------------------------- a fresh tiny benchmark run
+
+@pytest.fixture(scope="module")
+def fresh_run(tmp_path_factory):
+    """`python -m poss_core.bench` on tiny-random, in this process: two datasets, plain, EAGLE and POSS-2."""
+    root = tmp_path_factory.mktemp("evidence")
+    data = root / "eval"
+    data.mkdir()
+    for name, turns in {"chat": [["Say hi."], ["Name a colour."]], "math": [["What is 2 + 2?"]]}.items():
+        (data / f"{name}.jsonl").write_text("".join(json.dumps({"question_id": i, "turns": t}) + "\n"
+                                                    for i, t in enumerate(turns)))
+    out = root / "results" / "tiny"
+    rc = cli.main(["--preset", "tiny-random", "--methods", "plain,eagle,poss2", "--data", str(data / "*.jsonl"),
+                   "--max-new-tokens", "10", "--runs", "2", "--tree-budget", "8", "--warmup-tokens", "2",
+                   "--no-progress", "--no-hf-generate", "--plotlyjs", "cdn", "--out", str(out)])
+    assert rc == 0
+    return out
+
+
+def test_benchmark_writes_the_evidence_summary(fresh_run):
+    ev = evidence.load_evidence(fresh_run / evidence.FILE_NAME)
+    records = [json.loads(line) for line in (fresh_run / "records.jsonl").read_text().splitlines()]
+    rounds = sum(1 for r in records if r["method"] == "eagle" for p in r["rounds"]["prefill"] if not p)
+    cell = ev.results["eagle"].scopes["overall"]
+    assert cell.rounds == rounds and cell.acceptance.hist and sum(cell.acceptance.hist) == rounds
+    assert cell.questions == 3 and ev.results["eagle"].scopes["chat"].questions == 2
+    assert cell.speedup.runs == 2 and cell.tokens_per_s.mean > 0
+    assert ev.meta.command.startswith("python -m poss_core.bench --preset tiny-random")
+    assert ev.meta.threads and ev.meta.dtype == "float32" and ev.meta.run_settings["runs"] == 2
+    assert ev.meta.hardware and ev.identity.checked > 0 and ev.identity.mismatches == 0
+
+
+def test_evidence_command_writes_the_same_summary_from_the_folder(fresh_run, tmp_path, capsys):
+    out = tmp_path / "assets" / "evidence" / "tiny-random.json"
+    assert cli.main(["evidence", str(fresh_run), "--out", str(out)]) == 0
+    assert "wrote" in capsys.readouterr().out
+    written, by_run = evidence.load_evidence(out), evidence.load_evidence(fresh_run / evidence.FILE_NAME)
+    assert written.meta.summary_command.startswith("python -m poss_core.bench evidence ")
+    assert written.meta.command == by_run.meta.command
+    for name, result in by_run.results.items():  # the same records, the same figures (timings rounded on disk)
+        for scope, cell in result.scopes.items():
+            again = written.results[name].scopes[scope]
+            assert (again.tau, again.acceptance, again.rounds) == (cell.tau, cell.acceptance, cell.rounds)
+            assert again.speedup.mean == pytest.approx(cell.speedup.mean, rel=1e-3)
+    assert cli.main(["evidence", str(tmp_path)]) == 2  # no records.jsonl: one readable error line
+    with pytest.raises(SystemExit) as help_exit:
+        cli.main(["evidence", "--help"])
+    assert help_exit.value.code == 0
+
+
+# ---------------------------------------------------------------- the Evidence tab's handlers
+
+OUT = evidence_view.OUTPUT_NAMES
+
+
+def as_dict(outputs: list) -> dict:
+    return dict(zip(OUT, outputs))
+
+
+def test_folder_handler_shows_a_fresh_run(fresh_run, monkeypatch):
+    monkeypatch.setattr(evidence_view, "RESULTS_DIR", fresh_run.parent)
+    out = as_dict(evidence_view.folder_handler("tiny"))
+    ev = evidence.load_evidence(fresh_run)
+    rounds = ev.results["eagle"].scopes["overall"].rounds
+    assert "error" not in out["message"], out["message"]
+    assert f"EAGLE {rounds}" in out["header"] and "chat 2, math 1" in out["header"]
+    assert "python -m poss_core.bench --preset tiny-random" in out["header"]
+    assert f"EAGLE n={rounds}" in out["pos_acc"].layout.title.text
+    assert f"EAGLE n={rounds}" in out["pos_rate"].layout.title.text
+    assert "EAGLE n=2" in out["speedup"].layout.title.text  # two runs
+    assert "questions: chat 2, math 1" in out["tau"].layout.title.text
+    preset = get_preset("tiny-random")
+    assert all(label_of(m, preset) in out["table"] for m in ("plain", "eagle", "poss2"))
+
+
+def test_folder_handler_reads_only_the_allowed_folders(fresh_run, monkeypatch, tmp_path):
+    monkeypatch.setattr(evidence_view, "RESULTS_DIR", fresh_run.parent)
+    for text in ["/etc", "../../../etc", str(tmp_path), "tiny/../../eval"]:
+        out = as_dict(evidence_view.folder_handler(text))
+        assert "reads only folders under" in out["message"] and "error" in out["message"], text
+        assert not any(hasattr(v, "layout") for v in out.values())  # the charts shown stay as they were
+    (tmp_path / "inner").symlink_to(fresh_run)  # a link out of the allowed folder is followed, then refused
+    monkeypatch.setattr(evidence_view, "RESULTS_DIR", tmp_path)
+    out = as_dict(evidence_view.folder_handler("inner"))
+    assert "reads only folders under" in out["message"] and not any(hasattr(v, "layout") for v in out.values())
+    assert "no such folder" in as_dict(evidence_view.folder_handler("missing"))["message"]
+
+
+def test_upload_of_a_corrupt_file_says_why_and_keeps_the_charts(tmp_path):
+    bad = _write(tmp_path, "evidence.json", "{broken")
+    out = evidence_view.upload_handler(str(bad))
+    assert "not valid JSON" in out[0] and "error" in out[0]
+    assert len(out) == len(OUT) and not any(hasattr(v, "layout") for v in out[1:])  # nothing else changes
+
+
+def test_bundled_summary_or_the_command_that_makes_it(known, tmp_path, monkeypatch):
+    monkeypatch.setenv("POSS_EVIDENCE_DIR", str(tmp_path))
+    out = as_dict(evidence_view.bundled_handler("smollm2-135m"))  # no file yet
+    assert "python scripts/benchmark.py paper --evidence" in out["message"]
+    assert out["header"] == "" and "No evidence summary loaded" in out["tau"].layout.annotations[0].text
+    evidence.write_evidence(tmp_path / "tiny-random.json", known[1])
+    out = as_dict(evidence_view.bundled_handler("tiny-random"))
+    assert "bundled summary for tiny-random" in out["message"] and "EAGLE 12" in out["header"]
+    assert "error" in as_dict(evidence_view.bundled_handler("../etc/passwd"))["message"]
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "assets" / "evidence").glob("*.json")), ids=lambda p: p.name)
+def test_committed_evidence_summaries_load(path):
+    ev = evidence.load_evidence(path)
+    assert ev.preset == path.stem and ev.meta.command and ev.meta.hardware and ev.meta.date
