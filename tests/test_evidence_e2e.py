@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
-from test_app_e2e import CHROMIUM, free_port
+from test_app_e2e import app_page, free_port, needs_chromium
 from test_bench import DEPTH, known_records
 
 from app import evidence_view
@@ -46,44 +46,34 @@ def server(tmp_path_factory):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not os.path.exists(CHROMIUM),
-                    reason=f"Debian's chromium is not installed at {CHROMIUM} (apt-get install chromium)")
+@needs_chromium
 def test_browser_shows_the_evidence_charts_and_their_sample_sizes(server):
-    from playwright.sync_api import sync_playwright
+    with app_page(server) as page:
+        page.get_by_role("tab", name="Evidence").click()
+        page.wait_for_selector("#poss-evidence-tau .main-svg", timeout=60_000)
+        for chart in CHARTS:
+            assert page.locator(f"#poss-evidence-{chart} .main-svg").count() > 0, chart
+        # Each chart states its sample size; the rates carry error bars.
+        text = {chart: page.locator(f"#poss-evidence-{chart}").inner_text() for chart in CHARTS}
+        assert "EAGLE n=12" in text["pos-acc"] and "POSS-2 n=10" in text["pos-acc"]
+        assert "EAGLE n=12" in text["pos-rate"] and "EAGLE n=2" in text["speedup"]
+        assert "d1 1, d2 1" in text["tau"] and "EAGLE n=14" in text["deviation"]
+        assert page.locator("#poss-evidence-pos-acc .errorbar").count() > 0
+        header = page.locator("#poss-evidence-header").inner_text()
+        assert "--bundled-unit" in header and "unit CPU" in header and "EAGLE 12" in header
+        assert "+75.0% (+75.0 to +75.0)" in page.locator("#poss-evidence-table").inner_text()  # POSS-2 vs EAGLE
+        SCREENSHOT.parent.mkdir(exist_ok=True)
+        page.screenshot(path=str(SCREENSHOT), full_page=True)
 
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--headless", "--no-sandbox", "--disable-gpu",
-                                                                    "--disable-background-networking"])
-        try:
-            page = browser.new_page(viewport={"width": 1500, "height": 1100})
-            page.goto(server)
-            page.get_by_role("tab", name="Evidence").click()
-            page.wait_for_selector("#poss-evidence-tau .main-svg", timeout=60_000)
-            for chart in CHARTS:
-                assert page.locator(f"#poss-evidence-{chart} .main-svg").count() > 0, chart
-            # Each chart states its sample size; the rates carry error bars.
-            text = {chart: page.locator(f"#poss-evidence-{chart}").inner_text() for chart in CHARTS}
-            assert "EAGLE n=12" in text["pos-acc"] and "POSS-2 n=10" in text["pos-acc"]
-            assert "EAGLE n=12" in text["pos-rate"] and "EAGLE n=2" in text["speedup"]
-            assert "d1 1, d2 1" in text["tau"] and "EAGLE n=14" in text["deviation"]
-            assert page.locator("#poss-evidence-pos-acc .errorbar").count() > 0
-            header = page.locator("#poss-evidence-header").inner_text()
-            assert "--bundled-unit" in header and "unit CPU" in header and "EAGLE 12" in header
-            assert "+75.0% (+75.0 to +75.0)" in page.locator("#poss-evidence-table").inner_text()  # POSS-2 vs EAGLE
-            SCREENSHOT.parent.mkdir(exist_ok=True)
-            page.screenshot(path=str(SCREENSHOT), full_page=True)
-
-            # Another results folder, typed into the path box: its own command and sizes (one run: EAGLE n=6).
-            page.get_by_text("Load another summary or results folder").click()
-            page.fill("#poss-evidence-folder textarea, #poss-evidence-folder input", "mine")
-            page.click("#poss-evidence-load")
-            page.wait_for_function("document.querySelector('#poss-evidence-header').innerText.includes('--mine')",
-                                   timeout=60_000)
-            assert "EAGLE n=6" in page.locator("#poss-evidence-pos-acc").inner_text()
-            page.fill("#poss-evidence-folder textarea, #poss-evidence-folder input", "/etc")
-            page.click("#poss-evidence-load")
-            page.wait_for_function("document.querySelector('#poss-evidence-message').innerText.includes('reads only')",
-                                   timeout=60_000)
-            assert "--mine" in page.locator("#poss-evidence-header").inner_text()  # what was shown stays
-        finally:
-            browser.close()
+        # Another results folder, typed into the path box: its own command and sizes (one run: EAGLE n=6).
+        page.get_by_text("Load another summary or results folder").click()
+        page.fill("#poss-evidence-folder textarea, #poss-evidence-folder input", "mine")
+        page.click("#poss-evidence-load")
+        page.wait_for_function("document.querySelector('#poss-evidence-header').innerText.includes('--mine')",
+                               timeout=60_000)
+        assert "EAGLE n=6" in page.locator("#poss-evidence-pos-acc").inner_text()
+        page.fill("#poss-evidence-folder textarea, #poss-evidence-folder input", "/etc")
+        page.click("#poss-evidence-load")
+        page.wait_for_function("document.querySelector('#poss-evidence-message').innerText.includes('reads only')",
+                               timeout=60_000)
+        assert "--mine" in page.locator("#poss-evidence-header").inner_text()  # what was shown stays
