@@ -27,6 +27,9 @@ def _p(value: float | None) -> str:
 
 def tooltip(rec: TokenRecord) -> str:
     head = f"round {rec.round}"
+    if rec.from_draft and rec.specialist is None:  # a candidate of transformers' generate (prompt lookup, assisted)
+        return (f"{head} · accepted candidate token\ndraft position {rec.position}\nits draft probability and the "
+                f"candidates rejected after it are not observable through transformers' generate")
     if rec.from_draft:
         return (f"{head} · accepted draft token\ndraft position {rec.position} · specialist S{(rec.specialist or 0) + 1}"
                 f"\ndraft p {_p(rec.draft_prob)} · target p {_p(rec.target_prob)}")

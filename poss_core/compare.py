@@ -109,20 +109,33 @@ class ModelCache:
         ref = m.draft
         key = (*self._target_key(preset, quantization, precision), ref.source, preset.depth,
                ref.positions_per_specialist)
+        return self._beside_target(key, lambda: methods.load_draft(m, target, preset.depth),
+                                   f"draft {method!r} of {preset.name!r}")
+
+    def assistant(self, preset: Preset, method: str, target, quantization: str = "auto", precision: str = "auto"):
+        """The assisted method's smaller model, loaded once per target and kept (and evicted) with its drafts."""
+        m = methods.get_method(preset, method)
+        key = (*self._target_key(preset, quantization, precision), "assistant", m.assistant)
+        return self._beside_target(key, lambda: methods.load_assistant(m, target, quantization),
+                                   f"the assistant {m.assistant!r} of {preset.name!r}")
+
+    def _beside_target(self, key: tuple, load, what: str):
+        """A model that belongs to a loaded target (its key starts with the target's): loaded once, one load per
+        key at a time, evicted with the target; a failure becomes one readable line."""
         with self._key_lock(key):
             with self._lock:
                 if key in self._drafts:
                     return self._drafts[key]
             try:
-                draft = methods.load_draft(m, target, preset.depth)
+                model = load()
             except PossError:
                 raise
             except Exception as err:
-                raise ModelLoadError(f"could not load draft {method!r} of {preset.name!r}: {type(err).__name__}: "
+                raise ModelLoadError(f"could not load {what}: {type(err).__name__}: "
                                      f"{str(err).splitlines()[0] if str(err) else ''}") from err
             with self._lock:
-                self._drafts[key] = draft
-            return draft
+                self._drafts[key] = model
+            return model
 
     def budget(self, target, draft, config: DecodeConfig, log=None):
         """The tree budget fitted to this machine for `draft` at the config's depth and top_k (calibrated once per
@@ -224,6 +237,8 @@ class RunSpec:
         preset = get_preset(self.preset)
         offered = methods.lane_methods(preset)
         for m in self.methods:
+            if m == methods.ASSISTED:
+                methods.get_method(preset, m)  # where the preset has no smaller model: why, and what to use
             if m not in offered:
                 raise ConfigError(f"method {m!r} is not available for preset {preset.name!r}: use "
                                   f"{', '.join(offered)}.")
@@ -291,7 +306,9 @@ def round_records(event: RoundEvent, pieces: list[str], labels: list[str],
         if i < k:
             a = event.accepted[i]
             node = event.nodes[a]
-            out.append(TokenRecord(text, event.round, "draft", i + 1, node.specialist, node.draft_prob,
+            seen = event.draft_observed  # transformers' generate shows accepted candidates, not who drafted them how
+            out.append(TokenRecord(text, event.round, "draft", i + 1, node.specialist if seen else None,
+                                   node.draft_prob if seen else None,
                                    event.target_probs[a] if a < len(event.target_probs) else None, special))
         elif event.prefill:
             out.append(TokenRecord(text, event.round, "prefill", special=special))
@@ -484,17 +501,19 @@ def start(spec: RunSpec, models: ModelCache = MODELS, cancel: threading.Event | 
     offered = methods.lane_methods(preset)
     lanes = []
     for name in spec.methods:
-        method, budget, lane_config, draft, auto = offered[name], None, config, None, False
+        method, budget, lane_config, draft, assistant, auto = offered[name], None, config, None, None, False
         if method.oracle:
             lane_config = methods.oracle_config(config) if spec.auto_budget else config
             budget, auto = lane_config.tree_budget, spec.auto_budget
-        elif not method.plain:
+        elif method.assistant:
+            assistant = models.assistant(preset, name, target, spec.quantization, spec.precision)
+        elif methods.uses_draft(name):
             draft = models.draft(preset, name, target, spec.quantization, spec.precision)
             auto = spec.auto_budget and (wait_for_fits or not models.fitting_elsewhere(target, draft, config))
             if auto:
                 lane_config = methods.with_budget_choice(config, models.budget(target, draft, config))
             budget = lane_config.tree_budget
-        decoder = methods.build_decoder(method, target, lane_config, draft)
+        decoder = methods.build_decoder(method, target, lane_config, draft, assistant)
         lanes.append(Lane(name, method.label, method.trained, special_ids=special, budget=budget,
                           depth_stop=lane_config.depth_stop, budget_auto=auto and budget is not None,
                           source=decoder.generate(ids, cancel=cancel), detok=Detokenizer(target.tokenizer),

@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+
+def number(value: Any) -> float:
+    """A float read back from JSON, where null stands for NaN (a value not observed, e.g. a draft probability that
+    transformers' generate does not expose)."""
+    return math.nan if value is None else float(value)
 
 
 @dataclass
@@ -16,6 +23,11 @@ class DraftNode:
     score: float  # cumulative draft log-prob from the root
     draft_prob: float  # the draft's probability of this token given its parent
     specialist: int  # which draft specialist (layer group) proposed it
+
+    @classmethod
+    def of(cls, token, parent, depth, score, draft_prob, specialist) -> "DraftNode":
+        """A node from JSON values (null score or probability: not observed, NaN)."""
+        return cls(int(token), int(parent), int(depth), number(score), number(draft_prob), int(specialist))
 
 
 @dataclass
@@ -49,6 +61,10 @@ class RoundEvent:
     # The target's probability of its own token `bonus` where acceptance stopped (None: not recorded, e.g. plain
     # decoding or a file saved before this field existed).
     bonus_prob: float | None = None
+    # False for rounds of transformers' generate (prompt lookup, assisted): its streamer shows only the tokens each
+    # target forward kept, so `nodes` are the accepted candidates alone (a chain, draft probabilities and scores NaN);
+    # what was proposed and rejected, and how drafting and verifying split the round's time, are not observable.
+    draft_observed: bool = True
 
     @property
     def accept_len(self) -> int:
@@ -76,6 +92,7 @@ class RoundEvent:
             "prefill": self.prefill,
             "draft_ms_by_depth": list(self.draft_ms_by_depth),
             "bonus_prob": self.bonus_prob,
+            "draft_observed": self.draft_observed,
         }
 
     @classmethod
@@ -83,7 +100,7 @@ class RoundEvent:
         """Rebuild an event from `to_json` output (saved runs are replayed without a model)."""
         return cls(
             round=int(obj["round"]),
-            nodes=[DraftNode(**n) for n in obj.get("nodes", [])],
+            nodes=[DraftNode.of(**n) for n in obj.get("nodes", [])],
             accepted=[int(a) for a in obj.get("accepted", [])],
             bonus=int(obj["bonus"]),
             target_probs=[float(p) for p in obj.get("target_probs", [])],
@@ -97,6 +114,7 @@ class RoundEvent:
             prefill=bool(obj.get("prefill", False)),
             draft_ms_by_depth=[float(m) for m in obj.get("draft_ms_by_depth", [])],
             bonus_prob=None if obj.get("bonus_prob") is None else float(obj["bonus_prob"]),
+            draft_observed=bool(obj.get("draft_observed", True)),
         )
 
 

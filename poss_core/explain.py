@@ -47,6 +47,8 @@ def explain_round(event: RoundEvent, token_text: Callable[[int], str],
     label = specialist_label or (lambda k: f"S{k + 1}")
     bonus = _q(token_text(event.bonus))
     bonus_p = _p(event.bonus_prob)
+    if not event.draft_observed:
+        return _unobserved_round(event, token_text, bonus, sampling)
     if event.prefill:
         return "\n".join([
             f"Round {event.round} (prefill): the target read the whole prompt in one forward pass and picked the "
@@ -112,4 +114,27 @@ def explain_round(event: RoundEvent, token_text: Callable[[int], str],
                  + f", so this round emitted {len(event.accepted) + 1} token{'s' if event.accepted else ''}"
                  f" for one target pass.")
     lines.append(f"- {_time_split(event)}")
+    return "\n".join(lines)
+
+
+def _unobserved_round(event: RoundEvent, token_text: Callable[[int], str], bonus: str, sampling: bool) -> str:
+    """A round of transformers' generate (prompt lookup, assisted): only what the target kept is known, so the
+    account says what was kept and what cannot be seen, and claims nothing about rejected candidates."""
+    kept = [_q(token_text(event.nodes[a].token)) for a in event.accepted]
+    where = "read the whole prompt and " if event.prefill else ""
+    lines = [f"Round {event.round}{' (prefill)' if event.prefill else ''}: transformers' generate proposed candidate "
+             f"tokens and the target {where}checked them in one forward pass."]
+    if kept:
+        lines.append(f"- It kept {len(kept)} candidate token{'s' if len(kept) > 1 else ''}, in order: "
+                     f"{', '.join(kept)}.")
+    else:
+        lines.append("- It kept no candidate: either none matched the target's choice or none was proposed (prompt "
+                     "lookup proposes nothing when the latest words do not occur earlier).")
+    lines.append(f"- The target {'drew' if sampling else 'picked'} its own token {bonus}, so this round emitted "
+                 f"{len(kept) + 1} token{'s' if kept else ''} for one target pass.")
+    lines.append("- Not observable through generate's streamer: how many candidates were proposed, which were "
+                 "rejected, and their probabilities.")
+    split = (f"of which {event.draft_ms:.1f} ms in the assistant model's forward passes" if event.draft_ms > 0
+             else "drafting and verifying are not timed apart")
+    lines.append(f"- Time: {event.wall_ms:.1f} ms for the round ({split}).")
     return "\n".join(lines)

@@ -2,7 +2,9 @@
 
 Plain decoding is `plain` everywhere (CLI, benchmark files, app, charts); the older spelling `ar` (and `ar-hf`,
 `ar-float32`, ...) is still read wherever a saved file or a command line may use it. A draft method is named after
-its preset's draft (`eagle`, `poss1`, `poss2`, `poss3`, `matched`, ...)."""
+its preset's draft (`eagle`, `poss1`, `poss2`, `poss3`, `matched`, ...). `pld` (prompt lookup) and `assisted` (a
+smaller model of the preset drafts) are transformers' own speculative `generate`: speculative decoding without a
+trained draft, offered beside the drafts so a class sees what training buys."""
 
 from __future__ import annotations
 
@@ -10,10 +12,11 @@ from dataclasses import dataclass, replace
 
 from .decoding.config import DecodeConfig
 from .decoding.decoder import PlainDecoder, SpeculativeDecoder
+from .decoding.hf_generate import HFGenerateDecoder
 from .decoding.oracle import OracleDecoder
 from .errors import ConfigError
 from .models.draft import DraftModel
-from .models.loading import load_draft_by_name
+from .models.loading import load_draft_by_name, load_preset_target
 from .models.presets import DraftRef, Preset, resolve_draft_name
 from .models.target import TargetModel
 
@@ -24,6 +27,12 @@ PLAIN_HF = "plain-hf"  # transformers' own `generate`: the benchmark's second pl
 OTHER_PRECISION_PLAIN = ("plain-float32", "plain-bfloat16", "plain-float16")
 OLD_NAMES = {"ar": PLAIN, "ar-hf": PLAIN_HF, **{f"ar-{p[6:]}": p for p in OTHER_PRECISION_PLAIN}}
 
+# transformers' own speculative generate, no trained draft: prompt lookup (offered with every preset) and assisted
+# generation (offered where the preset names a smaller model with the target's tokenizer, `Preset.assistant`).
+PLD = "pld"
+ASSISTED = "assisted"
+TRAINING_FREE = (PLD, ASSISTED)
+
 PLAIN_COLOR = "#999999"
 # Okabe-Ito: distinguishable with the common colour-vision deficiencies; methods no table names take the next one.
 OKABE_ITO = ["#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#D55E00", "#CC79A7", "#999999"]
@@ -31,7 +40,7 @@ _SHORT_AND_COLOR = {
     "eagle": ("EAGLE", "#0072B2"), "poss1": ("POSS-1", "#E69F00"), "poss2": ("POSS-2", "#009E73"),
     "poss3": ("POSS-3", "#CC79A7"), "matched": ("Matched", "#56B4E9"), "hass": ("HASS", "#8C6BB1"),
     "eagle-reproduce": ("EAGLE (retrained)", "#F0E442"),
-    "oracle": ("Oracle", "#D55E00"),
+    "oracle": ("Oracle", "#D55E00"), PLD: ("Prompt lookup", "#A6761D"), ASSISTED: ("Assisted", "#332288"),
 }
 # The ceiling: a "draft" that is the target's own continuation (known from a plain run of the same prompt), so every
 # round accepts up to the depth. Offered with every preset beside its drafts (`lane_methods`), never trained.
@@ -49,19 +58,34 @@ class Method:
     trained: bool = True  # False: a random stand-in draft (nothing trained is bundled yet)
     draft: DraftRef | None = None  # None: plain decoding (or the oracle)
     oracle: bool = False  # the target's own continuation as the draft: the ceiling, not a method to deploy
+    hf_mode: str = ""  # decoded by transformers' generate in this mode (plain, pld, assisted); "" = this engine
+    assistant: str = ""  # the assisted method's smaller model (a Hugging Face id, folder or builtin:NAME)
 
     @property
     def plain(self) -> bool:
-        return self.draft is None and not self.oracle
+        return self.draft is None and not self.oracle and self.hf_mode in ("", "plain")
 
 
 PLAIN_METHODS = {
     PLAIN: Method(PLAIN, "Plain decoding (target only)", "Plain", PLAIN_COLOR),
-    PLAIN_HF: Method(PLAIN_HF, "Plain decoding (transformers generate)", "Plain (generate)", "#666666"),
+    PLAIN_HF: Method(PLAIN_HF, "Plain decoding (transformers generate)", "Plain (generate)", "#666666",
+                     hf_mode="plain"),
     **{p: Method(p, f"Plain decoding ({p[6:]} copy of the target)", f"Plain ({p[6:]})", "#bbbbbb")
        for p in OTHER_PRECISION_PLAIN},
 }
 ORACLE_METHOD = Method(ORACLE, "Oracle (the target's own continuation)", "Oracle", "#D55E00", oracle=True)
+PLD_METHOD = Method(PLD, "Prompt lookup (no draft model)", *_SHORT_AND_COLOR[PLD], hf_mode="pld")
+
+
+def assisted_method(preset: Preset) -> Method:
+    """Assisted generation with the preset's smaller model; ConfigError (why, and what to use) where it has none."""
+    if not preset.assistant:
+        why = preset.assistant_note or "it names no smaller model with the target's tokenizer (Preset.assistant)"
+        raise ConfigError(f"method {ASSISTED!r} is not available for preset {preset.name!r}: {why}. Use {PLD} "
+                          f"(prompt lookup, no draft model) instead, or a preset with an assistant.")
+    name = preset.assistant.split(":", 1)[-1].rstrip("/").rsplit("/", 1)[-1]
+    return Method(ASSISTED, f"Assisted (smaller model: {name})", *_SHORT_AND_COLOR[ASSISTED], hf_mode="assisted",
+                  assistant=preset.assistant)
 
 
 def canonical(name: str) -> str:
@@ -75,8 +99,9 @@ def is_plain(name: str) -> bool:
 
 
 def uses_draft(name: str) -> bool:
-    """A method that decodes with a draft model of the preset (neither plain decoding nor the oracle)."""
-    return not is_plain(name) and canonical(name) != ORACLE
+    """A method that decodes with a draft model of the preset (not plain decoding, the oracle, prompt lookup or
+    assisted generation)."""
+    return not is_plain(name) and canonical(name) not in (ORACLE, *TRAINING_FREE)
 
 
 def draft_method(name: str, ref: DraftRef) -> Method:
@@ -90,18 +115,24 @@ def preset_methods(preset: Preset) -> dict[str, Method]:
 
 
 def lane_methods(preset: Preset) -> dict[str, Method]:
-    """What a comparison can run: the preset's methods, then the oracle (the ceiling any draft could reach)."""
-    return {**preset_methods(preset), ORACLE: ORACLE_METHOD}
+    """What a comparison can run: the preset's methods, prompt lookup, assisted generation where the preset names a
+    smaller model, then the oracle (the ceiling any draft could reach)."""
+    assisted = {ASSISTED: assisted_method(preset)} if preset.assistant else {}
+    return {**preset_methods(preset), PLD: PLD_METHOD, **assisted, ORACLE: ORACLE_METHOD}
 
 
 def get_method(preset: Preset, name: str) -> Method:
-    """A method by name: plain decoding of any kind, the oracle, a preset's draft, or a draft given as random:KIND,
-    hub:ID or a folder (raises ConfigError naming what is valid)."""
+    """A method by name: plain decoding of any kind, the oracle, prompt lookup, assisted generation, a preset's
+    draft, or a draft given as random:KIND, hub:ID or a folder (raises ConfigError naming what is valid)."""
     name = canonical(name)
     if name in PLAIN_METHODS:
         return PLAIN_METHODS[name]
     if name == ORACLE:
         return ORACLE_METHOD
+    if name == PLD:
+        return PLD_METHOD
+    if name == ASSISTED:
+        return assisted_method(preset)
     return draft_method(name, resolve_draft_name(preset, name))
 
 
@@ -112,6 +143,10 @@ def label_of(name: str, preset: Preset | None = None) -> str:
         return PLAIN_METHODS[name].label
     if name == ORACLE:
         return ORACLE_METHOD.label
+    if name == PLD:
+        return PLD_METHOD.label
+    if name == ASSISTED:
+        return assisted_method(preset).label if preset is not None and preset.assistant else "Assisted generation"
     if preset is not None and name in preset.drafts:
         return draft_method(name, preset.drafts[name]).label
     return name
@@ -157,15 +192,26 @@ def load_draft(method: Method, target: TargetModel, depth: int, positions_per_sp
                               allow_other_target=allow_other_target)
 
 
-def build_decoder(method: Method, target: TargetModel, config: DecodeConfig,
-                  draft: DraftModel | None = None) -> PlainDecoder | SpeculativeDecoder:
-    """The decoder every caller uses: plain decoding, the oracle, or speculative decoding with the method's draft
-    (loaded here unless given, e.g. from a cache)."""
+def load_assistant(method: Method, target: TargetModel, quantization: str = "auto") -> TargetModel:
+    """The assisted method's smaller model, loaded as targets are, in the target's precision and on its device."""
+    if not method.assistant:
+        raise ConfigError(f"method {method.name!r} has no assistant model.")
+    return load_preset_target(method.assistant, quantization=quantization, device=str(target.device),
+                              dtype=target.dtype)
+
+
+def build_decoder(method: Method, target: TargetModel, config: DecodeConfig, draft: DraftModel | None = None,
+                  assistant: TargetModel | None = None) -> PlainDecoder | SpeculativeDecoder | HFGenerateDecoder:
+    """The decoder every caller uses: plain decoding, the oracle, transformers' generate (plain, prompt lookup,
+    assisted), or speculative decoding with the method's draft (draft and assistant loaded here unless given, e.g.
+    from a cache)."""
     if method.oracle:
         return OracleDecoder(target, config)
+    if method.hf_mode:
+        if method.assistant and assistant is None:
+            assistant = load_assistant(method, target)
+        return HFGenerateDecoder(target, config, method.hf_mode, assistant)
     if method.plain:
-        if method.name == PLAIN_HF:
-            raise ConfigError(f"{PLAIN_HF} is transformers' own generate: the benchmark times it without a decoder.")
         return PlainDecoder(target, config)
     return SpeculativeDecoder(target, draft if draft is not None else load_draft(method, target, config.depth), config)
 

@@ -106,8 +106,9 @@ class _Node(_Model):
     token: TokenId
     parent: Annotated[int, Field(ge=-1, lt=MAX_NODES)]
     depth: Annotated[int, Field(ge=1, le=MAX_DEPTH)]
-    score: Annotated[float, Field(le=1e-3)]  # a cumulative log-probability
-    draft_prob: Prob
+    # A cumulative log-probability and the draft's probability; null where not observed (transformers' generate)
+    score: Annotated[float, Field(le=1e-3)] | None
+    draft_prob: Prob | None
     specialist: Annotated[int, Field(ge=0, lt=MAX_DEPTH)]
 
 
@@ -132,6 +133,7 @@ class _Event(_Model):
     prefill: bool = False
     draft_ms_by_depth: Annotated[list[Ms], Field(max_length=MAX_DEPTH)] = []
     bonus_prob: Prob | None = None
+    draft_observed: bool = True
 
     @model_validator(mode="after")
     def _a_tree(self):

@@ -220,6 +220,22 @@ def test_run_streams_three_lanes_identical_to_plain():
     assert [t.name for t in out["tokens_per_s"].data] == ["Plain", "EAGLE", "POSS-2"]
 
 
+def test_prompt_lookup_and_assisted_lanes_get_the_identity_badge_draft_colours_and_an_honest_tree():
+    frames = list(handlers.run_handler(*settings("abc abc abc abc abc", methods=("plain", "pld", "assisted"),
+                                                 max_new_tokens=24), request=req("peer")))
+    out = render.outputs_dict(frames[-1])
+    assert "Prompt lookup (no draft model)" in out["lane1_head"] and "Assisted (smaller model:" in out["lane2_head"]
+    for i in (1, 2):
+        assert "✓ identical to plain decoding" in out[f"lane{i}_head"]
+    lane = handlers.SESSIONS.get(req("peer")).comparison.lanes[1]
+    assert 'class="tok draft p1' in out["lane1_tokens"]  # accepted candidates shaded like draft tokens
+    assert "not observable through transformers" in out["lane1_tokens"]  # their tooltip says what is unknown
+    r = next(i for i, e in enumerate(lane.events) if e.accepted and not e.prefill)
+    tree = render.lane_tree(lane, r)
+    assert "not observable" in tree.layout.title.text and len(tree.data) >= 3
+    assert "not observable" in render.lane_explain(lane, r).lower()
+
+
 def test_auto_budget_fits_each_draft_lane_once_then_reads_the_cache(tmp_path, monkeypatch):
     from poss_core import autobudget
     from poss_core.autobudget import cache, calibration
@@ -515,7 +531,8 @@ def test_preset_switch_and_app_flags():
 
     out = handlers.preset_handler("tiny-random")
     methods = out[0]
-    assert [v for _, v in methods.choices] == ["plain", "eagle", "poss1", "poss2", "poss3", "matched", "oracle"]
+    assert [v for _, v in methods.choices] == ["plain", "eagle", "poss1", "poss2", "poss3", "matched", "pld", "assisted",
+                                                 "oracle"]
     assert methods.value == ["plain", "eagle", "poss2"]
     smol = get_preset(DEFAULT_PRESET)
     note = render.draft_note(smol)

@@ -206,7 +206,7 @@ def test_identity_check_catches_a_broken_decoder(tiny_target):
     methods = [runner.BenchLane("plain", "plain", PlainDecoder(tiny_target, cfg)),
                runner.BenchLane("eagle", "EAGLE", SpeculativeDecoder(tiny_target, draft, cfg)),
                runner.BenchLane("broken", "broken", BrokenDecoder(tiny_target, draft, cfg))]
-    records, skipped = runner.run_questions(methods, tiny_target, QUESTIONS, 1, cfg, progress=False)
+    records, skipped = runner.run_questions(methods, tiny_target, QUESTIONS, 1, progress=False)
     assert not skipped and len(records) == 3 * 3
     result = analysis.identity_check(records)
     assert result["checked"] == 6

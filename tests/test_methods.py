@@ -13,6 +13,7 @@ from poss_core.bench import runner
 from poss_core.bench.records import TurnRecord
 from poss_core.decoding.config import DecodeConfig
 from poss_core.decoding.decoder import PlainDecoder, SpeculativeDecoder
+from poss_core.decoding.hf_generate import HFGenerateDecoder
 from poss_core.errors import ConfigError
 from poss_core.models.presets import drafts_dir, get_preset, presets
 
@@ -24,7 +25,7 @@ def test_the_real_default_preset_labels_its_untrained_drafts_without_a_path():
     offered = methods.preset_methods(preset)
     choices = dict((value, label) for label, value in state.method_choices(preset))
     bundled = {name for name in preset.drafts if (drafts_dir() / name / "model.safetensors").is_file()}
-    assert list(choices) == ["plain", "eagle", "poss1", "poss2", "poss3", "matched", "oracle"]
+    assert list(choices) == ["plain", "eagle", "poss1", "poss2", "poss3", "matched", "pld", "oracle"]
     for name, method in offered.items():
         assert method.trained == (name == "plain" or name in bundled)
         assert choices[name] == (method.label if method.trained else f"{method.label} (untrained)")
@@ -80,8 +81,9 @@ def test_build_decoder_for_every_method_of_a_preset(tiny_target):
         assert decoder.config == config
     with pytest.raises(ConfigError, match="not one of preset"):
         methods.get_method(preset, "hass")
-    with pytest.raises(ConfigError):
-        methods.build_decoder(methods.PLAIN_METHODS[methods.PLAIN_HF], tiny_target, DecodeConfig())
+    for name in (methods.PLAIN_HF, methods.PLD):  # transformers' generate, the same decoder in two modes
+        decoder = methods.build_decoder(methods.get_method(preset, name), tiny_target, config)
+        assert isinstance(decoder, HFGenerateDecoder) and decoder.method == name
 
 
 def test_runs_saved_with_the_old_names_load_with_the_registry_names(tmp_path):

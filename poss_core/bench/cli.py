@@ -9,6 +9,8 @@
 
 `plain` is plain decoding (`ar`, its older name, is read too), timed two ways: the project's PlainDecoder (`plain`)
 and transformers' `generate` (`plain-hf`); speed-ups are against the faster of the two on the same run and dataset.
+`pld` and `assisted` are transformers' own speculative `generate` (prompt lookup; a smaller model of the preset):
+speculative decoding without a trained draft, measured beside EAGLE and POSS (τ and acceptance from accept lengths).
 Plain decoding always runs: speed-ups and the identity check need it. Every run warms up first, then goes through the
 questions in order, running every method on a question before the next (method order rotated per question), every
 turn of multi-turn questions with the method's own earlier answers in context. Timings are mean ± sample std over
@@ -24,7 +26,6 @@ import shlex
 import subprocess
 import sys
 from collections.abc import Sequence
-from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -56,8 +57,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--preset", default="smollm2-135m", help="smollm2-135m (default), tiny-random, llama3-8b-instruct, "
                                                             "llama2-13b-chat")
     p.add_argument("--methods", default=DEFAULT_METHODS,
-                   help=f"comma-separated: plain (plain decoding; ar is read too), the preset's drafts, and "
-                        f"optionally plain-float32 / plain-bfloat16 / plain-float16 (plain decoding of a second copy "
+                   help=f"comma-separated: plain (plain decoding; ar is read too), the preset's drafts, oracle "
+                        f"(the ceiling), pld (transformers' prompt-lookup decoding, no draft model), assisted "
+                        f"(transformers' assisted generation with the preset's smaller model, where it names one), "
+                        f"and optionally plain-float32 / plain-bfloat16 / plain-float16 (plain decoding of a second copy "
                         f"of the target in that precision, a speed baseline: with --dtype bfloat16, add "
                         f"plain-float32) (default {DEFAULT_METHODS})")
     p.add_argument("--data", nargs="+", required=True, help="eval JSONL files or globs; the dataset is the file stem")
@@ -164,9 +167,9 @@ def run_benchmark(args, argv: Sequence[str]) -> int:
     target = load_preset_target(preset.target, quantization=args.quantization, device=args.device,
                                 dtype=parse_dtype(args.dtype))
     lanes = runner.make_lanes(args, preset, target, names, base_cfg, say, calibration)
-    warm_up(lanes, target, questions[0].turns[0], min(args.warmup_tokens, args.max_new_tokens), base_cfg)
+    warm_up(lanes, target, questions[0].turns[0], min(args.warmup_tokens, args.max_new_tokens))
 
-    records, skipped = run_questions(lanes, target, questions, args.runs, base_cfg, progress=not args.no_progress)
+    records, skipped = run_questions(lanes, target, questions, args.runs, progress=not args.no_progress)
     for line in skipped:
         say(f"skipped {line}")
     identity = check_identity(records, target, args.temperature)
@@ -220,19 +223,23 @@ def base_config(args, preset: Preset, budget: int | str) -> DecodeConfig:
 
 
 def check_methods(names: Sequence[str], preset: Preset) -> None:
+    """Refuse an unknown method before anything loads (and `assisted` where the preset has no smaller model)."""
     for n in names:
+        if n == methods.ASSISTED:
+            methods.get_method(preset, n)  # ConfigError: why there is none and what to use
         if (methods.uses_draft(n) and n not in preset.drafts
                 and not n.startswith("random:")):
             raise ConfigError(f"method {n!r} is not {methods.PLAIN}, {', '.join(methods.OTHER_PRECISION_PLAIN)}, "
-                              f"{methods.ORACLE} or one of preset {preset.name!r}'s drafts "
+                              f"{methods.ORACLE}, {', '.join(methods.TRAINING_FREE)} or one of preset "
+                              f"{preset.name!r}'s drafts "
                               f"({', '.join(preset.drafts)}).")
 
 
-def warm_up(lanes: Sequence[runner.BenchLane], target, prompt: str, tokens: int, base_cfg: DecodeConfig) -> None:
+def warm_up(lanes: Sequence[runner.BenchLane], target, prompt: str, tokens: int) -> None:
     """Every method decodes the first prompt once, untimed."""
     ids = encode_prompt(target.tokenizer, prompt)
     for lane in lanes:
-        decode_turn(runner.with_max_tokens(lane, tokens), target, ids, replace(base_cfg, max_new_tokens=tokens))
+        decode_turn(runner.with_max_tokens(lane, tokens), ids)
 
 
 def check_identity(records, target, temperature: float) -> dict:

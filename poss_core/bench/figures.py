@@ -340,8 +340,11 @@ def tree_figure(event: RoundEvent | None, labels: Sequence[str] | None = None, r
     if event is None:
         return empty_figure("No round yet.", height, title or "Draft tree")
     head = title or f"Draft tree, round {event.round}"
-    if event.prefill:
+    if event.prefill and not event.nodes:
         return empty_figure("Prefill round: the target reads the prompt; nothing is drafted.", height, head)
+    if not event.nodes and not event.draft_observed:
+        return empty_figure("No candidate was kept this round: transformers' generate does not show what, if "
+                            "anything, was proposed and rejected.", height, head)
     if not event.nodes:
         return empty_figure("Plain decoding drafts nothing: one target token per round.", height, head)
     nodes = event.nodes
@@ -369,7 +372,8 @@ def tree_figure(event: RoundEvent | None, labels: Sequence[str] | None = None, r
             x=[x[i + 1] for i in idx], y=[y[i + 1] for i in idx], mode="markers+text", name=f"specialist S{spec + 1}",
             text=[labels[i] for i in idx], textposition="middle right", textfont={"size": text_size},
             marker={"color": specialist_color(spec),
-                    "size": [8 + 18 * math.exp(nodes[i].score) for i in idx],
+                    "size": [8 + 18 * math.exp(nodes[i].score) if math.isfinite(nodes[i].score) else 14
+                             for i in idx],
                     "opacity": [1.0 if i in accepted else 0.4 for i in idx],
                     "line": {"color": [TARGET_COLOR if i in accepted else "rgba(0,0,0,0)" for i in idx],
                              "width": 3}},
@@ -390,5 +394,8 @@ def tree_figure(event: RoundEvent | None, labels: Sequence[str] | None = None, r
                                            "<extra></extra>"))
     fig.update_xaxes(title_text="draft position (depth)", dtick=1, range=[-0.6, max(x) + 1.9])
     fig.update_yaxes(visible=False, range=[min(y) - 0.8, 0.8])
+    if not event.draft_observed:
+        return _style(fig, head, height, f"{event.accept_len} candidates accepted, +1 target token; what was "
+                                         "rejected is not observable through transformers' generate")
     return _style(fig, head, height, f"{len(nodes)} drafted, {event.accept_len} accepted, +1 target token; "
                                      "size = path probability")

@@ -60,6 +60,7 @@ class TurnRecord:
                 "bonus": [e.bonus for e in ev],
                 "nodes": [[[n.token, n.parent, n.depth, n.score, n.draft_prob, n.specialist] for n in e.nodes]
                           for e in ev],
+                "draft_observed": [e.draft_observed for e in ev],
             },
         }
 
@@ -72,16 +73,15 @@ class TurnRecord:
             return r.get(name) or [default] * n
 
         events = [
-            RoundEvent(round=i, nodes=[DraftNode(int(t), int(p), int(d), float(s), float(q), int(g))
-                                       for t, p, d, s, q, g in nodes],
+            RoundEvent(round=i, nodes=[DraftNode.of(*node) for node in nodes],
                        accepted=list(range(acc)), bonus=int(bonus), target_probs=[],
                        feature_deviation=[FeatureDeviation(float(a), float(b)) for a, b in dev],
                        draft_ms=float(dm), verify_ms=float(vm), new_tokens=int(nt), tokens=[int(t) for t in toks],
-                       wall_ms=float(wm), prefill=bool(pf))
-            for i, (pf, acc, nt, dm, vm, wm, dev, toks, bonus, nodes) in enumerate(zip(
+                       wall_ms=float(wm), prefill=bool(pf), draft_observed=bool(seen))
+            for i, (pf, acc, nt, dm, vm, wm, dev, toks, bonus, nodes, seen) in enumerate(zip(
                 col("prefill", False), col("accept_len", 0), col("new_tokens", 0), col("draft_ms", 0.0),
                 col("verify_ms", 0.0), col("wall_ms", 0.0), col("feature_deviation", []), col("tokens", []),
-                col("bonus", -1), col("nodes", [])))
+                col("bonus", -1), col("nodes", []), col("draft_observed", True)))
         ]
         return cls(run=int(obj["run"]), method=obj["method"], dataset=obj["dataset"], question_id=obj["question_id"],
                    category=obj.get("category", ""), turn=int(obj["turn"]), token_ids=list(obj["token_ids"]),

@@ -13,7 +13,7 @@ from typing import Any
 
 from ..events import RoundEvent
 from ..json_safe import clean_json
-from ..methods import PLAIN, color_of, is_plain, label_of
+from ..methods import PLAIN, TRAINING_FREE, color_of, is_plain, label_of
 from . import figures
 from .analysis import (OVERALL, aggregate, auto_expectations, identity_check, pooled_events_by_method)
 from .evidence import FILE_NAME as EVIDENCE_FILE
@@ -108,6 +108,14 @@ def header_section(agg: dict[str, Any], identity: dict[str, Any], meta: dict[str
             f"run and dataset; mean ± sample std over {len(agg['runs'])} run(s). τ = mean (accept_len + 1) per "
             f"draft round; pooled = over every round of every dataset, mean of datasets = the average of the "
             f"datasets' τ (the paper's mean column).", ""]
+    free = [m for m in methods if m in TRAINING_FREE]
+    if free:
+        out += [f"{', '.join(free)}: transformers' own speculative `generate` with no trained draft (prompt lookup; "
+                f"a smaller model of the preset), at most depth candidates per round. Its streamer shows only what "
+                f"each target forward kept, so τ and acceptance by position come from accept lengths (a round whose "
+                f"lookup found nothing counts as accepting 0); rejected candidates, draft probabilities and feature "
+                f"deviation are not observable (–), and its draft time is the assistant's forward passes (prompt "
+                f"lookup's n-gram search is not timed apart).", ""]
     return out
 
 

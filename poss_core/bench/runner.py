@@ -22,7 +22,7 @@ from .. import methods
 from ..autobudget import CALIBRATION_PROMPTS, DEPTH_STOPS, auto_tree_budget, load_or_measure_curve
 from ..decoding.decoder import encode_prompt
 from ..errors import ConfigError
-from ..events import DecodeSummary, RoundEvent
+from ..events import DecodeSummary
 from ..models.loading import load_preset_target, parse_dtype
 from ..prompt_files import read_prompts
 from .records import TurnRecord, light_event
@@ -38,12 +38,12 @@ class Question:
 
 @dataclass
 class BenchLane:
-    """One method as the benchmark runs it: its registry name and label, and how it decodes (decoder None =
-    transformers' `generate`), with the budget `auto` chose for it."""
+    """One method as the benchmark runs it: its registry name and label, its decoder (transformers' `generate` for
+    plain-hf, pld and assisted), and the budget `auto` chose for it."""
 
     name: str
     label: str
-    decoder: Any = None
+    decoder: Any
     budget: int | None = None
     budget_choice: Any = None
     trained: bool = True
@@ -110,79 +110,23 @@ def calibration_texts(args: argparse.Namespace) -> list[str]:
     return texts[: args.calibration_prompts]
 
 
-class _TokenClock:
-    """A transformers streamer that stamps the time each new token arrives (the first call carries the prompt)."""
-
-    def __init__(self) -> None:
-        self.times: list[float] = []
-        self.tokens: list[int] = []
-        self._prompt_seen = False
-
-    def put(self, value) -> None:
-        if not self._prompt_seen:
-            self._prompt_seen = True
-            return
-        self.times.append(time.perf_counter())
-        self.tokens.extend(int(t) for t in value.reshape(-1).tolist())
-
-    def end(self) -> None:
-        pass
-
-
-def hf_generate(target, ids: list[int], max_new_tokens: int, temperature: float, top_p: float, seed: int):
-    """transformers' own `generate` (batch 1, KV cache): token ids cut after the first EOS, and one event per token
-    from the streamer's timestamps (time to the first token = the prefill round)."""
-    x = torch.tensor([ids], device=target.device)
-    eos = sorted(target.eos_ids) or None
-    pad = target.tokenizer.pad_token_id if target.tokenizer.pad_token_id is not None else (eos[0] if eos else 0)
-    kwargs: dict[str, Any] = {"max_new_tokens": max_new_tokens, "eos_token_id": eos, "pad_token_id": pad}
-    if temperature > 0:
-        kwargs.update(do_sample=True, temperature=temperature, top_p=top_p, top_k=0)
-    else:
-        kwargs.update(do_sample=False)
-    clock = _TokenClock()
-    torch.manual_seed(seed)
-    t0 = time.perf_counter()
-    with torch.inference_mode():
-        out = target.model.generate(x, attention_mask=torch.ones_like(x), streamer=clock, **kwargs)
-    wall = time.perf_counter() - t0
-    tokens = out[0, len(ids):].tolist()
-    for i, t in enumerate(tokens):
-        if t in target.eos_ids:
-            tokens = tokens[: i + 1]
-            break
-    events, prev = [], t0
-    for i, stamp in enumerate(clock.times[: len(tokens)]):
-        ms = (stamp - prev) * 1000.0
-        prev = stamp
-        events.append(RoundEvent(round=i, nodes=[], accepted=[], bonus=tokens[i], target_probs=[],
-                                 feature_deviation=[], draft_ms=0.0, verify_ms=ms, new_tokens=i + 1,
-                                 tokens=[tokens[i]], wall_ms=ms, prefill=i == 0))
-    text = target.tokenizer.decode(tokens, skip_special_tokens=True)
-    stop = "eos" if tokens and tokens[-1] in target.eos_ids else "max_new_tokens"
-    return tokens, text, stop, wall, events
-
-
-def decode_turn(method: BenchLane, target, ids: list[int], cfg) -> tuple[list[int], str, str, float, list]:
+def decode_turn(method: BenchLane, ids: list[int]) -> tuple[list[int], str, str, float, list]:
     """Run one decode; return (token ids, text, stop reason, wall seconds, light events). The wall time is taken
     around the whole call; what the rounds' own wall_ms do not cover (set-up, the closing summary) is booked as
-    overhead of the last round, so tokens/s from events equals new tokens over this wall time."""
-    if method.decoder is None:
-        tokens, text, stop, wall, events = hf_generate(target, ids, cfg.max_new_tokens, cfg.temperature, cfg.top_p,
-                                                       cfg.seed)
-    else:
-        events, summary = [], None
-        if hasattr(method.decoder, "prepare"):  # the oracle's plain run of this prompt: known before the clock starts
-            method.decoder.prepare(ids)
-        t0 = time.perf_counter()
-        for item in method.decoder.generate(ids):
-            if isinstance(item, DecodeSummary):
-                summary = item
-            else:
-                events.append(light_event(item))
-        # The oracle re-deriving its continuation after a rounding near-tie is not decoding work.
-        wall = time.perf_counter() - t0 - getattr(method.decoder, "untimed_s", 0.0)
-        tokens, text, stop = summary.token_ids, summary.text, summary.stop_reason
+    overhead of the last round, so tokens/s from events equals new tokens over this wall time (for transformers'
+    generate too: its decoder's events are its streamer's rounds)."""
+    events, summary = [], None
+    if hasattr(method.decoder, "prepare"):  # the oracle's plain run of this prompt: known before the clock starts
+        method.decoder.prepare(ids)
+    t0 = time.perf_counter()
+    for item in method.decoder.generate(ids):
+        if isinstance(item, DecodeSummary):
+            summary = item
+        else:
+            events.append(light_event(item))
+    # The oracle re-deriving its continuation after a rounding near-tie is not decoding work.
+    wall = time.perf_counter() - t0 - getattr(method.decoder, "untimed_s", 0.0)
+    tokens, text, stop = summary.token_ids, summary.text, summary.stop_reason
     if events:
         rest = wall * 1000.0 - sum(e.wall_ms for e in events)
         if rest > 0:
@@ -204,8 +148,10 @@ def make_lanes(args, preset, target, names: list[str], base_cfg, say, calibratio
     lanes: list[BenchLane] = []
     for name in names:
         method = methods.get_method(preset, name)
-        if method.name == methods.PLAIN_HF:
-            lanes.append(BenchLane(method.name, method.label, None))
+        if method.hf_mode:  # transformers' generate: plain-hf, pld, assisted (its smaller model loaded once here)
+            assistant = methods.load_assistant(method, target, args.quantization) if method.assistant else None
+            lanes.append(BenchLane(method.name, method.label,
+                                   methods.build_decoder(method, target, base_cfg, assistant=assistant)))
         elif method.name in methods.OTHER_PRECISION_PLAIN:
             lanes.append(other_precision_plain(args, preset, method, base_cfg, say))
         elif method.plain:
@@ -247,14 +193,12 @@ def other_precision_plain(args, preset, method: methods.Method, base_cfg, say) -
 
 def with_max_tokens(lane: BenchLane, max_new_tokens: int) -> BenchLane:
     """The same lane with another token budget (decoders are cheap views of the shared target and draft)."""
-    if lane.decoder is None:
-        return lane
     dec = copy.copy(lane.decoder)
     dec.config = replace(dec.config, max_new_tokens=max_new_tokens)
     return BenchLane(lane.name, lane.label, dec, lane.budget)
 
 
-def run_questions(lanes: Sequence[BenchLane], target, questions: Sequence[Question], runs: int, base_cfg,
+def run_questions(lanes: Sequence[BenchLane], target, questions: Sequence[Question], runs: int,
                   progress: bool = True) -> tuple[list, list[str]]:
     """The timed loop: for each run, each question, every method (order rotated per question), every turn with the
     method's own earlier answers in context. Returns the turn records and the turns skipped for lack of context."""
@@ -268,7 +212,7 @@ def run_questions(lanes: Sequence[BenchLane], target, questions: Sequence[Questi
             shift = qi % len(lanes)
             gc.collect()  # between questions, so a collection does not land inside one method's timing
             for lane in lanes[shift:] + lanes[:shift]:
-                cfg = lane.decoder.config if lane.decoder is not None else base_cfg
+                cfg = lane.decoder.config
                 messages: list[dict] = []
                 for ti, turn in enumerate(q.turns):
                     messages.append({"role": "user", "content": turn})
@@ -280,7 +224,7 @@ def run_questions(lanes: Sequence[BenchLane], target, questions: Sequence[Questi
                         bar.update(len(q.turns) - ti)
                         break
                     bar.set_postfix_str(f"run {run + 1} {q.dataset}/{q.question_id} {lane.name}", refresh=False)
-                    tokens, text, stop, wall, events = decode_turn(lane, target, ids, cfg)
+                    tokens, text, stop, wall, events = decode_turn(lane, ids)
                     records.append(TurnRecord(run=run, method=lane.name, dataset=q.dataset,
                                               question_id=q.question_id, category=q.category, turn=ti,
                                               token_ids=list(tokens), text=text, stop_reason=stop, wall_time=wall,

@@ -183,6 +183,10 @@ def load_preset_target(target_name: str, quantization: str = "auto", device: str
         from .tiny import tiny_target
 
         return tiny_target(seed=0, dtype=dtype)
+    if target_name == "builtin:tiny-random-small":  # the tiny preset's assistant model: one layer, same tokenizer
+        from .tiny import tiny_target
+
+        return tiny_target(seed=1, dtype=dtype, layers=1)
     if target_name == "builtin:smollm2-135m":
         from .default_model import prepare_default_model
 

