@@ -24,9 +24,9 @@ ROOT = Path(__file__).resolve().parents[1]
 EVAL_GLOB = "../shared/data/eval/*.jsonl"
 
 SETTINGS = {
-    "paper": {"methods": "plain,eagle,poss2,poss3,matched", "limit": 3, "max_new_tokens": 64,
+    "paper": {"methods": "plain,eagle,poss2,poss3,matched,pld", "limit": 3, "max_new_tokens": 64,
               "flags": ["--runs", "1", "--depth", "6", "--top-k", "10", "--tree-budget", "60"]},
-    "auto": {"methods": "plain,plain-float32,eagle,poss2,poss3", "limit": 2, "max_new_tokens": 64,
+    "auto": {"methods": "plain,plain-float32,eagle,poss2,poss3,pld", "limit": 2, "max_new_tokens": 64,
              "flags": ["--runs", "2", "--tree-budget", "auto", "--dtype", "bfloat16", "--remeasure"]},
 }
 
