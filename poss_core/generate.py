@@ -35,8 +35,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-other-target", action="store_true",
                    help="use a draft whose recorded target fingerprint differs from the loaded target")
     p.add_argument("--prompt", required=True, help="the user's message")
-    p.add_argument("--method", choices=["spec", "plain", "ar"], default="spec",
-                   help="plain = plain decoding, the target alone (ar: the same, its older name)")
+    p.add_argument("--method", choices=["spec", "plain", "ar", methods.PLD, methods.ASSISTED], default="spec",
+                   help="spec = speculative decoding with --draft; plain = the target alone (ar: its older name); "
+                        "pld = transformers' prompt lookup (no draft model); assisted = transformers' assisted "
+                        "generation with the preset's smaller model")
     p.add_argument("--depth", type=int, default=None, help="draft positions per round (default: the preset's, or 6)")
     p.add_argument("--top-k", type=int, default=None, help="default: the preset's, or 10")
     p.add_argument("--tree-budget", type=int, default=None, help="nodes verified per round, root included "
@@ -62,10 +64,17 @@ def make_decoder(args):
     config = methods.decode_config(preset, depth=args.depth, top_k=args.top_k, tree_budget=args.tree_budget,
                                    temperature=args.temperature, top_p=args.top_p,
                                    max_new_tokens=args.max_new_tokens, seed=args.seed, depth_stop=args.depth_stop)
+    free = None  # prompt lookup or assisted generation: resolved before anything loads (a preset may lack one)
+    if args.method in methods.TRAINING_FREE:
+        if preset is None and args.method == methods.ASSISTED:
+            raise PossError(f"--method {methods.ASSISTED} needs --preset: the preset names the assistant model.")
+        free = methods.get_method(preset, args.method)
     target = load_preset_target(args.target or preset.target, quantization=args.quantization, device=args.device,
                                 dtype=parse_dtype(args.dtype))
     if methods.canonical(args.method) == methods.PLAIN:
         return methods.build_decoder(methods.PLAIN_METHODS[methods.PLAIN], target, config), target
+    if free is not None:
+        return methods.build_decoder(free, target, config), target
     if not args.draft:
         raise PossError("--draft is required for speculative decoding (or use --method plain).")
     ref = resolve_draft_name(preset, args.draft) if preset is not None else DraftRef(args.draft)

@@ -31,3 +31,18 @@ def test_plain_text_stream_and_summary_line():
     assert r.returncode == 0, r.stderr
     assert "[ar] 8 tokens" in r.stderr and "tau 1.00" in r.stderr
     assert len(r.stdout) > 0
+
+
+def test_prompt_lookup_and_assisted_print_the_same_text_as_plain_decoding():
+    prompt = "one two three one two three one two"
+    plain = run("--method", "plain", "--prompt", prompt, "--max-new-tokens", "16")
+    for method in ("pld", "assisted"):  # tiny-random names a one-layer assistant
+        r = run("--method", method, "--prompt", prompt, "--max-new-tokens", "16", "--jsonl")
+        assert r.returncode == 0, r.stderr
+        summary = json.loads(r.stdout.splitlines()[-1])["summary"]
+        assert summary["text"] == plain.stdout and summary["new_tokens"] == 16
+
+
+def test_assisted_without_an_assistant_is_refused_before_loading():
+    r = run_main(generate_main, ["--target", "some/model", "--method", "assisted", "--prompt", "Hi"])
+    assert r.returncode != 0 and "needs --preset" in r.stderr
