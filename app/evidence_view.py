@@ -20,7 +20,9 @@ from poss_core.errors import ConfigError, PossError
 from poss_core.models.presets import get_preset, presets
 from poss_core.paths import assets_dir, project_root
 
-OUTPUT_NAMES = ("message", "header", "table", "tau", "speedup", "pos_acc", "pos_rate", "deviation")
+OUTPUT_NAMES = ("message", "header", "table", "tau", "speedup", "pos_acc", "pos_rate", "deviation", "scope", "shown")
+ALL_DATASETS = "all datasets"  # the scope picker's label for the pooled scope (OVERALL)
+SCOPED = ("speedup", "pos_acc", "pos_rate", "deviation")  # the charts the scope picker redraws
 # The folder the path box may read besides the project's results/: `python app.py --results-dir DIR` or this.
 RESULTS_ENV = "POSS_RESULTS_DIR"
 RESULTS_DIR: Path | None = None  # set by build_demo from --results-dir
@@ -158,21 +160,36 @@ def table_html(ev: Evidence) -> str:
             f"<tr>{th}</tr>{''.join(rows)}</table>")
 
 
-def evidence_outputs(ev: Evidence, source: str, message: str = "") -> list:
-    """Every output of the tab for one summary, in OUTPUT_NAMES order."""
+def scoped_charts(ev: Evidence, scope: str = OVERALL) -> dict[str, Any]:
+    """The charts the scope picker redraws: speed-up, pos-acc, the unconditional rate and deviation on one dataset
+    (or all of them pooled); each states the rounds it rests on, so a single dataset's wider intervals show."""
     colors = ev.colors()
-    runs = ev.acceptance(OVERALL)
-    speed, tps = ev.speedups(OVERALL)
+    runs = ev.acceptance(scope)
+    speed, tps = ev.speedups(scope)
+    note = "" if scope == OVERALL else f"dataset: {scope}"
+    return {
+        "speedup": figures.speedup_figure(speed, tps, colors=colors, note=note),
+        "pos_acc": figures.pos_acc_figure(runs, conditional=True, colors=colors, note=note),
+        "pos_rate": figures.pos_acc_figure(runs, conditional=False, specialist_bands=None, colors=colors, note=note),
+        "deviation": figures.feature_deviation_figure(runs, colors=colors, note=note),
+    }
+
+
+def scope_choices(ev: Evidence) -> list[tuple[str, str]]:
+    return [(ALL_DATASETS, OVERALL)] + [(d, d) for d in ev.datasets]
+
+
+def evidence_outputs(ev: Evidence, source: str, message: str = "") -> list:
+    """Every output of the tab for one summary, in OUTPUT_NAMES order (the scope picker back on all datasets)."""
     sizes = "questions: " + ", ".join(f"{d} {n}" for d, n in ev.questions().items())
     out = {
         "message": _message(message or f"Showing {source}.", "info"),
         "header": header_html(ev, source),
         "table": table_html(ev),
-        "tau": figures.tau_figure(*ev.taus(), colors=colors, sizes=sizes),
-        "speedup": figures.speedup_figure(speed, tps, colors=colors),
-        "pos_acc": figures.pos_acc_figure(runs, conditional=True, colors=colors),
-        "pos_rate": figures.pos_acc_figure(runs, conditional=False, specialist_bands=None, colors=colors),
-        "deviation": figures.feature_deviation_figure(runs, colors=colors),
+        "tau": figures.tau_figure(*ev.taus(), colors=ev.colors(), sizes=sizes),
+        **scoped_charts(ev),
+        "scope": gr.update(choices=scope_choices(ev), value=OVERALL, interactive=True),
+        "shown": ev,
     }
     return [out[name] for name in OUTPUT_NAMES]
 
@@ -180,7 +197,8 @@ def evidence_outputs(ev: Evidence, source: str, message: str = "") -> list:
 def empty_outputs(message: str, kind: str = "info") -> list:
     """The tab with nothing to show: the message says why and what to run."""
     blank = figures.empty_figure("No evidence summary loaded.", 300)
-    out = {"message": _message(message, kind), "header": "", "table": ""}
+    out = {"message": _message(message, kind), "header": "", "table": "",
+           "scope": gr.update(choices=[(ALL_DATASETS, OVERALL)], value=OVERALL, interactive=False), "shown": None}
     return [out.get(name, blank) for name in OUTPUT_NAMES]
 
 
@@ -226,6 +244,14 @@ def upload_handler(file: Any) -> list:
     return _guarded(lambda: load_evidence(path), f"the uploaded {path.name}")
 
 
+def scope_handler(ev: Evidence | None, scope: Any) -> list:
+    """The scoped charts for the dataset picked (the summary shown is kept in the session's state)."""
+    if not isinstance(ev, Evidence) or scope not in (OVERALL, *ev.datasets):
+        return [gr.skip()] * len(SCOPED)
+    charts = scoped_charts(ev, scope)
+    return [charts[name] for name in SCOPED]
+
+
 def folder_handler(text: Any) -> list:
     """A results folder (or summary file) typed into the path box, inside the folders it may read."""
     return _guarded(lambda: load_evidence(resolve_results_path(text)), f"{str(text).strip()[:200]!r}")
@@ -248,7 +274,11 @@ def build_tab(demo: gr.Blocks, preset: str, preset_choices: list) -> None:
     with gr.Row():
         pos_acc = gr.Plot(show_label=False, elem_id="poss-evidence-pos-acc")
         pos_rate = gr.Plot(show_label=False, elem_id="poss-evidence-pos-rate")
-    deviation = gr.Plot(show_label=False, elem_id="poss-evidence-deviation")
+    with gr.Row():
+        deviation = gr.Plot(show_label=False, elem_id="poss-evidence-deviation", scale=3)
+        scope = gr.Dropdown([(ALL_DATASETS, OVERALL)], value=OVERALL, label="Dataset (speed-up, acceptance and "
+                            "deviation charts)", interactive=False, scale=1, elem_id="poss-evidence-scope")
+    shown = gr.State(None)  # the summary on screen, for the dataset picker
     with gr.Accordion("Load another summary or results folder (e.g. your own GPU run)", open=False):
         with gr.Row():
             upload = gr.File(label="Evidence summary (.json) or records.jsonl", file_types=[".json", ".jsonl"],
@@ -258,7 +288,7 @@ def build_tab(demo: gr.Blocks, preset: str, preset_choices: list) -> None:
                                     max_length=1000, elem_id="poss-evidence-folder")
                 folder_btn = gr.Button("Load folder", elem_id="poss-evidence-load")
         gr.Markdown(FOLDER_NOTE)
-    outputs = [message, header, table, tau, speedup, pos_acc, pos_rate, deviation]
+    outputs = [message, header, table, tau, speedup, pos_acc, pos_rate, deviation, scope, shown]
     assert len(outputs) == len(OUTPUT_NAMES)
     light = {"api_visibility": "private", "show_progress": "hidden"}
     loads = {"concurrency_id": "evidence", "concurrency_limit": LOAD_CONCURRENCY, "show_progress": "minimal"}
@@ -267,3 +297,4 @@ def build_tab(demo: gr.Blocks, preset: str, preset_choices: list) -> None:
     upload.upload(upload_handler, upload, outputs, api_name="load_evidence", **loads)
     folder_btn.click(folder_handler, folder, outputs, api_visibility="private", **loads)
     folder.submit(folder_handler, folder, outputs, api_visibility="private", **loads)
+    scope.input(scope_handler, [shown, scope], [speedup, pos_acc, pos_rate, deviation], **light)

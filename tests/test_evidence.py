@@ -294,3 +294,19 @@ def test_bundled_summary_or_the_command_that_makes_it(known, tmp_path, monkeypat
 def test_committed_evidence_summaries_load(path):
     ev = evidence.load_evidence(path)
     assert ev.preset == path.stem and ev.meta.command and ev.meta.hardware and ev.meta.date
+
+
+def test_dataset_picker_redraws_the_scoped_charts_on_one_dataset(fresh_run, monkeypatch):
+    monkeypatch.setattr(evidence_view, "RESULTS_DIR", fresh_run.parent)
+    out = as_dict(evidence_view.folder_handler("tiny"))
+    ev = out["shown"]
+    assert isinstance(ev, evidence.Evidence) and out["scope"]["value"] == "overall"
+    assert [c[1] for c in out["scope"]["choices"]] == ["overall", *ev.datasets]
+    charts = dict(zip(evidence_view.SCOPED, evidence_view.scope_handler(ev, "math")))
+    rounds = ev.results["eagle"].scopes["math"].rounds
+    assert rounds < ev.results["eagle"].scopes["overall"].rounds  # one dataset: fewer rounds than all
+    assert f"EAGLE n={rounds}" in charts["pos_acc"].layout.title.text
+    assert all("dataset: math" in charts[name].layout.title.text for name in evidence_view.SCOPED)
+    skipped = evidence_view.scope_handler(ev, "../etc")  # a scope the summary does not have changes nothing
+    assert not any(hasattr(v, "layout") for v in skipped)
+    assert not any(hasattr(v, "layout") for v in evidence_view.scope_handler(None, "math"))

@@ -62,6 +62,12 @@ def test_browser_shows_the_evidence_charts_and_their_sample_sizes(server):
         header = page.locator("#poss-evidence-header").inner_text()
         assert "--bundled-unit" in header and "unit CPU" in header and "EAGLE 12" in header
         assert "+75.0% (+75.0 to +75.0)" in page.locator("#poss-evidence-table").inner_text()  # POSS-2 vs EAGLE
+        # The dataset picker redraws the acceptance charts on one dataset, with that dataset's sample size.
+        page.click("#poss-evidence-scope input")
+        page.get_by_role("option", name="d1").click()
+        page.wait_for_function("document.querySelector('#poss-evidence-pos-acc').innerText.includes('dataset: d1')",
+                               timeout=60_000)
+        assert "EAGLE n=12" not in page.locator("#poss-evidence-pos-acc").inner_text()
         SCREENSHOT.parent.mkdir(exist_ok=True)
         page.screenshot(path=str(SCREENSHOT), full_page=True)
 

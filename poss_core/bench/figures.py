@@ -260,7 +260,7 @@ def tau_figure(taus: Mapping[str, Mapping[str, Estimate]], means: Mapping[str, E
 
 
 def speedup_figure(speedups: Mapping[str, Estimate], tokens_per_s: Mapping[str, Estimate] | None = None,
-                   colors: Mapping[str, str] | None = None, height: int = 340) -> go.Figure:
+                   colors: Mapping[str, str] | None = None, height: int = 340, note: str = "") -> go.Figure:
     """Speed-up over the faster plain decoder per method: the mean, and ± one std over runs as bars (the Estimate's
     low and high; its n: the runs). The hover adds tokens/s."""
     title = "Speed-up over plain decoding"
@@ -279,7 +279,7 @@ def speedup_figure(speedups: Mapping[str, Estimate], tokens_per_s: Mapping[str, 
     fig.add_hline(y=1.0, line={"color": FONT_COLOR, "dash": "dot", "width": 1})
     fig.update_yaxes(title_text="× plain decoding's tokens/s", rangemode="tozero")
     runs = ", ".join(f"{label} n={e.n}" for label, e in speedups.items())
-    return _style(fig, title, height, f"mean ± std over runs; runs: {runs}")
+    return _style(fig, title, height, f"mean ± std over runs; runs: {runs}", note)
 
 
 def tokens_per_s_figure(runs: Runs, colors: Mapping[str, str] | None = None, height: int = 340,
