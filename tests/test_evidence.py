@@ -310,3 +310,12 @@ def test_dataset_picker_redraws_the_scoped_charts_on_one_dataset(fresh_run, monk
     skipped = evidence_view.scope_handler(ev, "../etc")  # a scope the summary does not have changes nothing
     assert not any(hasattr(v, "layout") for v in skipped)
     assert not any(hasattr(v, "layout") for v in evidence_view.scope_handler(None, "math"))
+
+
+def test_html_report_draws_tau_and_speedup_as_the_evidence_tab_does(fresh_run):
+    page = (fresh_run / "report.html").read_text()
+    ev = evidence.load_evidence(fresh_run)
+    rounds = ev.results["eagle"].scopes["overall"].rounds
+    assert "<h3>τ per dataset</h3>" in page and "<h3>Speed-up over plain decoding</h3>" in page
+    assert "95% bootstrap over questions" in page and "mean ± std over runs" in page
+    assert f"EAGLE n={rounds}" in page

@@ -17,7 +17,7 @@ from ..methods import PLAIN, TRAINING_FREE, color_of, is_plain, label_of
 from . import figures
 from .analysis import (OVERALL, aggregate, auto_expectations, identity_check, pooled_events_by_method)
 from .evidence import FILE_NAME as EVIDENCE_FILE
-from .evidence import build_evidence, write_evidence
+from .evidence import Evidence, build_evidence, load_evidence, write_evidence
 from .records import TurnRecord, spec_bench_rows
 
 def identity_banner(identity: dict[str, Any]) -> str:
@@ -266,9 +266,14 @@ def auto_expectation_section(agg: dict[str, Any], meta: dict[str, Any]) -> list[
 
 
 def _charts_html(events_by_label: dict[str, list[RoundEvent]], colors: dict[str, str],
-                 plotlyjs: str | bool) -> list[str]:
-    """The app's Plotly figures for these runs, as HTML fragments (a chart that fails says why in its place)."""
-    builders = [("Conditional pos-acc by position", lambda r, c: figures.pos_acc_figure(r, True, colors=c)),
+                 plotlyjs: str | bool, evidence: Evidence | None = None) -> list[str]:
+    """The app's Plotly figures for these runs, as HTML fragments (a chart that fails says why in its place): with
+    the run's `evidence`, first τ per dataset and the speed-up as the Evidence tab draws them."""
+    builders = [("τ per dataset", lambda r, c: figures.tau_figure(*evidence.taus(), colors=evidence.colors())),
+                ("Speed-up over plain decoding",
+                 lambda r, c: figures.speedup_figure(*evidence.speedups(), colors=evidence.colors()))
+                ] if evidence is not None else []
+    builders += [("Conditional pos-acc by position", lambda r, c: figures.pos_acc_figure(r, True, colors=c)),
                 ("Unconditional acceptance rate by position", lambda r, c: figures.pos_acc_figure(r, False, colors=c)),
                 ("Accept-length histogram", lambda r, c: figures.accept_hist_figure(r, colors=c)),
                 ("Feature deviation by position", lambda r, c: figures.feature_deviation_figure(r, colors=c)),
@@ -327,9 +332,9 @@ def _md_to_html(md: str) -> str:
 
 
 def html_report(markdown: str, events_by_label: dict[str, list[RoundEvent]], plotlyjs: str | bool = True,
-                colors: dict[str, str] | None = None) -> str:
+                colors: dict[str, str] | None = None, evidence: Evidence | None = None) -> str:
     """A standalone page: the markdown tables, then the app's charts (plotly.js inlined by default: works offline)."""
-    charts = _charts_html(events_by_label, colors or {}, plotlyjs)
+    charts = _charts_html(events_by_label, colors or {}, plotlyjs, evidence)
     style = ("body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em}"
              "table{border-collapse:collapse;margin:.5em 0 1.5em}td,th{border:1px solid #ccc;padding:3px 8px;"
              "text-align:right}th:first-child,td:first-child{text-align:left}pre{background:#f4f4f4;padding:.6em;"
@@ -371,6 +376,6 @@ def write_outputs(out_dir: Path, records: Sequence[TurnRecord], meta: dict[str, 
     labels = meta.get("labels", {})
     events = {_title(m, labels): ev for m, ev in pooled_events_by_method(records, agg["methods"]).items()}
     colors = {_title(m, labels): color_of(m) for m in agg["methods"] if color_of(m)}
-    (out_dir / "report.html").write_text(html_report(md, events, plotlyjs, colors))
+    (out_dir / "report.html").write_text(html_report(md, events, plotlyjs, colors, load_evidence(paths["evidence"])))
     paths["html"] = out_dir / "report.html"
     return paths
