@@ -319,3 +319,20 @@ def test_html_report_draws_tau_and_speedup_as_the_evidence_tab_does(fresh_run):
     assert "<h3>τ per dataset</h3>" in page and "<h3>Speed-up over plain decoding</h3>" in page
     assert "95% bootstrap over questions" in page and "mean ± std over runs" in page
     assert f"EAGLE n={rounds}" in page
+
+
+def test_records_of_a_method_whose_draft_is_not_observed_load(known):
+    """Prompt lookup's nodes carry no score or draft probability: records.jsonl stores null there."""
+    from dataclasses import replace as _replace
+
+    from poss_core.events import DraftNode
+    from poss_core.json_safe import clean_json
+
+    rec = next(r for r in known_records() if r.method == "eagle")
+    blind = [_replace(e, nodes=[DraftNode(n.token, n.parent, n.depth, math.nan, math.nan, n.specialist)
+                                for n in e.nodes], draft_observed=False) for e in rec.events]
+    line = json.dumps(clean_json(_replace(rec, method="pld", events=blind).to_json()))
+    assert "null" in line
+    (back,) = evidence.parse_records(line, "records.jsonl")
+    assert back.method == "pld" and [e.accept_len for e in back.events] == [e.accept_len for e in rec.events]
+    assert all(math.isnan(n.score) for e in back.events for n in e.nodes)

@@ -406,7 +406,8 @@ class _Rounds(BaseModel):
     feature_deviation: list[Annotated[list[tuple[float, float]], Field(max_length=MAX_DEPTH)]] = []
     tokens: list[Annotated[list[int], Field(max_length=MAX_DEPTH + 1)]] = []
     bonus: list[int] = []
-    nodes: list[Annotated[list[tuple[int, int, Annotated[int, Field(ge=1, le=MAX_DEPTH)], float, float,
+    # score and draft probability are null where the draft is not observable (prompt lookup, assisted generation)
+    nodes: list[Annotated[list[tuple[int, int, Annotated[int, Field(ge=1, le=MAX_DEPTH)], float | None, float | None,
                                      Annotated[int, Field(ge=0, le=MAX_DEPTH)]]], Field(max_length=MAX_NODES)]] = []
 
 
