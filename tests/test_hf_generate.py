@@ -71,6 +71,22 @@ def test_prompt_lookup_is_plain_decoding_at_temperature_0_and_its_rounds_are_the
     assert summary.stats["new_tokens"] == len(summary.token_ids) <= max_new
 
 
+@pytest.mark.parametrize("mode", ["pld", "assisted"])
+def test_in_the_calling_thread_the_rounds_are_the_same_and_no_worker_starts(tiny_target, assistant, mode):
+    """The benchmark's way: generate runs to the end in the caller's thread, then its rounds are yielded."""
+    ids = encode_prompt(tiny_target.tokenizer, PROMPT)
+    cfg = DecodeConfig(depth=4, max_new_tokens=30)
+    helper = assistant if mode == "assisted" else None
+    streamed_events, streamed = run(HFGenerateDecoder(tiny_target, cfg, mode, helper), ids)
+    gen = HFGenerateDecoder(tiny_target, cfg, mode, helper, in_caller_thread=True).generate(ids)
+    first = next(gen)
+    assert generate_threads() == []  # nothing left running: the decode already ended in this thread
+    rest = list(gen)
+    events, summary = [first] + rest[:-1], rest[-1]
+    assert summary.token_ids == streamed.token_ids == plain_tokens(tiny_target, ids, cfg)
+    assert [e.tokens for e in events] == [e.tokens for e in streamed_events]
+
+
 def test_plain_mode_is_one_token_per_round_and_plain_decoding(tiny_target):
     ids = encode_prompt(tiny_target.tokenizer, PROMPT)
     cfg = DecodeConfig(max_new_tokens=12)

@@ -150,8 +150,9 @@ def make_lanes(args, preset, target, names: list[str], base_cfg, say, calibratio
         method = methods.get_method(preset, name)
         if method.hf_mode:  # transformers' generate: plain-hf, pld, assisted (its smaller model loaded once here)
             assistant = methods.load_assistant(method, target, args.quantization) if method.assistant else None
-            lanes.append(BenchLane(method.name, method.label,
-                                   methods.build_decoder(method, target, base_cfg, assistant=assistant)))
+            decoder = methods.build_decoder(method, target, base_cfg, assistant=assistant)
+            decoder.in_caller_thread = True  # timed as it runs for a user: in the thread that calls it
+            lanes.append(BenchLane(method.name, method.label, decoder))
         elif method.name in methods.OTHER_PRECISION_PLAIN:
             lanes.append(other_precision_plain(args, preset, method, base_cfg, say))
         elif method.plain:

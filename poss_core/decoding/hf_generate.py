@@ -63,8 +63,9 @@ class _Lockstep:
     """A transformers streamer that hands each put to the consumer and waits until it asks for the next round. It
     stamps the round's wall time (from the worker's resumption to the put) and the assistant's forward time."""
 
-    def __init__(self, stop: threading.Event) -> None:
+    def __init__(self, stop: threading.Event, lockstep: bool = True) -> None:
         self.items: queue.Queue = queue.Queue()
+        self.lockstep = lockstep  # False: generate runs in the consumer's own thread, which reads the rounds after
         self.go = threading.Semaphore(0)
         self.stop = stop
         self.draft_s = 0.0  # assistant forward time since the last put
@@ -77,7 +78,7 @@ class _Lockstep:
             return
         wall_s, draft_s = time.perf_counter() - self.mark, self.draft_s
         self.items.put(("round", ([int(t) for t in value.reshape(-1).tolist()], wall_s, draft_s)))
-        if not self.stop.is_set():  # after a stop nobody waits for this round: let generate reach its stop check
+        if self.lockstep and not self.stop.is_set():  # after a stop nobody waits: let generate reach its stop check
             self.go.acquire()
         self.draft_s = 0.0
         self.mark = time.perf_counter()
@@ -117,7 +118,7 @@ class HFGenerateDecoder(_BaseDecoder):
     """transformers' `generate` (plain, prompt lookup or assisted) yielding one RoundEvent per target forward."""
 
     def __init__(self, target: TargetModel, config: DecodeConfig, mode: str = "plain",
-                 assistant: TargetModel | None = None) -> None:
+                 assistant: TargetModel | None = None, in_caller_thread: bool = False) -> None:
         super().__init__(target, config)
         if mode not in MODES:
             raise ConfigError(f"generate mode {mode!r} is unknown: use one of {', '.join(MODES)}.")
@@ -128,6 +129,10 @@ class HFGenerateDecoder(_BaseDecoder):
                               f"{target.vocab_size}: assisted generation needs a model with the target's tokenizer.")
         self.mode = mode
         self.assistant = assistant
+        # True: `generate` runs transformers' generate to the end in the calling thread, then yields its rounds (the
+        # benchmark: with OpenMP, a second thread's parallel regions run ~1.7x slower while the calling thread's
+        # team exists, measured by `python scripts/generate_thread_cost.py`); False: rounds stream from a worker.
+        self.in_caller_thread = in_caller_thread
         self.method = {"plain": "plain-hf"}.get(mode, mode)
         self._stats_depth = 0 if mode == "plain" else config.depth
 
@@ -190,12 +195,15 @@ class HFGenerateDecoder(_BaseDecoder):
                  cancel: threading.Event | None = None) -> Iterator[RoundEvent | DecodeSummary]:
         ids = self._check_prompt(input_ids)
         stream = _Stream(self.target.tokenizer, self.target.eos_ids, self.config.max_new_tokens)
-        pipe = _Lockstep(threading.Event())
+        pipe = _Lockstep(threading.Event(), lockstep=not self.in_caller_thread)
         worker = threading.Thread(target=self._work, args=(ids, pipe, cancel), name=f"generate-{self.mode}",
                                   daemon=True)
         events: list[RoundEvent] = []
         reason = None
-        worker.start()
+        if self.in_caller_thread:
+            self._work(ids, pipe, cancel)  # every round queued, then "done" (or the error)
+        else:
+            worker.start()
         try:
             while True:
                 kind, payload = pipe.items.get()
@@ -214,7 +222,8 @@ class HFGenerateDecoder(_BaseDecoder):
         finally:  # a stop, an error or a closed generator: end generate at its next check and wait for it
             pipe.stop.set()
             pipe.go.release()
-            worker.join()
+            if worker.is_alive():
+                worker.join()
         if reason is None and stream.stop_reason is None and len(stream.ids) >= self._budget(len(ids)):
             reason = "context_limit"
         yield self._finish(events, stream, stream.stop_reason or reason)
