@@ -107,8 +107,9 @@ def test_a_bad_saved_run_changes_nothing_and_names_the_field(what, change, where
     assert "poss-status error" in out["status"] and where in out["status"] and field in out["status"], out["status"]
     assert session.comparison is shown and session.loaded is shown  # the tab keeps what it showed
     assert not session.lock.locked()
-    frames = list(handlers.replay_handler(VIEW, request=r))  # and still works
-    assert "Replay finished" in render.outputs_dict(frames[-1])["status"]
+    if what == CASES[0][0]:  # and still replays (the same path for every case: once keeps the tier quick)
+        frames = list(handlers.replay_handler(VIEW, request=r))
+        assert "Replay finished" in render.outputs_dict(frames[-1])["status"]
 
 
 @pytest.mark.parametrize("first,needle", [("[1,2,3]", "is not a saved run"), ("5", "is not a saved run"),
