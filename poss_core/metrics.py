@@ -267,8 +267,9 @@ def summarize(events: Sequence[RoundEvent], depth: int | None = None) -> dict[st
 
 
 def specialists_by_position(events: Iterable[RoundEvent]) -> list[int]:
-    """Which specialist drafted each position 1..depth, read off the events' tree nodes (-1 where never drafted)."""
-    events = list(events)
+    """Which specialist drafted each position 1..depth, read off the events' tree nodes (-1 where never drafted);
+    empty for a method whose draft is not observed (prompt lookup, assisted generation: no specialists)."""
+    events = [e for e in events if e.draft_observed]
     out = [-1] * max_depth(events)
     for e in events:
         for n in e.nodes:

@@ -198,3 +198,13 @@ def test_the_round_told_in_words_claims_nothing_it_cannot_know():
     empty = RoundEvent(round=1, nodes=[], accepted=[], bonus=9, target_probs=[], feature_deviation=[], draft_ms=0.0,
                        verify_ms=1.0, new_tokens=2, tokens=[9], wall_ms=1.0, draft_observed=False)
     assert "plain decoding" not in explain_round(empty, str) and "kept no candidate" in explain_round(empty, str)
+
+
+def test_a_lookup_lane_has_no_specialist_strip(tiny_target):
+    """Prompt lookup has no specialists: the pos-acc chart's strip leaves it out instead of showing "S1"."""
+    from poss_core.metrics import acceptance_stats, specialists_by_position
+
+    ids = encode_prompt(tiny_target.tokenizer, PROMPT)
+    events, _ = run(HFGenerateDecoder(tiny_target, DecodeConfig(depth=6, max_new_tokens=40), "pld"), ids)
+    assert any(e.nodes for e in events) and specialists_by_position(events) == []
+    assert acceptance_stats(events).specialists == []
