@@ -248,3 +248,15 @@ def test_browser_token_click_picks_a_round_and_all_my_runs_pools(server):
         page.locator("#poss-charts-from label", has_text="this run").click()
         wait_for_title(page, "pos-acc", f"EAGLE n={second}")
         assert "pooled" not in page.locator("#poss-chart-pos-acc .gtitle").text_content()
+
+
+def test_the_served_app_runs_the_training_free_lanes_identical_to_plain(server):
+    """Prompt lookup and assisted generation through the running server (/compare and /run), each with its badge."""
+    c = client(server)
+    out = c.predict("abc abc abc abc", ["plain", "pld", "assisted"], "tiny-random", 24, api_name="/compare")
+    plain, pld, assisted = out["lanes"]
+    assert pld["identical_to_plain"] is True and assisted["identical_to_plain"] is True
+    assert pld["text"] == plain["text"] == assisted["text"]
+    frames = c.submit(*run_args(prompt="abc abc abc abc", methods=("plain", "pld")), api_name="/run").result(
+        timeout=180)
+    assert any("identical" in v for v in frames if isinstance(v, str))
