@@ -196,13 +196,14 @@ class HFGenerateDecoder(_BaseDecoder):
         ids = self._check_prompt(input_ids)
         stream = _Stream(self.target.tokenizer, self.target.eos_ids, self.config.max_new_tokens)
         pipe = _Lockstep(threading.Event(), lockstep=not self.in_caller_thread)
-        worker = threading.Thread(target=self._work, args=(ids, pipe, cancel), name=f"generate-{self.mode}",
-                                  daemon=True)
         events: list[RoundEvent] = []
         reason = None
+        worker = None
         if self.in_caller_thread:
             self._work(ids, pipe, cancel)  # every round queued, then "done" (or the error)
         else:
+            worker = threading.Thread(target=self._work, args=(ids, pipe, cancel), name=f"generate-{self.mode}",
+                                      daemon=True)
             worker.start()
         try:
             while True:
@@ -222,7 +223,7 @@ class HFGenerateDecoder(_BaseDecoder):
         finally:  # a stop, an error or a closed generator: end generate at its next check and wait for it
             pipe.stop.set()
             pipe.go.release()
-            if worker.is_alive():
+            if worker is not None:
                 worker.join()
         if reason is None and stream.stop_reason is None and len(stream.ids) >= self._budget(len(ids)):
             reason = "context_limit"
