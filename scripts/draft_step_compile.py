@@ -29,11 +29,11 @@ def depth_step(draft, decode_layer, kv: DraftKV, tokens, feats, context: int, k:
     n = int(tokens.numel())
     allowed = torch.ones(n, context + n, dtype=torch.bool)
     positions = torch.full((n,), context)
-    x = torch.nn.functional.linear(torch.cat([draft.embed_tokens(tokens).to(feats.dtype), feats], dim=-1),
-                                   draft.fc.weight, draft.fc.bias)
+    weights = draft.decode_weights()
+    x = weights["fc"](torch.cat([draft.embed_tokens(tokens).to(feats.dtype), feats], dim=-1))
     cos, sin = draft._rope_rows(positions, x.dtype)
     for li in draft.groups[0]:
-        x = decode_layer(li, x, cos, sin, allowed[None, None], kv)
+        x = decode_layer(weights["layers"][li], li, x, cos, sin, allowed[None, None], kv)
     top = torch.topk(torch.log_softmax(draft.head_logits(x).float(), dim=-1), k, dim=-1)
     for li in draft.groups[0]:
         kv.truncate(li, context)

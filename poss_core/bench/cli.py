@@ -4,6 +4,7 @@
         --data ../shared/data/eval/*.jsonl [--limit N] [--max-new-tokens 256] [--runs 3] [--temperature 0] \\
         [--depth 6 --top-k 10 --tree-budget 60 | --tree-budget auto] --out results/
     python -m poss_core.bench overhead [--preset tiny-random] [--tree-budget 60] [--rounds 60] [--dtype ...]
+    python -m poss_core.bench linear [--draft eagle]   # the draft's matmuls: packed weights against F.linear
     python -m poss_core.bench report results/ [--limit N --out DIR]   # tables and charts again from records.jsonl
     python -m poss_core.bench evidence results/ [--out FILE]   # the Evidence tab's summary (results/evidence.json)
 
@@ -43,7 +44,7 @@ from ..paths import project_root
 from . import runner
 from .analysis import classify_mismatches, first_divergences, identity_check, subset_identity
 from .evidence import evidence_main
-from .overhead import overhead_main
+from .overhead import linear_main, overhead_main
 from .records import first_questions, read_records, read_summary
 from .report import identity_banner, write_outputs
 from .runner import calibration_texts, decode_turn, load_questions, parse_methods, run_questions
@@ -358,6 +359,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     def body() -> int:
         if argv and argv[0] == "overhead":
             return overhead_main(argv[1:])
+        if argv and argv[0] == "linear":
+            return linear_main(argv[1:])
         if argv and argv[0] == "report":
             return report_main(argv[1:])
         if argv and argv[0] == "evidence":

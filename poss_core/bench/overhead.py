@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 
 import torch
+import torch.nn.functional as F
 
 from .. import methods
 from ..decoding.decoder import SpeculativeDecoder, encode_prompt
@@ -181,3 +182,59 @@ def _print_split(preset: str, name: str, args, r: dict[str, float]) -> None:
     print(f"  target LM head per round: {r['head_ms']:.2f} ms over the {r['head_rows']:.1f} rows verification reads; "
           f"{r['all_head_ms']:.2f} ms over all {r['all_rows']:.1f} slots (timed on the same rounds): "
           f"{saved:.2f} ms saved, {100 * saved / (r['wall_ms'] + saved):.1f}% of a round that heads every slot")
+
+
+def linear_ab(draft, rows: Sequence[int] = (1, 8, 24), reps: int = 200) -> list[dict]:
+    """The draft's decoding matmuls timed both ways on the same inputs, alternating call by call so the machine's
+    speed cancels out: `F.linear` (oneDNN reorders the weight at every call) against `PackedLinear` (packed once).
+    Per weight and row count: median microseconds each way and the largest difference between their outputs."""
+    weights = draft.decode_weights()
+    layer = weights["layers"][0]
+    named = [("fc", weights["fc"]), ("q/k/v", layer["qkv"]), ("o", layer["o"]), ("gate/up", layer["gate_up"]),
+             ("down", layer["down"]), ("draft head", draft.packed_head())]
+    gen = torch.Generator().manual_seed(0)
+    out = []
+    with torch.inference_mode():
+        for name, lin in named:
+            for m in rows:
+                x = torch.randn(m, int(lin.weight.shape[1]), generator=gen).to(lin.weight.dtype)
+                times: dict[str, list[float]] = {"plain": [], "packed": []}
+                for _ in range(reps):
+                    for way, fn in (("plain", lambda: F.linear(x, lin.weight, lin.bias)), ("packed", lambda: lin(x))):
+                        t0 = time.perf_counter()
+                        fn()
+                        times[way].append((time.perf_counter() - t0) * 1e6)
+                diff = float((F.linear(x, lin.weight, lin.bias).float() - lin(x).float()).abs().max())
+                out.append({"weight": name, "shape": tuple(lin.weight.shape), "rows": m, "packed": lin.packed is not None,
+                            "plain_us": statistics.median(times["plain"]), "packed_us": statistics.median(times["packed"]),
+                            "max_diff": diff})
+    return out
+
+
+def linear_main(argv: Sequence[str]) -> int:
+    p = argparse.ArgumentParser(prog="python -m poss_core.bench linear",
+                                description="The draft's decoding matmuls with weights packed once for oneDNN "
+                                            "(PackedLinear) against F.linear, alternating on the same inputs.")
+    p.add_argument("--preset", default="smollm2-135m")
+    p.add_argument("--draft", default="eagle")
+    p.add_argument("--rows", default="1,8,24", help="comma-separated row counts (8 = a top-k 8 frontier)")
+    p.add_argument("--reps", type=int, default=200)
+    p.add_argument("--threads", type=int, default=None)
+    add_dtype_argument(p, default="bfloat16")
+    args = p.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    preset, dtype = get_preset(args.preset), parse_dtype(args.dtype)
+    target = tiny_target(seed=0, dtype=dtype) if preset.name == "tiny-random" else \
+        load_preset_target(preset.target, quantization="none", dtype=dtype)
+    draft = methods.load_draft(methods.get_method(preset, args.draft), target, preset.depth)
+    rows = [int(r) for r in args.rows.split(",") if r.strip()]
+    results = linear_ab(draft, rows, args.reps)
+    print(f"{preset.name} draft {args.draft}, {draft.fc.weight.dtype}, {torch.get_num_threads()} threads, "
+          f"median of {args.reps} alternating calls (µs)")
+    print(f"{'weight':>11} {'shape':>12} {'rows':>5} {'F.linear':>9} {'packed':>8} {'speed-up':>9} {'max diff':>9}")
+    for r in results:
+        note = "" if r["packed"] else "  (not packed: F.linear both ways)"
+        print(f"{r['weight']:>11} {'x'.join(map(str, r['shape'])):>12} {r['rows']:>5} {r['plain_us']:>9.1f} "
+              f"{r['packed_us']:>8.1f} {r['plain_us'] / r['packed_us']:>8.2f}x {r['max_diff']:>9.2g}{note}")
+    return 0

@@ -134,6 +134,7 @@ def build_tree(draft: DraftModel, state: DraftState, depth: int, top_k: int, tre
     k = min(top_k, draft.draft_vocab_size)
     rows = _TreeRows(k * max(depth - 1, 0), draft.config.hidden_size, device, dtype)
     done = [0] * draft.num_specialists
+    state.begin_tree()
 
     g0 = draft.specialist_of(1)
     root_feature = _run_group(draft, state, rows, g0, done)[-1]

@@ -14,6 +14,7 @@ from transformers import DynamicCache, LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
 
 from ..errors import CheckpointError
+from .packed_linear import PackedLinear
 
 METHODS = ("eagle", "poss", "stacked")
 
@@ -131,8 +132,19 @@ class DraftModel(nn.Module):
 
     # ----- forward pieces --------------------------------------------------------------------------------------
     def head_logits(self, features: torch.Tensor) -> torch.Tensor:
-        """Logits over the draft vocabulary (the full one when no draft vocabulary is set)."""
-        return F.linear(features.to(self.head_weight.dtype), self.head_weight)
+        """Logits over the draft vocabulary (the full one when no draft vocabulary is set). Without autograd (decoding,
+        evaluation) the head's weight is packed once for oneDNN where that pays (`PackedLinear`)."""
+        features = features.to(self.head_weight.dtype)
+        if torch.is_grad_enabled():
+            return F.linear(features, self.head_weight)
+        return self.packed_head()(features)
+
+    def packed_head(self) -> PackedLinear:
+        """The head's weight as a `PackedLinear`, packed again whenever the head is rebound (`bind_target`)."""
+        known = self.__dict__.get("_packed_head")
+        if known is None or known[0] is not self.head_weight:
+            known = self.__dict__["_packed_head"] = (self.head_weight, PackedLinear(self.head_weight))
+        return known[1]
 
     def to_full_vocab(self, draft_ids: torch.Tensor) -> torch.Tensor:
         return self.draft_vocab[draft_ids] if self.draft_vocab is not None else draft_ids
@@ -168,32 +180,44 @@ class DraftModel(nn.Module):
     # handed straight to SDPA (grouped-query heads without copies).
     def _decode_rows(self, group: int, tokens: torch.Tensor, features: torch.Tensor, positions: torch.Tensor,
                      allowed: torch.Tensor, kv: "DraftKV") -> torch.Tensor:
-        x = F.linear(torch.cat([self.embed_tokens(tokens).to(features.dtype), features], dim=-1), self.fc.weight,
-                     self.fc.bias)
+        weights = kv.weights if kv.weights is not None else self.decode_weights()
+        x = weights["fc"](torch.cat([self.embed_tokens(tokens).to(features.dtype), features], dim=-1))
         cos, sin = self._rope_rows(positions, x.dtype)
         mask = allowed[None, None]
         for li in self.groups[group]:
-            x = self._decode_layer(li, x, cos, sin, mask, kv)
+            x = self._decode_layer(weights["layers"][li], li, x, cos, sin, mask, kv)
         return x
 
-    def _decode_layer(self, li: int, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor,
+    @staticmethod
+    def _decode_layer(f: dict, li: int, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor,
                       kv: "DraftKV") -> torch.Tensor:
-        f = self._fused_layer(li)
         n = int(x.shape[0])
         h = x if f["in_norm"] is None else f["in_norm"](x)
-        q, k, v = F.linear(h, f["wqkv"], f["bqkv"]).split(f["split"], dim=-1)
-        q = q.view(n, f["heads"], f["head_dim"]).transpose(0, 1)
-        k = k.view(n, f["kv_heads"], f["head_dim"]).transpose(0, 1)
-        v = v.view(n, f["kv_heads"], f["head_dim"]).transpose(0, 1)
-        q = q * cos + _rotate_half(q) * sin
-        k = k * cos + _rotate_half(k) * sin
+        qkv = f["qkv"](h)
+        heads, kv_heads, d = f["heads"], f["kv_heads"], f["head_dim"]
+        # RoPE on the query and key heads at once: x*cos + rotate_half(x)*sin, where rotate_half(x) is x rolled by
+        # half a head times a sign that the table's sine already carries (bit-identical: a negation is exact).
+        qk = qkv[:, :(heads + kv_heads) * d].view(n, heads + kv_heads, d)
+        qk = qk * cos + torch.roll(qk, d // 2, dims=-1) * sin
+        q, k = qk[:, :heads].transpose(0, 1), qk[:, heads:].transpose(0, 1)
+        v = qkv[:, (heads + kv_heads) * d:].view(n, kv_heads, d).transpose(0, 1)
         keys, values = kv.append(li, k, v)
         attn = F.scaled_dot_product_attention(q[None], keys[None], values[None], attn_mask=mask,
-                                              scale=f["scale"], enable_gqa=f["kv_heads"] != f["heads"])
-        x = x + F.linear(attn[0].transpose(0, 1).reshape(n, -1), f["wo"], f["bo"])
+                                              scale=f["scale"], enable_gqa=kv_heads != heads)
+        x = x + f["o"](attn[0].transpose(0, 1).reshape(n, -1))
         h = _rms_norm(x, f["post_w"], f["post_eps"])
-        gate, up = F.linear(h, f["wgu"], f["bgu"]).chunk(2, dim=-1)
-        return x + F.linear(F.silu(gate) * up, f["wdown"], f["bdown"])
+        gate, up = f["gate_up"](h).chunk(2, dim=-1)
+        return x + f["down"](F.silu(gate) * up)
+
+    def decode_weights(self) -> dict:
+        """The decoding path's weights: `fc` and each layer's fused, packed copies (`PackedLinear`), rebuilt where a
+        weight changed since the last call (training). Drafting checks them once per tree (`DraftKV.weights`)."""
+        cache = self.__dict__.setdefault("_fused", {})
+        stamp = (self.fc.weight.data_ptr(), self.fc.weight._version)
+        fc = cache.get("fc")
+        if fc is None or fc[0] != stamp:
+            fc = cache["fc"] = (stamp, PackedLinear(self.fc.weight, self.fc.bias))
+        return {"fc": fc[1], "layers": [self._fused_layer(li) for li in range(len(self.layers))]}
 
     def _fused_layer(self, li: int) -> dict:
         """Fused copies of layer li's weights for `_decode_layer`, rebuilt whenever a weight changed (training)."""
@@ -216,13 +240,12 @@ class DraftModel(nn.Module):
         with torch.no_grad():
             fused = {
                 "stamp": stamp,
-                "wqkv": torch.cat([att.q_proj.weight, att.k_proj.weight, att.v_proj.weight]).detach(),
-                "bqkv": cat_bias(att.q_proj, att.k_proj, att.v_proj),
-                "split": [att.q_proj.out_features, att.k_proj.out_features, att.v_proj.out_features],
-                "wo": att.o_proj.weight.detach(), "bo": att.o_proj.bias,
-                "wgu": torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]).detach(),
-                "bgu": cat_bias(mlp.gate_proj, mlp.up_proj),
-                "wdown": mlp.down_proj.weight.detach(), "bdown": mlp.down_proj.bias,
+                "qkv": PackedLinear(torch.cat([att.q_proj.weight, att.k_proj.weight, att.v_proj.weight]),
+                                    cat_bias(att.q_proj, att.k_proj, att.v_proj)),
+                "o": PackedLinear(att.o_proj.weight, att.o_proj.bias),
+                "gate_up": PackedLinear(torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]),
+                                        cat_bias(mlp.gate_proj, mlp.up_proj)),
+                "down": PackedLinear(mlp.down_proj.weight, mlp.down_proj.bias),
                 "head_dim": att.head_dim, "heads": att.q_proj.out_features // att.head_dim,
                 "kv_heads": att.k_proj.out_features // att.head_dim, "scale": att.scaling,
                 "in_norm": None if isinstance(layer.input_layernorm, nn.Identity) else layer.input_layernorm,
@@ -235,23 +258,21 @@ class DraftModel(nn.Module):
         return fused
 
     def _rope_rows(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos and sin [q, head_dim] at these positions, read from a table computed once (as the rotary module
-        computes them)."""
+        """cos and sign-carrying sin [q, 1, head_dim] at these positions (see `_decode_layer`), read from a table
+        computed once (as the rotary module computes them)."""
         table = self.__dict__.get("_rope_table")
         need = int(positions.max()) + 1 if positions.numel() else 1
-        if table is None or table[0].dtype != dtype or table[0].shape[0] < need:
+        if table is None or table.dtype != dtype or table.shape[0] < need:
             size = max(need, int(getattr(self.config, "max_position_embeddings", 0) or 0), 1)
             pos = torch.arange(size, device=positions.device)[None]
             with torch.no_grad():
                 cos, sin = self.rotary_emb(torch.empty(0, dtype=dtype, device=positions.device), pos)
-            table = (cos[0], sin[0])
+            half = cos.shape[-1] // 2
+            sin = torch.cat([-sin[0, :, :half], sin[0, :, half:]], dim=-1)
+            table = torch.stack([cos[0], sin], dim=1)  # [positions, 2, head_dim]: one lookup gives both
             self.__dict__["_rope_table"] = table
-        return table[0][positions], table[1][positions]
-
-
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+        rows = table[positions]
+        return rows[:, :1], rows[:, 1:]
 
 
 def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -270,6 +291,8 @@ class DraftKV:
         self.keys: list[torch.Tensor | None] = [None] * num_layers
         self.values: list[torch.Tensor | None] = [None] * num_layers
         self.lengths = [0] * num_layers
+        # The decoding weights checked for the current tree (`DraftState.begin_tree`); None: check on every call.
+        self.weights: dict | None = None
 
     def append(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Add rows k, v [kv_heads, n, head_dim]; return every cached row of the layer (views of the buffers)."""
@@ -326,8 +349,13 @@ class DraftState:
             self._tokens = self._tokens[drop:]
             self._features = self._features[drop:]
 
+    def begin_tree(self) -> None:
+        """Check the draft's decoding weights once for the tree about to be drafted, not at every depth."""
+        self.cache.weights = self.draft.decode_weights()
+
     def reset_tree(self) -> None:
         """Drop this round's tree rows from every specialist's cache, keeping what it read of the context."""
+        self.cache.weights = None
         for g, layers in enumerate(self.draft.groups):
             for li in layers:
                 self.cache.truncate(li, self.read[g])
