@@ -51,6 +51,7 @@ class KVSlab:
             self.data = new
             for layer in self.layers:
                 if layer.is_initialized:
+                    layer.rebase()
                     layer.bind(layer.keys.shape[-2])
         return self.data
 
@@ -64,13 +65,21 @@ class SlabLayer(DynamicLayer):
         self.slab, self.index = slab, index
         slab.layers.append(self)
 
+    def rebase(self) -> None:
+        """Take this layer's whole-capacity views of the slab (after it was made or grown)."""
+        self.key_base = self.slab.data[self.index, 0]
+        self.value_base = self.slab.data[self.index, 1]
+
     def bind(self, length: int) -> None:
-        self.keys = self.slab.data[self.index, 0, ..., :length, :]
-        self.values = self.slab.data[self.index, 1, ..., :length, :]
+        # One narrow per tensor: a commit rebinds every layer, so this is on the per-round path.
+        self.length = length
+        self.keys = self.key_base.narrow(-2, 0, length)
+        self.values = self.value_base.narrow(-2, 0, length)
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         self.device = key_states.device
         self.slab.reserve(key_states, key_states.shape[-2])
+        self.rebase()
         self.bind(0)
         self.is_initialized = True
 
@@ -78,9 +87,9 @@ class SlabLayer(DynamicLayer):
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
         n, q = self.keys.shape[-2], key_states.shape[-2]
-        data = self.slab.reserve(key_states, n + q)
-        data[self.index, 0, ..., n:n + q, :] = key_states
-        data[self.index, 1, ..., n:n + q, :] = value_states
+        self.slab.reserve(key_states, n + q)
+        self.key_base[..., n:n + q, :] = key_states
+        self.value_base[..., n:n + q, :] = value_states
         self.bind(n + q)
         return self.keys, self.values
 
@@ -111,12 +120,11 @@ def keep_cache_slots(cache: DynamicCache, past_len: int, keep: torch.Tensor) -> 
     n = int(keep.numel())
     layers = cache.layers
     if layers and all(isinstance(layer, SlabLayer) and layer.is_initialized for layer in layers):
-        slab = layers[0].slab
-        if all(layer.slab is slab and layer.keys.shape[-2] == layers[0].keys.shape[-2] for layer in layers) \
-                and len(layers) == slab.num_layers:
-            if not torch.equal(keep.cpu(), torch.arange(n)):
+        slab, length = layers[0].slab, layers[0].length
+        if len(layers) == slab.num_layers and all(layer.slab is slab and layer.length == length for layer in layers):
+            if keep.tolist() != list(range(n)):
                 data = slab.data
-                data[..., past_len:past_len + n, :] = data[..., keep.to(data.device) + past_len, :]
+                data[..., past_len:past_len + n, :] = data.index_select(-2, keep.to(data.device) + past_len)
             for layer in layers:
                 layer.bind(past_len + n)
             return
