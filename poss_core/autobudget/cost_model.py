@@ -3,8 +3,9 @@ stop) for a draft, from a measured forward-time curve and an acceptance profile;
 
 Expected tokens/s at budget B = τ(B) / (draft_ms + forward_ms(B) + head(B) + fixed_ms) where
 - forward_ms(B) is the measured curve: the verify forward over B tokens up to the hidden states, at a 256-token
-  context; head_ms(r) is measured with it: the LM head over r of those rows and the per-row work greedy verification
-  does on them (to the CPU, argmax, log-normaliser). Both are medians, made non-decreasing (noise can only make a
+  context; head_ms(r) is measured with it: the LM head over r of those rows (to float32 on the CPU). The per-row
+  work after the head (argmax at the slots acceptance visits, the parents' log-normalisers) does not depend on which
+  rows went through it, and is part of fixed_ms. Both are medians, made non-decreasing (noise can only make a
   bigger tree look cheaper, never the other way round);
 - head(B) is the LM head's cost the cheaper of two ways (`head_ms`, `DecodeConfig.head_rows`): "read" puts the
   slots with children through it in one call and the slot where acceptance stops, when it is a leaf, in a second

@@ -140,7 +140,7 @@ def make_lanes(args, preset, target, names: list[str], base_cfg, say, calibratio
     curve, calib_prompts = None, []
     if auto:
         curve = load_or_measure_curve(target, remeasure=args.remeasure, log=say)
-        say("verify ms by verified tokens n (forward to the hidden states + LM head and post-processing over n "
+        say("verify ms by verified tokens n (forward to the hidden states + LM head over n "
             "rows; verification reads the slots with children and a stopping leaf, or every slot, whichever auto finds "
             "cheaper): " + ", ".join(
             f"{n}:{m:.1f}+{curve.post_at(n):.1f}" for n, m in zip(curve.sizes, curve.ms)))
