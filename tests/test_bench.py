@@ -401,7 +401,20 @@ def test_overhead_measurement_times_the_lm_head_both_ways(tiny_target):
     assert r["rounds"] == 6 and r["all_rows"] == pytest.approx(r["nodes"] + 1)
     assert 1 <= r["head_rows"] < r["all_rows"] and r["head_ms"] > 0 and r["all_head_ms"] > 0
     assert 0 < r["engine_ms"] < r["wall_ms"] and r["verify_ms"] > 0
+    # The draft's split: its layers and head are model time inside the draft's time, the rest is its bookkeeping.
+    assert 0 < r["draft_layers_ms"] and 0 < r["draft_head_ms"]
+    assert r["draft_layers_ms"] + r["draft_head_ms"] < r["draft_ms"]
     assert "forward" not in tiny_target.__dict__ and "logits" not in tiny_target.__dict__  # the wrappers are gone
+    assert "run_specialist" not in draft.__dict__ and "head_logits" not in draft.__dict__
+
+
+def test_linear_ab_times_both_ways_on_the_drafts_weights(tiny_target):
+    """`bench linear`: every decoding weight of the draft at each row count, both ways, with their outputs' gap."""
+    draft = random_draft(tiny_target, "poss2", depth=4)
+    rows = overhead.linear_ab(draft, rows=(1, 3), reps=3)
+    assert [r["weight"] for r in rows[::2]] == ["fc", "q/k/v", "o", "gate/up", "down", "draft head"]
+    assert all(r["plain_us"] > 0 and r["packed_us"] > 0 for r in rows)
+    assert all(not r["packed"] and r["max_diff"] == 0.0 for r in rows)  # fp32 is not packed: the same F.linear
 
 
 def test_report_rebuilds_a_smaller_run_from_a_larger_ones_records(tmp_path):

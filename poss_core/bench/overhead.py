@@ -44,15 +44,18 @@ def measure_overhead(target, draft, cfg, prompt: str = "Tell me a story about a 
     The target's LM head is also timed both ways on the same rounds: over the rows verification reads (what the
     engine does) and, as an extra call outside the round's accounting, over every slot of the tree (what it did
     before `verify.SlotRows`): an A/B in one run, so the machine's speed cancels out."""
-    clock = {"model": 0.0, "extra": 0.0, "head": 0.0, "head_rows": 0, "all_head": 0.0, "all_rows": 0}
+    clock = {"model": 0.0, "extra": 0.0, "head": 0.0, "head_rows": 0, "all_head": 0.0, "all_rows": 0,
+             "draft_layers": 0.0, "draft_head": 0.0}
 
-    def timed(fn):
+    def timed(fn, part: str | None = None):
         def wrapper(*a, **k):
             t0 = time.perf_counter()
             try:
                 return fn(*a, **k)
             finally:
                 clock["model"] += time.perf_counter() - t0
+                if part:
+                    clock[part] += time.perf_counter() - t0
         return wrapper
 
     forward, logits = timed(type(target).forward.__get__(target)), timed(type(target).logits.__get__(target))
@@ -79,8 +82,8 @@ def measure_overhead(target, draft, cfg, prompt: str = "Tell me a story about a 
     target.logits = timed_head
     patched = [(target, "forward"), (target, "logits")]
     if draft is not None:
-        draft.run_specialist = timed(type(draft).run_specialist.__get__(draft))
-        draft.head_logits = timed(type(draft).head_logits.__get__(draft))
+        draft.run_specialist = timed(type(draft).run_specialist.__get__(draft), "draft_layers")
+        draft.head_logits = timed(type(draft).head_logits.__get__(draft), "draft_head")
         patched += [(draft, "run_specialist"), (draft, "head_logits")]
     try:
         ids = encode_prompt(target.tokenizer, prompt)
@@ -111,7 +114,8 @@ def measure_overhead(target, draft, cfg, prompt: str = "Tell me a story about a 
             extra_ms = delta["extra"] * 1000.0
             rows.append((item.wall_ms - extra_ms, item.draft_ms, item.verify_ms - extra_ms, delta["model"] * 1000.0,
                          len(item.nodes), item.accept_len, delta["head"] * 1000.0, delta["head_rows"],
-                         delta["all_head"] * 1000.0, delta["all_rows"]))
+                         delta["all_head"] * 1000.0, delta["all_rows"], delta["draft_layers"] * 1000.0,
+                         delta["draft_head"] * 1000.0))
             if len(rows) >= rounds + warmup_rounds:
                 gen.close()
                 break
@@ -132,6 +136,7 @@ def measure_overhead(target, draft, cfg, prompt: str = "Tell me a story about a 
         "nodes": statistics.fmean(col[4]), "tau": statistics.fmean(a + 1 for a in col[5]),
         "head_ms": statistics.fmean(col[6]), "head_rows": statistics.fmean(col[7]),
         "all_head_ms": statistics.fmean(col[8]), "all_rows": statistics.fmean(col[9]),
+        "draft_layers_ms": statistics.fmean(col[10]), "draft_head_ms": statistics.fmean(col[11]),
     }
 
 
@@ -176,6 +181,10 @@ def _print_split(preset: str, name: str, args, r: dict[str, float]) -> None:
           f"{torch.get_num_threads()} threads")
     print(f"  round {r['wall_ms']:.2f} ms = draft {r['draft_ms']:.2f} + verify {r['verify_ms']:.2f} + rest "
           f"{r['event_overhead_ms']:.2f} (as events report them)")
+    if name != methods.ORACLE:
+        rest = r["draft_ms"] - r["draft_layers_ms"] - r["draft_head_ms"]
+        print(f"  draft {r['draft_ms']:.2f} ms = specialist layers {r['draft_layers_ms']:.2f} + draft head "
+              f"{r['draft_head_ms']:.2f} + tree bookkeeping {rest:.2f} (top-k, masks, pruning: engine overhead)")
     print(f"  model forwards {r['model_ms']:.2f} ms; engine overhead (everything else) {r['engine_ms']:.2f} ms "
           f"mean, {r['engine_ms_median']:.2f} ms median, {r['engine_share'] * 100:.0f}% of the round")
     saved = r["all_head_ms"] - r["head_ms"]
