@@ -1,7 +1,8 @@
 """Does `torch.compile` pay for the draft step on this machine? Times one drafting depth of a bundled draft (its
 specialist layer over the frontier rows, the draft-vocabulary head, log-softmax and top-k) as the engine runs it
-(eager) and with the specialist layer compiled by `torch.compile` (inductor), on the same rows, alternating the two
-in one run so the machine's speed cancels out. The first compiled call's compile time is printed too.
+(eager, its matmuls on weights packed once for oneDNN) and with the specialist layer compiled by `torch.compile`
+(inductor, from the plain weights, which it fuses and lays out itself), on the same rows, alternating the two in
+one run so the machine's speed cancels out. The first compiled call's compile time is printed too.
 
     python scripts/draft_step_compile.py [--draft eagle] [--dtype bfloat16] [--rows 8] [--context 300]
 """
@@ -20,20 +21,28 @@ import torch
 
 from poss_core import methods
 from poss_core.models.draft import DraftKV
+from poss_core.models.packed_linear import PackedLinear
 from poss_core.models.loading import load_preset_target, parse_dtype
 from poss_core.models.presets import get_preset
 
 
-def depth_step(draft, decode_layer, kv: DraftKV, tokens, feats, context: int, k: int) -> torch.Tensor:
+def unpacked(layer: dict) -> dict:
+    """A layer's decoding weights with plain `F.linear` matmuls (inductor cannot lower oneDNN's packed linear; it
+    fuses and lays out the plain ones itself)."""
+    return {**layer, **{name: PackedLinear(layer[name].weight, layer[name].bias, pack=False)
+                        for name in ("qkv", "o", "gate_up", "down")}}
+
+
+def depth_step(draft, decode_layer, layers: list[dict], kv: DraftKV, tokens, feats, context: int,
+               k: int) -> torch.Tensor:
     """One drafting depth over `tokens` (all seeing the whole context), its keys and values dropped afterwards."""
     n = int(tokens.numel())
     allowed = torch.ones(n, context + n, dtype=torch.bool)
     positions = torch.full((n,), context)
-    weights = draft.decode_weights()
-    x = weights["fc"](torch.cat([draft.embed_tokens(tokens).to(feats.dtype), feats], dim=-1))
+    x = draft.decode_weights()["fc"](torch.cat([draft.embed_tokens(tokens).to(feats.dtype), feats], dim=-1))
     cos, sin = draft._rope_rows(positions, x.dtype)
     for li in draft.groups[0]:
-        x = decode_layer(weights["layers"][li], li, x, cos, sin, allowed[None, None], kv)
+        x = decode_layer(layers[li], li, x, cos, sin, allowed[None, None], kv)
     top = torch.topk(torch.log_softmax(draft.head_logits(x).float(), dim=-1), k, dim=-1)
     for li in draft.groups[0]:
         kv.truncate(li, context)
@@ -64,16 +73,17 @@ def main(argv: list[str] | None = None) -> int:
                            torch.arange(args.context), torch.ones(args.context, args.context).tril().bool(), kv)
         tokens = torch.randint(0, draft.config.vocab_size, (args.rows,), generator=gen)
         feats = torch.randn(args.rows, h, generator=gen).to(dtype)
-        eager = draft._decode_layer
+        eager, packed = draft._decode_layer, draft.decode_weights()["layers"]
+        plain = [unpacked(layer) for layer in packed]
         t0 = time.perf_counter()
         compiled = torch.compile(eager, dynamic=True)
-        depth_step(draft, compiled, kv, tokens, feats, args.context, args.rows)
+        depth_step(draft, compiled, plain, kv, tokens, feats, args.context, args.rows)
         print(f"first compiled call (compiling): {time.perf_counter() - t0:.1f} s")
         times: dict[str, list[float]] = {"eager": [], "compiled": []}
         for _ in range(args.reps):
-            for name, fn in (("eager", eager), ("compiled", compiled)):
+            for name, fn, layers in (("eager", eager, packed), ("compiled", compiled, plain)):
                 t = time.perf_counter()
-                depth_step(draft, fn, kv, tokens, feats, args.context, args.rows)
+                depth_step(draft, fn, layers, kv, tokens, feats, args.context, args.rows)
                 times[name].append((time.perf_counter() - t) * 1000.0)
     for name, ms in times.items():
         print(f"{name:9s} one drafting depth: {statistics.median(ms):.3f} ms median, {statistics.fmean(ms):.3f} ms mean")
