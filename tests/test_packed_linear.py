@@ -73,6 +73,11 @@ def test_a_bf16_draft_decodes_with_packed_weights_and_repacks_after_a_weight_cha
     after = draft.decode_weights()["layers"][0]
     assert after is not weights["layers"][0]
     assert torch.equal(after["down"].weight, draft.layers[0].mlp.down_proj.weight)
+    head = draft.packed_head()
+    assert draft.packed_head() is head  # packed once while the head stays as it is
+    draft.head_weight = draft.head_weight.clone()  # rebound, as `bind_target` does
+    assert draft.packed_head() is not head
+    assert draft.packed_head().weight.data_ptr() == draft.head_weight.data_ptr()
 
     # A tree drafts with the weights checked once, and leaves none pinned afterwards.
     state = DraftState(draft)

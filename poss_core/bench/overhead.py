@@ -53,9 +53,10 @@ def measure_overhead(target, draft, cfg, prompt: str = "Tell me a story about a 
             try:
                 return fn(*a, **k)
             finally:
-                clock["model"] += time.perf_counter() - t0
+                spent = time.perf_counter() - t0
+                clock["model"] += spent
                 if part:
-                    clock[part] += time.perf_counter() - t0
+                    clock[part] += spent
         return wrapper
 
     forward, logits = timed(type(target).forward.__get__(target)), timed(type(target).logits.__get__(target))

@@ -140,10 +140,16 @@ class DraftModel(nn.Module):
         return self.packed_head()(features)
 
     def packed_head(self) -> PackedLinear:
-        """The head's weight as a `PackedLinear`, packed again whenever the head is rebound (`bind_target`)."""
-        known = self.__dict__.get("_packed_head")
-        if known is None or known[0] is not self.head_weight:
-            known = self.__dict__["_packed_head"] = (self.head_weight, PackedLinear(self.head_weight))
+        """The head's weight as a `PackedLinear` (packed again after `bind_target` rebinds it)."""
+        return self._packed("head", self.head_weight)
+
+    def _packed(self, key: str, weight: torch.Tensor, bias: torch.Tensor | None = None) -> PackedLinear:
+        """`weight` as a `PackedLinear`, packed again whenever it changed: another tensor, or updated in place."""
+        cache = self.__dict__.setdefault("_packed_weights", {})
+        stamp = (weight.data_ptr(), weight._version)  # the cache holds the old tensor, so its address is not reused
+        known = cache.get(key)
+        if known is None or known[0] != stamp:
+            known = cache[key] = (stamp, PackedLinear(weight, bias))
         return known[1]
 
     def to_full_vocab(self, draft_ids: torch.Tensor) -> torch.Tensor:
@@ -212,12 +218,8 @@ class DraftModel(nn.Module):
     def decode_weights(self) -> dict:
         """The decoding path's weights: `fc` and each layer's fused, packed copies (`PackedLinear`), rebuilt where a
         weight changed since the last call (training). Drafting checks them once per tree (`DraftKV.weights`)."""
-        cache = self.__dict__.setdefault("_fused", {})
-        stamp = (self.fc.weight.data_ptr(), self.fc.weight._version)
-        fc = cache.get("fc")
-        if fc is None or fc[0] != stamp:
-            fc = cache["fc"] = (stamp, PackedLinear(self.fc.weight, self.fc.bias))
-        return {"fc": fc[1], "layers": [self._fused_layer(li) for li in range(len(self.layers))]}
+        return {"fc": self._packed("fc", self.fc.weight, self.fc.bias),
+                "layers": [self._fused_layer(li) for li in range(len(self.layers))]}
 
     def _fused_layer(self, li: int) -> dict:
         """Fused copies of layer li's weights for `_decode_layer`, rebuilt whenever a weight changed (training)."""

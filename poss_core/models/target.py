@@ -72,7 +72,6 @@ class SlabLayer(DynamicLayer):
 
     def bind(self, length: int) -> None:
         # One narrow per tensor: a commit rebinds every layer, so this is on the per-round path.
-        self.length = length
         self.keys = self.key_base.narrow(-2, 0, length)
         self.values = self.value_base.narrow(-2, 0, length)
 
@@ -120,8 +119,10 @@ def keep_cache_slots(cache: DynamicCache, past_len: int, keep: torch.Tensor) -> 
     n = int(keep.numel())
     layers = cache.layers
     if layers and all(isinstance(layer, SlabLayer) and layer.is_initialized for layer in layers):
-        slab, length = layers[0].slab, layers[0].length
-        if len(layers) == slab.num_layers and all(layer.slab is slab and layer.length == length for layer in layers):
+        # The length is read from the views themselves: `truncate_cache_layer` (and transformers) may slice them.
+        slab, length = layers[0].slab, layers[0].keys.shape[-2]
+        if len(layers) == slab.num_layers and all(layer.slab is slab and layer.keys.shape[-2] == length
+                                                  for layer in layers):
             if keep.tolist() != list(range(n)):
                 data = slab.data
                 data[..., past_len:past_len + n, :] = data.index_select(-2, keep.to(data.device) + past_len)
