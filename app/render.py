@@ -13,6 +13,7 @@ from poss_core import compare, methods, metrics
 from poss_core.bench import figures
 from poss_core.compare import MAX_LANES, Comparison, Lane, TokenRecord, hardware_info
 from poss_core.explain import explain_round
+from poss_core.models.numerics import NEAR_TIE, Divergence
 from poss_core.models.presets import Preset
 
 from . import about, state
@@ -124,29 +125,29 @@ def legend_html(color_by: str = "position", depth: int = 6, specialists: int = 3
             f'it (or Tab to it and press Enter) for its round\'s tree</span></div>')
 
 
-def badge_html(text: str, kind: str = "neutral") -> str:
-    """A small pill: kind is "ok", "bad" or "neutral"."""
-    return f'<span class="poss-badge {kind}">{html.escape(text)}</span>'
-
-
-LOW_PRECISION = ("bfloat16", "float16")
+def badge_html(text: str, kind: str = "neutral", title: str = "") -> str:
+    """A small pill: kind is "ok", "bad" or "neutral"; `title` is its tooltip."""
+    tip = f' title="{html.escape(title)}"' if title else ""
+    return f'<span class="poss-badge {kind}"{tip}>{html.escape(text)}</span>'
 
 
 def identity_badge(tokens: list[int], plain_tokens: list[int] | None, greedy: bool, finished: bool,
-                   dtype: str = "") -> str:
-    """At temperature 0 speculative decoding must reproduce plain decoding token for token: say whether it did.
-    In bf16/fp16 a batched verify pass and a one-token plain step round differently, so a near-tie can flip."""
+                   divergence: Divergence | None = None) -> str:
+    """At temperature 0 speculative decoding must reproduce plain decoding token for token: say whether it did, and
+    where it did not, why (a rounding near-tie with plain's logit margin, or a real mismatch), the full reason in
+    the tooltip."""
     if not greedy:
         return badge_html("sampling: same distribution as plain, not the same text", "neutral")
     if plain_tokens is None:
         return badge_html("add the Plain lane to check identity", "neutral")
+    if divergence is not None:
+        at = f"differs from plain decoding at token {divergence.index + 1}"
+        margin = "" if divergence.margin is None else f"plain's logit margin {divergence.margin:.2g}"
+        if divergence.kind == NEAR_TIE:
+            why = f"{margin} ≤ {divergence.tolerance:g}" if margin else "margin not measured"
+            return badge_html(f"≈ {at}: a rounding near-tie ({why})", "neutral", divergence.reason)
+        return badge_html(f"✗ {at}" + (f": {margin}, not a near-tie" if margin else ""), "bad", divergence.reason)
     n = min(len(tokens), len(plain_tokens))
-    for i in range(n):
-        if tokens[i] != plain_tokens[i]:
-            if dtype in LOW_PRECISION:
-                return badge_html(f"≈ differs from plain decoding at token {i + 1}: in {dtype} a near-tie can round "
-                                  f"either way in a batched verify pass (float32 gives exact identity)", "neutral")
-            return badge_html(f"✗ differs from plain decoding at token {i + 1}", "bad")
     if finished and len(tokens) != len(plain_tokens):
         return badge_html(f"compared {n} tokens: identical so far", "ok")
     return badge_html("✓ identical to plain decoding" + ("" if finished else " so far"), "ok")
@@ -197,9 +198,10 @@ def lane_head_html(lane: Lane, comp: Comparison, running: bool) -> str:
         items.append(("vs plain", "×" + _fmt(metrics.speedup(tps, metrics.tokens_per_s(plain.events)), ".2f")))
     badges = []
     if not lane.plain:
-        badges.append(identity_badge(lane.token_ids, plain.token_ids if plain is not None else None,
-                                     float(comp.spec.temperature) == 0.0, lane.finished and plain is not None
-                                     and plain.finished, comp.hardware.get("dtype", "")))
+        greedy = float(comp.spec.temperature) == 0.0
+        badges.append(identity_badge(lane.token_ids, plain.token_ids if plain is not None else None, greedy,
+                                     lane.finished and plain is not None and plain.finished,
+                                     comp.divergence(lane) if greedy else None))
     if lane.error:
         state = f'<div class="poss-lane-error">⚠ {html.escape(lane.error)}</div>'
     elif lane.finished:

@@ -367,6 +367,18 @@ def precision_note(gpu: bool) -> str:
             f"a lane may then differ from plain at a rounding near-tie, and its badge says so")
 
 
+def quantization_note(gpu: bool) -> str:
+    """The Quantization setting's explanation, for this machine: what it costs here, said plainly."""
+    if gpu:
+        return ("auto quantizes only when the target would not fit the GPU (8-bit, else 4-bit NF4); the drafts stay "
+                "unquantized, and every lane stays identical to plain decoding of the quantized target up to "
+                "rounding near-ties")
+    return ("auto = none on a CPU. 8-bit and 4-bit run the target through bitsandbytes, as a GPU short of memory "
+            "would: on a CPU they save memory but are slower (plain decoding about 2-3x slower than float32), the "
+            "first run loads another copy of the target, and the drafts, trained on the full-precision target, are "
+            "accepted less. Lanes stay identical to plain decoding of the same quantized target")
+
+
 def method_choices(preset: Preset) -> list[tuple[str, str]]:
     """(label, value) pairs for the methods a preset offers, plain decoding first: each method's label, with
     "(untrained)" after a draft that is a random stand-in (nothing trained is bundled for it yet)."""

@@ -18,7 +18,8 @@ from poss_core.models.presets import DEFAULT_PRESET, get_preset, presets
 from . import about, evidence_view, handlers, state
 from .api import compare_endpoint
 from .render import OUTPUT_NAMES, TOKEN_CLICK_JS, conversation_html, draft_note, legend_html, status_html
-from .state import DEFAULT_METHODS, RunSettings, View, method_choices, precision_note, ui_defaults
+from .state import (DEFAULT_METHODS, RunSettings, View, method_choices, precision_note, quantization_note,
+                    ui_defaults)
 
 LOAD_CONCURRENCY = 2  # saved runs parsed at once (each is checked in full: up to a few seconds of CPU for a large one)
 
@@ -117,9 +118,9 @@ def build_demo(preset: str = DEFAULT_PRESET, concurrency: int = 2, precision: st
                             precision_dd = gr.Radio(offered, value=precision,
                                                     label="Precision (the target's dtype)",
                                                     info=precision_note(gpu), elem_id="poss-precision")
-                            quantization = gr.Radio(list(compare.QUANTIZATIONS), value="auto", label="Quantization",
-                                                    visible=gpu, info="auto quantizes only when the model would "
-                                                                      "not fit the GPU")
+                            quantization = gr.Radio(list(compare.QUANTIZATIONS), value="auto",
+                                                    label="Quantization (the target's weights)",
+                                                    info=quantization_note(gpu), elem_id="poss-quantization")
                 status = gr.HTML(status_html("Type a prompt (or pick an example) and press Run."),
                                  elem_id="poss-status")
                 with gr.Row():

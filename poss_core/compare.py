@@ -9,6 +9,7 @@ draft_ms and verify_ms time that lane's own compute only, so the speed a lane sh
 
 from __future__ import annotations
 
+import functools
 import math
 import platform
 import sys
@@ -17,7 +18,7 @@ import time
 import traceback
 import weakref
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -31,6 +32,7 @@ from .decoding.detokenizer import Detokenizer, TokenTexts
 from .errors import ConfigError, ModelLoadError, PossError
 from .events import DecodeSummary, RoundEvent
 from .models import loading
+from .models.numerics import Divergence, classify_divergence, first_difference, numerics_of, plain_margin
 from .models.presets import Preset, get_preset
 
 PLAIN = methods.PLAIN  # the plain-decoding lane's method name
@@ -430,6 +432,10 @@ class Comparison:
     replay: bool = False
     prompt_tokens: int = 0
     timed_out: bool = False  # stopped by the per-call work limit, not by the user
+    # (plain tokens, index, lane's token) -> the plain target's logit margin there; None where no target is at hand
+    # (replays, loaded runs)
+    margin_probe: Callable[[list[int], int, int], float] | None = None
+    _divergences: dict[tuple[str, int], Divergence] = field(default_factory=dict, repr=False)
 
     @property
     def finished(self) -> bool:
@@ -470,6 +476,28 @@ class Comparison:
 
     def lane(self, method: str) -> Lane | None:
         return next((lane for lane in self.lanes if lane.method == method), None)
+
+    def divergence(self, lane: Lane) -> Divergence | None:
+        """Where `lane` first parts from the plain lane (None: it has not, as far as both have gone), classified by
+        the target's numerics with the plain target's logit margin there (measured once per lane and index, untimed;
+        not measured for a replay)."""
+        plain = self.lane(methods.PLAIN)
+        if plain is None or lane is plain:
+            return None
+        want, got = plain.token_ids, lane.token_ids
+        i = first_difference(got, want)
+        if i is None:
+            return None
+        key = (lane.method, i)
+        if key not in self._divergences:
+            margin = None
+            if self.margin_probe is not None:
+                try:
+                    margin = self.margin_probe(want, i, got[i])
+                except Exception as err:  # noqa: BLE001 - the badge then says the margin was not measured
+                    print(f"[poss] margin at token {i} not measured: {type(err).__name__}: {err}", file=sys.stderr)
+            self._divergences[key] = classify_divergence(i, margin, numerics_of(self.hardware))
+        return self._divergences[key]
 
 
 def hardware_info(target) -> dict[str, str]:
@@ -518,7 +546,8 @@ def start(spec: RunSpec, models: ModelCache = MODELS, cancel: threading.Event | 
                           depth_stop=lane_config.depth_stop, budget_auto=auto and budget is not None,
                           source=decoder.generate(ids, cancel=cancel), detok=Detokenizer(target.tokenizer),
                           token_text=TokenTexts(target.tokenizer)))
-    comparison = Comparison(spec, lanes, cancel, hardware_info(target), prompt_tokens=len(ids))
+    comparison = Comparison(spec, lanes, cancel, hardware_info(target), prompt_tokens=len(ids),
+                            margin_probe=functools.partial(plain_margin, target, ids))
     _LIVE.add(comparison)
     return comparison
 

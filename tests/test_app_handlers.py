@@ -3,6 +3,7 @@ step/stop, save/load/replay, sessions and the API function. Uses the tiny-random
 
 from __future__ import annotations
 
+import html
 import importlib.util
 import json
 import math
@@ -143,11 +144,23 @@ def test_lane_update_for_a_known_event_stream():
 
 def test_identity_badge_reports_the_first_difference():
     comp = known_comparison(plain_tokens=[40, 10, 99, 50, 21, 10, 12, 50])
-    head = render.lane_head_html(comp.lanes[1], comp, running=False)
+    head = render.lane_head_html(comp.lanes[1], comp, running=False)  # a replay-like comparison: no margin probe
     assert "differs from plain decoding at token 3" in head and "poss-badge bad" in head
-    comp.hardware["dtype"] = "bfloat16"  # low precision: a difference may be a rounding near-tie, said so
-    head = render.lane_head_html(comp.lanes[1], comp, running=False)
-    assert "differs from plain decoding at token 3: in bfloat16" in head and "poss-badge bad" not in head
+    assert "not expected" in head  # fp32 on a CPU promises exact identity: the tooltip says so
+
+    def margin_of(want, index, got):
+        assert index == 2 and got != want[2]
+        return margin
+
+    for dtype, margin, kind, words in [("bfloat16", 0.3, "neutral", "a rounding near-tie (plain's logit margin 0.3 ≤ 0.5)"),
+                                       ("bfloat16", 2.0, "bad", "plain's logit margin 2, not a near-tie"),
+                                       ("float32", 0.004, "neutral", "a rounding near-tie (plain's logit margin 0.004 ≤ 0.01)"),
+                                       ("bfloat16", None, "neutral", "a rounding near-tie (margin not measured)")]:
+        comp = known_comparison(plain_tokens=[40, 10, 99, 50, 21, 10, 12, 50])
+        comp.hardware["dtype"] = dtype
+        comp.margin_probe = None if margin is None else margin_of
+        head = html.unescape(render.lane_head_html(comp.lanes[1], comp, running=False))
+        assert f"differs from plain decoding at token 3: {words}" in head and f"poss-badge {kind}" in head
     sampled = known_comparison(temperature=0.7)
     assert "sampling" in render.lane_head_html(sampled.lanes[1], sampled, running=False)
 

@@ -11,6 +11,7 @@ from poss_core.bench import analysis, cli, overhead, records as bench_records, r
 from poss_core.decoding import decoder as decoder_module
 from poss_core.decoding.config import DecodeConfig
 from poss_core.decoding.decoder import PlainDecoder, SpeculativeDecoder
+from poss_core.models.numerics import plain_margin
 from poss_core.events import DraftNode, FeatureDeviation, RoundEvent
 from poss_core.errors import PossError
 from poss_core.models.loading import random_draft
@@ -217,7 +218,7 @@ def test_identity_check_catches_a_broken_decoder(tiny_target):
     # The broken bonus is the 3rd round's last token; the plain target's choice there is not a near-tie.
     assert first["want"] == ref.token_ids[first["index"]]
     assert first["got"] == (first["want"] + 1) % tiny_target.vocab_size
-    assert runner.diagnose_mismatch(tiny_target, ref.prompt_ids, ref.token_ids, first["index"]) > 1e-3
+    assert plain_margin(tiny_target, ref.prompt_ids, ref.token_ids, first["index"]) > 1e-3
 
 
 @pytest.fixture()

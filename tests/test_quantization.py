@@ -1,4 +1,5 @@
-"""Quantized targets: `auto` picks sensibly, and verification stays lossless w.r.t. the quantized target."""
+"""Quantized targets: `auto` picks sensibly, every bitsandbytes layer gives a row the same result alone or in a
+batch, and verification stays lossless w.r.t. the quantized target (identical to its plain decoding at T=0)."""
 
 import pytest
 import torch
@@ -7,6 +8,7 @@ from poss_core.decoding.config import DecodeConfig
 from poss_core.decoding.decoder import PlainDecoder, SpeculativeDecoder, encode_prompt
 from poss_core.errors import ConfigError
 from poss_core.models.loading import load_preset_target, random_draft
+from poss_core.models.numerics import MISMATCH, NEAR_TIE, classify_divergence, numerics_of, target_numerics
 from poss_core.models.quantization import GiB, choose_quantization, estimate_target_bytes
 from poss_core.models.tiny import tiny_config
 
@@ -55,3 +57,87 @@ def test_quantized_target_greedy_equivalence_on_cpu(saved_tiny, mode):
         spec = list(SpeculativeDecoder(target, draft, cfg).generate(ids))[-1]
         plain = list(PlainDecoder(target, cfg).generate(ids))[-1]
         assert spec.token_ids == plain.token_ids
+
+
+def bnb_layers(target) -> list[torch.nn.Module]:
+    return [m for m in target.model.modules() if type(m).__name__ in ("Linear8bitLt", "Linear4bit")]
+
+
+@pytest.mark.parametrize("mode", ["8bit", "4bit"])
+def test_quantized_layers_keep_rows_apart_and_the_compute_dtype(saved_tiny, mode):
+    """What greedy identity rests on: a row's output does not depend on the other rows of a batch of tree rows, and
+    carries no rounding coarser than the compute dtype's. LLM.int8's outlier split (outlier columns picked from the
+    whole batch) breaks the first; the fused 4-bit CPU kernel (activations rounded to bf16) breaks the second."""
+    import bitsandbytes.functional as bnbf
+
+    target = load_preset_target(saved_tiny, quantization=mode, device="cpu")
+    layers = bnb_layers(target)
+    assert layers
+    g = torch.Generator().manual_seed(0)
+    for layer in layers:
+        x = torch.randn(7, layer.in_features, generator=g)
+        x[0, 3] = 40.0  # an outlier feature in one row only (LLM.int8's threshold is 6)
+        reference = None
+        if mode == "4bit":  # the weights as the layer holds them, multiplied in float32
+            w = bnbf.dequantize_4bit(layer.weight.data, layer.weight.quant_state).float()
+            reference = x @ w.t()
+        with torch.inference_mode():
+            batched = layer(x)
+            alone = torch.cat([layer(x[i:i + 1]) for i in range(len(x))])
+        if mode == "8bit":  # integer arithmetic on rows quantized one by one: the same bits
+            assert torch.equal(batched, alone), "a row's result depends on the other rows"
+        else:  # float32 accumulation order may differ with the row count, by far less than a bf16 rounding
+            scale = reference.abs().max()
+            assert (batched - alone).abs().max() <= 1e-5 * scale
+            assert (batched - reference).abs().max() <= 1e-5 * scale, "not computed in float32"
+
+
+def test_numerics_say_what_identity_each_target_allows():
+    for quant in ("none", "8bit", "4bit"):
+        n = target_numerics("cpu", torch.float32, quant)
+        assert n.exact and "exact" in n.why
+    assert "int8" in target_numerics("cpu", torch.float32, "8bit").why
+    low = target_numerics("cpu", torch.bfloat16, "4bit")
+    assert not low.exact and low.tolerance == 0.5 and "near-tie" in low.why
+    gpu = target_numerics("cuda", torch.bfloat16, "4bit")
+    assert not gpu.exact and "NF4 kernel" in gpu.why
+    assert numerics_of({"device": "cuda:0 (H200)", "dtype": "bfloat16", "quantization": "4bit"}) == gpu
+    assert numerics_of({"device": "cpu (x86_64, 2 threads)", "dtype": "float32"}).exact
+
+
+def test_divergences_are_classified_by_margin_and_numerics():
+    bf16 = target_numerics("cpu", torch.bfloat16, "none")
+    fp32 = target_numerics("cpu", torch.float32, "4bit")
+    assert classify_divergence(4, 0.2, bf16).kind == NEAR_TIE
+    assert classify_divergence(4, -0.2, bf16).kind == NEAR_TIE  # the margin's sign says which token plain preferred
+    real = classify_divergence(4, 3.0, bf16)
+    assert real.kind == MISMATCH and "not a rounding near-tie" in real.reason
+    assert classify_divergence(4, 0.2, fp32).kind == MISMATCH  # fp32 rounds within far less than 0.2
+    assert classify_divergence(4, 0.001, fp32).kind == NEAR_TIE
+    assert classify_divergence(4, None, bf16).kind == NEAR_TIE  # a replay: the benefit of the doubt, said so
+    assert classify_divergence(4, None, fp32).kind == MISMATCH
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("real_model_threads")
+@pytest.mark.parametrize("mode", ["8bit", "4bit"])
+def test_quantized_default_model_speculative_equals_plain(mode):
+    """The cases that parted from plain decoding before (4-bit: both drafts stopped early after "the City of Light";
+    8-bit: "Write a haiku" differed at the first token): with row-independent kernels every draft lane equals plain
+    decoding of the same quantized target, token for token."""
+    from poss_core import methods
+    from poss_core.models.presets import get_preset
+
+    preset = get_preset("smollm2-135m")
+    target = load_preset_target(preset.target, quantization=mode, device="cpu", dtype=torch.float32)
+    assert target.quantization == mode and target.numerics.exact
+    cfg = methods.decode_config(preset, max_new_tokens=40)
+    for prompt in ["What is the capital of France?", "Write a haiku about the sea."]:
+        ids = encode_prompt(target.tokenizer, prompt)
+        plain = list(PlainDecoder(target, cfg).generate(ids))[-1]
+        for name in ("eagle", "poss2"):
+            method = methods.get_method(preset, name)
+            draft = methods.load_draft(method, target, cfg.depth)
+            spec = list(methods.build_decoder(method, target, cfg, draft).generate(ids))[-1]
+            assert spec.token_ids == plain.token_ids, f"{mode} {name} on {prompt!r}"
+            assert spec.stats["tau"] > 1.5  # the drafts, trained on the full-precision target, still get accepted

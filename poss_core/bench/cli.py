@@ -39,6 +39,7 @@ from ..decoding.config import LIMITS, DecodeConfig
 from ..decoding.decoder import encode_prompt
 from ..errors import ConfigError, PossError, run_cli
 from ..models.loading import add_dtype_argument, load_preset_target, parse_dtype
+from ..models.numerics import plain_margin
 from ..models.presets import Preset, get_preset
 from ..paths import project_root
 from . import runner
@@ -254,9 +255,10 @@ def check_identity(records, target, temperature: float) -> dict:
     by_key = {(r.method, r.key): r for r in records}
     for mm in first_divergences(identity["mismatches"]).values():
         rec = by_key[(identity["reference"], (mm["run"], mm["dataset"], mm["question_id"], mm["turn"]))]
-        mm["margin"] = runner.diagnose_mismatch(target, rec.prompt_ids, rec.token_ids, mm["index"], mm["got"])
-    return classify_mismatches(identity, runner.near_tie_tolerance(target.dtype),
-                               str(target.dtype).replace("torch.", ""))
+        mm["margin"] = plain_margin(target, rec.prompt_ids, rec.token_ids, mm["index"], mm["got"])
+    numerics = target.numerics
+    return {**classify_mismatches(identity, numerics.tolerance, str(target.dtype).replace("torch.", "")),
+            "quantization": target.quantization, "numerics": numerics.why}
 
 
 def run_meta(args, argv: Sequence[str], preset: Preset, target, lanes: Sequence[runner.BenchLane], questions,

@@ -27,9 +27,10 @@ def identity_banner(identity: dict[str, Any]) -> str:
         return f"Identity check skipped: {identity['skipped']}."
     if identity["reference"] is None:
         return "Identity check not run: no plain-decoding method in --methods."
+    why = f" ({identity['numerics']})" if identity.get("numerics") else ""
     if n == 0 and not ties:
         return (f"Identity check PASSED: every method's output equals {identity['reference']} token for token "
-                f"on {identity['checked']} turns.")
+                f"on {identity['checked']} turns{why}.")
     if n == 0:
         first = sum(1 for m in ties if m["kind"] == "near-tie")
         return (f"Identity check PASSED up to rounding: {identity['checked'] - len(ties)} of {identity['checked']} "
@@ -37,12 +38,12 @@ def identity_banner(identity: dict[str, Any]) -> str:
                 f"target's logits for the two tokens are within {identity['tolerance']:g} of each other (a near-tie "
                 f"that {identity.get('precision') or 'this precision'} rounds differently in a batched verify pass "
                 f"and a one-token step), and {len(ties) - first} only after such a divergence in an earlier turn. "
-                f"No real mismatch.")
+                f"No real mismatch{why}.")
     methods = sorted({m["method"] for m in identity["mismatches"]})
     extra = f" ({len(ties)} more differ only at rounding near-ties)" if ties else ""
     return (f"!!! IDENTITY CHECK FAILED: {n} of {identity['checked']} turns differ from {identity['reference']} "
             f"({', '.join(methods)}){extra}. At temperature 0 speculative decoding must reproduce plain decoding "
-            f"exactly: this is a bug. !!!")
+            f"exactly: this is a bug{why}. !!!")
 
 
 def _fmt(v: float | None, digits: int = 2, pct: bool = False) -> str:

@@ -15,7 +15,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import torch
 from tqdm import tqdm
 
 from .. import methods
@@ -236,22 +235,3 @@ def run_questions(lanes: Sequence[BenchLane], target, questions: Sequence[Questi
                     bar.update(1)
     bar.close()
     return records, skipped
-
-
-def near_tie_tolerance(dtype) -> float:
-    """How far apart two logits may be and still swap under rounding between a batched and a one-token forward:
-    a few units in the last place of bf16/fp16 at the logits' scale (|logit| ~ 10-30), a hair in fp32."""
-    return {torch.bfloat16: 0.5, torch.float16: 0.0625}.get(dtype, 0.01)
-
-
-def diagnose_mismatch(target, prompt_ids: list[int], want: list[int], index: int, got: int | None = None) -> float:
-    """Where a method first diverged, the plain target's logit of its own token minus that of the method's token
-    (top-1 minus top-2 when the method's output simply ended there): ~0 means a numerical near-tie, a large margin
-    a real bug."""
-    ids = torch.tensor([list(prompt_ids) + list(want[:index])], device=target.device)
-    with torch.inference_mode():
-        logits = target.model(ids).logits[0, -1].float()
-    if got is not None and index < len(want):
-        return float(logits[want[index]] - logits[got])
-    top = torch.topk(logits, 2).values
-    return float(top[0] - top[1])

@@ -1,4 +1,19 @@
-"""Quantized targets (bitsandbytes 8-bit / 4-bit NF4) when the model would not fit otherwise. Drafts stay unquantized."""
+"""Quantized targets (bitsandbytes 8-bit / 4-bit NF4) when the model would not fit otherwise. Drafts stay unquantized.
+
+Both modes are set up so that a row's result does not depend on the other rows of a forward and carries no rounding
+coarser than the compute dtype's, which is what keeps greedy speculative decoding identical to plain decoding of the
+same quantized target (`numerics.py`):
+- 8-bit is LLM.int8 without the outlier split (`llm_int8_threshold=0`). With the split, the outlier columns are
+  chosen from the whole batch, so a tree's other rows change a row's result (measured on SmolLM2-135M: 4 of 6
+  speculative runs parted from plain decoding, one at the first token). Without it each row is quantized on its own
+  and multiplied in exact integer arithmetic. The price: int8 without outliers is weaker on large models whose
+  activations have outlier features (the LLM.int8 paper's case); measure τ on such a target.
+- 4-bit NF4 on a CPU with AVX-512 BF16 would use bitsandbytes' fused kernel, which rounds the activations to bf16
+  whatever the compute dtype: a float32 target then behaves like a bf16 one, and a batched verify pass and a
+  one-token step drifted apart by up to 0.2 in the logits (SmolLM2-135M; 2 of 6 speculative runs parted from plain
+  decoding at near-ties). `use_row_independent_kernels` keeps the dequantize-and-multiply path in the compute dtype
+  instead, for one row as for many. (It is also faster for trees: the fused kernel is a matrix-vector kernel.)
+"""
 
 from __future__ import annotations
 
@@ -79,6 +94,22 @@ def bnb_config(mode: str, compute_dtype: torch.dtype):
     except ImportError as err:  # pragma: no cover - bitsandbytes is in requirements
         raise ConfigError(f"quantization={mode} needs the bitsandbytes package: pip install bitsandbytes") from err
     if mode == "8bit":
-        return BitsAndBytesConfig(load_in_8bit=True)
+        return BitsAndBytesConfig(load_in_8bit=True, llm_int8_threshold=0.0)  # row-independent: see the docstring
     return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=compute_dtype,
                               bnb_4bit_use_double_quant=True)
+
+
+def use_row_independent_kernels(model: torch.nn.Module) -> int:
+    """Keep every bitsandbytes 4-bit layer of `model` off the CPU's fused kernel (it rounds activations to bf16, so
+    one-token and batched forwards drift apart), so it dequantizes and multiplies in its compute dtype for any number
+    of rows. Call it before the first forward (the fused kernel repacks the weights on first use). Returns the number
+    of layers switched."""
+    switched = 0
+    for module in model.modules():
+        if getattr(module, "support_avx512bf16_for_cpu", False):
+            if getattr(getattr(module.weight, "quant_state", None), "packing_format_for_cpu", False):
+                raise RuntimeError("a 4-bit layer was already repacked for the fused CPU kernel: call "
+                                   "use_row_independent_kernels before the model's first forward")
+            module.support_avx512bf16_for_cpu = False
+            switched += 1
+    return switched

@@ -8,6 +8,8 @@ import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 from transformers.cache_utils import DynamicLayer
 
+from .numerics import Numerics, target_numerics
+
 
 @dataclass
 class TargetOutput:
@@ -159,6 +161,10 @@ class TargetModel:
     def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, name: str = "target",
                  quantization: str = "none") -> None:
         self.model = model.eval()
+        if quantization != "none":
+            from .quantization import use_row_independent_kernels
+
+            use_row_independent_kernels(self.model)
         self.tokenizer = tokenizer
         self.name = name
         self.quantization = quantization
@@ -214,6 +220,11 @@ class TargetModel:
         # The mask must match the dtype of the attention scores: the model's compute dtype.
         emb = self.model.get_input_embeddings().weight
         return emb.dtype if emb.is_floating_point() else torch.float32
+
+    @property
+    def numerics(self) -> Numerics:
+        """What identity with plain decoding this target's device, compute dtype and quantization allow."""
+        return target_numerics(self.device.type, self.dtype_for_mask, self.quantization)
 
     def input_embedding_weight(self) -> torch.Tensor:
         return self.model.get_input_embeddings().weight

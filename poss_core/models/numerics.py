@@ -1,0 +1,113 @@
+"""What identity with plain decoding a target's numerics allow, and why; and where a lane parts from plain decoding,
+the plain target's own logit margin there, classified as a rounding near-tie or a real mismatch.
+
+Greedy speculative decoding reproduces plain decoding exactly when a row's result does not depend on the other rows
+of the forward: the tree's batched verify pass and plain decoding's one-token step then give the same numbers. That
+holds for float32 on a CPU, and for this project's bitsandbytes targets (`quantization.use_row_independent_kernels`).
+In bf16/fp16 (and on GPUs) a batched and a one-token matmul round differently, so two tokens whose logits are within
+a few units in the last place can swap: a near-tie, which the badge and the benchmark name with its margin."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+EXACT, NEAR_TIE, MISMATCH = "exact", "near-tie", "mismatch"
+
+
+@dataclass(frozen=True)
+class Numerics:
+    """What a target's forward promises: `exact` row independence, or identity up to `tolerance` (a logit margin
+    below which a one-token and a batched forward may pick different tokens), with the reason in words."""
+
+    exact: bool
+    tolerance: float
+    why: str
+
+
+def _dtype_name(dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def rounding_tolerance(dtype) -> float:
+    """How far apart two logits may be and still swap under rounding between a batched and a one-token forward:
+    a few units in the last place of bf16/fp16 at the logits' scale (|logit| ~ 10-30), a hair in fp32."""
+    return {"bfloat16": 0.5, "float16": 0.0625}.get(_dtype_name(dtype), 0.01)
+
+
+def target_numerics(device_type: str, dtype, quantization: str = "none") -> Numerics:
+    """The identity a target of this device, compute dtype and quantization mode allows."""
+    name = _dtype_name(dtype)
+    tol = rounding_tolerance(dtype)
+    quant = {"8bit": "int8 weights (LLM.int8 without the outlier split: each row is quantized on its own and "
+                     "multiplied in integer arithmetic, so other rows never change it)",
+             "4bit": "NF4 weights (dequantized and multiplied in the compute dtype, whatever the number of rows)"
+             }.get(quantization, "")
+    if name in ("bfloat16", "float16"):
+        why = (f"{name}: a batched verify pass and a one-token plain step round differently, so two tokens whose "
+               f"logits are within about {tol:g} can swap (a rounding near-tie; float32 gives exact identity)")
+        if quantization == "4bit" and device_type == "cuda":
+            why += ("; bitsandbytes' NF4 kernel for a few rows and its dequantize-and-multiply for many also round "
+                    "differently")
+        return Numerics(False, tol, why + (f"; {quant}" if quant else ""))
+    if device_type != "cpu":
+        return Numerics(False, tol, f"{name} on {device_type}: batched and one-token kernels may accumulate in "
+                                    f"another order, so a near-tie within {tol:g} can swap")
+    why = ("float32 on a CPU: a row's result is the same alone or in a batch (up to accumulation order, far below "
+           "any margin seen), so identity is exact")
+    return Numerics(True, tol, why + (f"; {quant}" if quant else ""))
+
+
+def numerics_of(hardware: dict[str, str]) -> Numerics:
+    """The numerics of the target a comparison ran on, from its hardware record (device, dtype, quantization), so
+    a saved run's badges say what its own target allowed."""
+    device = str(hardware.get("device", "cpu")).split(" ")[0].split(":")[0] or "cpu"
+    return target_numerics(device, hardware.get("dtype") or "float32", hardware.get("quantization") or "none")
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """Where a lane first parts from plain decoding (0-based token `index`), the plain target's logit of its own
+    token minus the lane's (None: not measured, e.g. a replay), and what that makes it."""
+
+    index: int
+    margin: float | None
+    kind: str  # NEAR_TIE or MISMATCH
+    reason: str
+    tolerance: float = 0.0
+
+
+def classify_divergence(index: int, margin: float | None, numerics: Numerics) -> Divergence:
+    """A near-tie when the plain target's margin is within the numerics' tolerance; otherwise a mismatch (a bug:
+    verification is meant to be lossless). Without a margin (a replay), low-precision numerics give the benefit of
+    the doubt and say so; exact numerics do not."""
+    if margin is None:
+        if numerics.exact:
+            return Divergence(index, None, MISMATCH, f"margin not measured, and not expected ({numerics.why})",
+                              numerics.tolerance)
+        return Divergence(index, None, NEAR_TIE, f"margin not measured; {numerics.why}", numerics.tolerance)
+    if abs(margin) <= numerics.tolerance:
+        return Divergence(index, margin, NEAR_TIE, f"plain's logit margin there is {margin:.2g}, within "
+                                                   f"{numerics.tolerance:g}: {numerics.why}", numerics.tolerance)
+    return Divergence(index, margin, MISMATCH, f"plain's logit margin there is {margin:.3g}, not a rounding "
+                                               f"near-tie ({numerics.why})", numerics.tolerance)
+
+
+def plain_margin(target, prompt_ids: list[int], want: list[int], index: int, got: int | None = None) -> float:
+    """Where a method first diverged, the plain target's logit of its own token minus that of the method's token
+    (top-1 minus top-2 when the method's output simply ended there): ~0 means a numerical near-tie, a large margin
+    a real bug."""
+    ids = torch.tensor([list(prompt_ids) + list(want[:index])], device=target.device)
+    with torch.inference_mode():
+        logits = target.model(ids).logits[0, -1].float()
+    if got is not None and index < len(want):
+        return float(logits[want[index]] - logits[got])
+    top = torch.topk(logits, 2).values
+    return float(top[0] - top[1])
+
+
+def first_difference(tokens: list[int], plain_tokens: list[int]) -> int | None:
+    """The first index where two token lists differ (None: equal as far as both go)."""
+    n = min(len(tokens), len(plain_tokens))
+    return next((i for i in range(n) if tokens[i] != plain_tokens[i]), None)
