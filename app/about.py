@@ -53,6 +53,24 @@ METRICS = """
   the plain lane's tokens/s, same target, same hardware, same prompt and max tokens, batch 1.
 * Lanes run **in turns, one round each**, on one machine; each lane's time is the sum of its own rounds, so its
   speed is what it would get alone. Every chart states its sample size (rounds): a few rounds are anecdotes.
+
+### Identity with plain decoding, precision and quantization
+At temperature 0 every lane must write exactly what the plain lane writes. That rests on one property of the
+target's arithmetic: a token's result must not depend on the other tokens in the same forward pass, because plain
+decoding runs one token at a time and verification runs the whole tree at once.
+* **float32 on a CPU** has it (up to accumulation order, far below any margin seen): every lane is identical.
+* **bfloat16 / float16** round a batched and a one-token matrix product differently, so where the target's two best
+  tokens are within a fraction of a logit (0.5 in bf16) a lane can take the other one: a **rounding near-tie**. The badge
+  then gives the plain target's own logit margin there; a larger margin would be a real mismatch (a bug), and the
+  badge says that too.
+* **8-bit** targets use LLM.int8 *without* its outlier split: the split picks outlier columns from the whole batch,
+  so the tree's other rows changed a row's result (4 of 6 test runs parted from plain decoding, one at the first
+  token). Without it each row is quantized on its own and multiplied in integer arithmetic. Large models with
+  outlier features lose some quality that way; the identity is kept.
+* **4-bit NF4** targets dequantize their weights and multiply in the compute dtype. bitsandbytes' fused CPU kernel
+  would round the activations to bfloat16, so a float32 target would behave like a bfloat16 one.
+* The drafts are trained on the full-precision target's features: a quantized target keeps the output lossless
+  with respect to *itself*, but accepts fewer draft tokens, and on a CPU it is slower, not faster (it saves memory).
 """
 
 DIAGRAM = """

@@ -1,7 +1,8 @@
-"""The project's two benchmark settings as one command each, over the six evaluation sets in ../shared/data/eval/.
+"""The project's benchmark settings as one command each, over the six evaluation sets in ../shared/data/eval/.
 
     python scripts/benchmark.py paper [--limit 3] [--drafts DIR] [--out results/paper] [--evidence]
     python scripts/benchmark.py auto  [--max-new-tokens 64] [--drafts DIR] [--out results/auto]
+    python scripts/benchmark.py quantized [--out results/quantized]
 
 paper: the paper's settings (fp32, depth 6, top-k 10, a 60-token tree, 64 new tokens, one run): τ and pos-acc, which
 do not depend on the machine's speed. auto: bf16 with the tree budget chosen for this machine (`--tree-budget auto`,
@@ -10,6 +11,9 @@ Anything after `--` goes to `python -m poss_core.bench` unchanged. `--drafts DIR
 bundled ones (e.g. runs/smollm2-135m/stage-14/drafts). Progress, tables and charts come from the benchmark itself.
 `--evidence` then writes the run's evidence summary to assets/evidence/PRESET.json (what the app's Evidence tab
 shows): `python scripts/benchmark.py paper --evidence` is the command that refreshes the bundled drafts' one.
+quantized: the paper's tree (fp32 compute, 128 new tokens, two questions per set) with the target in full precision,
+8-bit and 4-bit NF4 (bitsandbytes), the drafts unchanged, one folder each under --out; then one table of τ,
+speed-up, plain tokens/s and the identity check per quantization (docs/results.md).
 """
 
 from __future__ import annotations
@@ -28,10 +32,49 @@ SETTINGS = {
               "flags": ["--runs", "1", "--depth", "6", "--top-k", "10", "--tree-budget", "60"]},
     "auto": {"methods": "plain,plain-float32,eagle,poss2,poss3,pld", "limit": 2, "max_new_tokens": 64,
              "flags": ["--runs", "2", "--tree-budget", "auto", "--dtype", "bfloat16", "--remeasure"]},
+    "quantized": {"methods": "plain,eagle,poss2", "limit": 2, "max_new_tokens": 128,
+                  "flags": ["--runs", "1", "--depth", "6", "--top-k", "10", "--tree-budget", "60", "--no-hf-generate"]},
 }
+QUANTIZATIONS = ("none", "8bit", "4bit")  # the `quantized` setting runs once per mode
 
 
-def bench_command(args: argparse.Namespace, extra: list[str]) -> list[str]:
+def bench_commands(args: argparse.Namespace, extra: list[str]) -> list[list[str]]:
+    """One benchmark command, or for `quantized` one per quantization mode (each in its own folder)."""
+    if args.settings != "quantized":
+        return [bench_command(args, extra)]
+    out = args.out or "results/quantized"
+    return [bench_command(args, ["--quantization", q, *extra], out=f"{out}/{q}") for q in QUANTIZATIONS]
+
+
+def quantized_table(out: str) -> str:
+    """τ (mean of datasets, 95% interval), speed-up and tokens/s (pooled), per quantization and method, with each
+    run's identity check, as a Markdown table."""
+    sys.path.insert(0, str(ROOT))
+    from poss_core.bench.evidence import OVERALL, load_evidence
+
+    rows = ["| target | method | τ, mean of datasets (95% interval) | speed-up | tokens/s | identity with plain |",
+            "|---|---|---|---|---|---|"]
+    for q in QUANTIZATIONS:
+        path = ROOT / out / q / "evidence.json"
+        if not path.is_file():
+            rows.append(f"| {q} | not run ({path} is missing) | | | | |")
+            continue
+        ev = load_evidence(path)
+        ident = ev.identity
+        identity = (f"{ident.checked - ident.mismatches - ident.near_ties} of {ident.checked} turns identical"
+                    + (f", {ident.near_ties} near-ties" if ident.near_ties else "")
+                    + (f", **{ident.mismatches} mismatches**" if ident.mismatches else ""))
+        for m in ev.methods:
+            res = ev.results[m.name]
+            cell = res.scopes[OVERALL]
+            tau = res.tau_mean_of_datasets
+            tau_text = "1.00" if m.plain else f"{tau.value:.2f} ({tau.low:.2f} to {tau.high:.2f})"
+            rows.append(f"| {q} | {m.short} | {tau_text} | ×{cell.speedup.mean:.2f} | {cell.tokens_per_s.mean:.1f} | "
+                        f"{'' if m.plain else identity} |")
+    return "\n".join(rows)
+
+
+def bench_command(args: argparse.Namespace, extra: list[str], out: str | None = None) -> list[str]:
     s = SETTINGS[args.settings]
     eval_files = sorted(f"../shared/data/eval/{p.name}" for p in (ROOT.parent / "shared/data/eval").glob("*.jsonl"))
     if not eval_files:
@@ -39,7 +82,7 @@ def bench_command(args: argparse.Namespace, extra: list[str]) -> list[str]:
     return [sys.executable, "-m", "poss_core.bench", "--preset", args.preset,
             "--methods", args.methods or s["methods"], "--data", *eval_files,
             "--limit", str(args.limit or s["limit"]), "--max-new-tokens", str(args.max_new_tokens or s["max_new_tokens"]),
-            *s["flags"], "--threads", str(args.threads), "--out", args.out or f"results/{args.settings}", *extra]
+            *s["flags"], "--threads", str(args.threads), "--out", out or args.out or f"results/{args.settings}", *extra]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -53,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--drafts", default=None, help="a folder with one subfolder per method (default: the bundled drafts)")
     p.add_argument("--methods", default=None, help="comma-separated (default: " +
                    "; ".join(f"{k}: {v['methods']}" for k, v in SETTINGS.items()) + ")")
-    p.add_argument("--limit", type=int, default=None, help="questions per dataset (paper 3, auto 2)")
+    p.add_argument("--limit", type=int, default=None, help="questions per dataset (paper 3, auto 2, quantized 2)")
     p.add_argument("--max-new-tokens", type=int, default=None, help="new tokens per answer (64)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--out", default=None, help="results folder (default results/SETTINGS)")
@@ -62,13 +105,13 @@ def main(argv: list[str] | None = None) -> int:
                         "tab)")
     p.add_argument("--dry-run", action="store_true", help="print the command without running it")
     args = p.parse_args(argv)
-    cmd = bench_command(args, extra)
+    benches = bench_commands(args, extra)
     env = dict(os.environ)
     if args.drafts:
         if not Path(args.drafts).is_dir():
             raise SystemExit(f"error: --drafts {args.drafts} is not a folder.")
         env["POSS_DRAFTS_DIR"] = args.drafts
-    commands = [cmd] + ([evidence_command(args, cmd)] if args.evidence else [])
+    commands = benches + ([evidence_command(args, benches[-1])] if args.evidence else [])
     for c in commands:
         print(("POSS_DRAFTS_DIR=" + args.drafts + " " if args.drafts else "") + " ".join(
             "python" if part == sys.executable else part for part in c), flush=True)
@@ -78,6 +121,8 @@ def main(argv: list[str] | None = None) -> int:
         rc = subprocess.call(c, env=env, cwd=ROOT)
         if rc != 0:
             return rc
+    if args.settings == "quantized":
+        print(quantized_table(args.out or "results/quantized"))
     return 0
 
 

@@ -177,7 +177,8 @@ def load_preset_target(target_name: str, quantization: str = "auto", device: str
     `0:20GiB,1:20GiB,cpu:60GiB`), so every CLI and the app take it."""
     device_map = device_map or os.environ.get("POSS_DEVICE_MAP") or None
     max_memory = max_memory or parse_max_memory(os.environ.get("POSS_MAX_MEMORY"))
-    from .quantization import bnb_config, choose_quantization, estimate_kv_bytes, estimate_target_bytes, free_cuda_bytes
+    from .quantization import (bnb_config, choose_quantization, cpu_cost_note, estimate_kv_bytes, estimate_target_bytes,
+                               free_cuda_bytes)
 
     if target_name == "builtin:tiny-random":
         from .tiny import tiny_target
@@ -209,6 +210,8 @@ def load_preset_target(target_name: str, quantization: str = "auto", device: str
         mode = choice.mode
     else:
         choose_quantization(quantization, dev.type, 0, None)  # validates the name
+    if dev.type == "cpu" and mode != "none":
+        print(f"[poss] {cpu_cost_note(mode)}", file=sys.stderr)
     qcfg = bnb_config(mode, dtype or default_dtype(dev))
     return load_target(target_name, device=str(dev), dtype=dtype, quantization_config=qcfg, quantization=mode,
                        device_map=device_map, max_memory=max_memory)

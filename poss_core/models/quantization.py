@@ -77,6 +77,13 @@ def choose_quantization(mode: str, device_type: str, need_bytes: int, free_bytes
                       f"GPU memory even in 4-bit: pick a smaller preset.")
 
 
+def cpu_cost_note(mode: str) -> str:
+    """What a quantized target costs on a CPU, said before it loads (bitsandbytes saves memory there, not time)."""
+    return (f"quantization {mode} on a CPU: bitsandbytes saves memory, not time (plain decoding of SmolLM2-135M ran "
+            f"about 2-3x slower than float32), and drafts trained on the full-precision target are accepted less "
+            f"(docs/results.md, 'Quantized targets')")
+
+
 def free_cuda_bytes(device: torch.device) -> int | None:
     if device.type != "cuda" or not torch.cuda.is_available():
         return None
