@@ -30,6 +30,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="comparisons decoding at once; more wait in the queue (default 2)")
     p.add_argument("--max-call-seconds", type=float, default=300.0,
                    help="the most seconds one Run, Replay or /compare call decodes before it is stopped (default 300)")
+    p.add_argument("--no-call-fits", action="store_true",
+                   help="a Run or /compare call never starts a tree-budget fit: auto budgets come only from the fits "
+                        "made at start-up (or cached on disk), else the lane uses the default budget and says so "
+                        "(for a public server; without it a call may fit, within --max-call-seconds)")
     p.add_argument("--queue-size", type=int, default=64, help="most requests waiting in the queue (default 64)")
     p.add_argument("--threads", type=int, default=None,
                    help="torch CPU threads (default: half the cores, at least 1, which leaves a core to the web "
@@ -106,7 +110,8 @@ def main(argv: list[str] | None = None) -> None:
     if not 0 < args.max_call_seconds < float("inf"):
         build_parser().error(f"--max-call-seconds={args.max_call_seconds}: use a number of seconds > 0.")
     demo = build_demo(preset=args.preset, concurrency=args.concurrency, precision=precision,
-                      call_limit_s=args.max_call_seconds, results_dir=args.results_dir)
+                      call_limit_s=args.max_call_seconds, results_dir=args.results_dir,
+                      call_fits=not args.no_call_fits)
     demo.queue(max_size=args.queue_size, default_concurrency_limit=args.concurrency)
     if not args.no_preload:
         prepare_target(args.preset)  # before the page is up: its first Run then only loads a prepared checkpoint

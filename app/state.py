@@ -14,7 +14,7 @@ from typing import Any
 
 from poss_core import methods
 from poss_core.bench.records import light_event, pool_events
-from poss_core.compare import Comparison, Lane, RunSpec, cpu_bf16_units
+from poss_core.compare import CallBudget, Comparison, Lane, RunSpec, cpu_bf16_units
 from poss_core.decoding.config import check_prompt_text
 from poss_core.events import RoundEvent
 from poss_core.errors import ConfigError, PromptError
@@ -24,6 +24,10 @@ DEFAULT_METHODS = [methods.PLAIN, "eagle", "poss2"]
 # The server-side cap on work per call: a Run, Replay or /compare call decodes for at most this many seconds, then
 # its lanes are stopped and the status (or the API's answer) says so. `python app.py --max-call-seconds` sets it.
 CALL_LIMIT_S = 300.0
+# Whether a call may start a new tree-budget fit (within its CALL_LIMIT_S); False: only fits cached at start-up or on
+# disk are used, and a lane that would need a new one starts on the default budget and says so
+# (`python app.py --no-call-fits`, for a public server).
+CALL_FITS = True
 # "All my runs" keeps at most this many rounds per preset and method in a tab, the oldest dropped first. A pooled
 # round is light (the accepted path and one node per other depth, no token ids): about 0.8 KB at depth 6, so a full
 # method pool is about 2.5 MB (docs/architecture.md, "Limits a public app needs", says how this was measured).
@@ -192,6 +196,7 @@ class Session:
     loaded: Comparison | None = None  # a loaded run, not yet replayed or stepped through
     history: list[dict] = field(default_factory=list)  # the conversation so far (multi-turn)
     pins: dict[int, int] = field(default_factory=dict)  # lane -> round the user scrubbed the tree to
+    call: CallBudget | None = None  # the budget of the call this tab runs (Stop sets it, also before its lanes exist)
     status: tuple[str, str] = ("Type a prompt (or pick an example) and press Run.", "info")
     last_seen: float = field(default_factory=time.monotonic)  # the tab's last request
     released: str | None = None  # why the store ended this tab's paused work (said on the next Step)
@@ -235,7 +240,10 @@ class Session:
 
     def end_work(self, why: str) -> None:
         """Stop this tab's comparison and free its decoders (their KV caches): a running one stops before its next
-        round (the handler streaming it closes it), a paused Step session is closed here."""
+        round (the handler streaming it closes it), a paused Step session is closed here; a call still loading or
+        fitting stops within one round of that."""
+        if self.call is not None:
+            self.call.set()
         comp = self.comparison
         if comp is None or comp.finished:
             return

@@ -47,13 +47,16 @@ side against plain decoding: coloured tokens came from the draft, underlined one
 
 
 def build_demo(preset: str = DEFAULT_PRESET, concurrency: int = 2, precision: str = "auto",
-               call_limit_s: float | None = None, results_dir: str | None = None) -> gr.Blocks:
+               call_limit_s: float | None = None, results_dir: str | None = None,
+               call_fits: bool = True) -> gr.Blocks:
     """The whole app. `concurrency` caps how many comparisons (runs, steps, API calls) decode at once; `precision`
     is the Precision setting's initial value (`python app.py --dtype`); `call_limit_s` the most seconds one call
     decodes (state.CALL_LIMIT_S; `python app.py --max-call-seconds`); `results_dir` a folder the Evidence tab may
-    read results from besides results/ (`python app.py --results-dir`)."""
+    read results from besides results/ (`python app.py --results-dir`); `call_fits` False offers only the tree-budget
+    fits cached at start-up or on disk (state.CALL_FITS; `python app.py --no-call-fits`)."""
     if call_limit_s is not None:
         state.CALL_LIMIT_S = float(call_limit_s)
+    state.CALL_FITS = bool(call_fits)
     if results_dir:
         evidence_view.RESULTS_DIR = Path(results_dir)
     state.SESSIONS.start_reaper()  # paused Step sessions idle past SESSIONS.idle_s free their decoders
