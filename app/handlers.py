@@ -3,11 +3,13 @@ request, testable directly; each returns (or streams) every output through `rend
 
 from __future__ import annotations
 
+import itertools
 import sys
 import tempfile
 import threading
 import time
 import traceback
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -326,14 +328,52 @@ def drop_session(request: gr.Request = None) -> None:
 
 
 def save_handler(request: gr.Request | None = None) -> Any:
-    """Write this tab's last run (all events plus settings) as JSONL and offer it for download."""
+    """Write this tab's last run (all events plus settings) as JSONL and offer it for download. A run is written
+    once (saving it again offers the same file), and the folder is kept small (`prune_saved_runs`): Gradio serves
+    its own copy, so ours is only needed until that copy is made."""
     session = SESSIONS.get(request)
     comp = session.comparison
     if comp is None or not any(lane.events for lane in comp.lanes):
         raise gr.Error("Nothing to save yet: run a comparison first.")
-    folder = Path(tempfile.gettempdir()) / "poss-runs"
-    name = f"poss-run-{time.strftime('%Y%m%d-%H%M%S')}-{SESSIONS.key(request)[:8]}.jsonl"
-    return str(saved_runs.save_run(comp, folder / name))
+    known = _SAVED.get(comp)
+    if known is not None and known.is_file():
+        return str(known)
+    folder = saved_runs_dir()
+    prune_saved_runs(folder)
+    name = f"poss-run-{time.strftime('%Y%m%d-%H%M%S')}-{SESSIONS.key(request)[:8]}-{next(_SAVE_COUNT)}.jsonl"
+    path = _SAVED[comp] = saved_runs.save_run(comp, folder / name)
+    return str(path)
+
+
+SAVED_RUNS_KEPT = 16  # saved-run files kept in saved_runs_dir(), the newest
+SAVED_RUN_AGE_S = 600.0  # older ones are deleted at the next save (Gradio has copied them into its cache by then)
+_SAVED: "weakref.WeakKeyDictionary[Comparison, Path]" = weakref.WeakKeyDictionary()  # each run's file, written once
+_SAVE_COUNT = itertools.count()
+
+
+def saved_runs_dir() -> Path:
+    return Path(tempfile.gettempdir()) / "poss-runs"
+
+
+def prune_saved_runs(folder: Path, keep: int | None = None, age_s: float | None = None) -> int:
+    """Delete saved-run files older than `age_s` and all but the newest `keep` (SAVED_RUN_AGE_S, SAVED_RUNS_KEPT);
+    returns how many went."""
+    keep = SAVED_RUNS_KEPT if keep is None else keep
+    age_s = SAVED_RUN_AGE_S if age_s is None else age_s
+    try:
+        files = sorted((p for p in folder.glob("poss-run-*.jsonl") if p.is_file()), key=lambda p: p.stat().st_mtime,
+                       reverse=True)
+    except OSError:
+        return 0
+    now, gone = time.time(), 0
+    for i, path in enumerate(files):
+        try:
+            if i >= keep or now - path.stat().st_mtime > age_s:
+                path.unlink()
+                gone += 1
+        except OSError:  # deleted meanwhile by another save: nothing to do
+            pass
+    return gone
 
 
 def load_handler(file: Any, view: View, request: gr.Request | None = None) -> list:

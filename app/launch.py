@@ -35,6 +35,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "made at start-up (or cached on disk), else the lane uses the default budget and says so "
                         "(for a public server; without it a call may fit, within --max-call-seconds)")
     p.add_argument("--queue-size", type=int, default=64, help="most requests waiting in the queue (default 64)")
+    p.add_argument("--cache-minutes", type=float, default=10.0,
+                   help="uploads and downloads in Gradio's cache are deleted once this old (default 10)")
+    p.add_argument("--idle-minutes", type=float, default=10.0,
+                   help="a tab idle this long has its paused Step ended and the runs it holds freed (default 10)")
     p.add_argument("--threads", type=int, default=None,
                    help="torch CPU threads (default: half the cores, at least 1, which leaves a core to the web "
                         "server and the drawing; on a busy CPU it is also far faster than oversubscribing)")
@@ -102,16 +106,20 @@ def main(argv: list[str] | None = None) -> None:
     import torch
 
     torch.set_num_threads(cpu_threads(args.threads))
+    from app import state
     from app.state import initial_precision
     from app.ui import build_demo, launch_kwargs
     from poss_core.compare import cpu_bf16_units, cuda_available
 
     precision = initial_precision(args.dtype, cuda_available(), cpu_bf16_units())
-    if not 0 < args.max_call_seconds < float("inf"):
-        build_parser().error(f"--max-call-seconds={args.max_call_seconds}: use a number of seconds > 0.")
+    for flag, value in (("--max-call-seconds", args.max_call_seconds), ("--cache-minutes", args.cache_minutes),
+                        ("--idle-minutes", args.idle_minutes)):
+        if not 0 < value < float("inf"):
+            build_parser().error(f"{flag}={value}: use a number > 0.")
+    state.SESSIONS.idle_s = args.idle_minutes * 60.0
     demo = build_demo(preset=args.preset, concurrency=args.concurrency, precision=precision,
                       call_limit_s=args.max_call_seconds, results_dir=args.results_dir,
-                      call_fits=not args.no_call_fits)
+                      call_fits=not args.no_call_fits, cache_age_s=args.cache_minutes * 60.0)
     demo.queue(max_size=args.queue_size, default_concurrency_limit=args.concurrency)
     if not args.no_preload:
         prepare_target(args.preset)  # before the page is up: its first Run then only loads a prepared checkpoint

@@ -260,6 +260,23 @@ class Session:
                 self.lock.release()
 
 
+    def free_runs(self, why: str) -> None:
+        """Let go of the finished (or stopped) run on show and a loaded saved run, with what they hold; "All my runs"
+        keeps its pooled rounds. Nothing happens while a handler holds the tab."""
+        if not self.lock.acquire(blocking=False):
+            return
+        try:
+            if self.comparison is not None and not self.comparison.finished:
+                return
+            self.pool_run(self.comparison)  # pooled once, whatever ended it
+            self.comparison, self.loaded, self.stepping = None, None, False
+            self.pins.clear()
+            self.status = (f"The run on show was cleared to free memory because {why}; your pooled runs are kept. "
+                           f"Run, or load a saved run, to see lanes again.", "info")
+        finally:
+            self.lock.release()
+
+
 class SessionStore:
     """Sessions by session hash. Past `capacity` the least recently used is evicted; a tab idle for `idle_s` seconds
     has its paused or running work stopped and its decoders freed (the lanes it shows stay). Either way the work ends:
@@ -304,17 +321,23 @@ class SessionStore:
         return session
 
     def reap(self, now: float | None = None) -> int:
-        """End the work of every tab idle for more than `idle_s` (returns how many); the store calls it on requests
-        and, once `start_reaper` ran, every `idle_s / 4` seconds."""
+        """End the work of every tab idle for more than `idle_s` and free the runs it holds (returns how many tabs);
+        the store calls it on requests and, once `start_reaper` ran, every `idle_s / 4` seconds. A paused Step
+        session is ended first (its decoders freed, its lanes shown); a finished, stopped or loaded run an idle tab
+        still holds is then let go, so memory no longer waits for eviction past `capacity` tabs."""
         now = time.monotonic() if now is None else now
         self._last_reap = now
         with self._lock:
-            # A tab streaming a Run holds its lock and is bounded by CALL_LIMIT_S: only paused work is reaped here.
+            # A tab streaming a Run holds its lock and is bounded by CALL_LIMIT_S: it is not reaped here.
             idle = [s for s in self._sessions.values() if now - s.last_seen > self.idle_s and not s.lock.locked()
-                    and s.comparison is not None and not s.comparison.finished]
+                    and (s.comparison is not None or s.loaded is not None)]
         minutes = self.idle_s / 60
+        idle_for = f"{minutes:g} minute{'s' if minutes != 1 else ''}"
         for s in idle:
-            s.end_work(f"it waited more than {minutes:g} minute{'s' if minutes != 1 else ''} for the next Step")
+            if s.comparison is not None and not s.comparison.finished:
+                s.end_work(f"it waited more than {idle_for} for the next Step")
+            else:
+                s.free_runs(f"this tab was idle for more than {idle_for}")
         return len(idle)
 
     def start_reaper(self) -> None:

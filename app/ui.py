@@ -20,6 +20,9 @@ from .api import compare_endpoint
 from .render import OUTPUT_NAMES, TOKEN_CLICK_JS, conversation_html, draft_note, legend_html, status_html
 from .state import DEFAULT_METHODS, RunSettings, View, method_choices, precision_note, ui_defaults
 
+# Gradio's cache (uploaded runs, downloads it serves) is swept every CACHE_SWEEP_S seconds: files older than the
+# cache age (`python app.py --cache-minutes`, 10 by default) are deleted, so the temp folder does not grow.
+CACHE_SWEEP_S = 60
 LOAD_CONCURRENCY = 2  # saved runs parsed at once (each is checked in full: up to a few seconds of CPU for a large one)
 
 TIMING_NOTE = ("Lanes run **in turns, one round each**, in one thread: each lane's tokens/s counts only its own "
@@ -48,12 +51,13 @@ side against plain decoding: coloured tokens came from the draft, underlined one
 
 def build_demo(preset: str = DEFAULT_PRESET, concurrency: int = 2, precision: str = "auto",
                call_limit_s: float | None = None, results_dir: str | None = None,
-               call_fits: bool = True) -> gr.Blocks:
+               call_fits: bool = True, cache_age_s: float = 600.0) -> gr.Blocks:
     """The whole app. `concurrency` caps how many comparisons (runs, steps, API calls) decode at once; `precision`
     is the Precision setting's initial value (`python app.py --dtype`); `call_limit_s` the most seconds one call
     decodes (state.CALL_LIMIT_S; `python app.py --max-call-seconds`); `results_dir` a folder the Evidence tab may
     read results from besides results/ (`python app.py --results-dir`); `call_fits` False offers only the tree-budget
-    fits cached at start-up or on disk (state.CALL_FITS; `python app.py --no-call-fits`)."""
+    fits cached at start-up or on disk (state.CALL_FITS; `python app.py --no-call-fits`); `cache_age_s` how old a file
+    in Gradio's cache may get before it is deleted (`python app.py --cache-minutes`)."""
     if call_limit_s is not None:
         state.CALL_LIMIT_S = float(call_limit_s)
     state.CALL_FITS = bool(call_fits)
@@ -69,7 +73,9 @@ def build_demo(preset: str = DEFAULT_PRESET, concurrency: int = 2, precision: st
     decode = {"concurrency_id": "decode", "concurrency_limit": concurrency}
     light = {"concurrency_limit": None, "show_progress": "hidden"}
 
-    with gr.Blocks(title="POSS vs EAGLE: speculative decoding", fill_width=True, analytics_enabled=False) as demo:
+    age = max(1, round(cache_age_s))
+    with gr.Blocks(title="POSS vs EAGLE: speculative decoding", fill_width=True, analytics_enabled=False,
+                   delete_cache=(min(CACHE_SWEEP_S, age), age)) as demo:
         gr.Markdown(HEADER)
         with gr.Tabs():
             with gr.Tab("Demo", id="demo"):

@@ -1,0 +1,70 @@
+"""What a public server keeps bounded besides a call's time: disk (Gradio's cache swept, saved runs written once into
+a small folder) and memory (the runs an idle tab holds are freed)."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+import pytest
+from app_settings import req, run_settings
+
+from app import handlers, render, state
+
+VIEW = state.View()
+
+
+def run_in(store: state.SessionStore, name: str, **kw):
+    """A finished Run in tab `name` of `store` (the app's handlers serve that store meanwhile)."""
+    list(handlers.run_handler(run_settings(**kw), VIEW, request=req(name)))
+    return store.get(req(name))
+
+
+@pytest.fixture
+def store(monkeypatch):
+    s = state.SessionStore(capacity=8, idle_s=60.0)
+    monkeypatch.setattr(handlers, "SESSIONS", s)
+    return s
+
+
+def test_the_app_sweeps_gradios_cache():
+    from app.ui import build_demo
+
+    demo = build_demo(preset="tiny-random", cache_age_s=120)
+    assert demo.delete_cache == (60, 120)
+
+
+def test_a_saved_run_is_written_once_and_the_folder_stays_small(store, tmp_path, monkeypatch):
+    monkeypatch.setattr(handlers, "saved_runs_dir", lambda: tmp_path)
+    monkeypatch.setattr(handlers, "SAVED_RUNS_KEPT", 3)
+    run_in(store, "saver")
+    first = handlers.save_handler(req("saver"))
+    assert handlers.save_handler(req("saver")) == first  # the same run again: the same file, not a new one
+    assert len(list(tmp_path.glob("*.jsonl"))) == 1
+    for i in range(5):
+        run_in(store, f"saver{i}")
+        handlers.save_handler(req(f"saver{i}"))
+    assert len(list(tmp_path.glob("*.jsonl"))) <= 3 + 1  # the kept ones, and the one just written
+    assert handlers.prune_saved_runs(tmp_path, keep=10, age_s=0.0) >= 3  # past the age, every file goes
+    assert list(tmp_path.glob("*.jsonl")) == []
+
+
+def test_an_idle_tab_lets_go_of_its_finished_and_loaded_runs(store, tmp_path, monkeypatch):
+    monkeypatch.setattr(handlers, "saved_runs_dir", lambda: tmp_path)
+    session = run_in(store, "idle-finished")
+    finished = weakref.ref(session.comparison)
+    saved = handlers.save_handler(req("idle-finished"))
+    loader = store.get(req("idle-loaded"))
+    handlers.load_handler(saved, VIEW, request=req("idle-loaded"))
+    loaded = weakref.ref(loader.loaded)
+    pooled = sum(p.rounds for pools in session.pools.values() for p in pools.values())
+    assert store.reap(now=session.last_seen + 30.0) == 0  # not idle yet: nothing goes
+    assert store.reap(now=max(session.last_seen, loader.last_seen) + 61.0) == 2
+    gc.collect()
+    assert finished() is None and loaded() is None, "an idle tab still holds its runs"
+    assert session.comparison is None and loader.loaded is None and loader.comparison is None
+    assert sum(p.rounds for pools in session.pools.values() for p in pools.values()) == pooled > 0
+    status = render.outputs_dict(handlers.view_handler(VIEW, request=req("idle-finished")))["status"]
+    assert "cleared to free memory" in status
+    out = render.outputs_dict(list(handlers.run_handler(run_settings(), VIEW, request=req("idle-finished")))[-1])
+    assert "Done" in out["status"]  # the tab works as before
