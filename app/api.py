@@ -16,7 +16,7 @@ from poss_core.json_safe import clean_json
 from poss_core.methods import PLAIN
 from poss_core.models.presets import DEFAULT_PRESET, get_preset
 
-from . import state
+from . import share, state
 from .state import RunSettings, ui_defaults
 
 PROGRESS_EVERY_S = 1.0  # how often /compare yields while it works: the points where a gone client is noticed
@@ -100,21 +100,23 @@ def compare_endpoint(app_preset: str, wrap: Callable = lambda fn: fn):
 
     async def compare(prompt: str, methods: list[str], preset: str = "", max_new_tokens: int = 64,
                       temperature: float = 0.0, top_p: float = 1.0, depth: int = 0, top_k: int = 0,
-                      tree_budget: int = 0, seed: int = 0, precision: str = "auto") -> dict:
+                      tree_budget: int = 0, seed: int = 0, precision: str = "auto",
+                      request: gr.Request = None) -> dict:
         cancel = threading.Event()
         call = functools.partial(work, prompt, methods, preset or app_preset, max_new_tokens, temperature, top_p,
                                  depth, top_k, tree_budget, seed, precision, cancel=cancel, quiet_refusals=True)
         began = time.monotonic()
-        answer = asyncio.get_running_loop().run_in_executor(None, call)
-        try:
-            while True:
-                done, _ = await asyncio.wait({answer}, timeout=PROGRESS_EVERY_S)
-                if done:
-                    break
-                yield {"running": True, "seconds": round(time.monotonic() - began, 1)}
-        except (asyncio.CancelledError, GeneratorExit):  # cancelled, or closed because the client went away
-            cancel.set()
-            raise
+        with share.running(request):
+            answer = asyncio.get_running_loop().run_in_executor(None, call)
+            try:
+                while True:
+                    done, _ = await asyncio.wait({answer}, timeout=PROGRESS_EVERY_S)
+                    if done:
+                        break
+                    yield {"running": True, "seconds": round(time.monotonic() - began, 1)}
+            except (asyncio.CancelledError, GeneratorExit):  # cancelled, or closed because the client went away
+                cancel.set()
+                raise
         yield answer.result()
 
     compare.__doc__ = compare_api.__doc__

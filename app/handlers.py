@@ -21,7 +21,7 @@ from poss_core.compare import CallBudget, Comparison
 from poss_core.errors import PossError
 from poss_core.models.presets import get_preset
 
-from . import state
+from . import share, state
 from .render import (conversation_html, draft_note, lane_explain, lane_tree, render, round_slider, skip_all,
                      status_html)
 from .state import DEFAULT_METHODS, SESSIONS, RunSettings, Session, View, method_choices, ui_defaults
@@ -171,7 +171,8 @@ def run_handler(settings: RunSettings, view: View, request: gr.Request | None = 
             session.comparison, session.loaded = comp, None
             yield from _stream(session, view, comp, "Running")
 
-        yield from _guard(session, view, body)
+        with share.running(request):
+            yield from _guard(session, view, body)
     finally:
         session.call = None
         session.lock.release()
@@ -214,7 +215,8 @@ def step_handler(settings: RunSettings, view: View, request: gr.Request | None =
                 yield render(session, view, (f"{note}Step mode: {what} done in every lane. Step again for the next "
                                              f"round, Run to start over, Stop to end.", "info"))
 
-        return list(_guard(session, view, body))[-1]
+        with share.running(request):
+            return list(_guard(session, view, body))[-1]
     finally:
         session.call = None
         session.lock.release()
@@ -258,7 +260,8 @@ def replay_handler(view: View, request: gr.Request | None = None) -> Iterator[li
         comp = saved_runs.replay(source)
         session.comparison, session.stepping = comp, False
         session.pins.clear()
-        yield from _guard(session, view, lambda: _stream(session, view, comp, "Replaying"))
+        with share.running(request):
+            yield from _guard(session, view, lambda: _stream(session, view, comp, "Replaying"))
     finally:
         session.lock.release()
 

@@ -15,7 +15,7 @@ from poss_core.bench import figures
 from poss_core.decoding.config import LIMITS, MAX_PROMPT_CHARS
 from poss_core.models.presets import DEFAULT_PRESET, get_preset, presets
 
-from . import about, evidence_view, handlers, state
+from . import about, evidence_view, handlers, share, state
 from .api import compare_endpoint
 from .render import OUTPUT_NAMES, TOKEN_CLICK_JS, conversation_html, draft_note, legend_html, status_html
 from .state import DEFAULT_METHODS, RunSettings, View, method_choices, precision_note, ui_defaults
@@ -256,7 +256,20 @@ def theme() -> gr.themes.Base:
                              font_mono=["ui-monospace", "SFMono-Regular", "Menlo", "Consolas", "monospace"])
 
 
-def launch_kwargs() -> dict[str, Any]:
-    """What `launch()` needs besides host and port: CSS and theme (Gradio 6 takes them at launch), and the largest
-    upload (a saved run; Gradio refuses bigger files before they reach a handler)."""
-    return {"css": CSS, "theme": theme(), "max_file_size": saved_runs.MAX_RUN_BYTES}
+def decoding_events(demo: gr.Blocks) -> set[int]:
+    """The events each client's queue share counts (app/share.py): the ones that decode (Run, its Enter key, Step,
+    /compare) and Replay."""
+    return {i for i, fn in demo.fns.items() if fn.concurrency_id == "decode" or fn.api_name == "replay"}
+
+
+def launch_kwargs(demo: gr.Blocks | None = None) -> dict[str, Any]:
+    """What `launch()` needs besides host and port: CSS and theme (Gradio 6 takes them at launch), the largest
+    upload (a saved run; Gradio refuses bigger files before they reach a handler) and, given the demo, the middleware
+    that gives each client its share of the queue."""
+    kwargs: dict[str, Any] = {"css": CSS, "theme": theme(), "max_file_size": saved_runs.MAX_RUN_BYTES}
+    if demo is not None:
+        from starlette.middleware import Middleware
+
+        kwargs["app_kwargs"] = {"middleware": [Middleware(share.QueueShareMiddleware,
+                                                          fn_indexes=decoding_events(demo))]}
+    return kwargs

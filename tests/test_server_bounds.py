@@ -68,3 +68,65 @@ def test_an_idle_tab_lets_go_of_its_finished_and_loaded_runs(store, tmp_path, mo
     assert "cleared to free memory" in status
     out = render.outputs_dict(list(handlers.run_handler(run_settings(), VIEW, request=req("idle-finished")))[-1])
     assert "Done" in out["status"]  # the tab works as before
+
+
+def test_a_client_gets_its_share_of_the_queue_and_no_more():
+    from app.share import ClientShare
+
+    share = ClientShare(per_client=2, per_address=3, pending_ttl_s=60.0)
+    assert share.join("a", "10.0.0.1") is None and share.join("a", "10.0.0.1") is None
+    refused = share.join("a", "10.0.0.1")
+    assert refused and "already has 2 calls waiting or running" in refused
+    assert share.join("b", "10.0.0.1") is None  # another tab at the same address
+    assert "your address" in share.join("c", "10.0.0.1")  # the address's share (3) is used up
+    with share.running("a", "10.0.0.1"):  # a waiting call starts: still held until it ends
+        assert share.held("a", "10.0.0.1") == (2, 3)
+    assert share.held("a", "10.0.0.1") == (1, 2)
+    assert share.join("a", "10.0.0.1") is None
+    share.pending_ttl_s = 0.0  # calls that never started (their client left while they waited) stop counting
+    assert share.held("a", "10.0.0.1") == (0, 0)
+
+
+def test_the_queue_middleware_refuses_a_join_past_the_share_with_a_message():
+    import asyncio
+    import json
+
+    from app.share import ClientShare, QueueShareMiddleware
+
+    seen = []
+
+    async def app(scope, receive, send):
+        seen.append(json.loads((await receive())["body"]))
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    middleware = QueueShareMiddleware(app, fn_indexes={7}, share=ClientShare(per_client=1))
+
+    def join(fn_index: int) -> tuple[int, bytes]:
+        body = json.dumps({"fn_index": fn_index, "session_hash": "s1", "data": []}).encode()
+        sent = []
+
+        async def receive():
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        async def send(message):
+            sent.append(message)
+
+        scope = {"type": "http", "method": "POST", "path": "/gradio_api/queue/join", "headers": [],
+                 "client": ("127.0.0.1", 5000)}
+        asyncio.run(middleware(scope, receive, send))
+        return sent[0]["status"], b"".join(m.get("body", b"") for m in sent[1:])
+
+    assert join(7)[0] == 200 and join(3)[0] == 200  # an uncounted event (a view toggle) always passes
+    status, body = join(7)
+    assert status == 422 and "already has 1 call waiting or running" in body.decode()
+    assert [d["fn_index"] for d in seen] == [7, 3]  # the refused join never reached Gradio
+
+
+def test_the_app_counts_its_decoding_events():
+    from app.ui import build_demo, decoding_events, launch_kwargs
+
+    demo = build_demo(preset="tiny-random")
+    names = {demo.fns[i].api_name for i in decoding_events(demo)}
+    assert {"run", "step", "replay", "compare"} <= names and "stop" not in names
+    assert launch_kwargs(demo)["app_kwargs"]["middleware"]
