@@ -122,8 +122,10 @@ def timed_compare(url: str, args: list, timeout: float) -> tuple[float, str]:
     try:
         out = c.submit(*args, api_name="/compare").result(timeout=timeout)
         how = "timed_out" if out.get("timed_out") else "answered"
+    except TimeoutError:
+        how = f"no answer within --timeout {timeout:g} s"
     except Exception as err:  # noqa: BLE001
-        how = f"error: {str(err).splitlines()[0][:160]}"
+        how = f"error: {(str(err) or type(err).__name__).splitlines()[0][:160]}"
     return time.monotonic() - t0, how
 
 
