@@ -4,6 +4,7 @@ request, testable directly; each returns (or streams) every output through `rend
 from __future__ import annotations
 
 import itertools
+import os
 import sys
 import tempfile
 import threading
@@ -332,8 +333,8 @@ def drop_session(request: gr.Request = None) -> None:
 
 def save_handler(request: gr.Request | None = None) -> Any:
     """Write this tab's last run (all events plus settings) as JSONL and offer it for download. A run is written
-    once (saving it again offers the same file), and the folder is kept small (`prune_saved_runs`): Gradio serves
-    its own copy, so ours is only needed until that copy is made."""
+    once (saving it again offers the same file) into Gradio's cache, whose sweep deletes it; the folder also keeps
+    at most SAVED_RUNS_KEPT files (`prune_saved_runs`)."""
     session = SESSIONS.get(request)
     comp = session.comparison
     if comp is None or not any(lane.events for lane in comp.lanes):
@@ -349,13 +350,15 @@ def save_handler(request: gr.Request | None = None) -> Any:
 
 
 SAVED_RUNS_KEPT = 16  # saved-run files kept in saved_runs_dir(), the newest
-SAVED_RUN_AGE_S = 600.0  # older ones are deleted at the next save (Gradio has copied them into its cache by then)
+SAVED_RUN_AGE_S = 600.0  # older ones are deleted at the next save (the cache sweep usually has by then)
 _SAVED: "weakref.WeakKeyDictionary[Comparison, Path]" = weakref.WeakKeyDictionary()  # each run's file, written once
 _SAVE_COUNT = itertools.count()
 
 
 def saved_runs_dir() -> Path:
-    return Path(tempfile.gettempdir()) / "poss-runs"
+    """Where Save writes: a folder inside Gradio's cache ($GRADIO_TEMP_DIR, else TMPDIR/gradio), so Gradio serves the
+    file where it is (no second copy) and its cache sweep deletes it (`--cache-minutes`)."""
+    return Path(os.environ.get("GRADIO_TEMP_DIR") or Path(tempfile.gettempdir()) / "gradio") / "poss-runs"
 
 
 def prune_saved_runs(folder: Path, keep: int | None = None, age_s: float | None = None) -> int:

@@ -218,7 +218,7 @@ def case_disk(a) -> None:
             c.predict(handle_file(str(f)), *view, api_name="/load_run")
             c.predict(api_name="/save_run")
         grown = folder_mb(server.gradio_tmp) + folder_mb(server.tmp) - base
-        runs = len(list(server.tmp.rglob("poss-run-*.jsonl")))
+        runs = len(list(server.dir.rglob("poss-run-*.jsonl")))
         time.sleep(a.wait)
         left = folder_mb(server.gradio_tmp) + folder_mb(server.tmp) - base
     print(f"[disk] {a.uploads} uploads ({mb:.1f} MB in all) and {a.uploads} saves: temp folders grew {grown:.1f} MB "
