@@ -151,3 +151,22 @@ def test_a_budget_stops_a_fit_within_one_round(slow_forward, fresh_fits):
         compare.MODELS.budget(target, draft, compare.RunSpec("x", ["eagle"], "tiny-random", depth=4, top_k=4,
                                                              tree_budget=16).config(), cancel=budget)
     assert time.monotonic() - t0 < 1.0 and budget.timed_out
+
+
+def test_closing_the_tab_ends_a_run_while_the_oracle_prepares(slow_forward):
+    frames: list = []
+    run = threading.Thread(target=lambda: frames.extend(handlers.run_handler(
+        run_settings(methods=["plain", "oracle"], max_new_tokens=400), VIEW, request=req("closed-tab"))))
+    run.start()
+    while slow_forward[0] < 5:
+        time.sleep(0.01)
+    handlers.drop_session(req("closed-tab"))  # Gradio's unload event
+    run.join(timeout=2.0)
+    assert not run.is_alive(), "closing the tab did not end the oracle's reference decode"
+    assert slow_forward[0] < 100
+
+
+def test_a_refused_compare_call_logs_no_traceback():
+    with pytest.raises(gr.Error, match="depth=20 is out of range") as refused:
+        api.compare_api("Hello", ["plain", "eagle"], preset="tiny-random", depth=20, quiet_refusals=True)
+    assert refused.value.print_exception is False  # Gradio prints a traceback for a gr.Error unless told not to
