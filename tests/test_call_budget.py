@@ -67,20 +67,29 @@ def test_the_oracle_reference_decode_counts_against_the_cap(slow_forward, monkey
     assert slow_forward[0] < 100
 
 
-def test_stop_ends_a_run_while_the_oracle_prepares(slow_forward):
+def interrupted_oracle_run(slow_forward: list[int], name: str, interrupt) -> list:
+    """A Run with the oracle lane in tab `name`, `interrupt()` called while its reference decode runs; the Run's
+    frames once it has ended (it must end within 2 s, having done well under its 400 tokens' work)."""
     frames: list = []
     run = threading.Thread(target=lambda: frames.extend(handlers.run_handler(
-        run_settings(methods=["plain", "oracle"], max_new_tokens=400), VIEW, request=req("stop-oracle"))))
+        run_settings(methods=["plain", "oracle"], max_new_tokens=400), VIEW, request=req(name))))
     run.start()
     while slow_forward[0] < 5:
         time.sleep(0.01)
-    stop = handlers.stop_handler(VIEW, request=req("stop-oracle"))
-    assert "Stopping" in render.outputs_dict(stop)["status"]
+    interrupt()
     run.join(timeout=2.0)
-    assert not run.is_alive(), "Stop did not end the oracle's reference decode"
+    assert not run.is_alive(), "the oracle's reference decode went on"
+    assert slow_forward[0] < 100
+    return frames
+
+
+def test_stop_ends_a_run_while_the_oracle_prepares(slow_forward):
+    stopped = []
+    frames = interrupted_oracle_run(slow_forward, "stop-oracle", lambda: stopped.append(
+        handlers.stop_handler(VIEW, request=req("stop-oracle"))))
+    assert "Stopping" in render.outputs_dict(stopped[0])["status"]
     status = render.outputs_dict(frames[-1])["status"]
     assert "Stopped while preparing the Oracle" in status, status
-    assert slow_forward[0] < 100
 
 
 def test_a_fit_counts_against_the_cap_and_caches_nothing(slow_forward, fresh_fits, monkeypatch):
@@ -154,16 +163,7 @@ def test_a_budget_stops_a_fit_within_one_round(slow_forward, fresh_fits):
 
 
 def test_closing_the_tab_ends_a_run_while_the_oracle_prepares(slow_forward):
-    frames: list = []
-    run = threading.Thread(target=lambda: frames.extend(handlers.run_handler(
-        run_settings(methods=["plain", "oracle"], max_new_tokens=400), VIEW, request=req("closed-tab"))))
-    run.start()
-    while slow_forward[0] < 5:
-        time.sleep(0.01)
-    handlers.drop_session(req("closed-tab"))  # Gradio's unload event
-    run.join(timeout=2.0)
-    assert not run.is_alive(), "closing the tab did not end the oracle's reference decode"
-    assert slow_forward[0] < 100
+    interrupted_oracle_run(slow_forward, "closed-tab", lambda: handlers.drop_session(req("closed-tab")))  # unload
 
 
 def test_a_refused_compare_call_logs_no_traceback():
