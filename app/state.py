@@ -259,7 +259,6 @@ class Session:
             finally:
                 self.lock.release()
 
-
     def free_runs(self, why: str) -> None:
         """Let go of the finished (or stopped) run on show and a loaded saved run, with what they hold; "All my runs"
         keeps its pooled rounds. Nothing happens while a handler holds the tab."""

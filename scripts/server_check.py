@@ -20,7 +20,6 @@ fits made here never touch ~/.cache/poss-demo), and stops it at the end. Only lo
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing
 import os
 import shlex
