@@ -12,9 +12,14 @@ Each starts its own server from --root (default: this checkout; point it at an o
 figures) with its own Gradio temp folder, $TMPDIR and cache folder (the prepared default model is linked in, so
 fits made here never touch ~/.cache/poss-demo), and stops it at the end. Only loopback, bounded in time.
 
-    python scripts/server_check.py oracle --preset smollm2-135m --cap 20
-    python scripts/server_check.py abandon --clients 4 --kill-after 6 --server-args "--max-call-seconds 60"
-    python scripts/server_check.py disk --uploads 15 --server-args "--cache-minutes 0.1"
+    python scripts/server_check.py oracle --preset smollm2-135m --cap 20 [--root /tmp/older-checkout]
+    python scripts/server_check.py fit --preset smollm2-135m --cap 20 [--server-args=--no-call-fits]
+    python scripts/server_check.py abandon --preset smollm2-135m --clients 4 --kill-after 6
+    python scripts/server_check.py flood --preset smollm2-135m --cap 5 --calls 6
+    python scripts/server_check.py disk --uploads 6 --wait 8 --server-args=--cache-minutes=0.05
+    python scripts/server_check.py memory --tabs 8
+
+(--server-args takes its value after "=" when it starts with "--".)
 """
 
 from __future__ import annotations
@@ -263,7 +268,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--root", type=Path, default=ROOT, help="the checkout whose app.py runs (default: this one)")
     p.add_argument("--preset", default="tiny-random")
     p.add_argument("--cap", type=float, default=20.0, help="--max-call-seconds of the server (default 20)")
-    p.add_argument("--server-args", default="", help="more flags for app.py, e.g. \"--max-calls-per-client 2\"")
+    p.add_argument("--server-args", default="",
+                   help="more flags for app.py, e.g. --server-args=\"--max-calls-per-client 2\"")
     p.add_argument("--timeout", type=float, default=600.0, help="the most seconds to wait for one call")
     p.add_argument("--clients", type=int, default=4, help="abandon: clients started then killed")
     p.add_argument("--kill-after", type=float, default=6.0, help="abandon: seconds before they are killed")
