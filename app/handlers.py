@@ -3,6 +3,8 @@ request, testable directly; each returns (or streams) every output through `rend
 
 from __future__ import annotations
 
+import functools
+import inspect
 import itertools
 import os
 import sys
@@ -64,7 +66,8 @@ def _stream(session: Session, view: View, comp: Comparison, label: str) -> Itera
     Drawing happens between rounds, outside every lane's timing; on a slow CPU it backs off so that it takes at
     most MAX_RENDER_SHARE of the time."""
     last, last_charts, gap = 0.0, 0.0, UPDATE_EVERY_S
-    comp.cancel.limit(state.CALL_LIMIT_S)  # the per-call cap (a live run's clock began with its call)
+    if isinstance(comp.cancel, CallBudget):
+        comp.cancel.limit(state.CALL_LIMIT_S)  # the per-call cap (a live run's clock began with its call)
     try:
         while True:
             if comp.replay and comp.cancelled:  # replayed lanes do not watch the flag themselves
@@ -142,6 +145,24 @@ def _guard(session: Session, view: View, fn) -> Iterator[list]:
                                      f"running: try again or change the settings.", "error"))
 
 
+def counted(handler):
+    """`handler` with its call counted in its client's share of the queue (app/share.py) from its start to its end,
+    early refusals included (a call the share let in stops counting as waiting when it starts)."""
+    if inspect.isgeneratorfunction(handler):
+        @functools.wraps(handler)
+        def streamed(*args, request: gr.Request | None = None, **kwargs):
+            with share.running(request):
+                yield from handler(*args, request=request, **kwargs)
+        return streamed
+
+    @functools.wraps(handler)
+    def answered(*args, request: gr.Request | None = None, **kwargs):
+        with share.running(request):
+            return handler(*args, request=request, **kwargs)
+    return answered
+
+
+@counted
 def run_handler(settings: RunSettings, view: View, request: gr.Request | None = None) -> Iterator[list]:
     """Run a comparison: one lane per method on the same prompt and seed, streamed round by round."""
     session = SESSIONS.get(request)
@@ -172,13 +193,13 @@ def run_handler(settings: RunSettings, view: View, request: gr.Request | None = 
             session.comparison, session.loaded = comp, None
             yield from _stream(session, view, comp, "Running")
 
-        with share.running(request):
-            yield from _guard(session, view, body)
+        yield from _guard(session, view, body)
     finally:
         session.call = None
         session.lock.release()
 
 
+@counted
 def step_handler(settings: RunSettings, view: View, request: gr.Request | None = None) -> list:
     """Advance every lane by one round (starting a new comparison, or a loaded run's replay, if none is paused)."""
     session = SESSIONS.get(request)
@@ -216,8 +237,7 @@ def step_handler(settings: RunSettings, view: View, request: gr.Request | None =
                 yield render(session, view, (f"{note}Step mode: {what} done in every lane. Step again for the next "
                                              f"round, Run to start over, Stop to end.", "info"))
 
-        with share.running(request):
-            return list(_guard(session, view, body))[-1]
+        return list(_guard(session, view, body))[-1]
     finally:
         session.call = None
         session.lock.release()
@@ -246,6 +266,7 @@ def stop_handler(view: View, request: gr.Request | None = None) -> list:
     return skip_all(session, ("Stopping every lane…", "busy"))
 
 
+@counted
 def replay_handler(view: View, request: gr.Request | None = None) -> Iterator[list]:
     """Play back the loaded run (or the last one) round by round, without a model."""
     session = SESSIONS.get(request)
@@ -261,8 +282,7 @@ def replay_handler(view: View, request: gr.Request | None = None) -> Iterator[li
         comp = saved_runs.replay(source)
         session.comparison, session.stepping = comp, False
         session.pins.clear()
-        with share.running(request):
-            yield from _guard(session, view, lambda: _stream(session, view, comp, "Replaying"))
+        yield from _guard(session, view, lambda: _stream(session, view, comp, "Replaying"))
     finally:
         session.lock.release()
 

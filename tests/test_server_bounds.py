@@ -130,3 +130,14 @@ def test_the_app_counts_its_decoding_events():
     names = {demo.fns[i].api_name for i in decoding_events(demo)}
     assert {"run", "step", "replay", "compare"} <= names and "stop" not in names
     assert launch_kwargs(demo)["app_kwargs"]["middleware"]
+
+
+def test_a_call_its_handler_refuses_at_once_stops_counting(store):
+    from app import share
+
+    assert share.SHARE.join("double-click", None) is None  # what the middleware does at /queue/join
+    session = store.get(req("double-click"))
+    with session.lock:  # the tab is busy: this Run is refused at once
+        out = list(handlers.run_handler(run_settings(), VIEW, request=req("double-click")))
+    assert "already running" in render.outputs_dict(out[-1])["status"]
+    assert share.SHARE.held("double-click", None)[0] == 0
