@@ -39,7 +39,8 @@ def compare_api(prompt: str, methods: list[str], preset: str = DEFAULT_PRESET, m
     "timing", "timed_out"}. Lanes run in turns, one round each; tokens/s counts each lane's own compute. Every setting
     has the app's bounds (decoding.config.LIMITS); a call that runs past the server's per-call limit is stopped and
     says so ("timed_out": true, every lane's stop_reason "cancelled"); the limit's clock starts with the call, so
-    loading, fitting and the oracle's reference decode count. Setting `cancel` stops all of it within one round (a
+    loading, fitting and the oracle's reference decode count (a call whose limit runs out before its lanes start is
+    refused with a message that says so). Setting `cancel` stops all of it within one round (a
     cancelled API call, or a client gone away). A refused input raises gr.Error (with `quiet_refusals`, without a
     traceback in the server's log)."""
     name = preset or DEFAULT_PRESET
