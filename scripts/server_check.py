@@ -5,6 +5,7 @@
   abandon  N clients start long /compare calls and are killed after K s: the server's CPU afterwards
   flood    one client submits M long /compare calls at once: how many were let in and how many refused
   disk     N uploads of a saved run and N /save_run calls: the temp folders' growth, then after the cache sweep
+  refuse   M /compare calls with a bad setting: what the server's log shows for them
   memory   (in-process, no server) K tabs each load a saved run, then go idle: traced memory before and after the
            idle reaper
 
@@ -17,6 +18,7 @@ fits made here never touch ~/.cache/poss-demo), and stops it at the end. Only lo
     python scripts/server_check.py abandon --preset smollm2-135m --clients 4 --kill-after 6
     python scripts/server_check.py flood --preset smollm2-135m --cap 5 --calls 6
     python scripts/server_check.py disk --uploads 6 --wait 8 --server-args=--cache-minutes=0.05
+    python scripts/server_check.py refuse --calls 5
     python scripts/server_check.py memory --tabs 8
 
 (--server-args takes its value after "=" when it starts with "--".)
@@ -198,6 +200,21 @@ def case_flood(a) -> None:
           + (f" ({message.strip()[:140]})" if message else ""))
 
 
+def case_refuse(a) -> None:
+    with Server(a.root, "tiny-random", a.cap, a.extra) as server:
+        c = client(server.url)
+        for _ in range(a.calls):
+            try:
+                c.predict(*compare_args("Hi", ["plain", "eagle"], 4, depth=20), api_name="/compare")
+            except Exception:  # noqa: BLE001 - the refusal the client is meant to get
+                pass
+        time.sleep(1.0)
+        log = server.log_text()
+    lines = [line for line in log.splitlines() if "depth=20" in line or "Traceback" in line]
+    print(f"[refuse] {a.calls} refused /compare calls: {log.count('Traceback')} tracebacks and {len(log.splitlines())} "
+          f"lines in the server's log ({len(lines)} naming the refusal)")
+
+
 def _saved_run(path: Path, seed: int) -> Path:
     """A valid saved run of the tiny model, made here (different content for each seed)."""
     sys.path.insert(0, str(ROOT))
@@ -259,7 +276,7 @@ def case_memory(a) -> None:
 
 
 CASES = {"oracle": case_oracle, "fit": case_fit, "abandon": case_abandon, "flood": case_flood, "disk": case_disk,
-         "memory": case_memory}
+         "refuse": case_refuse, "memory": case_memory}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -275,7 +292,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--kill-after", type=float, default=6.0, help="abandon: seconds before they are killed")
     p.add_argument("--grace", type=float, default=2.0, help="abandon: seconds after the kill before measuring")
     p.add_argument("--window", type=float, default=5.0, help="abandon: seconds of CPU measured")
-    p.add_argument("--calls", type=int, default=6, help="flood: calls one client submits")
+    p.add_argument("--calls", type=int, default=6, help="flood: calls one client submits; refuse: bad calls")
     p.add_argument("--uploads", type=int, default=6, help="disk: saved runs uploaded and saved")
     p.add_argument("--wait", type=float, default=70.0, help="disk: seconds to wait for the cache sweep")
     p.add_argument("--tabs", type=int, default=8, help="memory: tabs that load a saved run")
