@@ -27,13 +27,6 @@ def store(monkeypatch):
     return s
 
 
-def test_the_app_sweeps_gradios_cache():
-    from app.ui import build_demo
-
-    demo = build_demo(preset="tiny-random", cache_age_s=120)
-    assert demo.delete_cache == (60, 120)
-
-
 def test_a_saved_run_is_written_once_and_the_folder_stays_small(store, tmp_path, monkeypatch):
     monkeypatch.setattr(handlers, "saved_runs_dir", lambda: tmp_path)
     monkeypatch.setattr(handlers, "SAVED_RUNS_KEPT", 3)
@@ -123,10 +116,11 @@ def test_the_queue_middleware_refuses_a_join_past_the_share_with_a_message():
     assert [d["fn_index"] for d in seen] == [7, 3]  # the refused join never reached Gradio
 
 
-def test_the_app_counts_its_decoding_events():
+def test_the_app_sweeps_gradios_cache_and_counts_its_decoding_events():
     from app.ui import build_demo, decoding_events, launch_kwargs
 
-    demo = build_demo(preset="tiny-random")
+    demo = build_demo(preset="tiny-random", cache_age_s=120)
+    assert demo.delete_cache == (60, 120)
     names = {demo.fns[i].api_name for i in decoding_events(demo)}
     assert {"run", "step", "replay", "compare"} <= names and "stop" not in names
     assert launch_kwargs(demo)["app_kwargs"]["middleware"]
