@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import threading
+import time
 from collections.abc import Callable
 
 import gradio as gr
@@ -15,26 +16,35 @@ from poss_core.json_safe import clean_json
 from poss_core.methods import PLAIN
 from poss_core.models.presets import DEFAULT_PRESET, get_preset
 
-from . import state
+from . import share, state
 from .state import RunSettings, ui_defaults
+
+PROGRESS_EVERY_S = 1.0  # how often /compare yields while it works: the points where a gone client is noticed
 
 
 def compare_api(prompt: str, methods: list[str], preset: str = DEFAULT_PRESET, max_new_tokens: int = 64,
                 temperature: float = 0.0, top_p: float = 1.0, depth: int = 0, top_k: int = 0, tree_budget: int = 0,
-                seed: int = 0, precision: str = "auto", cancel: threading.Event | None = None) -> dict:
+                seed: int = 0, precision: str = "auto", cancel: threading.Event | None = None,
+                quiet_refusals: bool = False) -> dict:
     """Run one comparison (no streaming) and return each lane's text and summary.
 
     methods: two or three of plain, eagle, poss1, poss2, poss3, matched (the preset's drafts).
-    preset: a preset's name (empty: the one the app serves). depth, top_k: 0 for the UI's defaults. tree_budget: 0 fits each draft's
-    budget to this machine (auto, as the UI does by default; the first call per draft calibrates it).
+    preset: a preset's name (empty: the one the app serves). depth, top_k: 0 for the UI's defaults. tree_budget: 0 fits
+    each draft's budget to this machine (auto, as the UI does by default; the first call per draft and setting
+    calibrates it within the call's time limit, or, on a server started with --no-call-fits, uses the default budget
+    where no fit is cached: the lane's "budget_note" says so).
     precision: auto (fp32 on a CPU, bf16 on a GPU), float32 or bfloat16, the target's dtype.
     Returns {"preset", "settings", "lanes": [{"method", "label", "text", "stop_reason", "tree_budget", "identical_to_plain",
     "speedup_vs_plain", "summary": {tau, pos_acc, pos_rate, accept_hist, tokens_per_s, new_tokens, rounds, ...}}],
     "timing", "timed_out"}. Lanes run in turns, one round each; tokens/s counts each lane's own compute. Every setting
     has the app's bounds (decoding.config.LIMITS); a call that runs past the server's per-call limit is stopped and
-    says so ("timed_out": true, every lane's stop_reason "cancelled"). Setting `cancel` stops the lanes before their
-    next round (a cancelled API call)."""
+    says so ("timed_out": true, every lane's stop_reason "cancelled"); the limit's clock starts with the call, so
+    loading, fitting and the oracle's reference decode count (a call whose limit runs out before its lanes start is
+    refused with a message that says so). Setting `cancel` stops all of it within one round (a
+    cancelled API call, or a client gone away). A refused input raises gr.Error (with `quiet_refusals`, without a
+    traceback in the server's log)."""
     name = preset or DEFAULT_PRESET
+    budget = compare.CallBudget(state.CALL_LIMIT_S, parent=cancel)
     try:
         d = ui_defaults(get_preset(name))
         settings = RunSettings(prompt, False, name, methods, temperature, top_p, depth or d["depth"],
@@ -42,11 +52,11 @@ def compare_api(prompt: str, methods: list[str], preset: str = DEFAULT_PRESET, m
                                auto_budget=not tree_budget, precision=precision)
         spec = settings.spec([])
         spec.check()
-        if cancel is not None and cancel.is_set():
-            raise gr.Error("cancelled before the comparison started.")
-        comp = compare.run_to_end(compare.start(spec, cancel=cancel, wait_for_fits=False), time_limit_s=state.CALL_LIMIT_S)
+        if budget.is_set() and not budget.timed_out:
+            raise gr.Error("cancelled before the comparison started.", print_exception=not quiet_refusals)
+        comp = compare.run_to_end(compare.start(spec, cancel=budget, wait_for_fits=False, new_fits=state.CALL_FITS))
     except PossError as err:
-        raise gr.Error(str(err)) from err
+        raise gr.Error(str(err), print_exception=not quiet_refusals) from err
     plain = comp.lane(PLAIN)
     out_lanes = []
     for lane in comp.lanes:
@@ -56,6 +66,7 @@ def compare_api(prompt: str, methods: list[str], preset: str = DEFAULT_PRESET, m
         out_lanes.append({
             "method": lane.method, "label": lane.label, "text": lane.text, "error": lane.error,
             "stop_reason": summary.get("stop_reason"), "tree_budget": lane.budget, "budget_auto": lane.budget_auto,
+            "budget_note": _budget_note(comp, lane),
             "identical_to_plain": (lane.token_ids == plain.token_ids) if plain is not None and not lane.plain
             else None,
             "speedup_vs_plain": metrics.speedup(tps, metrics.tokens_per_s(plain.events))
@@ -68,25 +79,46 @@ def compare_api(prompt: str, methods: list[str], preset: str = DEFAULT_PRESET, m
                           if comp.timed_out else {})})
 
 
+def _budget_note(comp: compare.Comparison, lane: compare.Lane) -> str | None:
+    """Why a draft lane that asked for an auto budget decodes on the default one (none needed otherwise)."""
+    if not comp.spec.auto_budget or lane.budget_auto or lane.budget is None or lane.method == "oracle":
+        return None
+    why = ("this server fits tree budgets only at start-up" if not state.CALL_FITS else
+           "the server was still fitting it")
+    return f"the default tree budget ({lane.budget}): {why}, and none is cached for this draft, depth and top-k"
+
+
 def compare_endpoint(app_preset: str, wrap: Callable = lambda fn: fn):
     """`compare_api` as the app serving `app_preset` offers it: an empty preset means that one.
 
-    The endpoint is a coroutine that runs the comparison in a worker thread: when the client cancels the call (or
-    goes away) Gradio cancels the coroutine, which sets the comparison's cancel flag, so its lanes stop before their
-    next round instead of running on to max_new_tokens. `wrap` decorates the worker (ZeroGPU's decorator on a Space)."""
+    The endpoint is an async generator that runs the comparison in a worker thread and yields a small progress value
+    ({"running": true, "seconds": s}) every PROGRESS_EVERY_S until the answer, its last value. When the client
+    cancels the call Gradio cancels it, and when the client goes away Gradio closes it at its next yield: either way
+    the call's cancel flag is set and everything it started (loads, fits, the oracle's reference decode, the lanes)
+    stops within one round instead of running on to the time limit. `wrap` decorates the worker (ZeroGPU's decorator
+    on a Space)."""
     work = wrap(compare_api)
 
     async def compare(prompt: str, methods: list[str], preset: str = "", max_new_tokens: int = 64,
                       temperature: float = 0.0, top_p: float = 1.0, depth: int = 0, top_k: int = 0,
-                      tree_budget: int = 0, seed: int = 0, precision: str = "auto") -> dict:
+                      tree_budget: int = 0, seed: int = 0, precision: str = "auto",
+                      request: gr.Request = None) -> dict:
         cancel = threading.Event()
         call = functools.partial(work, prompt, methods, preset or app_preset, max_new_tokens, temperature, top_p,
-                                 depth, top_k, tree_budget, seed, precision, cancel=cancel)
-        try:
-            return await asyncio.get_running_loop().run_in_executor(None, call)
-        except asyncio.CancelledError:
-            cancel.set()
-            raise
+                                 depth, top_k, tree_budget, seed, precision, cancel=cancel, quiet_refusals=True)
+        began = time.monotonic()
+        with share.running(request):
+            answer = asyncio.get_running_loop().run_in_executor(None, call)
+            try:
+                while True:
+                    done, _ = await asyncio.wait({answer}, timeout=PROGRESS_EVERY_S)
+                    if done:
+                        break
+                    yield {"running": True, "seconds": round(time.monotonic() - began, 1)}
+            except (asyncio.CancelledError, GeneratorExit):  # cancelled, or closed because the client went away
+                cancel.set()
+                raise
+        yield answer.result()
 
     compare.__doc__ = compare_api.__doc__
     return compare

@@ -3,10 +3,16 @@ request, testable directly; each returns (or streams) every output through `rend
 
 from __future__ import annotations
 
+import functools
+import inspect
+import itertools
+import os
 import sys
 import tempfile
+import threading
 import time
 import traceback
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,11 +20,11 @@ from typing import Any
 import gradio as gr
 
 from poss_core import compare, methods, metrics, saved_runs
-from poss_core.compare import Comparison
+from poss_core.compare import CallBudget, Comparison
 from poss_core.errors import PossError
 from poss_core.models.presets import get_preset
 
-from . import state
+from . import share, state
 from .render import (conversation_html, draft_note, lane_explain, lane_tree, render, round_slider, skip_all,
                      status_html)
 from .state import DEFAULT_METHODS, SESSIONS, RunSettings, Session, View, method_choices, ui_defaults
@@ -27,6 +33,7 @@ UPDATE_EVERY_S = 0.35  # the most often a running comparison repaints (lanes run
 CHARTS_EVERY_S = 1.5  # the charts repaint less often than the lanes
 MAX_RENDER_SHARE = 0.25  # repaint slower when drawing would take more than this share of the time
 REPLAY_DELAY_S = 0.12  # pause between replayed rounds, so a replay reads like a live run
+WAIT_FRAME_S = 0.5  # while a call loads or fits in a worker thread, its handler yields this often (see _waiting)
 
 
 def _remember_turn(session: Session, comp: Comparison) -> None:
@@ -59,12 +66,10 @@ def _stream(session: Session, view: View, comp: Comparison, label: str) -> Itera
     Drawing happens between rounds, outside every lane's timing; on a slow CPU it backs off so that it takes at
     most MAX_RENDER_SHARE of the time."""
     last, last_charts, gap = 0.0, 0.0, UPDATE_EVERY_S
-    began = time.monotonic()
+    if isinstance(comp.cancel, CallBudget):
+        comp.cancel.limit(state.CALL_LIMIT_S)  # the per-call cap (a live run's clock began with its call)
     try:
         while True:
-            if time.monotonic() - began > state.CALL_LIMIT_S and not comp.cancelled:
-                comp.timed_out = True  # the per-call cap: stop every lane before its next round
-                comp.stop()
             if comp.replay and comp.cancelled:  # replayed lanes do not watch the flag themselves
                 comp.drain()
                 break
@@ -91,6 +96,43 @@ def _stream(session: Session, view: View, comp: Comparison, label: str) -> Itera
     yield render(session, view, _final_status(comp))
 
 
+def _waiting(budget: CallBudget, work, frame: list, discard=None) -> Iterator[list]:
+    """Run `work()` (a load, a fit, a comparison's start) in a worker thread, yielding `frame` every WAIT_FRAME_S
+    until it returns; its value is this generator's return value and its error is raised here. Gradio closes a
+    handler's generator at a yield once its client has gone: the budget is then set, so the work stops within one
+    round instead of running on to the cap with nobody watching; `discard` then receives what the work still
+    returned (a started comparison is closed, not left holding its caches)."""
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = work()
+        except BaseException as err:  # noqa: BLE001 - handed to the handler's thread below
+            box["error"] = err
+
+    worker = threading.Thread(target=run, daemon=True, name="poss-call-start")
+    worker.start()
+    try:
+        while worker.is_alive():
+            worker.join(WAIT_FRAME_S)
+            if worker.is_alive():
+                yield frame
+    except GeneratorExit:  # the client went away (or the tab closed) while the work was still going
+        budget.set()
+        if discard is not None:
+            threading.Thread(target=_discard_when_done, args=(worker, box, discard), daemon=True).start()
+        raise
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")
+
+
+def _discard_when_done(worker: threading.Thread, box: dict, discard) -> None:
+    worker.join()
+    if box.get("value") is not None:
+        discard(box["value"])
+
+
 def _guard(session: Session, view: View, fn) -> Iterator[list]:
     """Run a handler body: PossErrors become the status line, anything else is logged and shown in one line."""
     try:
@@ -103,12 +145,31 @@ def _guard(session: Session, view: View, fn) -> Iterator[list]:
                                      f"running: try again or change the settings.", "error"))
 
 
+def counted(handler):
+    """`handler` with its call counted in its client's share of the queue (app/share.py) from its start to its end,
+    early refusals included (a call the share let in stops counting as waiting when it starts)."""
+    if inspect.isgeneratorfunction(handler):
+        @functools.wraps(handler)
+        def streamed(*args, request: gr.Request | None = None, **kwargs):
+            with share.running(request):
+                yield from handler(*args, request=request, **kwargs)
+        return streamed
+
+    @functools.wraps(handler)
+    def answered(*args, request: gr.Request | None = None, **kwargs):
+        with share.running(request):
+            return handler(*args, request=request, **kwargs)
+    return answered
+
+
+@counted
 def run_handler(settings: RunSettings, view: View, request: gr.Request | None = None) -> Iterator[list]:
     """Run a comparison: one lane per method on the same prompt and seed, streamed round by round."""
     session = SESSIONS.get(request)
     if not session.lock.acquire(blocking=False):
         yield skip_all(session, ("This tab is already running a comparison: press Stop first.", "error"))
         return
+    budget = session.call = CallBudget(state.CALL_LIMIT_S)  # the cap's clock starts now: loads and fits count
     try:
         def body():
             if session.comparison is not None:
@@ -119,19 +180,26 @@ def run_handler(settings: RunSettings, view: View, request: gr.Request | None = 
             spec = settings.spec(session.history)
             spec.check()
             session.pins.clear()
-            yield skip_all(session, (f"Loading {spec.preset} and {len(spec.methods)} lane(s)…", "busy"))
+            loading = skip_all(session, (f"Loading {spec.preset} and {len(spec.methods)} lane(s)…", "busy"))
+            yield loading
             # A fit the app started at start-up is not waited for: the lane starts on the default budget.
-            for line in compare.fit_budgets(spec, wait_for_fits=False):
-                yield skip_all(session, (line, "busy"))
-            comp = compare.start(spec, wait_for_fits=False)
+            lines = compare.fit_budgets(spec, wait_for_fits=False, new_fits=state.CALL_FITS, cancel=budget)
+            while (line := (yield from _waiting(budget, lambda: next(lines, None), loading))) is not None:
+                loading = skip_all(session, (line, "busy"))
+                yield loading
+            comp = yield from _waiting(budget, lambda: compare.start(spec, cancel=budget, wait_for_fits=False,
+                                                                     new_fits=state.CALL_FITS), loading,
+                                     discard=Comparison.close)
             session.comparison, session.loaded = comp, None
             yield from _stream(session, view, comp, "Running")
 
         yield from _guard(session, view, body)
     finally:
+        session.call = None
         session.lock.release()
 
 
+@counted
 def step_handler(settings: RunSettings, view: View, request: gr.Request | None = None) -> list:
     """Advance every lane by one round (starting a new comparison, or a loaded run's replay, if none is paused)."""
     session = SESSIONS.get(request)
@@ -147,7 +215,10 @@ def step_handler(settings: RunSettings, view: View, request: gr.Request | None =
                     comp = saved_runs.replay(session.loaded)
                     session.loaded = None
                 else:
-                    comp = compare.start(settings.spec(session.history), wait_for_fits=False)
+                    budget = session.call = CallBudget(state.CALL_LIMIT_S)  # Stop and the cap cover the start
+                    comp = compare.start(settings.spec(session.history), cancel=budget, wait_for_fits=False,
+                                         new_fits=state.CALL_FITS)
+                    budget.seconds = None  # started: a paused Step's lanes wait for the next Step without a clock
                 session.comparison, session.stepping = comp, True
                 session.pins.clear()
             comp.turn()
@@ -168,12 +239,17 @@ def step_handler(settings: RunSettings, view: View, request: gr.Request | None =
 
         return list(_guard(session, view, body))[-1]
     finally:
+        session.call = None
         session.lock.release()
 
 
 def stop_handler(view: View, request: gr.Request | None = None) -> list:
     """Cancel every lane of this tab at once (a running comparison stops before its next round)."""
     session = SESSIONS.get(request)
+    call = session.call
+    if call is not None and not call.is_set():  # a call still loading, fitting or preparing: it stops within a round
+        call.set()
+        return skip_all(session, ("Stopping…", "busy"))
     comp = session.comparison
     if comp is None or comp.finished:
         return skip_all(session, ("Nothing is running.", "info"))
@@ -190,6 +266,7 @@ def stop_handler(view: View, request: gr.Request | None = None) -> list:
     return skip_all(session, ("Stopping every lane…", "busy"))
 
 
+@counted
 def replay_handler(view: View, request: gr.Request | None = None) -> Iterator[list]:
     """Play back the loaded run (or the last one) round by round, without a model."""
     session = SESSIONS.get(request)
@@ -275,14 +352,54 @@ def drop_session(request: gr.Request = None) -> None:
 
 
 def save_handler(request: gr.Request | None = None) -> Any:
-    """Write this tab's last run (all events plus settings) as JSONL and offer it for download."""
+    """Write this tab's last run (all events plus settings) as JSONL and offer it for download. A run is written
+    once (saving it again offers the same file) into Gradio's cache, whose sweep deletes it; the folder also keeps
+    at most SAVED_RUNS_KEPT files (`prune_saved_runs`)."""
     session = SESSIONS.get(request)
     comp = session.comparison
     if comp is None or not any(lane.events for lane in comp.lanes):
         raise gr.Error("Nothing to save yet: run a comparison first.")
-    folder = Path(tempfile.gettempdir()) / "poss-runs"
-    name = f"poss-run-{time.strftime('%Y%m%d-%H%M%S')}-{SESSIONS.key(request)[:8]}.jsonl"
-    return str(saved_runs.save_run(comp, folder / name))
+    known = _SAVED.get(comp)
+    if known is not None and known.is_file():
+        return str(known)
+    folder = saved_runs_dir()
+    prune_saved_runs(folder)
+    name = f"poss-run-{time.strftime('%Y%m%d-%H%M%S')}-{SESSIONS.key(request)[:8]}-{next(_SAVE_COUNT)}.jsonl"
+    path = _SAVED[comp] = saved_runs.save_run(comp, folder / name)
+    return str(path)
+
+
+SAVED_RUNS_KEPT = 16  # saved-run files kept in saved_runs_dir(), the newest
+SAVED_RUN_AGE_S = 600.0  # older ones are deleted at the next save (the cache sweep usually has by then)
+_SAVED: "weakref.WeakKeyDictionary[Comparison, Path]" = weakref.WeakKeyDictionary()  # each run's file, written once
+_SAVE_COUNT = itertools.count()
+
+
+def saved_runs_dir() -> Path:
+    """Where Save writes: a folder inside Gradio's cache ($GRADIO_TEMP_DIR, else TMPDIR/gradio), so Gradio serves the
+    file where it is (no second copy) and its cache sweep deletes it (`--cache-minutes`)."""
+    return Path(os.environ.get("GRADIO_TEMP_DIR") or Path(tempfile.gettempdir()) / "gradio") / "poss-runs"
+
+
+def prune_saved_runs(folder: Path, keep: int | None = None, age_s: float | None = None) -> int:
+    """Delete saved-run files older than `age_s` and all but the newest `keep` (SAVED_RUN_AGE_S, SAVED_RUNS_KEPT);
+    returns how many went."""
+    keep = SAVED_RUNS_KEPT if keep is None else keep
+    age_s = SAVED_RUN_AGE_S if age_s is None else age_s
+    try:
+        files = sorted((p for p in folder.glob("poss-run-*.jsonl") if p.is_file()), key=lambda p: p.stat().st_mtime,
+                       reverse=True)
+    except OSError:
+        return 0
+    now, gone = time.time(), 0
+    for i, path in enumerate(files):
+        try:
+            if i >= keep or now - path.stat().st_mtime > age_s:
+                path.unlink()
+                gone += 1
+        except OSError:  # deleted meanwhile by another save: nothing to do
+            pass
+    return gone
 
 
 def load_handler(file: Any, view: View, request: gr.Request | None = None) -> list:

@@ -30,7 +30,22 @@ def build_parser() -> argparse.ArgumentParser:
                    help="comparisons decoding at once; more wait in the queue (default 2)")
     p.add_argument("--max-call-seconds", type=float, default=300.0,
                    help="the most seconds one Run, Replay or /compare call decodes before it is stopped (default 300)")
+    p.add_argument("--no-call-fits", action="store_true", default=os.environ.get("POSS_NO_CALL_FITS") == "1",
+                   help="a Run or /compare call never starts a tree-budget fit: auto budgets come only from the fits "
+                        "made at start-up (or cached on disk), else the lane uses the default budget and says so "
+                        "(for a public server, also POSS_NO_CALL_FITS=1; without it a call may fit, within "
+                        "--max-call-seconds)")
     p.add_argument("--queue-size", type=int, default=64, help="most requests waiting in the queue (default 64)")
+    p.add_argument("--max-calls-per-client", type=int, default=2,
+                   help="decoding calls (Run, Step, Replay, /compare) one tab or API client may have waiting or "
+                        "running at once; more are refused with a message (default 2)")
+    p.add_argument("--max-calls-per-address", type=int, default=0,
+                   help="the same per client address (the first X-Forwarded-For hop behind a proxy); 0, the "
+                        "default, sets none (a class behind one NAT shares an address)")
+    p.add_argument("--cache-minutes", type=float, default=10.0,
+                   help="uploads and downloads in Gradio's cache are deleted once this old (default 10)")
+    p.add_argument("--idle-minutes", type=float, default=10.0,
+                   help="a tab idle this long has its paused Step ended and the runs it holds freed (default 10)")
     p.add_argument("--threads", type=int, default=None,
                    help="torch CPU threads (default: half the cores, at least 1, which leaves a core to the web "
                         "server and the drawing; on a busy CPU it is also far faster than oversubscribing)")
@@ -98,18 +113,28 @@ def main(argv: list[str] | None = None) -> None:
     import torch
 
     torch.set_num_threads(cpu_threads(args.threads))
+    from app import share, state
     from app.state import initial_precision
     from app.ui import build_demo, launch_kwargs
     from poss_core.compare import cpu_bf16_units, cuda_available
 
     precision = initial_precision(args.dtype, cuda_available(), cpu_bf16_units())
-    if not 0 < args.max_call_seconds < float("inf"):
-        build_parser().error(f"--max-call-seconds={args.max_call_seconds}: use a number of seconds > 0.")
+    for flag, value in (("--max-call-seconds", args.max_call_seconds), ("--cache-minutes", args.cache_minutes),
+                        ("--idle-minutes", args.idle_minutes)):
+        if not 0 < value < float("inf"):
+            build_parser().error(f"{flag}={value}: use a number > 0.")
+    for flag, value in (("--max-calls-per-client", args.max_calls_per_client),
+                        ("--max-calls-per-address", args.max_calls_per_address)):
+        if value < 0 or (flag == "--max-calls-per-client" and value < 1):
+            build_parser().error(f"{flag}={value}: use a whole number >= {1 if 'client' in flag else 0}.")
+    state.SESSIONS.idle_s = args.idle_minutes * 60.0
+    share.SHARE.per_client, share.SHARE.per_address = args.max_calls_per_client, args.max_calls_per_address
     demo = build_demo(preset=args.preset, concurrency=args.concurrency, precision=precision,
-                      call_limit_s=args.max_call_seconds, results_dir=args.results_dir)
+                      call_limit_s=args.max_call_seconds, results_dir=args.results_dir,
+                      call_fits=not args.no_call_fits, cache_age_s=args.cache_minutes * 60.0)
     demo.queue(max_size=args.queue_size, default_concurrency_limit=args.concurrency)
     if not args.no_preload:
         prepare_target(args.preset)  # before the page is up: its first Run then only loads a prepared checkpoint
         threading.Thread(target=preload, args=(args.preset, precision), daemon=True, name="poss-preload").start()
-    demo.launch(server_name=args.host, server_port=args.port, share=args.share, **launch_kwargs())
+    demo.launch(server_name=args.host, server_port=args.port, share=args.share, **launch_kwargs(demo))
 

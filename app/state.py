@@ -14,7 +14,7 @@ from typing import Any
 
 from poss_core import methods
 from poss_core.bench.records import light_event, pool_events
-from poss_core.compare import Comparison, Lane, RunSpec, cpu_bf16_units
+from poss_core.compare import CallBudget, Comparison, Lane, RunSpec, cpu_bf16_units
 from poss_core.decoding.config import check_prompt_text
 from poss_core.events import RoundEvent
 from poss_core.errors import ConfigError, PromptError
@@ -24,6 +24,10 @@ DEFAULT_METHODS = [methods.PLAIN, "eagle", "poss2"]
 # The server-side cap on work per call: a Run, Replay or /compare call decodes for at most this many seconds, then
 # its lanes are stopped and the status (or the API's answer) says so. `python app.py --max-call-seconds` sets it.
 CALL_LIMIT_S = 300.0
+# Whether a call may start a new tree-budget fit (within its CALL_LIMIT_S); False: only fits cached at start-up or on
+# disk are used, and a lane that would need a new one starts on the default budget and says so
+# (`python app.py --no-call-fits`, for a public server).
+CALL_FITS = True
 # "All my runs" keeps at most this many rounds per preset and method in a tab, the oldest dropped first. A pooled
 # round is light (the accepted path and one node per other depth, no token ids): about 0.8 KB at depth 6, so a full
 # method pool is about 2.5 MB (docs/architecture.md, "Limits a public app needs", says how this was measured).
@@ -192,6 +196,7 @@ class Session:
     loaded: Comparison | None = None  # a loaded run, not yet replayed or stepped through
     history: list[dict] = field(default_factory=list)  # the conversation so far (multi-turn)
     pins: dict[int, int] = field(default_factory=dict)  # lane -> round the user scrubbed the tree to
+    call: CallBudget | None = None  # the budget of the call this tab runs (Stop sets it, also before its lanes exist)
     status: tuple[str, str] = ("Type a prompt (or pick an example) and press Run.", "info")
     last_seen: float = field(default_factory=time.monotonic)  # the tab's last request
     released: str | None = None  # why the store ended this tab's paused work (said on the next Step)
@@ -235,7 +240,10 @@ class Session:
 
     def end_work(self, why: str) -> None:
         """Stop this tab's comparison and free its decoders (their KV caches): a running one stops before its next
-        round (the handler streaming it closes it), a paused Step session is closed here."""
+        round (the handler streaming it closes it), a paused Step session is closed here; a call still loading or
+        fitting stops within one round of that."""
+        if self.call is not None:
+            self.call.set()
         comp = self.comparison
         if comp is None or comp.finished:
             return
@@ -250,6 +258,22 @@ class Session:
                 self.stepping = False
             finally:
                 self.lock.release()
+
+    def free_runs(self, why: str) -> None:
+        """Let go of the finished (or stopped) run on show and a loaded saved run, with what they hold; "All my runs"
+        keeps its pooled rounds. Nothing happens while a handler holds the tab."""
+        if not self.lock.acquire(blocking=False):
+            return
+        try:
+            if self.comparison is not None and not self.comparison.finished:
+                return
+            self.pool_run(self.comparison)  # pooled once, whatever ended it
+            self.comparison, self.loaded, self.stepping = None, None, False
+            self.pins.clear()
+            self.status = (f"The run on show was cleared to free memory because {why}; your pooled runs are kept. "
+                           f"Run, or load a saved run, to see lanes again.", "info")
+        finally:
+            self.lock.release()
 
 
 class SessionStore:
@@ -296,17 +320,23 @@ class SessionStore:
         return session
 
     def reap(self, now: float | None = None) -> int:
-        """End the work of every tab idle for more than `idle_s` (returns how many); the store calls it on requests
-        and, once `start_reaper` ran, every `idle_s / 4` seconds."""
+        """End the work of every tab idle for more than `idle_s` and free the runs it holds (returns how many tabs);
+        the store calls it on requests and, once `start_reaper` ran, every `idle_s / 4` seconds. A paused Step
+        session is ended first (its decoders freed, its lanes shown); a finished, stopped or loaded run an idle tab
+        still holds is then let go, so memory no longer waits for eviction past `capacity` tabs."""
         now = time.monotonic() if now is None else now
         self._last_reap = now
         with self._lock:
-            # A tab streaming a Run holds its lock and is bounded by CALL_LIMIT_S: only paused work is reaped here.
+            # A tab streaming a Run holds its lock and is bounded by CALL_LIMIT_S: it is not reaped here.
             idle = [s for s in self._sessions.values() if now - s.last_seen > self.idle_s and not s.lock.locked()
-                    and s.comparison is not None and not s.comparison.finished]
+                    and (s.comparison is not None or s.loaded is not None)]
         minutes = self.idle_s / 60
+        idle_for = f"{minutes:g} minute{'s' if minutes != 1 else ''}"
         for s in idle:
-            s.end_work(f"it waited more than {minutes:g} minute{'s' if minutes != 1 else ''} for the next Step")
+            if s.comparison is not None and not s.comparison.finished:
+                s.end_work(f"it waited more than {idle_for} for the next Step")
+            else:
+                s.free_runs(f"this tab was idle for more than {idle_for}")
         return len(idle)
 
     def start_reaper(self) -> None:

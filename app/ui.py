@@ -15,12 +15,15 @@ from poss_core.bench import figures
 from poss_core.decoding.config import LIMITS, MAX_PROMPT_CHARS
 from poss_core.models.presets import DEFAULT_PRESET, get_preset, presets
 
-from . import about, evidence_view, handlers, state
+from . import about, evidence_view, handlers, share, state
 from .api import compare_endpoint
 from .render import OUTPUT_NAMES, TOKEN_CLICK_JS, conversation_html, draft_note, legend_html, status_html
 from .state import (DEFAULT_METHODS, RunSettings, View, method_choices, precision_note, quantization_note,
                     ui_defaults)
 
+# Gradio's cache (uploaded runs, downloads it serves) is swept every CACHE_SWEEP_S seconds: files older than the
+# cache age (`python app.py --cache-minutes`, 10 by default) are deleted, so the temp folder does not grow.
+CACHE_SWEEP_S = 60
 LOAD_CONCURRENCY = 2  # saved runs parsed at once (each is checked in full: up to a few seconds of CPU for a large one)
 
 TIMING_NOTE = ("Lanes run **in turns, one round each**, in one thread: each lane's tokens/s counts only its own "
@@ -48,13 +51,17 @@ side against plain decoding: coloured tokens came from the draft, underlined one
 
 
 def build_demo(preset: str = DEFAULT_PRESET, concurrency: int = 2, precision: str = "auto",
-               call_limit_s: float | None = None, results_dir: str | None = None) -> gr.Blocks:
+               call_limit_s: float | None = None, results_dir: str | None = None,
+               call_fits: bool = True, cache_age_s: float = 600.0) -> gr.Blocks:
     """The whole app. `concurrency` caps how many comparisons (runs, steps, API calls) decode at once; `precision`
     is the Precision setting's initial value (`python app.py --dtype`); `call_limit_s` the most seconds one call
     decodes (state.CALL_LIMIT_S; `python app.py --max-call-seconds`); `results_dir` a folder the Evidence tab may
-    read results from besides results/ (`python app.py --results-dir`)."""
+    read results from besides results/ (`python app.py --results-dir`); `call_fits` False offers only the tree-budget
+    fits cached at start-up or on disk (state.CALL_FITS; `python app.py --no-call-fits`); `cache_age_s` how old a file
+    in Gradio's cache may get before it is deleted (`python app.py --cache-minutes`)."""
     if call_limit_s is not None:
         state.CALL_LIMIT_S = float(call_limit_s)
+    state.CALL_FITS = bool(call_fits)
     if results_dir:
         evidence_view.RESULTS_DIR = Path(results_dir)
     state.SESSIONS.start_reaper()  # paused Step sessions idle past SESSIONS.idle_s free their decoders
@@ -67,7 +74,9 @@ def build_demo(preset: str = DEFAULT_PRESET, concurrency: int = 2, precision: st
     decode = {"concurrency_id": "decode", "concurrency_limit": concurrency}
     light = {"concurrency_limit": None, "show_progress": "hidden"}
 
-    with gr.Blocks(title="POSS vs EAGLE: speculative decoding", fill_width=True, analytics_enabled=False) as demo:
+    age = max(1, round(cache_age_s))
+    with gr.Blocks(title="POSS vs EAGLE: speculative decoding", fill_width=True, analytics_enabled=False,
+                   delete_cache=(min(CACHE_SWEEP_S, age), age)) as demo:
         gr.Markdown(HEADER)
         with gr.Tabs():
             with gr.Tab("Demo", id="demo"):
@@ -248,7 +257,20 @@ def theme() -> gr.themes.Base:
                              font_mono=["ui-monospace", "SFMono-Regular", "Menlo", "Consolas", "monospace"])
 
 
-def launch_kwargs() -> dict[str, Any]:
-    """What `launch()` needs besides host and port: CSS and theme (Gradio 6 takes them at launch), and the largest
-    upload (a saved run; Gradio refuses bigger files before they reach a handler)."""
-    return {"css": CSS, "theme": theme(), "max_file_size": saved_runs.MAX_RUN_BYTES}
+def decoding_events(demo: gr.Blocks) -> set[int]:
+    """The events each client's queue share counts (app/share.py): the ones that decode (Run, its Enter key, Step,
+    /compare) and Replay."""
+    return {i for i, fn in demo.fns.items() if fn.concurrency_id == "decode" or fn.api_name == "replay"}
+
+
+def launch_kwargs(demo: gr.Blocks | None = None) -> dict[str, Any]:
+    """What `launch()` needs besides host and port: CSS and theme (Gradio 6 takes them at launch), the largest
+    upload (a saved run; Gradio refuses bigger files before they reach a handler) and, given the demo, the middleware
+    that gives each client its share of the queue."""
+    kwargs: dict[str, Any] = {"css": CSS, "theme": theme(), "max_file_size": saved_runs.MAX_RUN_BYTES}
+    if demo is not None:
+        from starlette.middleware import Middleware
+
+        kwargs["app_kwargs"] = {"middleware": [Middleware(share.QueueShareMiddleware,
+                                                          fn_indexes=decoding_events(demo))]}
+    return kwargs

@@ -29,7 +29,7 @@ from .autobudget import cached_budget_choice, known_budget_choice
 from .decoding.config import DecodeConfig, check_messages, check_prompt_tokens
 from .decoding.decoder import encode_prompt
 from .decoding.detokenizer import Detokenizer, TokenTexts
-from .errors import ConfigError, ModelLoadError, PossError
+from .errors import CallStopped, ConfigError, ModelLoadError, PossError
 from .events import DecodeSummary, RoundEvent
 from .models import loading
 from .models.numerics import Divergence, classify_divergence, first_difference, numerics_of, plain_margin
@@ -60,6 +60,50 @@ def cpu_bf16_units() -> str | None:
     if "amx_bf16" in flags:
         return "AMX"
     return "AVX-512 BF16" if "avx512_bf16" in flags else None
+
+
+class CallBudget(threading.Event):
+    """One call's budget: a cancel flag that Stop, a closed tab or a dropped client sets, and that sets itself once
+    `seconds` have passed since the call began (its clock runs from creation: loads, fits, the oracle's reference
+    decode and the lanes' rounds all count). Everything the call starts checks `is_set()` between rounds, so the
+    call ends within one round of either. A `parent` Event (a cancelled API call) sets it too."""
+
+    def __init__(self, seconds: float | None = None, parent: threading.Event | None = None) -> None:
+        super().__init__()
+        self.seconds = seconds
+        self.parent = parent
+        self.began = time.monotonic()
+        self.timed_out = False  # set by the clock, not by a stop
+
+    def limit(self, seconds: float | None) -> None:
+        """Give a budget without a time limit one (its clock still runs from the call's start)."""
+        if self.seconds is None:
+            self.seconds = seconds
+
+    def is_set(self) -> bool:
+        if not super().is_set():
+            if self.seconds is not None and time.monotonic() - self.began > self.seconds:
+                self.timed_out = True
+                self.set()
+            elif self.parent is not None and self.parent.is_set():
+                self.set()
+        return super().is_set()
+
+    def check(self, doing: str) -> None:
+        """Raise CallStopped, saying why and while doing what, once the call was stopped or ran out of time."""
+        if self.is_set():
+            raise self.stopped(doing)
+
+    def stopped(self, doing: str) -> CallStopped:
+        if self.timed_out:
+            return CallStopped(f"Stopped at this server's limit of {self.seconds:g} s per call while {doing}: ask "
+                               f"for fewer new tokens, a smaller tree or a fixed tree budget.")
+        return CallStopped(f"Stopped while {doing}: nothing was kept. Run again whenever you like.")
+
+
+def as_budget(cancel: threading.Event | None) -> CallBudget:
+    """`cancel` as a call's budget: itself, or a budget without a time limit that follows it."""
+    return cancel if isinstance(cancel, CallBudget) else CallBudget(parent=cancel)
 
 
 class ModelCache:
@@ -139,15 +183,22 @@ class ModelCache:
                 self._drafts[key] = model
             return model
 
-    def budget(self, target, draft, config: DecodeConfig, log=None):
+    def budget(self, target, draft, config: DecodeConfig, log=None, cancel: threading.Event | None = None):
         """The tree budget fitted to this machine for `draft` at the config's depth and top_k (calibrated once per
-        machine and cached on disk; one calibration at a time per draft)."""
+        machine and cached on disk; one calibration at a time per draft). With `cancel` (a call's budget), waiting
+        for another fit and the fit itself stop within one round once it is set (CallStopped; nothing is cached)."""
         key = self._budget_key(draft, config)
         with self._lock:
             self._fitting.add(key)
+        lock = self._key_lock(key)
         try:
-            with self._key_lock(key):
-                return cached_budget_choice(target, draft, config, log=log)
+            while not lock.acquire(timeout=0.1):
+                if cancel is not None and cancel.is_set():
+                    raise CallStopped("waiting for another tree-budget fit")
+            try:
+                return cached_budget_choice(target, draft, config, log=log, cancel=cancel)
+            finally:
+                lock.release()
         finally:
             with self._lock:
                 self._fitting.discard(key)
@@ -427,15 +478,19 @@ class Comparison:
 
     spec: RunSpec
     lanes: list[Lane]
-    cancel: threading.Event = field(default_factory=threading.Event)
+    cancel: CallBudget = field(default_factory=CallBudget)  # the call's budget: Stop and the time limit
     hardware: dict[str, str] = field(default_factory=dict)
     replay: bool = False
     prompt_tokens: int = 0
-    timed_out: bool = False  # stopped by the per-call work limit, not by the user
     # (plain tokens, index, lane's token) -> the plain target's logit margin there; None where no target is at hand
     # (replays, loaded runs)
     margin_probe: Callable[[list[int], int, int], float] | None = None
     _divergences: dict[tuple[str, int], Divergence] = field(default_factory=dict, repr=False)
+
+    @property
+    def timed_out(self) -> bool:
+        """Stopped by the per-call time limit, not by the user."""
+        return bool(getattr(self.cancel, "timed_out", False))
 
     @property
     def finished(self) -> bool:
@@ -512,44 +567,77 @@ def hardware_info(target) -> dict[str, str]:
 
 
 def start(spec: RunSpec, models: ModelCache = MODELS, cancel: threading.Event | None = None,
-          wait_for_fits: bool = True) -> Comparison:
+          wait_for_fits: bool = True, new_fits: bool = True) -> Comparison:
     """Load what the spec needs (from the shared cache), encode the prompt and open one generator per lane. With
-    `wait_for_fits=False`, a draft lane whose auto budget another thread is still fitting uses the default budget.
+    `wait_for_fits=False`, a draft lane whose auto budget another thread is still fitting uses the default budget;
+    with `new_fits=False`, so does one whose fit is not cached yet (a public server offers only the fits it has).
 
-    Raises a PossError with a readable message for bad settings, an empty or too long prompt, a missing draft or
-    a model that fails to load."""
+    `cancel` is the call's budget (a CallBudget, or an Event it follows): each load is checked against it before and
+    after, a fit and the oracle's reference decode stop within one round of it (CallStopped), and the lanes watch it
+    before each round. Raises a PossError with a readable message for bad settings, an empty or too long prompt, a
+    missing draft, a model that fails to load, or a call stopped meanwhile."""
     spec.check()
+    budget = as_budget(cancel)
     preset = get_preset(spec.preset)
     config = spec.config()
+    budget.check("waiting to start")
     target = models.target(preset, spec.quantization, spec.precision)
+    budget.check(f"loading {preset.name}")
     ids = encode_prompt(target.tokenizer, spec.messages())
     check_prompt_tokens(len(ids), target.max_context)
-    cancel = cancel or threading.Event()
     special = set(getattr(target.tokenizer, "all_special_ids", []) or []) | set(target.eos_ids)
     offered = methods.lane_methods(preset)
     lanes = []
-    for name in spec.methods:
-        method, budget, lane_config, draft, assistant, auto = offered[name], None, config, None, None, False
-        if method.oracle:
-            lane_config = methods.oracle_config(config) if spec.auto_budget else config
-            budget, auto = lane_config.tree_budget, spec.auto_budget
-        elif method.assistant:
-            assistant = models.assistant(preset, name, target, spec.quantization, spec.precision)
-        elif methods.uses_draft(name):
-            draft = models.draft(preset, name, target, spec.quantization, spec.precision)
-            auto = spec.auto_budget and (wait_for_fits or not models.fitting_elsewhere(target, draft, config))
-            if auto:
-                lane_config = methods.with_budget_choice(config, models.budget(target, draft, config))
-            budget = lane_config.tree_budget
-        decoder = methods.build_decoder(method, target, lane_config, draft, assistant)
-        lanes.append(Lane(name, method.label, method.trained, special_ids=special, budget=budget,
-                          depth_stop=lane_config.depth_stop, budget_auto=auto and budget is not None,
-                          source=decoder.generate(ids, cancel=cancel), detok=Detokenizer(target.tokenizer),
-                          token_text=TokenTexts(target.tokenizer)))
-    comparison = Comparison(spec, lanes, cancel, hardware_info(target), prompt_tokens=len(ids),
+    try:
+        for name in spec.methods:
+            lanes.append(_open_lane(spec, name, offered[name], models, preset, target, config, ids, special, budget,
+                                    wait_for_fits, new_fits))
+    except BaseException:
+        for lane in lanes:
+            lane.close()
+        raise
+    comparison = Comparison(spec, lanes, budget, hardware_info(target), prompt_tokens=len(ids),
                             margin_probe=functools.partial(plain_margin, target, ids))
     _LIVE.add(comparison)
     return comparison
+
+
+def _open_lane(spec: RunSpec, name: str, method, models: ModelCache, preset: Preset, target, config: DecodeConfig,
+               ids: list[int], special: set[int], budget: CallBudget, wait_for_fits: bool, new_fits: bool) -> Lane:
+    """One lane of `start`: its models (loaded or fitted under the call's budget) and its decoder's generator."""
+    lane_budget, lane_config, draft, assistant, auto = None, config, None, None, False
+    if method.oracle:
+        lane_config = methods.oracle_config(config) if spec.auto_budget else config
+        lane_budget, auto = lane_config.tree_budget, spec.auto_budget
+    elif method.assistant:
+        assistant = models.assistant(preset, name, target, spec.quantization, spec.precision)
+        budget.check(f"loading the assistant of {preset.name}")
+    elif methods.uses_draft(name):
+        draft = models.draft(preset, name, target, spec.quantization, spec.precision)
+        budget.check(f"loading the draft {name!r}")
+        auto = spec.auto_budget and fit_offered(models, target, draft, config, wait_for_fits, new_fits)
+        if auto:
+            try:
+                choice = models.budget(target, draft, config, cancel=budget)
+            except CallStopped:
+                raise budget.stopped(f"fitting the tree budget of {method.label}") from None
+            lane_config = methods.with_budget_choice(config, choice)
+        lane_budget = lane_config.tree_budget
+    decoder = methods.build_decoder(method, target, lane_config, draft, assistant)
+    source = decoder.generate(ids, cancel=budget)  # the oracle's reference decode runs here, under the budget
+    budget.check(f"preparing the {method.label} lane")
+    return Lane(name, method.label, method.trained, special_ids=special, budget=lane_budget,
+                depth_stop=lane_config.depth_stop, budget_auto=auto and lane_budget is not None, source=source,
+                detok=Detokenizer(target.tokenizer), token_text=TokenTexts(target.tokenizer))
+
+
+def fit_offered(models: ModelCache, target, draft, config: DecodeConfig, wait_for_fits: bool = True,
+                new_fits: bool = True) -> bool:
+    """Whether a draft lane asking for an auto budget gets one now: a cached fit always; a new fit only with
+    `new_fits` and, without `wait_for_fits`, when no other thread is fitting it (else: the default budget)."""
+    if known_budget_choice(target, draft, config) is not None:
+        return True
+    return new_fits and (wait_for_fits or not models.fitting_elsewhere(target, draft, config))
 
 
 # Live comparisons (started, not yet closed), weakly held: what `live_comparisons` reports to tests and the load test
@@ -562,28 +650,40 @@ def live_comparisons() -> list[Comparison]:
     return [c for c in list(_LIVE) if any(lane.source is not None for lane in c.lanes)]
 
 
-def fit_budgets(spec: RunSpec, models: ModelCache = MODELS, wait_for_fits: bool = True) -> Iterator[str]:
+def fit_budgets(spec: RunSpec, models: ModelCache = MODELS, wait_for_fits: bool = True, new_fits: bool = True,
+                cancel: threading.Event | None = None) -> Iterator[str]:
     """Before `start` with auto_budget: load the models and fit each draft lane's budget, yielding a status line
     before each step that may take a while (the first calibration of a draft on a CPU takes tens of seconds; later
-    ones read the cache). With `wait_for_fits=False`, a fit another thread has under way is not waited for: the
-    status says the lane starts on the default budget."""
+    ones read the cache). With `wait_for_fits=False`, a fit another thread has under way is not waited for, and with
+    `new_fits=False` no fit is started: the status says the lane starts on the default budget. `cancel` (the call's
+    budget) stops a fit within one round with CallStopped."""
     if not spec.auto_budget:
         return
     spec.check()
+    budget = as_budget(cancel)
     preset = get_preset(spec.preset)
     config = spec.config()
     target = models.target(preset, spec.quantization, spec.precision)
     for method in spec.methods:
-        if methods.uses_draft(method):
-            draft = models.draft(preset, method, target, spec.quantization, spec.precision)
-            if not wait_for_fits and models.fitting_elsewhere(target, draft, config):
-                yield (f"{methods.label_of(method, preset)} starts on the default tree budget ({config.tree_budget}) "
-                       f"while the app fits tree budgets to this machine in the background; later runs use the fit.")
-                continue
-            if known_budget_choice(target, draft, config) is None:
-                yield (f"Fitting the tree budget of {methods.label_of(method, preset)} to this machine (once per draft "
-                       f"and setting, then cached)…")
-                models.budget(target, draft, config)
+        if not methods.uses_draft(method):
+            continue
+        budget.check(f"loading the draft {method!r}")
+        draft = models.draft(preset, method, target, spec.quantization, spec.precision)
+        label = methods.label_of(method, preset)
+        if known_budget_choice(target, draft, config) is not None:
+            continue
+        if not new_fits:
+            yield (f"{label} starts on the default tree budget ({config.tree_budget}): this server fits tree budgets "
+                   f"only at start-up, and none is cached for depth {config.depth} and top-k {config.top_k}.")
+        elif not wait_for_fits and models.fitting_elsewhere(target, draft, config):
+            yield (f"{label} starts on the default tree budget ({config.tree_budget}) while the app fits tree budgets "
+                   f"to this machine in the background; later runs use the fit.")
+        else:
+            yield f"Fitting the tree budget of {label} to this machine (once per draft and setting, then cached)…"
+            try:
+                models.budget(target, draft, config, cancel=budget)
+            except CallStopped:
+                raise budget.stopped(f"fitting the tree budget of {label}") from None
 
 
 def prefit_budgets(spec: RunSpec, models: ModelCache = MODELS) -> None:
@@ -599,15 +699,16 @@ def prefit_budgets(spec: RunSpec, models: ModelCache = MODELS) -> None:
 
 
 def run_to_end(comparison: Comparison, time_limit_s: float | None = None) -> Comparison:
-    """Turn until every lane has finished (the API endpoint's non-streaming run). Past `time_limit_s` seconds the
-    comparison is stopped (each lane ends with a "cancelled" summary) and `comparison.timed_out` says so; a stop from
-    elsewhere (`comparison.stop()`, e.g. a cancelled API call) ends it before the next round."""
-    start = time.monotonic()
+    """Turn until every lane has finished (the API endpoint's non-streaming run). Past the call's budget (its own
+    time limit, or `time_limit_s` from when the call began) the comparison is stopped (each lane ends with a
+    "cancelled" summary) and `comparison.timed_out` says so; a stop from elsewhere (`comparison.stop()`, e.g. a
+    cancelled API call) ends it before the next round."""
+    budget = comparison.cancel
+    if time_limit_s is not None and isinstance(budget, CallBudget):
+        budget.limit(time_limit_s)
     try:
         while comparison.turn():
-            if time_limit_s is not None and time.monotonic() - start > time_limit_s and not comparison.cancelled:
-                comparison.timed_out = True
-                comparison.stop()
+            pass
         if comparison.cancelled:
             comparison.drain()
     finally:

@@ -21,6 +21,11 @@ class ModelLoadError(PossError):
     """A target model could not be found or loaded."""
 
 
+class CallStopped(PossError):
+    """A call's work was stopped before it finished: by Stop, a closed tab, a dropped client or the server's time
+    limit per call (what was cut short, e.g. a tree-budget fit, is not kept)."""
+
+
 def run_cli(body, *args) -> int:
     """Run a command-line entry point: a PossError or any other failure becomes one `error:` line on stderr and a
     non-zero exit code, never a traceback (POSS_DEBUG=1 shows it)."""

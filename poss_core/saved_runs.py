@@ -11,7 +11,6 @@ Token texts are stored with the events, so a replay needs no tokenizer.
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -19,7 +18,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from . import methods
-from .compare import MAX_LANES, PRECISIONS, QUANTIZATIONS, Comparison, Lane, RunSpec
+from .compare import MAX_LANES, PRECISIONS, QUANTIZATIONS, CallBudget, Comparison, Lane, RunSpec
 from .decoding.config import LIMITS, MAX_PROMPT_CHARS, MAX_PROMPT_TOKENS
 from .errors import PossError
 from .events import RoundEvent
@@ -293,7 +292,7 @@ def _build(head: _Head, body: list) -> Comparison:
     for lane in lanes:
         if lane.summary is None and lane.error is None:
             lane.summary = {"text": lane.text, "stop_reason": "cancelled", "stats": {}}
-    return Comparison(spec, lanes, threading.Event(), dict(head.hardware), replay=True,
+    return Comparison(spec, lanes, CallBudget(), dict(head.hardware), replay=True,
                       prompt_tokens=head.prompt_tokens)
 
 
@@ -323,5 +322,5 @@ def replay(comparison: Comparison) -> Comparison:
         if lane.error is not None and not lane.events:
             fresh.error = lane.error
         lanes.append(fresh)
-    return Comparison(comparison.spec, lanes, threading.Event(), dict(comparison.hardware), replay=True,
+    return Comparison(comparison.spec, lanes, CallBudget(), dict(comparison.hardware), replay=True,
                       prompt_tokens=comparison.prompt_tokens)

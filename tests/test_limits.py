@@ -110,17 +110,31 @@ def test_prompt_tokens_are_bounded(monkeypatch):
 
 
 def test_per_call_cap_stops_a_run_and_a_compare_call(monkeypatch):
+    # A cap already spent: the call stops before it loads anything, and says so.
     monkeypatch.setattr(state, "CALL_LIMIT_S", 0.0)
-    status = final_status("capped", max_new_tokens=400)
+    status = final_status("capped0", max_new_tokens=400)
     assert "limit of 0 s per call" in status, status
+    assert handlers.SESSIONS.get(req("capped0")).comparison is None
+    # A cap reached while decoding: every lane ends cleanly, within a round of the cap.
+    monkeypatch.setattr(state, "CALL_LIMIT_S", 0.3)
+    status = final_status("capped", max_new_tokens=2000, methods=["plain", "eagle", "poss2"])
+    assert "limit of 0.3 s per call" in status, status
     comp = handlers.SESSIONS.get(req("capped")).comparison
     assert comp.timed_out and all(lane.stop_reason == "cancelled" for lane in comp.lanes)
-    assert all(len(lane.events) <= 2 for lane in comp.lanes)  # the prefill and at most one more round
-    out = api.compare_api("Hello", ["plain", "eagle"], preset="tiny-random", max_new_tokens=400, depth=4, top_k=4,
+    assert all(lane.token_ids and len(lane.token_ids) < 2000 for lane in comp.lanes)
+    out = api.compare_api("Hello", ["plain", "eagle"], preset="tiny-random", max_new_tokens=2000, depth=4, top_k=4,
                           tree_budget=16)
     assert out["timed_out"] is True and "limit" in out["note"]
-    assert all(lane["stop_reason"] == "cancelled" and lane["summary"]["new_tokens"] < 10 for lane in out["lanes"])
+    assert all(lane["stop_reason"] == "cancelled" and lane["summary"]["new_tokens"] < 2000 for lane in out["lanes"])
     assert comp not in compare.live_comparisons()
+
+
+async def answer_of(endpoint_call):
+    """The last value an async-generator endpoint yields (its answer; the ones before are progress)."""
+    last = None
+    async for value in endpoint_call:
+        last = value
+    return last
 
 
 def test_a_cancelled_compare_call_stops_within_one_round(monkeypatch):
@@ -136,8 +150,8 @@ def test_a_cancelled_compare_call_stops_within_one_round(monkeypatch):
     endpoint = api.compare_endpoint("tiny-random")
 
     async def scenario():
-        task = asyncio.create_task(endpoint("Tell me a long story", ["plain", "eagle", "poss2"], "", 450, 0.0, 1.0,
-                                            4, 4, 16, 0, "auto"))
+        task = asyncio.create_task(answer_of(endpoint("Tell me a long story", ["plain", "eagle", "poss2"], "", 450,
+                                                      0.0, 1.0, 4, 4, 16, 0, "auto")))
         for _ in range(600):
             await asyncio.sleep(0.02)
             if started and len(started[0].lanes[0].events) >= 3:

@@ -11,6 +11,7 @@ from pathlib import Path
 from .. import metrics
 from ..decoding.config import DecodeConfig
 from ..decoding.decoder import SpeculativeDecoder, encode_prompt
+from ..errors import CallStopped
 from ..events import DecodeSummary, RoundEvent
 from ..models.target import TargetModel
 from . import cache
@@ -31,35 +32,40 @@ CALIBRATION_PROMPTS = (
 
 
 def calibrate(target: TargetModel, draft, config: DecodeConfig, prompts: Sequence[Sequence[int]],
-              max_budget: int = MAX_BUDGET, max_new_tokens: int = 48) -> tuple[list[RoundEvent], int]:
-    """Decode the prompts at the largest budget considered; return every event and that budget."""
+              max_budget: int = MAX_BUDGET, max_new_tokens: int = 48, cancel=None) -> tuple[list[RoundEvent], int]:
+    """Decode the prompts at the largest budget considered; return every event and that budget. Setting `cancel`
+    (an Event, e.g. a call's budget) stops the decode within one round with CallStopped."""
     budget = max(2, min(max_budget, max_useful_budget(config.depth, config.top_k)))
     # Every round drafts the full depth: what a dynamic depth stop would have cut is read off these rounds.
     cfg = replace(config, tree_budget=budget, max_new_tokens=max_new_tokens, depth_stop=0.0, head_rows="read")
     decoder = SpeculativeDecoder(target, draft, cfg)
     events: list[RoundEvent] = []
     for ids in prompts:
-        for item in decoder.generate(list(ids)):
+        for item in decoder.generate(list(ids), cancel=cancel):
             if not isinstance(item, DecodeSummary):
                 events.append(item)
+        if cancel is not None and cancel.is_set():  # a cut-short decode would skew the fit: nothing is kept
+            raise CallStopped("fitting the tree budget")
     return events, budget
 
 
 def auto_tree_budget(target: TargetModel, draft, config: DecodeConfig, prompts: Sequence[Sequence[int]] | None = None,
                      profile: str = "calibrate", max_budget: int = MAX_BUDGET, calibration_tokens: int = 48,
                      curve: ForwardCurve | None = None, remeasure: bool = False, log=None,
-                     choose_depth: bool = True, depth_stops: Sequence[float] = DEPTH_STOPS) -> BudgetChoice:
+                     choose_depth: bool = True, depth_stops: Sequence[float] = DEPTH_STOPS,
+                     cancel=None) -> BudgetChoice:
     """Pick the tree budget (and, with `choose_depth`, a depth up to the configured one; and a dynamic depth stop
     among `depth_stops`) for this target, draft and hardware (see the module docstring).
 
     `prompts` are token-id lists for the calibration decode (default: built-in prompts, never the evaluation sets);
-    `profile="default"` keeps the calibration's timings but takes τ(B) from the default profile."""
+    `profile="default"` keeps the calibration's timings but takes τ(B) from the default profile. `cancel` (an Event)
+    stops the curve's measurement and the calibration decode with CallStopped."""
     if profile not in ("calibrate", "default"):
         raise ValueError(f"profile={profile!r}: use 'calibrate' or 'default'")
-    curve = curve or cache.load_or_measure_curve(target, remeasure=remeasure, log=log)
+    curve = curve or cache.load_or_measure_curve(target, remeasure=remeasure, log=log, cancel=cancel)
     if prompts is None:
         prompts = [encode_prompt(target.tokenizer, p) for p in CALIBRATION_PROMPTS]
-    events, budget = calibrate(target, draft, config, prompts, max_budget, calibration_tokens)
+    events, budget = calibrate(target, draft, config, prompts, max_budget, calibration_tokens, cancel=cancel)
     split = metrics.time_split(events)
     draft_ms: float | dict[int, float] = split["draft_ms"] if not math.isnan(split["draft_ms"]) else 0.0
     by_depth = draft_ms_by_depth(events)

@@ -14,6 +14,7 @@ from datetime import datetime, timezone
 
 import torch
 
+from ..errors import CallStopped
 from ..models.target import TargetModel, causal_allowed, truncate_cache_layer
 from .cost_model import CANDIDATE_BUDGETS
 
@@ -127,10 +128,11 @@ def machine_busy(device: torch.device | None = None) -> float:
 
 @torch.inference_mode()
 def measure_forward_curve(target: TargetModel, sizes: Sequence[int] = CANDIDATE_BUDGETS, context: int = CURVE_CONTEXT,
-                          repeats: int = 5, seed: int = 0) -> ForwardCurve:
+                          repeats: int = 5, seed: int = 0, cancel=None) -> ForwardCurve:
     """Time the verify forward (n tokens after a `context`-token cache, to the hidden states) and the LM head over
     n rows, for each n; sizes are visited in a shuffled order per repeat so drift in
-    machine speed spreads over all of them; the median is kept."""
+    machine speed spreads over all of them; the median is kept. Setting `cancel` (an Event) stops it between two
+    timings with CallStopped (a call's budget: nothing half-measured is kept)."""
     sizes = sorted({int(s) for s in sizes if s >= 1} | {1})
     busy = machine_busy(target.device)  # read before our own work adds to the load
     context = max(1, min(context, target.max_context - max(sizes) - 1))
@@ -165,6 +167,8 @@ def measure_forward_curve(target: TargetModel, sizes: Sequence[int] = CANDIDATE_
         order = list(sizes)
         rng.shuffle(order)
         for n in order:
+            if cancel is not None and cancel.is_set():
+                raise CallStopped("measuring the forward-time curve")
             times[n].append(once(n))
     forward = [statistics.median(t[0] for t in times[n]) for n in sizes]
     post = [statistics.median(t[1] for t in times[n]) for n in sizes]

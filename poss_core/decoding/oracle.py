@@ -54,22 +54,31 @@ class OracleDecoder(SpeculativeDecoder):
         self._stats_depth = config.depth
         self.pad_to_budget = pad_to_budget
         self._continuations: dict[tuple[int, ...], list[int]] = {}  # shared by copies (the benchmark copies lanes)
+        self._cancel = None  # the running decode's cancel flag: a re-derived continuation stops with it
 
-    def prepare(self, input_ids: Sequence[int]) -> list[int]:
-        """The target's own continuation of `input_ids` (plain decoding with this config), computed once."""
+    def prepare(self, input_ids: Sequence[int], cancel=None) -> list[int]:
+        """The target's own continuation of `input_ids` (plain decoding with this config), computed once. `cancel`
+        (an Event, e.g. a call's budget) stops the reference decode within one token; a cut-short continuation is
+        returned but not kept."""
         key = tuple(int(t) for t in input_ids)
         known = self._continuations.get(key)
         want = self.config.max_new_tokens
         if known is not None and (len(known) >= want or (known and known[-1] in self.target.eos_ids)):
             return known
-        plain = PlainDecoder(self.target, replace(self.config, max_new_tokens=want))
-        summary = list(plain.generate(list(key)))[-1]
-        self._continuations[key] = list(summary.token_ids)
-        return self._continuations[key]
+        tokens = self._plain_continuation(list(key), want, cancel)
+        if not (cancel is not None and cancel.is_set()):
+            self._continuations[key] = tokens
+        return tokens
+
+    def _plain_continuation(self, ids: list[int], max_new_tokens: int, cancel=None) -> list[int]:
+        """Plain decoding's tokens after `ids`: the oracle's reference, stopped early when `cancel` is set."""
+        plain = PlainDecoder(self.target, replace(self.config, max_new_tokens=max_new_tokens))
+        return list(list(plain.generate(ids, cancel=cancel))[-1].token_ids)
 
     def generate(self, input_ids: Sequence[int], cancel=None):
         self._key = tuple(int(t) for t in input_ids)
-        self._current = self.prepare(input_ids)
+        self._cancel = cancel
+        self._current = self.prepare(input_ids, cancel)
         self.untimed_s = 0.0  # seconds spent re-deriving the continuation during this decode (not the engine's)
         self._round_untimed = 0.0
         return self._rounds(super().generate(input_ids, cancel))
@@ -94,8 +103,7 @@ class OracleDecoder(SpeculativeDecoder):
         left = self.config.max_new_tokens - len(emitted)
         rest: list[int] = []
         if left > 0 and not (emitted and emitted[-1] in self.target.eos_ids):
-            plain = PlainDecoder(self.target, replace(self.config, max_new_tokens=left))
-            rest = list(list(plain.generate(list(self._key) + emitted))[-1].token_ids)
+            rest = self._plain_continuation(list(self._key) + emitted, left, self._cancel)
         cont = list(emitted) + rest
         self._continuations[self._key] = cont
         spent = time.perf_counter() - t0

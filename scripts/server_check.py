@@ -1,0 +1,305 @@
+"""Replays the public-server cases against a real `python app.py` on 127.0.0.1 (a free port) and prints figures:
+
+  oracle   one /compare with the oracle lane (a long reference decode): seconds taken against the cap
+  fit      one one-token /compare that needs a new tree-budget fit: seconds taken against the cap
+  abandon  N clients start long /compare calls and are killed after K s: the server's CPU afterwards
+  flood    one client submits M long /compare calls at once: how many were let in and how many refused
+  disk     N uploads of a saved run and N /save_run calls: the temp folders' growth, then after the cache sweep
+  refuse   M /compare calls with a bad setting: what the server's log shows for them
+  memory   (in-process, no server) K tabs each load a saved run, then go idle: traced memory before and after the
+           idle reaper
+
+Each starts its own server from --root (default: this checkout; point it at an older checkout for "before"
+figures) with its own Gradio temp folder, $TMPDIR and cache folder (the prepared default model is linked in, so
+fits made here never touch ~/.cache/poss-demo), and stops it at the end. Only loopback, bounded in time.
+
+    python scripts/server_check.py oracle --preset smollm2-135m --cap 20 [--root /tmp/older-checkout]
+    python scripts/server_check.py fit --preset smollm2-135m --cap 20 [--server-args=--no-call-fits]
+    python scripts/server_check.py abandon --preset smollm2-135m --clients 4 --kill-after 6
+    python scripts/server_check.py flood --preset smollm2-135m --cap 5 --calls 6
+    python scripts/server_check.py disk --uploads 6 --wait 8 --server-args=--cache-minutes=0.05
+    python scripts/server_check.py refuse --calls 5
+    python scripts/server_check.py memory --tabs 8
+
+(--server-args takes its value after "=" when it starts with "--".)
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import shlex
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+LONG_PROMPT = "Tell me everything you know about the history of the printing press, in detail. " * 100
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU seconds of a process and its threads."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def folder_mb(path: Path) -> float:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) / 2**20 if path.exists() else 0.0
+
+
+class Server:
+    """`python app.py` from `root` on a free loopback port, in its own temp and cache folders."""
+
+    def __init__(self, root: Path, preset: str, cap: float, extra: list[str], threads: int = 1) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="poss-check-"))
+        self.gradio_tmp, self.tmp, cache = self.dir / "gradio", self.dir / "tmp", self.dir / "cache"
+        for d in (self.gradio_tmp, self.tmp, cache):
+            d.mkdir()
+        home_cache = Path(os.environ.get("POSS_CACHE_DIR", Path.home() / ".cache" / "poss-demo"))
+        for item in home_cache.glob("*"):  # the prepared models, not the fits or curves
+            if item.is_dir():
+                (cache / item.name).symlink_to(item)
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/"
+        env = {**os.environ, "GRADIO_TEMP_DIR": str(self.gradio_tmp), "TMPDIR": str(self.tmp),
+               "POSS_CACHE_DIR": str(cache), "GRADIO_ANALYTICS_ENABLED": "False"}
+        self.log = open(self.dir / "server.log", "w")
+        self.proc = subprocess.Popen([sys.executable, "app.py", "--preset", preset, "--host", "127.0.0.1", "--port",
+                                      str(self.port), "--threads", str(threads), "--max-call-seconds", str(cap),
+                                      "--no-preload", *extra], cwd=root, env=env, stdout=self.log,
+                                     stderr=subprocess.STDOUT)
+
+    def __enter__(self) -> "Server":
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                urllib.request.urlopen(self.url, timeout=2).read(100)
+                return self
+            except Exception:  # noqa: BLE001
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    raise SystemExit(f"the app did not start:\n{self.log_text()[-3000:]}")
+                time.sleep(0.5)
+
+    def __exit__(self, *exc) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self.log.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def log_text(self) -> str:
+        self.log.flush()
+        return (self.dir / "server.log").read_text(errors="replace")
+
+    def cpu_percent(self, seconds: float) -> float:
+        c0, t0 = cpu_seconds(self.proc.pid), time.monotonic()
+        time.sleep(seconds)
+        return 100.0 * (cpu_seconds(self.proc.pid) - c0) / (time.monotonic() - t0)
+
+
+def client(url: str):
+    from gradio_client import Client
+
+    return Client(url, verbose=False)
+
+
+def compare_args(prompt: str, methods: list[str], max_new_tokens: int, temperature: float = 0.0, depth: int = 0,
+                 top_k: int = 0, tree_budget: int = 0, precision: str = "auto") -> list:
+    return [prompt, methods, "", max_new_tokens, temperature, 1.0, depth, top_k, tree_budget, 0, precision]
+
+
+def timed_compare(url: str, args: list, timeout: float) -> tuple[float, str]:
+    """Seconds one /compare took and how it ended (timed out, answered, or the error's first line)."""
+    c, t0 = client(url), time.monotonic()
+    try:
+        out = c.submit(*args, api_name="/compare").result(timeout=timeout)
+        how = "timed_out" if out.get("timed_out") else "answered"
+    except TimeoutError:
+        how = f"no answer within --timeout {timeout:g} s"
+    except Exception as err:  # noqa: BLE001
+        how = f"error: {(str(err) or type(err).__name__).splitlines()[0][:160]}"
+    return time.monotonic() - t0, how
+
+
+def case_oracle(a) -> None:
+    with Server(a.root, a.preset, a.cap, a.extra) as server:
+        took, how = timed_compare(server.url, compare_args(prompt_for(a.preset, len(LONG_PROMPT)), ["plain", "oracle"],
+                                                           2048, temperature=2.0),
+                                  a.timeout)
+        after = server.cpu_percent(3.0)
+    print(f"[oracle] cap {a.cap:g} s: the call took {took:.1f} s ({how}); server CPU in the 3 s after: {after:.0f}%")
+
+
+def case_fit(a) -> None:
+    with Server(a.root, a.preset, a.cap, a.extra) as server:
+        client(server.url).predict(*compare_args("Hi", ["plain"], 1), api_name="/compare")  # loads the target
+        took, how = timed_compare(server.url, compare_args("Hi", ["plain", "eagle"], 1, depth=10, top_k=20,
+                                                           precision="float32"), a.timeout)
+    print(f"[fit] cap {a.cap:g} s: a one-token call needing a new fit took {took:.1f} s ({how})")
+
+
+def prompt_for(preset: str, chars: int) -> str:
+    """A long prompt that fits the preset's context (the tiny model reads 512 tokens at most)."""
+    return LONG_PROMPT[:min(chars, 600 if preset == "tiny-random" else chars)]
+
+
+def _long_call(url: str, prompt: str) -> None:
+    c = client(url)
+    c.submit(*compare_args(prompt, ["plain", "eagle", "poss2"], 2048, depth=4, top_k=4, tree_budget=16),
+             api_name="/compare")
+    time.sleep(3600)
+
+
+def case_abandon(a) -> None:
+    with Server(a.root, a.preset, a.cap, a.extra) as server:
+        client(server.url).predict(*compare_args("Hi", ["plain"], 1), api_name="/compare")  # loads the target
+        procs = [multiprocessing.Process(target=_long_call, args=(server.url, prompt_for(a.preset, 2000)))
+                 for _ in range(a.clients)]
+        for p in procs:
+            p.start()
+        time.sleep(a.kill_after)
+        during = server.cpu_percent(1.0)
+        for p in procs:
+            p.kill()
+        time.sleep(a.grace)
+        after = server.cpu_percent(a.window)
+    print(f"[abandon] {a.clients} clients killed {a.kill_after:g} s after starting (cap {a.cap:g} s): server CPU "
+          f"{during:.0f}% just before, {after:.0f}% over the {a.window:g} s starting {a.grace:g} s after")
+
+
+def case_flood(a) -> None:
+    with Server(a.root, a.preset, a.cap, a.extra) as server:
+        c = client(server.url)
+        jobs = [c.submit(*compare_args(prompt_for(a.preset, 2000), ["plain", "eagle"], 2048, depth=4, top_k=4,
+                                       tree_budget=16), api_name="/compare") for _ in range(a.calls)]
+        refused, let_in, message = 0, 0, ""
+        for job in jobs:
+            try:
+                job.result(timeout=a.timeout)
+                let_in += 1
+            except Exception as err:  # noqa: BLE001
+                if "waiting or running" in str(err) or "validation" in str(err):
+                    refused, message = refused + 1, str(err).splitlines()[-1]
+                else:
+                    let_in += 1
+    print(f"[flood] one client submitted {a.calls} long calls: {let_in} let in, {refused} refused"
+          + (f" ({message.strip()[:140]})" if message else ""))
+
+
+def case_refuse(a) -> None:
+    with Server(a.root, "tiny-random", a.cap, a.extra) as server:
+        c = client(server.url)
+        for _ in range(a.calls):
+            try:
+                c.predict(*compare_args("Hi", ["plain", "eagle"], 4, depth=20), api_name="/compare")
+            except Exception:  # noqa: BLE001 - the refusal the client is meant to get
+                pass
+        time.sleep(1.0)
+        log = server.log_text()
+    lines = [line for line in log.splitlines() if "depth=20" in line or "Traceback" in line]
+    print(f"[refuse] {a.calls} refused /compare calls: {log.count('Traceback')} tracebacks and {len(log.splitlines())} "
+          f"lines in the server's log ({len(lines)} naming the refusal)")
+
+
+def _saved_run(path: Path, seed: int) -> Path:
+    """A valid saved run of the tiny model, made here (different content for each seed)."""
+    sys.path.insert(0, str(ROOT))
+    from poss_core import compare, saved_runs
+
+    comp = compare.run_to_end(compare.start(compare.RunSpec("Tell me a story.", ["plain", "eagle", "poss2"],
+                                                            "tiny-random", max_new_tokens=400, seed=seed,
+                                                            temperature=1.0, depth=6, top_k=10, tree_budget=60)))
+    return saved_runs.save_run(comp, path)
+
+
+def case_disk(a) -> None:
+    files = [_saved_run(Path(tempfile.mkdtemp()) / f"run{i}.jsonl", i) for i in range(a.uploads)]
+    mb = sum(f.stat().st_size for f in files) / 2**20
+    with Server(a.root, "tiny-random", a.cap, a.extra) as server:
+        from gradio_client import handle_file
+
+        c = client(server.url)
+        view = ["draft position", False, "conditional (POSS pos-acc)", "this run"]
+        base = folder_mb(server.gradio_tmp) + folder_mb(server.tmp)
+        for f in files:
+            c.predict(handle_file(str(f)), *view, api_name="/load_run")
+            c.predict(api_name="/save_run")
+        grown = folder_mb(server.gradio_tmp) + folder_mb(server.tmp) - base
+        runs = len(list(server.dir.rglob("poss-run-*.jsonl")))
+        time.sleep(a.wait)
+        left = folder_mb(server.gradio_tmp) + folder_mb(server.tmp) - base
+    print(f"[disk] {a.uploads} uploads ({mb:.1f} MB in all) and {a.uploads} saves: temp folders grew {grown:.1f} MB "
+          f"({runs} saved-run files of ours); {a.wait:g} s later: {left:.1f} MB above the start")
+
+
+def case_memory(a) -> None:
+    import gc
+    import tracemalloc
+    from types import SimpleNamespace
+
+    sys.path.insert(0, str(a.root))
+    from app import handlers, state
+
+    path = _saved_run(Path(tempfile.mkdtemp()) / "run.jsonl", 0)
+    store = state.SessionStore(capacity=256, idle_s=60.0)
+    handlers.SESSIONS = store
+    view = state.View()
+    tracemalloc.start()
+    # A first load imports and caches what drawing needs (plotly and friends): that is not a tab's memory.
+    handlers.load_handler(str(path), view, request=SimpleNamespace(session_hash="warm-up"))
+    store.reap(now=time.monotonic() + 120.0)
+    gc.collect()
+    base = tracemalloc.get_traced_memory()[0]
+    for i in range(a.tabs):
+        handlers.load_handler(str(path), view, request=SimpleNamespace(session_hash=f"tab{i}"))
+    gc.collect()
+    held = tracemalloc.get_traced_memory()[0] - base
+    store.reap(now=time.monotonic() + 120.0)
+    gc.collect()
+    left = tracemalloc.get_traced_memory()[0] - base
+    print(f"[memory] {a.tabs} tabs each loaded a {path.stat().st_size / 2**20:.1f} MB saved run: {held / 2**20:.1f} MB "
+          f"held; after they idled past the reaper: {left / 2**20:.1f} MB")
+
+
+CASES = {"oracle": case_oracle, "fit": case_fit, "abandon": case_abandon, "flood": case_flood, "disk": case_disk,
+         "refuse": case_refuse, "memory": case_memory}
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("case", choices=list(CASES))
+    p.add_argument("--root", type=Path, default=ROOT, help="the checkout whose app.py runs (default: this one)")
+    p.add_argument("--preset", default="tiny-random")
+    p.add_argument("--cap", type=float, default=20.0, help="--max-call-seconds of the server (default 20)")
+    p.add_argument("--server-args", default="",
+                   help="more flags for app.py, e.g. --server-args=\"--max-calls-per-client 2\"")
+    p.add_argument("--timeout", type=float, default=600.0, help="the most seconds to wait for one call")
+    p.add_argument("--clients", type=int, default=4, help="abandon: clients started then killed")
+    p.add_argument("--kill-after", type=float, default=6.0, help="abandon: seconds before they are killed")
+    p.add_argument("--grace", type=float, default=2.0, help="abandon: seconds after the kill before measuring")
+    p.add_argument("--window", type=float, default=5.0, help="abandon: seconds of CPU measured")
+    p.add_argument("--calls", type=int, default=6, help="flood: calls one client submits; refuse: bad calls")
+    p.add_argument("--uploads", type=int, default=6, help="disk: saved runs uploaded and saved")
+    p.add_argument("--wait", type=float, default=70.0, help="disk: seconds to wait for the cache sweep")
+    p.add_argument("--tabs", type=int, default=8, help="memory: tabs that load a saved run")
+    a = p.parse_args(argv)
+    a.extra = shlex.split(a.server_args)
+    CASES[a.case](a)
+
+
+if __name__ == "__main__":
+    main()

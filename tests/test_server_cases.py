@@ -1,0 +1,82 @@
+"""The public-server cases against a real `python app.py` on 127.0.0.1 (scripts/server_check.py starts it, in its own
+temp and cache folders): a call's work ends within its cap, work stops when its clients die, one client cannot fill
+the queue, the temp folders shrink back, and a refused input leaves no traceback in the log."""
+
+from __future__ import annotations
+
+import importlib.util
+import multiprocessing
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("server_check", ROOT / "scripts" / "server_check.py")
+check = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(check)
+
+pytestmark = pytest.mark.slow
+REAL = "smollm2-135m"
+
+
+def test_an_oracle_call_ends_within_its_cap():
+    # Before: its reference decode ran before the cap's clock (459 s against a 20 s cap in the review).
+    with check.Server(ROOT, REAL, 8.0, []) as server:
+        took, how = check.timed_compare(server.url, check.compare_args(check.LONG_PROMPT, ["plain", "oracle"], 2048,
+                                                                       temperature=2.0), 120)
+        assert took < 8.0 + 6.0, (took, how)  # the cap, one round, and the client's own overhead
+        assert "limit of 8 s per call" in how, how
+        assert server.cpu_percent(2.0) < 30
+
+
+def test_calls_whose_clients_died_stop():
+    with check.Server(ROOT, REAL, 60.0, []) as server:
+        check.client(server.url).predict(*check.compare_args("Hi", ["plain"], 1), api_name="/compare")
+        procs = [multiprocessing.Process(target=check._long_call, args=(server.url, check.LONG_PROMPT[:2000]))
+                 for _ in range(2)]
+        for p in procs:
+            p.start()
+        time.sleep(6.0)
+        assert server.cpu_percent(1.0) > 50  # they are decoding
+        for p in procs:
+            p.kill()
+        time.sleep(3.0)
+        assert server.cpu_percent(3.0) < 25, "the server kept working for clients that had gone"
+
+
+def test_one_client_gets_its_share_of_the_queue_and_no_more():
+    with check.Server(ROOT, REAL, 4.0, ["--max-calls-per-client", "2"]) as server:
+        c = check.client(server.url)
+        jobs = [c.submit(*check.compare_args(check.LONG_PROMPT[:2000], ["plain", "eagle"], 2048, depth=4, top_k=4,
+                                             tree_budget=16), api_name="/compare") for _ in range(5)]
+        outcomes = []
+        for job in jobs:
+            try:
+                outcomes.append(job.result(timeout=120))
+            except Exception as err:  # noqa: BLE001
+                outcomes.append(str(err))
+        refused = [o for o in outcomes if isinstance(o, str) and "already has 2 calls waiting or running" in o]
+        assert len(refused) >= 3, outcomes
+        other = check.client(server.url)  # another client is let in meanwhile
+        assert other.predict(*check.compare_args("Hi", ["plain"], 1), api_name="/compare")["lanes"]
+
+
+def test_the_temp_folders_shrink_back_and_refusals_log_no_traceback(tmp_path):
+    files = [check._saved_run(tmp_path / f"run{i}.jsonl", i) for i in range(3)]
+    with check.Server(ROOT, "tiny-random", 20.0, ["--cache-minutes", "0.05"]) as server:
+        from gradio_client import handle_file
+
+        c = check.client(server.url)
+        view = ["draft position", False, "conditional (POSS pos-acc)", "this run"]
+        for f in files:
+            c.predict(handle_file(str(f)), *view, api_name="/load_run")
+            c.predict(api_name="/save_run")
+            c.predict(api_name="/save_run")  # the same run again: no second file
+        assert len(list(server.dir.rglob("poss-run-*.jsonl"))) == 3
+        assert check.folder_mb(server.gradio_tmp) > 0.1
+        with pytest.raises(Exception, match="depth=20 is out of range"):
+            c.predict(*check.compare_args("Hi", ["plain", "eagle"], 4, depth=20), api_name="/compare")
+        time.sleep(8.0)
+        assert check.folder_mb(server.gradio_tmp) + check.folder_mb(server.tmp) < 0.05, "the temp folders grew"
+        assert "Traceback" not in server.log_text()
