@@ -39,6 +39,18 @@ class FeatureDeviation:
 
 
 @dataclass
+class TreeDeviation:
+    """Mean feature deviation of the `n` tree slots whose predicted feature drafted position k, on the accepted path
+    (the root and accepted nodes: at most one slot per position) or off it (every other node with a feature)."""
+
+    k: int
+    on_path: bool
+    l2: float
+    cosine: float
+    n: int = 1
+
+
+@dataclass
 class RoundEvent:
     """Everything one round did; plain decoding emits the same events with an empty tree."""
 
@@ -47,7 +59,8 @@ class RoundEvent:
     accepted: list[int]  # node indices along the accepted path, root excluded
     bonus: int  # the target's own token after the accepted path
     target_probs: list[float]  # the target's probability of each drafted node's token (same order as nodes)
-    feature_deviation: list[FeatureDeviation]  # one per accepted position, position 1 first
+    # One per accepted position, position 1 first: conditional on acceptance (survivor-biased; see below)
+    feature_deviation: list[FeatureDeviation]
     draft_ms: float
     verify_ms: float
     new_tokens: int  # tokens produced so far, this round included
@@ -65,6 +78,11 @@ class RoundEvent:
     # target forward kept, so `nodes` are the accepted candidates alone (a chain, draft probabilities and scores NaN);
     # what was proposed and rejected, and how drafting and verifying split the round's time, are not observable.
     draft_observed: bool = True
+    # Every drafted slot's deviation by position, on and off the accepted path (empty: no draft features)
+    tree_deviation: list[TreeDeviation] = field(default_factory=list)
+    # Positions 1..m along the target's own continuation from this round's root (continuation.py): filled in when
+    # the decode ends, since it needs the tokens committed after this round
+    continuation_deviation: list[FeatureDeviation] = field(default_factory=list)
 
     @property
     def accept_len(self) -> int:
@@ -93,6 +111,8 @@ class RoundEvent:
             "draft_ms_by_depth": list(self.draft_ms_by_depth),
             "bonus_prob": self.bonus_prob,
             "draft_observed": self.draft_observed,
+            "tree_deviation": [asdict(d) for d in self.tree_deviation],
+            "continuation_deviation": [asdict(d) for d in self.continuation_deviation],
         }
 
     @classmethod
@@ -115,6 +135,9 @@ class RoundEvent:
             draft_ms_by_depth=[float(m) for m in obj.get("draft_ms_by_depth", [])],
             bonus_prob=None if obj.get("bonus_prob") is None else float(obj["bonus_prob"]),
             draft_observed=bool(obj.get("draft_observed", True)),
+            tree_deviation=[TreeDeviation(int(d["k"]), bool(d["on_path"]), float(d["l2"]), float(d["cosine"]),
+                                          int(d.get("n", 1))) for d in obj.get("tree_deviation", [])],
+            continuation_deviation=[FeatureDeviation(**d) for d in obj.get("continuation_deviation", [])],
         )
 
 

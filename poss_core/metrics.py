@@ -184,23 +184,41 @@ def pos_acc(events: Iterable[RoundEvent], depth: int | None = None) -> list[floa
     return only_drafted(pos_acc_from_hist(accept_hist(events, depth)), events)
 
 
-def feature_deviation_by_position(events: Iterable[RoundEvent]) -> dict[str, list[float]]:
-    """Mean L2 and cosine deviation at each accepted position (1-based index k -> list index k-1), with counts."""
+# Where a deviation is measured (events.py): on accepted positions only (conditional on acceptance, survivor-biased),
+# along the target's own continuation from every round's root, or on every drafted tree slot on / off the accepted path.
+DEVIATION_KINDS = ("accepted", "continuation", "tree_on_path", "tree_off_path")
+
+
+def _deviation_rows(e: RoundEvent, kind: str) -> list[tuple[int, float, float, int]]:
+    """(position k, l2, cosine, slots) of one round for a kind of deviation."""
+    if kind == "accepted":
+        return [(k, d.l2, d.cosine, 1) for k, d in enumerate(e.feature_deviation, start=1)]
+    if kind == "continuation":
+        return [(k, d.l2, d.cosine, 1) for k, d in enumerate(e.continuation_deviation, start=1)]
+    if kind in ("tree_on_path", "tree_off_path"):
+        on = kind == "tree_on_path"
+        return [(d.k, d.l2, d.cosine, d.n) for d in e.tree_deviation if d.on_path == on]
+    raise ValueError(f"deviation kind {kind!r}: use one of {', '.join(DEVIATION_KINDS)}")
+
+
+def feature_deviation_by_position(events: Iterable[RoundEvent], kind: str = "accepted") -> dict[str, list[float]]:
+    """Mean L2 and cosine deviation at each position (1-based index k -> list index k-1), with the slots each mean
+    rests on (`count`), for one of DEVIATION_KINDS. A position no round reached has count 0 and NaN means."""
     sums_l2: list[float] = []
     sums_cos: list[float] = []
     counts: list[int] = []
     for e in draft_rounds(events):
-        for k, dev in enumerate(e.feature_deviation):
-            while len(counts) <= k:
+        for k, l2, cos, n in _deviation_rows(e, kind):
+            while len(counts) < k:
                 sums_l2.append(0.0)
                 sums_cos.append(0.0)
                 counts.append(0)
-            sums_l2[k] += dev.l2
-            sums_cos[k] += dev.cosine
-            counts[k] += 1
+            sums_l2[k - 1] += l2 * n
+            sums_cos[k - 1] += cos * n
+            counts[k - 1] += n
     return {
-        "l2": [s / c for s, c in zip(sums_l2, counts)],
-        "cosine": [s / c for s, c in zip(sums_cos, counts)],
+        "l2": [s / c if c else math.nan for s, c in zip(sums_l2, counts)],
+        "cosine": [s / c if c else math.nan for s, c in zip(sums_cos, counts)],
         "count": counts,
     }
 
@@ -261,7 +279,8 @@ def summarize(events: Sequence[RoundEvent], depth: int | None = None) -> dict[st
         "tokens_per_s": tokens_per_s(events),
         "new_tokens": total_new_tokens(events),
         "rounds": len(draft_rounds(events)),
-        "feature_deviation": feature_deviation_by_position(events),
+        "feature_deviation": feature_deviation_by_position(events),  # accepted positions only
+        "deviation": {kind: feature_deviation_by_position(events, kind) for kind in DEVIATION_KINDS[1:]},
         **time_split(events),
     }
 

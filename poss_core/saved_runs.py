@@ -116,6 +116,12 @@ class _Deviation(_Model):
     cosine: Annotated[float, Field(ge=0.0, le=2.0)]
 
 
+class _TreeDeviation(_Deviation):
+    k: Annotated[int, Field(ge=1, le=MAX_DEPTH)]
+    on_path: bool
+    n: Annotated[int, Field(ge=1, le=MAX_NODES)] = 1
+
+
 class _Event(_Model):
     round: Annotated[int, Field(ge=0, le=MAX_ROUNDS)]
     nodes: Annotated[list[_Node], Field(max_length=MAX_NODES)] = []
@@ -133,6 +139,8 @@ class _Event(_Model):
     draft_ms_by_depth: Annotated[list[Ms], Field(max_length=MAX_DEPTH)] = []
     bonus_prob: Prob | None = None
     draft_observed: bool = True
+    tree_deviation: Annotated[list[_TreeDeviation], Field(max_length=2 * MAX_DEPTH)] = []
+    continuation_deviation: Annotated[list[_Deviation], Field(max_length=MAX_DEPTH)] = []
 
     @model_validator(mode="after")
     def _a_tree(self):

@@ -161,3 +161,18 @@ def test_markdown_built_from_a_loaded_run_is_neutralised(evil, good_lines, tmp_p
     for bad in ("[", "]", "(", ")", "<", ">", "!", "javascript:", "http:", "www.", "\n|"):
         assert bad not in rows.replace("\n| ", ""), (bad, rows)
     assert about.plain_markdown("abc 12") == "abc 12"
+
+
+def test_a_saved_run_keeps_each_rounds_tree_and_continuation_deviation(good_lines, tmp_path):
+    i = first_event(good_lines)
+    event = good_lines[i]["event"]
+    assert event["tree_deviation"] and event["continuation_deviation"]
+    comp = saved_runs.load_run(write(tmp_path, good_lines, "good.jsonl"))
+    lane = next(lane for lane in comp.lanes if lane.method == "poss2")
+    first = next(e for e in lane.events if e.nodes)
+    assert [d.k for d in first.tree_deviation if d.on_path][0] == 1
+    assert len(first.continuation_deviation) == len(event["continuation_deviation"])
+    bad = json.loads(json.dumps(good_lines))
+    bad[i]["event"]["tree_deviation"][0]["k"] = 99
+    with pytest.raises(saved_runs.RunFileError, match="tree_deviation"):
+        saved_runs.load_run(write(tmp_path, bad))

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import metrics, methods
-from ..events import DraftNode, FeatureDeviation, RoundEvent
+from ..events import DraftNode, FeatureDeviation, RoundEvent, TreeDeviation
 
 
 @dataclass
@@ -61,6 +61,8 @@ class TurnRecord:
                 "nodes": [[[n.token, n.parent, n.depth, n.score, n.draft_prob, n.specialist] for n in e.nodes]
                           for e in ev],
                 "draft_observed": [e.draft_observed for e in ev],
+                "continuation_deviation": [[[d.l2, d.cosine] for d in e.continuation_deviation] for e in ev],
+                "tree_deviation": [[[d.k, d.on_path, d.l2, d.cosine, d.n] for d in e.tree_deviation] for e in ev],
             },
         }
 
@@ -77,11 +79,15 @@ class TurnRecord:
                        accepted=list(range(acc)), bonus=int(bonus), target_probs=[],
                        feature_deviation=[FeatureDeviation(float(a), float(b)) for a, b in dev],
                        draft_ms=float(dm), verify_ms=float(vm), new_tokens=int(nt), tokens=[int(t) for t in toks],
-                       wall_ms=float(wm), prefill=bool(pf), draft_observed=bool(seen))
-            for i, (pf, acc, nt, dm, vm, wm, dev, toks, bonus, nodes, seen) in enumerate(zip(
+                       wall_ms=float(wm), prefill=bool(pf), draft_observed=bool(seen),
+                       continuation_deviation=[FeatureDeviation(float(a), float(b)) for a, b in cont],
+                       tree_deviation=[TreeDeviation(int(k), bool(on), float(a), float(b), int(m))
+                                       for k, on, a, b, m in tree])
+            for i, (pf, acc, nt, dm, vm, wm, dev, toks, bonus, nodes, seen, cont, tree) in enumerate(zip(
                 col("prefill", False), col("accept_len", 0), col("new_tokens", 0), col("draft_ms", 0.0),
                 col("verify_ms", 0.0), col("wall_ms", 0.0), col("feature_deviation", []), col("tokens", []),
-                col("bonus", -1), col("nodes", []), col("draft_observed", True)))
+                col("bonus", -1), col("nodes", []), col("draft_observed", True), col("continuation_deviation", []),
+                col("tree_deviation", [])))
         ]
         return cls(run=int(obj["run"]), method=obj["method"], dataset=obj["dataset"], question_id=obj["question_id"],
                    category=obj.get("category", ""), turn=int(obj["turn"]), token_ids=list(obj["token_ids"]),

@@ -10,10 +10,11 @@ import torch
 
 from .. import metrics
 from ..errors import PromptError
-from ..events import DecodeSummary, DraftNode, FeatureDeviation, RoundEvent
+from ..events import DecodeSummary, DraftNode, FeatureDeviation, RoundEvent, TreeDeviation
 from ..models.draft import DraftModel, DraftState, check_draft_fits
 from ..models.target import TargetModel, causal_allowed, keep_cache_slots
 from .config import DecodeConfig
+from .continuation import continuation_deviation
 from .detokenizer import Detokenizer
 from .tree import DraftTree, build_tree
 from .tree import ms_since as _ms
@@ -187,6 +188,8 @@ class SpeculativeDecoder(_BaseDecoder):
                  cancel: threading.Event | None = None) -> Iterator[RoundEvent | DecodeSummary]:
         cfg = self.config
         ids = self._check_prompt(input_ids)
+        # Seconds of this decode that are not decoding work (the benchmark takes them off its wall time).
+        self.untimed_s = 0.0
         gen = self._generator()
         stream = _Stream(self.target.tokenizer, self.target.eos_ids, cfg.max_new_tokens)
         cache = self.target.new_cache()
@@ -198,6 +201,8 @@ class SpeculativeDecoder(_BaseDecoder):
         # Row j of the draft pairs token x[j+1] with the target feature at j.
         state.add_rows(torch.cat([ids[1:], torch.tensor([root])]), out.hidden)
         events.append(self._prefill_event(root, stream, _ms(t0)))
+        # Every committed token and the target's feature of each one it has read: the continuation deviation's input.
+        committed, features, roots = [ids, torch.tensor([root])], [out.hidden], [0]
         yield events[-1]
         n = len(ids) + 1  # committed tokens; the target's cache holds n - 1 (the root is not yet read)
         while stream.stop_reason is None:
@@ -236,6 +241,9 @@ class SpeculativeDecoder(_BaseDecoder):
             path_tokens = tree.tokens[path].tolist() if path else []
             state.add_rows(torch.tensor(path_tokens + [bonus]), out.hidden[keep.to(out.hidden.device)])
             deviation = _feature_deviation(tree, path, out.hidden)
+            roots.append(n - 1)
+            committed.append(torch.tensor(path_tokens + [bonus]))
+            features.append(out.hidden[keep.to(out.hidden.device)])
             n += len(path) + 1
             root = bonus
             kept, delta = stream.push(path_tokens + [bonus])
@@ -243,9 +251,24 @@ class SpeculativeDecoder(_BaseDecoder):
                 round=len(events), nodes=_nodes(tree), accepted=list(path), bonus=bonus,
                 target_probs=[float(p) for p in target_probs.tolist()], feature_deviation=deviation,
                 draft_ms=draft_ms, verify_ms=verify_ms, new_tokens=len(stream.ids), tokens=kept, text=delta,
-                wall_ms=_ms(t_round), draft_ms_by_depth=_draft_ms_by_depth(tree, draft_ms), bonus_prob=bonus_prob))
+                wall_ms=_ms(t_round), draft_ms_by_depth=_draft_ms_by_depth(tree, draft_ms), bonus_prob=bonus_prob,
+                tree_deviation=_tree_deviation(tree, path, out.hidden)))
             yield events[-1]
+        if stream.stop_reason != "cancelled":  # untimed, after the last round: a stopped decode ends at once
+            self._add_continuation(events, roots, torch.cat(committed), torch.cat(features))
         yield self._finish(events, stream, stream.stop_reason)
+
+    def _add_continuation(self, events: list[RoundEvent], roots: list[int], tokens: torch.Tensor,
+                          features: torch.Tensor) -> None:
+        """Each drafting round's deviation along the target's own continuation from its root (continuation.py)."""
+        drafted = [(e, p) for e, p in zip(events, roots) if not e.prefill and e.nodes]
+        if not drafted or self.draft is None:  # the oracle drafts without a draft model, so without features
+            return
+        t0 = time.perf_counter()
+        found = continuation_deviation(self.draft, tokens, features, [p for _, p in drafted], self.config.depth)
+        for (event, _), deviation in zip(drafted, found):
+            event.continuation_deviation = deviation
+        self.untimed_s += time.perf_counter() - t0
 
 
 def _bonus_prob(rows: SlotRows, path: list[int], bonus: int, greedy: bool) -> float:
@@ -273,14 +296,40 @@ def _nodes(tree: DraftTree) -> list[DraftNode]:
     return [DraftNode(t, p, d, s, q, g) for t, p, d, s, q, g in cols]
 
 
+def _distances(pred: torch.Tensor, true: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """L2 distance and cosine distance (1 - cos) between rows of predicted and true features."""
+    pred, true = pred.float(), true.float().to(pred.device)
+    return (pred - true).norm(dim=-1), 1.0 - torch.nn.functional.cosine_similarity(pred, true, dim=-1)
+
+
+def _tree_deviation(tree: DraftTree, path: list[int], hidden: torch.Tensor) -> list[TreeDeviation]:
+    """Every tree slot whose predicted feature drafted a position: the root (position 1) and each node with a
+    feature (position depth + 1), against the target's true feature at that slot, averaged by position on the
+    accepted path and off it. The path's last accepted slot is the feature behind the rejection that ended it."""
+    if tree.root_feature is None:  # a draft without features (the oracle)
+        return []
+    nodes = torch.nonzero(tree.has_feature).flatten()
+    pred = torch.cat([tree.root_feature[None], tree.node_features[nodes]])
+    slots = torch.cat([torch.zeros(1, dtype=torch.long), nodes.cpu() + 1])
+    l2, cos = _distances(pred, hidden[slots.to(hidden.device)])
+    k = torch.cat([torch.ones(1, dtype=torch.long), tree.depths[nodes].cpu() + 1])
+    on = torch.zeros(len(slots), dtype=torch.bool)
+    on[0] = True
+    on[1:] = torch.isin(nodes.cpu(), torch.tensor(path, dtype=torch.long))
+    out = []
+    for pos in sorted(set(k.tolist())):
+        for on_path in (True, False):
+            sel = (k == pos) & (on == on_path)
+            if bool(sel.any()):
+                out.append(TreeDeviation(pos, on_path, float(l2[sel].mean()), float(cos[sel].mean()), int(sel.sum())))
+    return out
+
+
 def _feature_deviation(tree: DraftTree, path: list[int], hidden: torch.Tensor) -> list[FeatureDeviation]:
     """For accepted position k: the draft's predicted feature at the slot before it vs the target's true feature."""
     if not path or tree.root_feature is None:  # a draft without features (the oracle) has no deviation
         return []
     predicted = [tree.root_feature] + [tree.node_features[a] for a in path[:-1]]
     true_slots = [0] + [a + 1 for a in path[:-1]]
-    pred = torch.stack(predicted).float()
-    true = hidden[torch.tensor(true_slots, device=hidden.device)].float().to(pred.device)
-    l2 = (pred - true).norm(dim=-1)
-    cos = 1.0 - torch.nn.functional.cosine_similarity(pred, true, dim=-1)
+    l2, cos = _distances(torch.stack(predicted), hidden[torch.tensor(true_slots, device=hidden.device)])
     return [FeatureDeviation(float(a), float(b)) for a, b in zip(l2.tolist(), cos.tolist())]
