@@ -26,7 +26,10 @@ SCOPED = ("speedup", "pos_acc", "pos_rate", "deviation")  # the charts the scope
 # The folder the path box may read besides the project's results/: `python app.py --results-dir DIR` or this.
 RESULTS_ENV = "POSS_RESULTS_DIR"
 RESULTS_DIR: Path | None = None  # set by build_demo from --results-dir
-LOAD_CONCURRENCY = 2  # summaries built from records at once (a large records.jsonl takes seconds)
+# Summaries built from records at once, in their own queue ("evidence"), apart from the decoding one: a build is
+# Python work bounded by evidence.MAX_ROUNDS (seconds of one core), and one at a time leaves the other core to the
+# live runs however many loads wait.
+LOAD_CONCURRENCY = 1
 
 INTRO = """### The benchmark's figures for these drafts, over many prompts
 The Demo tab shows one prompt. This tab shows what `python -m poss_core.bench` measured over the evaluation sets:

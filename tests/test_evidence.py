@@ -184,6 +184,52 @@ def test_loader_refuses_hostile_records(known, tmp_path):
             evidence.load_evidence(folder)
 
 
+def test_loader_bounds_the_rounds_it_builds_a_summary_from(known, tmp_path, monkeypatch, capsys):
+    # The cost of building a summary is Python work per round: the app refuses more than MAX_ROUNDS before building
+    # anything and says how to summarise the run instead; the command line, which is that way, has no such cap.
+    rows = [r.to_json() for r in known_records()]
+    total = sum(len(row["rounds"]["accept_len"]) for row in rows)
+    folder = tmp_path / "results" / "many"
+    folder.mkdir(parents=True)
+    (folder / "records.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    monkeypatch.setattr(evidence, "MAX_ROUNDS", total - 1)
+    with pytest.raises(ConfigError, match=f"more than {total - 1:,} rounds.*python -m poss_core.bench evidence"):
+        evidence.load_evidence(folder)
+    with pytest.raises(ConfigError, match="rounds"):
+        evidence.load_evidence(folder / "records.jsonl")
+    assert evidence.evidence_main([str(folder), "--out", str(tmp_path / "ev.json")]) == 0
+    assert evidence.load_evidence(tmp_path / "ev.json").datasets == ["d1", "d2"]
+    monkeypatch.setattr(evidence, "MAX_ROUNDS", total)
+    assert evidence.load_evidence(folder).datasets == ["d1", "d2"]
+
+
+def test_evidence_loads_queue_one_at_a_time_apart_from_decoding():
+    from app import ui
+
+    demo = ui.build_demo("tiny-random")
+    loads = [fn for fn in demo.fns.values() if fn.concurrency_id == "evidence"]
+    assert loads and evidence_view.LOAD_CONCURRENCY == 1
+    assert {fn.concurrency_limit for fn in loads} == {1}
+    assert any(fn.api_name == "load_evidence" for fn in loads)
+
+
+@pytest.mark.slow
+def test_a_large_records_file_loads_in_seconds(tmp_path):
+    # 16 methods x 2,000 questions (every per-summary cap at its limit): the pure-Python bootstrap took a minute of
+    # CPU here; vectorised, the whole load is a few seconds. The bound is generous (a shared, loaded machine).
+    import importlib.util
+    import time
+
+    spec = importlib.util.spec_from_file_location("evidence_load_cost", ROOT / "scripts" / "evidence_load_cost.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    path = script.write_records(tmp_path / "records.jsonl", 16, 2000, 6, rounds=2, depth=2)
+    start = time.process_time()
+    ev = evidence.load_evidence(path)
+    assert time.process_time() - start < 30.0
+    assert len(ev.methods) == 16 and sum(ev.questions().values()) == 2000
+
+
 # ---------------------------------------------------------------- a fresh tiny benchmark run
 
 @pytest.fixture(scope="module")

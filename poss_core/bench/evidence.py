@@ -37,6 +37,11 @@ MAX_NODES = int(LIMITS["tree_budget"][1]) - 1
 # What one summary covers at most; with the size caps they bound the work a loaded file can ask for (the bootstrap
 # over questions is the dearest part). The full evaluation sets are 6 datasets and 478 questions.
 MAX_METHODS, MAX_DATASETS, MAX_RUNS, MAX_QUESTIONS = 16, 32, 20, 2000
+# Rounds in a records.jsonl the app builds a summary from: its cost is Python work per round (pooled per run, per
+# dataset and overall), about 60 µs a round on one CPU core, so this bounds a load to seconds whatever the bytes. A
+# full evaluation run (478 questions, seven methods, one run, 64 new tokens) is about 130,000 rounds; larger runs
+# are summarised with `python -m poss_core.bench evidence`, which has no such cap, and the summary loaded instead.
+MAX_ROUNDS = 250_000
 
 # ---------------------------------------------------------------- the file's schema (also what the loader checks)
 
@@ -281,8 +286,12 @@ def build_evidence(records: Sequence[TurnRecord], meta: dict[str, Any], depth: i
                      "trained": not (known and m in known.drafts and not known.drafts[m].trained)}
                     for m in agg["methods"]]
     results = {}
+    by_method: dict[str, list[TurnRecord]] = {}
+    for r in records:  # one pass: each method's scopes then look only at its own records
+        by_method.setdefault(r.method, []).append(r)
     for m in agg["methods"]:
-        by_question = question_totals(records, m)
+        mine = by_method[m]
+        by_question = question_totals(mine, m)
         per_set = [[t for (d, _), t in by_question.items() if d == dataset] for dataset in datasets]
         overall = metrics.bootstrap_tau(per_set)
         scopes = {}
@@ -290,7 +299,7 @@ def build_evidence(records: Sequence[TurnRecord], meta: dict[str, Any], depth: i
             rows = per_set if scope == OVERALL else [per_set[datasets.index(scope)]]
             cell = agg["table"][m][scope]
             tau = overall["pooled"] if scope == OVERALL else metrics.bootstrap_tau(rows)["pooled"]
-            events = pooled_events_by_method(records, [m], None if scope == OVERALL else scope)[m]
+            events = pooled_events_by_method(mine, [m], None if scope == OVERALL else scope)[m]
             scopes[scope] = {
                 "tau": interval(tau, cell["rounds"]), "questions": sum(len(r) for r in rows),
                 "rounds": cell["rounds"], "new_tokens": cell["new_tokens"],
@@ -423,20 +432,26 @@ class _Record(BaseModel):
     rounds: _Rounds
 
 
-def parse_records(text: str, where: str) -> list[TurnRecord]:
-    """records.jsonl's rows, each checked against bounds first (a line that is not one names its number)."""
-    out = []
+def parse_records(text: str, where: str, capped: bool = True) -> list[TurnRecord]:
+    """records.jsonl's rows, each checked against bounds first (a line that is not one names its number); more than
+    MAX_ROUNDS rounds in all is refused before they are built unless `capped` is False (the command line)."""
+    out, rounds, max_rounds = [], 0, MAX_ROUNDS if capped else None
     for i, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         row = _parse_json(line, f"{where} line {i}")
         try:
-            _Record.model_validate(row)
-            out.append(TurnRecord.from_json(row))
+            rounds += len(_Record.model_validate(row).rounds.accept_len)
         except ValidationError as err:
             first = err.errors()[0]
             field = ".".join(str(p) for p in first["loc"])
             raise ConfigError(f"{where} line {i} is not a benchmark record: {field}: {first['msg']}.") from None
+        if max_rounds is not None and rounds > max_rounds:
+            raise ConfigError(f"{where} holds more than {max_rounds:,} rounds (line {i}), more than this app builds "
+                              f"a summary from: summarise it with `python -m poss_core.bench evidence FOLDER --out "
+                              f"FILE` and load that file.")
+        try:
+            out.append(TurnRecord.from_json(row))
         except (KeyError, TypeError, ValueError) as err:
             raise ConfigError(f"{where} line {i} is not a benchmark record ({type(err).__name__}: {err}).") from None
     if not out:
@@ -450,8 +465,8 @@ def parse_records(text: str, where: str) -> list[TurnRecord]:
     return out
 
 
-def _from_records(records_path: Path, summary_path: Path | None) -> Evidence:
-    records = parse_records(_read_text(records_path, MAX_RECORDS_BYTES), records_path.name)
+def _from_records(records_path: Path, summary_path: Path | None, capped: bool = True) -> Evidence:
+    records = parse_records(_read_text(records_path, MAX_RECORDS_BYTES), records_path.name, capped)
     meta: dict[str, Any] = {"command": "(not known: records.jsonl without its summary.json)"}
     identity = None
     depth = max((n.depth for r in records for e in r.events for n in e.nodes), default=1)
@@ -515,7 +530,7 @@ def evidence_main(argv: Sequence[str]) -> int:
     if not (folder / "records.jsonl").is_file():
         raise ConfigError(f"{folder} has no records.jsonl: give a folder written by `python -m poss_core.bench ... "
                           f"--out DIR`.")
-    evidence = _from_records(folder / "records.jsonl", folder / "summary.json").to_json()
+    evidence = _from_records(folder / "records.jsonl", folder / "summary.json", capped=False).to_json()
     evidence["meta"]["summary_command"] = "python -m poss_core.bench evidence " + shlex.join(list(argv))
     out = write_evidence(Path(args.out) if args.out else folder / FILE_NAME, evidence)
     sizes = ", ".join(f"{d} {n}" for d, n in Evidence.model_validate(evidence).questions().items())
