@@ -9,6 +9,7 @@ import math
 from pathlib import Path
 
 import pytest
+from helpers import PLOTLY_MARKUP, assert_shown_as_text, plotly_strings
 from test_bench import DEPTH, known_records
 
 from app import evidence_view
@@ -121,6 +122,47 @@ def test_tau_and_speedup_charts_show_intervals_and_sizes(known):
     assert "EAGLE n=2" in fig.layout.title.text
     assert fig.data[0].error_y.array[2] == pytest.approx(known[1]["results"]["eagle"]["scopes"]["overall"]
                                                          ["speedup"]["std"], rel=1e-5)
+
+
+def _hostile(text: str, i: int) -> str:
+    return f'<a href="https://evil.example/{i}">{text}</a><span style="font-size:90px">{i}</span>'
+
+
+def test_method_and_dataset_names_from_a_summary_show_as_text_in_every_chart(known):
+    # An uploaded summary names its methods and datasets: Plotly would make them links and styled spans in legends,
+    # hover texts, axis categories and titles. Each shows as text, in every chart the tab draws.
+    data = json.loads(json.dumps(known[1]))
+    renamed = {d: _hostile(d, i) for i, d in enumerate(data["datasets"])}
+    data["datasets"] = [renamed[d] for d in data["datasets"]]
+    for i, info in enumerate(data["methods"]):
+        info["short"], info["label"] = _hostile(info["short"], i), _hostile(info["label"], i)
+    for result in data["results"].values():
+        result["scopes"] = {renamed.get(k, k): v for k, v in result["scopes"].items()}
+    ev = evidence.Evidence.model_validate(data)
+    out = dict(zip(evidence_view.OUTPUT_NAMES, evidence_view.evidence_outputs(ev, PLOTLY_MARKUP)))
+    for name in ("tau", "speedup", "pos_acc", "pos_rate", "deviation"):
+        assert_shown_as_text(out[name])
+    assert any("&lt;a href=\"https://evil.example/1\"&gt;d2" in s for s in plotly_strings(out["tau"]))  # a category
+    for chart in evidence_view.scoped_charts(ev, data["datasets"][0]).values():  # its name in the note too
+        assert_shown_as_text(chart)
+    assert "<a " not in out["header"] + out["table"] and "&lt;a href" in out["table"]
+
+
+def test_every_label_a_chart_draws_goes_through_one_escape():
+    from test_bench import events as bench_events
+
+    runs = {PLOTLY_MARKUP: bench_events([2, 0, 3, 1], 1.0)}
+    for fig in (figures.pos_acc_figure(runs, note=PLOTLY_MARKUP), figures.feature_deviation_figure(runs),
+                figures.accept_hist_figure(runs), figures.tokens_per_s_figure(runs),
+                figures.empty_figure(PLOTLY_MARKUP, title=PLOTLY_MARKUP)):
+        assert_shown_as_text(fig)
+    event = runs[PLOTLY_MARKUP][2]
+    tree = figures.tree_figure(event, labels=[PLOTLY_MARKUP] * len(event.nodes), root_label=PLOTLY_MARKUP,
+                               bonus_label=PLOTLY_MARKUP, title=PLOTLY_MARKUP)
+    assert_shown_as_text(tree)
+    # Plotly decodes the entities after reading its tags: the text it shows is the text given.
+    assert figures.plotly_text("a < b & c > d %{x}") == "a &lt; b &amp; c &gt; d %&#123;x}"
+    assert figures.plotly_text("plain text, 100%") == "plain text, 100%"
 
 
 # ---------------------------------------------------------------- the loader refuses what is not a summary
