@@ -63,23 +63,34 @@ def results_roots() -> list[Path]:
     return [p.resolve() for p in ([extra] if extra else []) + [project_root() / "results"]]
 
 
+NAME_MAX = 255  # the longest name one part of a path may have (Linux, macOS): longer is refused before any lookup
+
+
 def resolve_results_path(text: Any) -> Path:
-    """A typed results folder (or summary file) inside one of `results_roots()`, symlinks resolved first; anything
-    else raises ConfigError saying what may be read."""
+    """A typed results folder (or summary file) inside one of `results_roots()`, symlinks and `..` resolved first;
+    anything else raises ConfigError saying what may be read, naming folders from the project (never the server's
+    absolute paths)."""
     if not isinstance(text, str) or not text.strip():
         raise ConfigError("type a results folder, e.g. results/paper.")
     text = text.strip()
     if len(text) > 1000 or "\x00" in text:
         raise ConfigError("that is not a folder path.")
-    roots = results_roots()
     given = Path(text)
+    if any(len(part.encode("utf-8", "surrogatepass")) > NAME_MAX for part in given.parts):
+        raise ConfigError(f"a part of that path is longer than {NAME_MAX} characters: no folder has such a name.")
+    roots = results_roots()
     candidates = [given] if given.is_absolute() else [project_root() / given] + [root / given for root in roots]
-    resolved = [(c, c.resolve()) for c in candidates]  # symlinks and `..` resolved before the check
-    allowed = [r for _, r in resolved if any(r.is_relative_to(root) for root in roots)]
-    found = next((r for r in allowed if r.exists()), None)
+    try:
+        resolved = [(c, c.resolve()) for c in candidates]  # symlinks and `..` resolved before the check
+        allowed = [r for _, r in resolved if any(r.is_relative_to(root) for root in roots)]
+        found = next((r for r in allowed if r.exists()), None)
+        outside = any(c.exists() for c, _ in resolved)
+    except (OSError, RuntimeError) as err:  # a link loop (RuntimeError), a name the system refuses
+        raise ConfigError(f"that path could not be followed ({type(err).__name__}: a link loop or a name the "
+                          f"system refuses).") from None
     if found is not None:
         return found
-    if not allowed or any(c.exists() for c, _ in resolved):
+    if not allowed or outside:
         raise ConfigError(f"this app reads only folders under {_roots_text(roots)} (a public app must not read "
                           f"other files on its server); copy the folder there, or start the app with --results-dir "
                           f"DIR.")
@@ -87,7 +98,18 @@ def resolve_results_path(text: Any) -> Path:
 
 
 def _roots_text(roots: list[Path]) -> str:
-    return " or ".join(str(r) for r in roots)
+    """The allowed folders as a user knows them: relative to the project, else the --results-dir folder's name."""
+    def shown(root: Path) -> str:
+        if root.is_relative_to(project_root().resolve()):
+            return f"{root.relative_to(project_root().resolve())}/"
+        return f"the --results-dir folder ({root.name}/)"
+    return " or ".join(shown(r) for r in roots)
+
+
+def load_results_path(text: Any) -> Evidence:
+    """The summary of a typed results folder or file: every file it reads is a regular file inside the allowed
+    folders (a link in the folder to a file elsewhere is refused too)."""
+    return load_evidence(resolve_results_path(text), roots=results_roots())
 
 
 # ---------------------------------------------------------------- rendering
@@ -257,7 +279,7 @@ def scope_handler(ev: Evidence | None, scope: Any) -> list:
 
 def folder_handler(text: Any) -> list:
     """A results folder (or summary file) typed into the path box, inside the folders it may read."""
-    return _guarded(lambda: load_evidence(resolve_results_path(text)), f"{str(text).strip()[:200]!r}")
+    return _guarded(lambda: load_results_path(text), f"{str(text).strip()[:200]!r}")
 
 
 # ---------------------------------------------------------------- layout

@@ -36,7 +36,7 @@ def tau(events: Iterable[RoundEvent]) -> float:
 
 
 def _tau_change(totals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """τ(method) / τ(base) − 1, pooled over every round and as the ratio of the datasets' mean τ, for each resample.
+    """τ(method) / τ(base) − 1, pooled over every round and as the ratio of the datasets' mean τ, per resample.
     `totals` is (resamples, datasets, 4): the summed (sum, rounds) of the method, then of the base."""
     sm, rm, sb, rb = (totals[..., i] for i in range(4))
     both = (rm.sum(1) > 0) & (rb.sum(1) > 0)

@@ -360,6 +360,44 @@ def test_folder_handler_reads_only_the_allowed_folders(fresh_run, monkeypatch, t
     assert "no such folder" in as_dict(evidence_view.folder_handler("missing"))["message"]
 
 
+def test_folder_box_reads_only_regular_files_inside_the_allowed_folders(known, monkeypatch, tmp_path, capsys):
+    # A link inside an allowed folder to a file elsewhere (here a valid summary, which the box used to show) is
+    # refused before it is opened, whichever of the folder's files it is; messages name paths from the allowed
+    # folder, never the server's; a 300-character name or a link loop is one message and no traceback in the log.
+    allowed, elsewhere = tmp_path / "results", tmp_path / "private"
+    allowed.mkdir()
+    elsewhere.mkdir()
+    secret = evidence.write_evidence(elsewhere / "secret.json", known[1])
+    records = elsewhere / "records.jsonl"
+    records.write_text("".join(json.dumps(r.to_json()) + "\n" for r in known_records()))
+    monkeypatch.setattr(evidence_view, "RESULTS_DIR", allowed)
+    (allowed / "x").mkdir()
+    (allowed / "x" / "evidence.json").symlink_to(secret)
+    (allowed / "y").mkdir()
+    (allowed / "y" / "records.jsonl").symlink_to(records)
+    (allowed / "z").mkdir()
+    evidence.write_evidence(allowed / "z" / "other.json", known[1])
+    (allowed / "z" / "records.jsonl").write_text((elsewhere / "records.jsonl").read_text())
+    (allowed / "z" / "summary.json").symlink_to(secret)
+    (allowed / "loop1").symlink_to(allowed / "loop2")
+    (allowed / "loop2").symlink_to(allowed / "loop1")
+    private = (str(tmp_path), str(evidence_view.project_root()))  # (the message repeats what was typed)
+    for text, says in [("x", "results/x/evidence.json is a link to a file outside"),
+                       ("y", "results/y/records.jsonl is a link to a file outside"),
+                       ("z", "results/z/summary.json is a link to a file outside"),
+                       ("x/evidence.json", "reads only folders under"),
+                       ("loop1", "could not be followed"), ("loop1/evidence.json", "could not be followed"),
+                       ("a" * 300, "longer than 255 characters"), ("x/" + "b" * 300, "longer than 255"),
+                       ("/etc", "reads only folders under"), ("missing", "no such folder")]:
+        out = as_dict(evidence_view.folder_handler(text))
+        message = out["message"]
+        assert says in message and "error" in message, (text, message)
+        assert not any(p in message for p in private), message
+        assert not any(hasattr(v, "layout") for v in out.values())  # the charts shown stay as they were
+    assert "Traceback" not in capsys.readouterr().err
+    assert "error" not in as_dict(evidence_view.folder_handler("z/other.json"))["message"]  # a real file still loads
+
+
 def test_upload_of_a_corrupt_file_says_why_and_keeps_the_charts(tmp_path):
     bad = _write(tmp_path, "evidence.json", "{broken")
     out = evidence_view.upload_handler(str(bad))

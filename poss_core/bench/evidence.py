@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import stat
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -383,16 +384,45 @@ def _validate(data: Any, where: str) -> Evidence:
                           f"({err.error_count()} problem(s)).") from None
 
 
-def _read_text(path: Path, limit: int) -> str:
-    size = path.stat().st_size
+Roots = Sequence[Path] | None  # the resolved folders a load may read files from (None: a path the server chose)
+
+
+def shown_path(path: Path, roots: Roots = None) -> str:
+    """How a message names a file: from the allowed folder it lies in ("results/x/evidence.json"), never the server's
+    absolute path; by its name alone when it lies in none."""
+    for root in roots or ():
+        if path.is_relative_to(root):
+            return str(Path(root.name) / path.relative_to(root))
+    return path.name or "that path"
+
+
+def _regular_file(path: Path, roots: Roots) -> Path:
+    """`path` resolved, when that is a regular file (not a folder, device or pipe, which could block a read) and,
+    with `roots`, inside one of them: a link out of them is refused before anything is opened."""
+    shown = shown_path(path, roots)
+    try:
+        real = path.resolve()
+        mode = real.stat().st_mode
+    except (OSError, RuntimeError) as err:  # a link loop (RuntimeError), a name too long, a missing file
+        raise ConfigError(f"{shown} could not be opened ({type(err).__name__}).") from None
+    if roots is not None and not any(real.is_relative_to(root) for root in roots):
+        raise ConfigError(f"{shown} is a link to a file outside the folders this app reads: it was not opened.")
+    if not stat.S_ISREG(mode):
+        raise ConfigError(f"{shown} is not a regular file: it was not opened.")
+    return real
+
+
+def _read_text(path: Path, limit: int, roots: Roots = None) -> str:
+    real, shown = _regular_file(path, roots), shown_path(path, roots)
+    size = real.stat().st_size
     if size > limit:
-        raise ConfigError(f"{path.name} is {size / 2**20:.1f} MB, over the {limit / 2**20:.0f} MB an evidence "
+        raise ConfigError(f"{shown} is {size / 2**20:.1f} MB, over the {limit / 2**20:.0f} MB an evidence "
                           f"summary or results folder may be here: summarise it with `python -m poss_core.bench "
                           f"evidence FOLDER --out FILE` and load that file.")
     try:
-        return path.read_text(encoding="utf-8")
+        return real.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:
-        raise ConfigError(f"{path.name} could not be read as UTF-8 text ({type(err).__name__}).") from None
+        raise ConfigError(f"{shown} could not be read as UTF-8 text ({type(err).__name__}).") from None
 
 
 def _parse_json(text: str, where: str) -> Any:
@@ -465,13 +495,13 @@ def parse_records(text: str, where: str, capped: bool = True) -> list[TurnRecord
     return out
 
 
-def _from_records(records_path: Path, summary_path: Path | None, capped: bool = True) -> Evidence:
-    records = parse_records(_read_text(records_path, MAX_RECORDS_BYTES), records_path.name, capped)
+def _from_records(records_path: Path, summary_path: Path | None, capped: bool = True, roots: Roots = None) -> Evidence:
+    records = parse_records(_read_text(records_path, MAX_RECORDS_BYTES, roots), records_path.name, capped)
     meta: dict[str, Any] = {"command": "(not known: records.jsonl without its summary.json)"}
     identity = None
     depth = max((n.depth for r in records for e in r.events for n in e.nodes), default=1)
     if summary_path is not None and summary_path.is_file():
-        summary = _parse_json(_read_text(summary_path, MAX_RECORDS_BYTES), summary_path.name)
+        summary = _parse_json(_read_text(summary_path, MAX_RECORDS_BYTES, roots), summary_path.name)
         if isinstance(summary, dict):
             meta = summary.get("meta") if isinstance(summary.get("meta"), dict) else meta
             identity = summary.get("identity") if isinstance(summary.get("identity"), dict) else None
@@ -492,24 +522,34 @@ def _identity_ok(identity: Any) -> bool:
             and all(isinstance(identity.get(k) or [], list) for k in ("mismatches", "near_ties")))
 
 
-def load_evidence(path: str | Path) -> Evidence:
+def load_evidence(path: str | Path, roots: Roots = None) -> Evidence:
     """An evidence summary from a summary .json, a results folder (its evidence.json, else built from its
-    records.jsonl and summary.json) or a records.jsonl. Anything else, too large, corrupt or of another schema or
-    version raises ConfigError saying what to load instead."""
+    records.jsonl and summary.json) or a records.jsonl. Only regular files are read; with `roots` (the app's folder
+    box) only those whose resolved path lies inside one of them, and messages name files from there. Anything else,
+    too large, corrupt or of another schema or version raises ConfigError saying what to load instead."""
     path = Path(path)
+    try:
+        return _load(path, roots)
+    except OSError as err:  # a name the system refuses, a folder that cannot be listed
+        raise ConfigError(f"{shown_path(path, roots)} could not be read ({type(err).__name__}).") from None
+
+
+def _load(path: Path, roots: Roots) -> Evidence:
     if path.is_dir():
         if (path / FILE_NAME).is_file():
             path = path / FILE_NAME
         elif (path / "records.jsonl").is_file():
-            return _from_records(path / "records.jsonl", path / "summary.json")
+            return _from_records(path / "records.jsonl", path / "summary.json", roots=roots)
         else:
-            raise ConfigError(f"{path.name or path} is not a results folder: it has neither {FILE_NAME} nor "
+            raise ConfigError(f"{shown_path(path, roots)} is not a results folder: it has neither {FILE_NAME} nor "
                               f"records.jsonl (a folder written by `python -m poss_core.bench ... --out DIR`).")
     if not path.is_file():
-        raise ConfigError(f"{path} does not exist: give an evidence .json, a records.jsonl or a results folder.")
+        raise ConfigError(f"{shown_path(path, roots)} does not exist: give an evidence .json, a records.jsonl or a "
+                          f"results folder.")
     if path.suffix == ".jsonl":
-        return _from_records(path, path.with_name("summary.json") if path.name == "records.jsonl" else None)
-    return _validate(_parse_json(_read_text(path, MAX_EVIDENCE_BYTES), path.name), path.name)
+        return _from_records(path, path.with_name("summary.json") if path.name == "records.jsonl" else None,
+                             roots=roots)
+    return _validate(_parse_json(_read_text(path, MAX_EVIDENCE_BYTES, roots), path.name), path.name)
 
 
 # ---------------------------------------------------------------- `python -m poss_core.bench evidence`

@@ -235,7 +235,8 @@ def accept_hist_figure(runs: Runs, depth: int | None = None, colors: Mapping[str
         fig.add_trace(go.Bar(
             x=list(range(len(hist))), y=[h / total for h in hist], name=plotly_text(label),
             marker_color=colors.get(label), customdata=[[h, total] for h in hist],
-            hovertemplate=f"{plotly_text(label)}<br>accept_len %{{x}}: %{{y:.0%}} (%{{customdata[0]}} of %{{customdata[1]}} "
+            hovertemplate=f"{plotly_text(label)}<br>accept_len %{{x}}: %{{y:.0%}} "
+                          "(%{customdata[0]} of %{customdata[1]} "
                           "rounds)<extra></extra>"))
     fig.update_layout(barmode="group", bargap=0.2)
     fig.update_xaxes(title_text="accepted draft tokens per round (accept_len)", dtick=1)
@@ -263,7 +264,8 @@ def tau_figure(taus: Mapping[str, Mapping[str, Estimate]], means: Mapping[str, E
             marker_color=colors.get(label),
             error_y=_error_bars(values, [(e.low, e.high) for e in groups.values()], FONT_COLOR),
             customdata=[[e.low, e.high, e.n] for e in groups.values()],
-            hovertemplate=f"{plotly_text(label)}<br>%{{x}}: τ %{{y:.2f}} (95%: %{{customdata[0]:.2f}}–%{{customdata[1]:.2f}})"
+            hovertemplate=f"{plotly_text(label)}<br>%{{x}}: τ %{{y:.2f}} "
+                          "(95%: %{customdata[0]:.2f}–%{customdata[1]:.2f})"
                           "<br>%{customdata[2]} rounds<extra></extra>"))
     fig.update_layout(barmode="group", bargap=0.2)
     fig.update_yaxes(title_text="τ: tokens per target forward", rangemode="tozero")
