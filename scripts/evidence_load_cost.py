@@ -1,9 +1,12 @@
 """What loading a large results file costs the Evidence tab: builds a synthetic records.jsonl (by default 16 methods x
 2,000 questions, one run, a prefill and two rounds each: about 9 MB, inside every size limit of `load_evidence`) and times
 `poss_core.bench.evidence.load_evidence` on it, wall clock and CPU seconds of this process, with the split between
-parsing the rows and building the summary (the bootstrap intervals among it).
+parsing the rows and building the summary (the bootstrap intervals among it). With --compare PRESET it also times a
+small comparison (plain and EAGLE, --compare-tokens new tokens, the app's /compare at its defaults) alone and then
+while the load runs in another thread of the same process, as the app serves both: what a live run loses to a load.
 
     python scripts/evidence_load_cost.py [--methods 16] [--questions 2000] [--datasets 6] [--rounds 2] [--keep DIR]
+        [--compare smollm2-135m [--compare-tokens 32]]
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import random
 import resource
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -64,6 +68,36 @@ def cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def time_compare(preset: str, tokens: int) -> float:
+    """Wall seconds of one comparison (plain and EAGLE, a fixed tree) from start to its last round."""
+    from poss_core import compare
+
+    spec = compare.RunSpec("Write a short poem about the sea.", ["plain", "eagle"], preset, max_new_tokens=tokens)
+    start = time.perf_counter()
+    compare.run_to_end(compare.start(spec))
+    return time.perf_counter() - start
+
+
+def compare_during_load(path: Path, preset: str, tokens: int) -> None:
+    """The comparison alone, then with `load_evidence(path)` running beside it (started first)."""
+    time_compare(preset, tokens)  # loads the models and warms up, untimed
+    alone = time_compare(preset, tokens)
+    done: dict[str, float] = {}
+
+    def load() -> None:
+        t0 = time.perf_counter()
+        evidence.load_evidence(path)
+        done["load"] = time.perf_counter() - t0
+
+    loader = threading.Thread(target=load)
+    loader.start()
+    time.sleep(0.2)
+    beside = time_compare(preset, tokens)
+    loader.join()
+    print(f"comparison ({preset}, plain and EAGLE, {tokens} tokens): {alone:.2f} s alone, {beside:.2f} s beside the "
+          f"load (which took {done['load']:.1f} s wall)")
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--methods", type=int, default=16)
@@ -72,6 +106,9 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=2, help="draft rounds per record (after the prefill)")
     p.add_argument("--depth", type=int, default=2, help="drafted depth of every round")
     p.add_argument("--keep", default=None, help="write the file into this folder and keep it")
+    p.add_argument("--compare", default=None, metavar="PRESET",
+                   help="also time a small comparison on this preset alone and beside the load")
+    p.add_argument("--compare-tokens", type=int, default=32)
     args = p.parse_args()
     folder = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="evidence-cost-"))
     folder.mkdir(parents=True, exist_ok=True)
@@ -88,6 +125,8 @@ def main() -> int:
     print(f"parse rows ({len(records)} records): {parse_wall:.1f} s wall, {parse_cpu:.1f} s CPU")
     print(f"load_evidence (parse + summary): {wall2 - wall1:.1f} s wall, {cpu2 - cpu1:.1f} s CPU "
           f"(summary alone about {wall2 - wall1 - parse_wall:.1f} s wall)")
+    if args.compare:
+        compare_during_load(path, args.compare, args.compare_tokens)
     if not args.keep:
         path.unlink()
         folder.rmdir()
