@@ -3,10 +3,13 @@
 
 from __future__ import annotations
 
+import atexit
 import html
 import math
+import multiprocessing
 import os
 import sys
+import threading
 import traceback
 from pathlib import Path
 from typing import Any
@@ -26,10 +29,12 @@ SCOPED = ("speedup", "pos_acc", "pos_rate", "deviation")  # the charts the scope
 # The folder the path box may read besides the project's results/: `python app.py --results-dir DIR` or this.
 RESULTS_ENV = "POSS_RESULTS_DIR"
 RESULTS_DIR: Path | None = None  # set by build_demo from --results-dir
-# Summaries built from records at once, in their own queue ("evidence"), apart from the decoding one: a build is
-# Python work bounded by evidence.MAX_ROUNDS (seconds of one core), and one at a time leaves the other core to the
-# live runs however many loads wait.
+# Uploads and typed folders loaded at once, in their own queue ("evidence"), apart from the decoding one: a build is
+# Python work bounded by evidence.MAX_ROUNDS (seconds of one core), and one at a time leaves the other cores to the
+# live runs however many loads wait. Each runs in a worker process (`load_apart`), so its Python work never holds
+# the interpreter lock the live runs need, and one still running after LOAD_SECONDS is ended.
 LOAD_CONCURRENCY = 1
+LOAD_SECONDS = 60.0
 
 INTRO = """### The benchmark's figures for these drafts, over many prompts
 The Demo tab shows one prompt. This tab shows what `python -m poss_core.bench` measured over the evaluation sets:
@@ -109,7 +114,7 @@ def _roots_text(roots: list[Path]) -> str:
 def load_results_path(text: Any) -> Evidence:
     """The summary of a typed results folder or file: every file it reads is a regular file inside the allowed
     folders (a link in the folder to a file elsewhere is refused too)."""
-    return load_evidence(resolve_results_path(text), roots=results_roots())
+    return load_apart(resolve_results_path(text), roots=results_roots())
 
 
 # ---------------------------------------------------------------- rendering
@@ -232,6 +237,55 @@ def _message(text: str, kind: str) -> str:
     return f'<div class="poss-status {kind}">{icon}{html.escape(text, quote=False)}</div>'
 
 
+# ---------------------------------------------------------------- loads in a worker process
+
+_LOADER: Any = None  # multiprocessing Pool of one process, started by the first upload or folder load
+_LOADER_LOCK = threading.Lock()
+
+
+def _loader() -> Any:
+    """The worker pool: forked from a server process that imported the loader once (so a load starts in a fraction
+    of a second), one process, renewed after every load (a build's memory goes back when it ends)."""
+    global _LOADER
+    with _LOADER_LOCK:
+        if _LOADER is None:
+            method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+            ctx = multiprocessing.get_context(method)
+            if method == "forkserver":
+                ctx.set_forkserver_preload(["poss_core.bench.evidence"])
+            _LOADER = ctx.Pool(processes=1, maxtasksperchild=1)
+        return _LOADER
+
+
+def _end_loader() -> None:
+    """End the worker (and the load in it); the next load starts a fresh one."""
+    global _LOADER
+    with _LOADER_LOCK:
+        if _LOADER is not None:
+            _LOADER.terminate()
+            _LOADER = None
+
+
+atexit.register(_end_loader)
+
+
+def run_apart(fn, *args) -> Any:
+    """`fn(*args)` in the worker process, its exceptions raised here; ended with a ConfigError after LOAD_SECONDS."""
+    job = _loader().apply_async(fn, args)
+    try:
+        return job.get(timeout=LOAD_SECONDS)
+    except multiprocessing.TimeoutError:
+        _end_loader()
+        raise ConfigError(f"building the summary took longer than {LOAD_SECONDS:g} s and was stopped: summarise "
+                          f"the results with `python -m poss_core.bench evidence FOLDER --out FILE` and load that "
+                          f"file.") from None
+
+
+def load_apart(path: Path, roots: list[Path] | None = None) -> Evidence:
+    """`load_evidence(path, roots)` in the worker process (see LOAD_CONCURRENCY)."""
+    return run_apart(load_evidence, path, roots)
+
+
 # ---------------------------------------------------------------- handlers
 
 
@@ -266,7 +320,7 @@ def upload_handler(file: Any) -> list:
     if path.suffix not in (".json", ".jsonl"):
         return [_message(f"{path.name}: load an evidence summary (.json) or a records.jsonl.", "error")] + \
             [gr.skip()] * (len(OUTPUT_NAMES) - 1)
-    return _guarded(lambda: load_evidence(path), f"the uploaded {path.name}")
+    return _guarded(lambda: load_apart(path), f"the uploaded {path.name}")
 
 
 def scope_handler(ev: Evidence | None, scope: Any) -> list:

@@ -1,12 +1,13 @@
 """What loading a large results file costs the Evidence tab: builds a synthetic records.jsonl (by default 16 methods x
-2,000 questions, one run, a prefill and two rounds each: about 9 MB, inside every size limit of `load_evidence`) and times
+2,000 questions, one run, a prefill and two rounds each: about 12 MB, inside every size limit of `load_evidence`) and times
 `poss_core.bench.evidence.load_evidence` on it, wall clock and CPU seconds of this process, with the split between
 parsing the rows and building the summary (the bootstrap intervals among it). With --compare PRESET it also times a
-small comparison (plain and EAGLE, --compare-tokens new tokens, the app's /compare at its defaults) alone and then
-while the load runs in another thread of the same process, as the app serves both: what a live run loses to a load.
+small comparison (plain and EAGLE at RunSpec's default tree, --compare-tokens new tokens) alone, then while
+the load runs in another thread of the same process, then while it runs in the app's worker process (`load_apart`):
+what a live run loses to a load.
 
     python scripts/evidence_load_cost.py [--methods 16] [--questions 2000] [--datasets 6] [--rounds 2] [--keep DIR]
-        [--compare smollm2-135m [--compare-tokens 32]]
+        [--compare smollm2-135m [--compare-tokens 32] [--threads N]]
 """
 
 from __future__ import annotations
@@ -78,24 +79,39 @@ def time_compare(preset: str, tokens: int) -> float:
     return time.perf_counter() - start
 
 
-def compare_during_load(path: Path, preset: str, tokens: int) -> None:
-    """The comparison alone, then with `load_evidence(path)` running beside it (started first)."""
-    time_compare(preset, tokens)  # loads the models and warms up, untimed
-    alone = time_compare(preset, tokens)
+def beside(load, preset: str, tokens: int) -> tuple[float, float]:
+    """(comparison seconds, load seconds) with `load()` started in a thread just before the comparison."""
     done: dict[str, float] = {}
 
-    def load() -> None:
+    def timed() -> None:
         t0 = time.perf_counter()
-        evidence.load_evidence(path)
+        load()
         done["load"] = time.perf_counter() - t0
 
-    loader = threading.Thread(target=load)
+    loader = threading.Thread(target=timed)
     loader.start()
     time.sleep(0.2)
-    beside = time_compare(preset, tokens)
+    seconds = time_compare(preset, tokens)
     loader.join()
-    print(f"comparison ({preset}, plain and EAGLE, {tokens} tokens): {alone:.2f} s alone, {beside:.2f} s beside the "
-          f"load (which took {done['load']:.1f} s wall)")
+    return seconds, done["load"]
+
+
+def compare_during_load(path: Path, preset: str, tokens: int) -> None:
+    """The comparison alone, then beside `load_evidence(path)` in this process (a thread, as the app's handlers ran
+    it before) and, where this checkout has it, beside the app's `load_apart` (a worker process)."""
+    time_compare(preset, tokens)  # loads the models and warms up, untimed
+    print(f"comparison ({preset}, plain and EAGLE, {tokens} tokens): {time_compare(preset, tokens):.2f} s alone")
+    loads = [("in a thread of this process", lambda: evidence.load_evidence(path))]
+    try:
+        from app.evidence_view import load_apart, run_apart
+
+        run_apart(time.sleep, 0)  # starts the worker's server (it imports the loader once), untimed
+        loads.append(("in the app's worker process", lambda: load_apart(path)))
+    except ImportError:
+        print("(this checkout has no app.evidence_view.load_apart: loads run in the serving process)")
+    for where, load in loads:
+        seconds, took = beside(load, preset, tokens)
+        print(f"comparison: {seconds:.2f} s beside a load {where} (the load took {took:.1f} s wall)")
 
 
 def main() -> int:
@@ -109,6 +125,7 @@ def main() -> int:
     p.add_argument("--compare", default=None, metavar="PRESET",
                    help="also time a small comparison on this preset alone and beside the load")
     p.add_argument("--compare-tokens", type=int, default=32)
+    p.add_argument("--threads", type=int, default=None, help="torch threads for the comparison (the app's --threads)")
     args = p.parse_args()
     folder = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="evidence-cost-"))
     folder.mkdir(parents=True, exist_ok=True)
@@ -126,6 +143,10 @@ def main() -> int:
     print(f"load_evidence (parse + summary): {wall2 - wall1:.1f} s wall, {cpu2 - cpu1:.1f} s CPU "
           f"(summary alone about {wall2 - wall1 - parse_wall:.1f} s wall)")
     if args.compare:
+        if args.threads:
+            import torch
+
+            torch.set_num_threads(args.threads)
         compare_during_load(path, args.compare, args.compare_tokens)
     if not args.keep:
         path.unlink()

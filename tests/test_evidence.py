@@ -255,6 +255,23 @@ def test_evidence_loads_queue_one_at_a_time_apart_from_decoding():
     assert any(fn.api_name == "load_evidence" for fn in loads)
 
 
+def test_loads_run_in_a_worker_process_that_a_long_one_does_not_outlive(monkeypatch):
+    # An upload's build never holds the interpreter lock of the process serving live runs, and one that runs past
+    # LOAD_SECONDS is ended (its process with it) with a message; the next load gets a fresh worker.
+    import os
+    import time
+
+    worker = evidence_view.run_apart(os.getpid)
+    assert worker != os.getpid()
+    monkeypatch.setattr(evidence_view, "LOAD_SECONDS", 0.5)
+    start = time.monotonic()
+    with pytest.raises(ConfigError, match="took longer than 0.5 s and was stopped"):
+        evidence_view.run_apart(time.sleep, 60)
+    assert time.monotonic() - start < 20
+    monkeypatch.setattr(evidence_view, "LOAD_SECONDS", 60.0)
+    assert evidence_view.run_apart(os.getpid) not in (os.getpid(), worker)
+
+
 @pytest.mark.slow
 def test_a_large_records_file_loads_in_seconds(tmp_path):
     # 16 methods x 2,000 questions (every per-summary cap at its limit): the pure-Python bootstrap took a minute of
