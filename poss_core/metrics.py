@@ -67,19 +67,16 @@ STATISTICS = ("pooled", "mean_of_datasets")
 BOOTSTRAP_CELLS = 1 << 20  # questions drawn at once (per column): bounds a bootstrap's memory to a few MB
 
 
-def _resampled_totals(datasets: Sequence[Sequence[Any]], resamples: int,
-                      rng: np.random.Generator) -> np.ndarray:
-    """(resamples, datasets, columns): in each resample, every dataset's questions drawn again with replacement (as
-    many as it has) and their numbers summed. A row is a question's numbers, e.g. (sum, rounds), nested or flat."""
-    shaped = [np.asarray(rows, dtype=float).reshape(len(rows), -1) for rows in datasets if len(rows)]
-    columns = shaped[0].shape[1] if shaped else 1
-    out = np.zeros((resamples, len(shaped), columns))
-    for d, values in enumerate(shaped):
+def _resampled_totals(datasets: Sequence[np.ndarray], resamples: int, rng: np.random.Generator) -> np.ndarray:
+    """(resamples, datasets, columns): in each resample, every dataset's questions (rows of numbers, e.g. sum and
+    rounds) drawn again with replacement, as many as it has, and summed."""
+    out = np.zeros((resamples, len(datasets), datasets[0].shape[1]))
+    for d, values in enumerate(datasets):
         n = len(values)
         step = max(1, BOOTSTRAP_CELLS // n)
         for start in range(0, resamples, step):
             picks = rng.integers(0, n, size=(min(step, resamples - start), n))
-            for c in range(columns):
+            for c in range(values.shape[1]):
                 out[start:start + len(picks), d, c] = values[:, c][picks].sum(axis=1)
     return out
 
@@ -90,11 +87,12 @@ def _stratified_bootstrap(datasets: Sequence[Sequence[Any]], statistic, resample
     again with replacement (so the mix of datasets stays fixed). `statistic` maps (resamples, datasets, columns)
     summed rows to the two `STATISTICS`, one value per resample; returns {name: (point estimate, low, high)} at
     `level`. Vectorised with numpy: its cost is resamples x questions array operations, not Python steps."""
-    kept = [rows for rows in datasets if len(rows)]
-    once = np.asarray([np.asarray(rows, dtype=float).reshape(len(rows), -1).sum(axis=0) for rows in kept]) \
-        if kept else np.zeros((0, 1))
-    point = [float(v[0]) for v in statistic(once.reshape(1, *once.shape))]
-    draws = statistic(_resampled_totals(kept, resamples, np.random.default_rng(seed)))
+    # A question's numbers, nested ((sum, rounds), (sum, rounds)) or flat, as one row; empty datasets left out.
+    shaped = [np.asarray(rows, dtype=float).reshape(len(rows), -1) for rows in datasets if len(rows)]
+    if not shaped:
+        return {name: (math.nan, math.nan, math.nan) for name in STATISTICS}
+    point = [float(v[0]) for v in statistic(np.stack([rows.sum(axis=0) for rows in shaped])[None])]
+    draws = statistic(_resampled_totals(shaped, resamples, np.random.default_rng(seed)))
     out = {}
     for i, name in enumerate(STATISTICS):
         vals = np.sort(draws[i][~np.isnan(draws[i])])

@@ -185,3 +185,4 @@ def test_bootstrap_skips_empty_datasets_and_rounds_that_never_happened():
     out = metrics.bootstrap_tau([[(6, 3), (0, 0)], [], [(4, 4)]], resamples=300)
     assert out["pooled"][0] == pytest.approx(10 / 7) and out["mean_of_datasets"][0] == pytest.approx(1.5)
     assert all(math.isnan(v) for v in metrics.bootstrap_tau([[(0, 0)]], resamples=50)["pooled"])
+    assert all(math.isnan(v) for v in metrics.bootstrap_tau_change([[], []], resamples=50)["mean_of_datasets"])
