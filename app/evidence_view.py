@@ -244,8 +244,10 @@ _LOADER_LOCK = threading.Lock()
 
 
 def _loader() -> Any:
-    """The worker pool: forked from a server process that imported the loader once (so a load starts in a fraction
-    of a second), one process, renewed after every load (a build's memory goes back when it ends)."""
+    """The worker pool: forked from a server process that imported the loader once (the first load waits seconds for
+    it, later ones a fraction of a second), one process, renewed after every load (a build's memory goes back when it
+    ends). As multiprocessing does, a worker runs the entry script again as `__mp_main__`: app.py launches only under
+    `if __name__ == "__main__"`."""
     global _LOADER
     with _LOADER_LOCK:
         if _LOADER is None:
