@@ -3,10 +3,13 @@
 
 from __future__ import annotations
 
+import atexit
 import html
 import math
+import multiprocessing
 import os
 import sys
+import threading
 import traceback
 from pathlib import Path
 from typing import Any
@@ -26,7 +29,12 @@ SCOPED = ("speedup", "pos_acc", "pos_rate", "deviation")  # the charts the scope
 # The folder the path box may read besides the project's results/: `python app.py --results-dir DIR` or this.
 RESULTS_ENV = "POSS_RESULTS_DIR"
 RESULTS_DIR: Path | None = None  # set by build_demo from --results-dir
-LOAD_CONCURRENCY = 2  # summaries built from records at once (a large records.jsonl takes seconds)
+# Uploads and typed folders loaded at once, in their own queue ("evidence"), apart from the decoding one: a build is
+# Python work bounded by evidence.MAX_ROUNDS (seconds of one core), and one at a time leaves the other cores to the
+# live runs however many loads wait. Each runs in a worker process (`load_apart`), so its Python work never holds
+# the interpreter lock the live runs need, and one still running after LOAD_SECONDS is ended.
+LOAD_CONCURRENCY = 1
+LOAD_SECONDS = 60.0
 
 INTRO = """### The benchmark's figures for these drafts, over many prompts
 The Demo tab shows one prompt. This tab shows what `python -m poss_core.bench` measured over the evaluation sets:
@@ -60,23 +68,34 @@ def results_roots() -> list[Path]:
     return [p.resolve() for p in ([extra] if extra else []) + [project_root() / "results"]]
 
 
+NAME_MAX = 255  # the longest name one part of a path may have (Linux, macOS): longer is refused before any lookup
+
+
 def resolve_results_path(text: Any) -> Path:
-    """A typed results folder (or summary file) inside one of `results_roots()`, symlinks resolved first; anything
-    else raises ConfigError saying what may be read."""
+    """A typed results folder (or summary file) inside one of `results_roots()`, symlinks and `..` resolved first;
+    anything else raises ConfigError saying what may be read, naming folders from the project (never the server's
+    absolute paths)."""
     if not isinstance(text, str) or not text.strip():
         raise ConfigError("type a results folder, e.g. results/paper.")
     text = text.strip()
     if len(text) > 1000 or "\x00" in text:
         raise ConfigError("that is not a folder path.")
-    roots = results_roots()
     given = Path(text)
+    if any(len(part.encode("utf-8", "surrogatepass")) > NAME_MAX for part in given.parts):
+        raise ConfigError(f"a part of that path is longer than {NAME_MAX} characters: no folder has such a name.")
+    roots = results_roots()
     candidates = [given] if given.is_absolute() else [project_root() / given] + [root / given for root in roots]
-    resolved = [(c, c.resolve()) for c in candidates]  # symlinks and `..` resolved before the check
-    allowed = [r for _, r in resolved if any(r.is_relative_to(root) for root in roots)]
-    found = next((r for r in allowed if r.exists()), None)
+    try:
+        resolved = [(c, c.resolve()) for c in candidates]  # symlinks and `..` resolved before the check
+        allowed = [r for _, r in resolved if any(r.is_relative_to(root) for root in roots)]
+        found = next((r for r in allowed if r.exists()), None)
+        outside = any(c.exists() for c, _ in resolved)
+    except (OSError, RuntimeError) as err:  # a link loop (RuntimeError), a name the system refuses
+        raise ConfigError(f"that path could not be followed ({type(err).__name__}: a link loop or a name the "
+                          f"system refuses).") from None
     if found is not None:
         return found
-    if not allowed or any(c.exists() for c, _ in resolved):
+    if not allowed or outside:
         raise ConfigError(f"this app reads only folders under {_roots_text(roots)} (a public app must not read "
                           f"other files on its server); copy the folder there, or start the app with --results-dir "
                           f"DIR.")
@@ -84,7 +103,18 @@ def resolve_results_path(text: Any) -> Path:
 
 
 def _roots_text(roots: list[Path]) -> str:
-    return " or ".join(str(r) for r in roots)
+    """The allowed folders as a user knows them: relative to the project, else the --results-dir folder's name."""
+    def shown(root: Path) -> str:
+        if root.is_relative_to(project_root().resolve()):
+            return f"{root.relative_to(project_root().resolve())}/"
+        return f"the --results-dir folder ({root.name}/)"
+    return " or ".join(shown(r) for r in roots)
+
+
+def load_results_path(text: Any) -> Evidence:
+    """The summary of a typed results folder or file: every file it reads is a regular file inside the allowed
+    folders (a link in the folder to a file elsewhere is refused too)."""
+    return load_apart(resolve_results_path(text), roots=results_roots())
 
 
 # ---------------------------------------------------------------- rendering
@@ -207,6 +237,57 @@ def _message(text: str, kind: str) -> str:
     return f'<div class="poss-status {kind}">{icon}{html.escape(text, quote=False)}</div>'
 
 
+# ---------------------------------------------------------------- loads in a worker process
+
+_LOADER: Any = None  # multiprocessing Pool of one process, started by the first upload or folder load
+_LOADER_LOCK = threading.Lock()
+
+
+def _loader() -> Any:
+    """The worker pool: forked from a server process that imported the loader once (the first load waits seconds for
+    it, later ones a fraction of a second), one process, renewed after every load (a build's memory goes back when it
+    ends). As multiprocessing does, a worker runs the entry script again as `__mp_main__`: app.py launches only under
+    `if __name__ == "__main__"`."""
+    global _LOADER
+    with _LOADER_LOCK:
+        if _LOADER is None:
+            method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+            ctx = multiprocessing.get_context(method)
+            if method == "forkserver":
+                ctx.set_forkserver_preload(["poss_core.bench.evidence"])
+            _LOADER = ctx.Pool(processes=1, maxtasksperchild=1)
+        return _LOADER
+
+
+def _end_loader() -> None:
+    """End the worker (and the load in it); the next load starts a fresh one."""
+    global _LOADER
+    with _LOADER_LOCK:
+        if _LOADER is not None:
+            _LOADER.terminate()
+            _LOADER = None
+
+
+atexit.register(_end_loader)
+
+
+def run_apart(fn, *args) -> Any:
+    """`fn(*args)` in the worker process, its exceptions raised here; ended with a ConfigError after LOAD_SECONDS."""
+    job = _loader().apply_async(fn, args)
+    try:
+        return job.get(timeout=LOAD_SECONDS)
+    except multiprocessing.TimeoutError:
+        _end_loader()
+        raise ConfigError(f"building the summary took longer than {LOAD_SECONDS:g} s and was stopped: summarise "
+                          f"the results with `python -m poss_core.bench evidence FOLDER --out FILE` and load that "
+                          f"file.") from None
+
+
+def load_apart(path: Path, roots: list[Path] | None = None) -> Evidence:
+    """`load_evidence(path, roots)` in the worker process (see LOAD_CONCURRENCY)."""
+    return run_apart(load_evidence, path, roots)
+
+
 # ---------------------------------------------------------------- handlers
 
 
@@ -241,7 +322,7 @@ def upload_handler(file: Any) -> list:
     if path.suffix not in (".json", ".jsonl"):
         return [_message(f"{path.name}: load an evidence summary (.json) or a records.jsonl.", "error")] + \
             [gr.skip()] * (len(OUTPUT_NAMES) - 1)
-    return _guarded(lambda: load_evidence(path), f"the uploaded {path.name}")
+    return _guarded(lambda: load_apart(path), f"the uploaded {path.name}")
 
 
 def scope_handler(ev: Evidence | None, scope: Any) -> list:
@@ -254,7 +335,7 @@ def scope_handler(ev: Evidence | None, scope: Any) -> list:
 
 def folder_handler(text: Any) -> list:
     """A results folder (or summary file) typed into the path box, inside the folders it may read."""
-    return _guarded(lambda: load_evidence(resolve_results_path(text)), f"{str(text).strip()[:200]!r}")
+    return _guarded(lambda: load_results_path(text), f"{str(text).strip()[:200]!r}")
 
 
 # ---------------------------------------------------------------- layout

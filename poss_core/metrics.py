@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import math
-import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from .events import RoundEvent
 
@@ -34,49 +35,72 @@ def tau(events: Iterable[RoundEvent]) -> float:
     return total / rounds if rounds else math.nan
 
 
-def _tau_change(picked: Sequence[Sequence[tuple[TauTotals, TauTotals]]]) -> tuple[float, float]:
-    """τ(method) / τ(base) − 1, pooled over every round and as the ratio of the datasets' mean τ."""
-    def summed(rows, side: int) -> TauTotals:
-        return sum(r[side][0] for r in rows), sum(r[side][1] for r in rows)
-
-    per_set = [(summed(rows, 0), summed(rows, 1)) for rows in picked]
-    (sm, rm), (sb, rb) = summed(per_set, 0), summed(per_set, 1)
-    pooled = (sm / rm) / (sb / rb) - 1.0 if rm and rb else math.nan
-    means = [(m[0] / m[1], b[0] / b[1]) for m, b in per_set if m[1] and b[1]]
-    by_set = sum(m for m, _ in means) / sum(b for _, b in means) - 1.0 if means else math.nan
+def _tau_change(totals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """τ(method) / τ(base) − 1, pooled over every round and as the ratio of the datasets' mean τ, per resample.
+    `totals` is (resamples, datasets, 4): the summed (sum, rounds) of the method, then of the base."""
+    sm, rm, sb, rb = (totals[..., i] for i in range(4))
+    both = (rm.sum(1) > 0) & (rb.sum(1) > 0)
+    pooled = np.where(both, _ratio(sm.sum(1), rm.sum(1)) / _ratio(sb.sum(1), rb.sum(1), 1.0) - 1.0, np.nan)
+    kept = (rm > 0) & (rb > 0)  # datasets with rounds on both sides
+    mine, theirs = np.where(kept, _ratio(sm, rm), 0.0).sum(1), np.where(kept, _ratio(sb, rb), 0.0).sum(1)
+    by_set = np.where(kept.any(1), mine / np.where(theirs > 0, theirs, 1.0) - 1.0, np.nan)
     return pooled, by_set
 
 
-def _tau_pooled_and_by_set(picked: Sequence[Sequence[TauTotals]]) -> tuple[float, float]:
-    """τ pooled over every round, and the mean of the datasets' τ (the paper's mean column)."""
-    per_set = [(sum(s for s, _ in rows), sum(n for _, n in rows)) for rows in picked]
-    total, rounds = sum(s for s, _ in per_set), sum(n for _, n in per_set)
-    means = [s / n for s, n in per_set if n]
-    return (total / rounds if rounds else math.nan), (sum(means) / len(means) if means else math.nan)
+def _tau_pooled_and_by_set(totals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """τ pooled over every round, and the mean of the datasets' τ (the paper's mean column), for each resample.
+    `totals` is (resamples, datasets, 2): each dataset's summed (sum, rounds)."""
+    s, n = totals[..., 0], totals[..., 1]
+    pooled = np.where(n.sum(1) > 0, _ratio(s.sum(1), n.sum(1)), np.nan)
+    kept = n > 0
+    count = kept.sum(1)
+    by_set = np.where(count > 0, np.where(kept, _ratio(s, n), 0.0).sum(1) / np.maximum(count, 1), np.nan)
+    return pooled, by_set
+
+
+def _ratio(a: np.ndarray, b: np.ndarray, empty: float = 0.0) -> np.ndarray:
+    """a / b where b > 0, `empty` elsewhere (the callers mask those out): no division warnings."""
+    return np.divide(a, b, out=np.full(np.shape(a), empty, dtype=float), where=b > 0)
 
 
 STATISTICS = ("pooled", "mean_of_datasets")
+BOOTSTRAP_CELLS = 1 << 20  # questions drawn at once (per column): bounds a bootstrap's memory to a few MB
+
+
+def _resampled_totals(datasets: Sequence[np.ndarray], resamples: int, rng: np.random.Generator) -> np.ndarray:
+    """(resamples, datasets, columns): in each resample, every dataset's questions (rows of numbers, e.g. sum and
+    rounds) drawn again with replacement, as many as it has, and summed."""
+    out = np.zeros((resamples, len(datasets), datasets[0].shape[1]))
+    for d, values in enumerate(datasets):
+        n = len(values)
+        step = max(1, BOOTSTRAP_CELLS // n)
+        for start in range(0, resamples, step):
+            picks = rng.integers(0, n, size=(min(step, resamples - start), n))
+            for c in range(values.shape[1]):
+                out[start:start + len(picks), d, c] = values[:, c][picks].sum(axis=1)
+    return out
 
 
 def _stratified_bootstrap(datasets: Sequence[Sequence[Any]], statistic, resamples: int, level: float,
                           seed: int) -> dict[str, tuple[float, float, float]]:
     """A percentile bootstrap over questions, stratified by dataset: each resample draws every dataset's questions
-    again with replacement (so the mix of datasets stays fixed). `statistic` maps the per-dataset rows to the two
-    `STATISTICS`; returns {name: (point estimate, low, high)} at `level`."""
-    point = statistic(datasets)
-    rng = random.Random(seed)
-    draws: list[tuple[float, float]] = []
-    for _ in range(resamples):
-        picked = [[rows[rng.randrange(len(rows))] for _ in rows] for rows in datasets if rows]
-        draws.append(statistic(picked))
+    again with replacement (so the mix of datasets stays fixed). `statistic` maps (resamples, datasets, columns)
+    summed rows to the two `STATISTICS`, one value per resample; returns {name: (point estimate, low, high)} at
+    `level`. Vectorised with numpy: its cost is resamples x questions array operations, not Python steps."""
+    # A question's numbers, nested ((sum, rounds), (sum, rounds)) or flat, as one row; empty datasets left out.
+    shaped = [np.asarray(rows, dtype=float).reshape(len(rows), -1) for rows in datasets if len(rows)]
+    if not shaped:
+        return {name: (math.nan, math.nan, math.nan) for name in STATISTICS}
+    point = [float(v[0]) for v in statistic(np.stack([rows.sum(axis=0) for rows in shaped])[None])]
+    draws = statistic(_resampled_totals(shaped, resamples, np.random.default_rng(seed)))
     out = {}
     for i, name in enumerate(STATISTICS):
-        vals = sorted(d[i] for d in draws if not math.isnan(d[i]))
-        if not vals:
+        vals = np.sort(draws[i][~np.isnan(draws[i])])
+        if not len(vals):
             out[name] = (point[i], math.nan, math.nan)
             continue
-        lo = vals[int((1 - level) / 2 * (len(vals) - 1))]
-        hi = vals[int((1 + level) / 2 * (len(vals) - 1))]
+        lo = float(vals[int((1 - level) / 2 * (len(vals) - 1))])
+        hi = float(vals[int((1 + level) / 2 * (len(vals) - 1))])
         out[name] = (point[i], lo, hi)
     return out
 

@@ -69,3 +69,35 @@ def run_main(main, args: list[str]) -> CliResult:
         except SystemExit as e:  # argparse's own errors
             code = e.code if isinstance(e.code, int) else 1
     return CliResult(code, out.getvalue(), err.getvalue())
+
+
+# Plotly's label subset: a link, a styled span that can draw over the chart, bold; and a hover-template variable.
+PLOTLY_MARKUP = '<a href="https://evil.example">x</a><span style="position:absolute">s</span><b>b</b>%{fullData.uid}'
+
+
+def plotly_strings(fig) -> list[str]:
+    """Every string in a figure as Plotly receives it (names, texts, hover templates, categories, titles)."""
+    out = []
+
+    def walk(obj):
+        if isinstance(obj, str):
+            out.append(obj)
+        elif isinstance(obj, dict):
+            for value in obj.values():
+                walk(value)
+        elif isinstance(obj, (list, tuple)):
+            for value in obj:
+                walk(value)
+        elif hasattr(obj, "tolist"):
+            walk(obj.tolist())
+
+    walk(fig.to_plotly_json())
+    return out
+
+
+def assert_shown_as_text(fig, escaped: str = "&lt;a href") -> None:
+    """No markup from the data reaches Plotly, and the data is there, escaped."""
+    strings = plotly_strings(fig)
+    for tag in ("<a ", "<span", "<b>", "%{fullData"):
+        assert not any(tag in s for s in strings), (tag, [s for s in strings if tag in s][:3])
+    assert any(escaped in s for s in strings)

@@ -176,7 +176,8 @@ def test_tree_figure_data():
     assert list(path.x) == [0.0, 1.0, None, 1.0, 2.0, None, 2.0, 3.0]
     assert list(path.y[:2]) == [y[0], y[1]]
     s1, s2 = traces["specialist S1"], traces["specialist S2"]
-    assert list(s1.text) == ["b", "z"] and list(s2.text) == ["<c>", "q", "w"]
+    # "<c>" goes to Plotly as entities, which it shows as "<c>" (raw, it would read it as a tag and show nothing).
+    assert list(s1.text) == ["b", "z"] and list(s2.text) == ["&lt;c&gt;", "q", "w"]
     assert s1.marker.color == figures.specialist_color(0) and s2.marker.color == figures.specialist_color(1)
     assert list(s1.marker.opacity) == [1.0, 0.4] and list(s2.marker.opacity) == [1.0, 0.4, 0.4]
     assert s1.marker.size[0] == pytest.approx(8 + 18 * 0.8)

@@ -5,6 +5,7 @@ import math
 from unittest import mock
 
 import pytest
+from helpers import run_main
 
 from poss_core.autobudget import CALIBRATION_PROMPTS
 from poss_core.bench import analysis, cli, overhead, records as bench_records, report, runner
@@ -438,3 +439,40 @@ def test_report_rebuilds_a_smaller_run_from_a_larger_ones_records(tmp_path):
     # question 5's mismatch is not among the kept questions; 4 eagle turns were compared
     assert small["identity"]["mismatches"] == [] and small["identity"]["checked"] == 4
     assert "first 2 questions of each dataset" in (tmp_path / "small" / "report.md").read_text()
+
+
+def test_questions_over_the_prompt_cap_are_skipped_not_fatal(tmp_path, monkeypatch, tiny_target, capsys):
+    # A 1e6-character first question used to abort the whole benchmark in its warm-up, and the 2,048-token prompt
+    # cap (LIMITS) was never applied: each such turn is now skipped with its reason, and the rest is measured.
+    from poss_core.decoding import config as config_module
+    from poss_core.decoding.decoder import encode_prompt
+
+    short = "Say hi."
+    cap = len(encode_prompt(tiny_target.tokenizer, short)) + 5
+    monkeypatch.setattr(config_module, "MAX_PROMPT_TOKENS", cap)  # a small cap, so a tiny model's question passes it
+    data = tmp_path / "eval"
+    data.mkdir()
+    rows = [{"question_id": 1, "turns": ["x " * 500_000]}, {"question_id": 2, "turns": ["y" * (cap + 10)]},
+            {"question_id": 3, "turns": [short]}]
+    (data / "qa.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "res"
+    rc = cli.main(["--preset", "tiny-random", "--methods", "plain,eagle", "--data", str(data / "qa.jsonl"),
+                   "--max-new-tokens", "4", "--tree-budget", "8", "--no-progress", "--no-hf-generate",
+                   "--plotlyjs", "cdn", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 0, err
+    records = bench_records.read_records(out / "records.jsonl")
+    assert {r.question_id for r in records} == {3} and {r.method for r in records} == {"plain", "eagle"}
+    assert "skipped qa/1 turn 0 (plain): prompt message 0 has 1000000 characters" in err
+    assert "skipped qa/2 turn 0 (plain): the prompt has " in err and f"tokens: the most is {cap}." in err
+
+
+def test_a_benchmark_with_no_question_under_the_cap_says_so(tmp_path):
+    data = tmp_path / "eval"
+    data.mkdir()
+    (data / "qa.jsonl").write_text(json.dumps({"question_id": 1, "turns": ["x" * 40_000]}) + "\n")
+    r = run_main(cli.main, ["--preset", "tiny-random", "--methods", "plain", "--data", str(data / "qa.jsonl"),
+                            "--max-new-tokens", "4", "--no-progress", "--no-hf-generate", "--out",
+                            str(tmp_path / "res")])
+    lines = [line for line in r.stderr.splitlines() if line.startswith("error:")]
+    assert r.returncode == 2 and len(lines) == 1 and "no question of --data fits the prompt cap" in lines[0]

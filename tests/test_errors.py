@@ -53,6 +53,11 @@ def cli(*args):
     (["--preset", "no-such-preset", "--prompt", "hi"], "no-such-preset"),
     (["--preset", "tiny-random", "--method", "ar", "--prompt", "  "], "empty"),
     (["--target", "/no/such/model", "--method", "ar", "--prompt", "hi", "--quantization", "none"], "/no/such/model"),
+    # A device that is not on this machine is refused, never replaced by the CPU (cuda:99 exists nowhere).
+    (["--preset", "tiny-random", "--method", "plain", "--prompt", "hi", "--device", "cuda:99"],
+     "device 'cuda:99' is not available on this machine: use one of cpu"),
+    (["--preset", "tiny-random", "--method", "plain", "--prompt", "hi", "--device", "gpu0"],
+     "device 'gpu0' is not a device name"),
 ])
 def test_cli_bad_input_is_one_line(args, needle):
     r = cli(*args)
@@ -60,3 +65,54 @@ def test_cli_bad_input_is_one_line(args, needle):
     lines = [line for line in r.stderr.strip().splitlines() if line.startswith("error:")]
     assert len(lines) == 1 and needle in lines[0]
     assert "Traceback" not in r.stderr
+
+
+def _sharded_target(tmp_path, weight_map):
+    """The tiny target saved in shards, its index's weight map replaced by `weight_map`."""
+    import json
+
+    folder = tmp_path / "sharded"
+    target = tiny_target(seed=3)
+    target.model.save_pretrained(folder, max_shard_size="200KB")
+    target.tokenizer.save_pretrained(folder)
+    index = folder / "model.safetensors.index.json"
+    data = json.loads(index.read_text())
+    assert len(set(data["weight_map"].values())) > 1  # really sharded
+    data["weight_map"] = weight_map(data["weight_map"])
+    index.write_text(json.dumps(data))
+    return folder
+
+
+@pytest.mark.parametrize("weight_map", [lambda m: [list(kv) for kv in m.items()], lambda m: {k: 3 for k in m}])
+def test_a_malformed_shard_index_is_one_line(tmp_path, weight_map):
+    # A list-shaped weight map (or one of numbers) used to reach transformers and end as a bare AttributeError.
+    folder = _sharded_target(tmp_path, weight_map)
+    r = cli("--target", str(folder), "--method", "plain", "--prompt", "hi", "--quantization", "none")
+    lines = [line for line in r.stderr.strip().splitlines() if line.startswith("error:")]
+    assert r.returncode == 2 and len(lines) == 1, r.stderr
+    assert "model.safetensors.index.json is not a valid shard index" in lines[0] and "weight_map" in lines[0]
+
+
+def test_a_draft_whose_shard_index_is_a_list_is_refused(tmp_path):
+    from poss_core.models.checkpoint import read_weights
+
+    (tmp_path / "model.safetensors.index.json").write_text('{"weight_map": [["fc.weight", "a.safetensors"]]}')
+    with pytest.raises(CheckpointError, match="not a valid shard index.*found list"):
+        read_weights(tmp_path)
+    (tmp_path / "model.safetensors.index.json").write_text('[1, 2]')
+    with pytest.raises(CheckpointError, match="not a valid shard index.*found list"):
+        read_weights(tmp_path)
+
+
+@pytest.mark.parametrize("summary", ["{}", "", "[]", '{"meta": {}, "depth": "six"}'])
+def test_bench_report_on_an_empty_or_foreign_summary_is_one_line(tmp_path, summary):
+    from poss_core.bench import cli as bench_cli
+
+    (tmp_path / "summary.json").write_text(summary)
+    (tmp_path / "records.jsonl").write_text("")
+    r = run_main(bench_cli.main, ["report", str(tmp_path)])
+    lines = [line for line in r.stderr.strip().splitlines() if line.startswith("error:")]
+    assert r.returncode == 2 and len(lines) == 1, r.stderr
+    assert "summary.json is not a benchmark summary" in lines[0] and "python -m poss_core.bench" in lines[0]
+    (tmp_path / "summary.json").unlink()
+    assert "summary.json does not exist" in run_main(bench_cli.main, ["report", str(tmp_path)]).stderr

@@ -9,6 +9,7 @@ import math
 from pathlib import Path
 
 import pytest
+from helpers import PLOTLY_MARKUP, assert_shown_as_text, plotly_strings
 from test_bench import DEPTH, known_records
 
 from app import evidence_view
@@ -123,6 +124,47 @@ def test_tau_and_speedup_charts_show_intervals_and_sizes(known):
                                                          ["speedup"]["std"], rel=1e-5)
 
 
+def _hostile(text: str, i: int) -> str:
+    return f'<a href="https://evil.example/{i}">{text}</a><span style="font-size:90px">{i}</span>'
+
+
+def test_method_and_dataset_names_from_a_summary_show_as_text_in_every_chart(known):
+    # An uploaded summary names its methods and datasets: Plotly would make them links and styled spans in legends,
+    # hover texts, axis categories and titles. Each shows as text, in every chart the tab draws.
+    data = json.loads(json.dumps(known[1]))
+    renamed = {d: _hostile(d, i) for i, d in enumerate(data["datasets"])}
+    data["datasets"] = [renamed[d] for d in data["datasets"]]
+    for i, info in enumerate(data["methods"]):
+        info["short"], info["label"] = _hostile(info["short"], i), _hostile(info["label"], i)
+    for result in data["results"].values():
+        result["scopes"] = {renamed.get(k, k): v for k, v in result["scopes"].items()}
+    ev = evidence.Evidence.model_validate(data)
+    out = dict(zip(evidence_view.OUTPUT_NAMES, evidence_view.evidence_outputs(ev, PLOTLY_MARKUP)))
+    for name in ("tau", "speedup", "pos_acc", "pos_rate", "deviation"):
+        assert_shown_as_text(out[name])
+    assert any("&lt;a href=\"https://evil.example/1\"&gt;d2" in s for s in plotly_strings(out["tau"]))  # a category
+    for chart in evidence_view.scoped_charts(ev, data["datasets"][0]).values():  # its name in the note too
+        assert_shown_as_text(chart)
+    assert "<a " not in out["header"] + out["table"] and "&lt;a href" in out["table"]
+
+
+def test_every_label_a_chart_draws_goes_through_one_escape():
+    from test_bench import events as bench_events
+
+    runs = {PLOTLY_MARKUP: bench_events([2, 0, 3, 1], 1.0)}
+    for fig in (figures.pos_acc_figure(runs, note=PLOTLY_MARKUP), figures.feature_deviation_figure(runs),
+                figures.accept_hist_figure(runs), figures.tokens_per_s_figure(runs),
+                figures.empty_figure(PLOTLY_MARKUP, title=PLOTLY_MARKUP)):
+        assert_shown_as_text(fig)
+    event = runs[PLOTLY_MARKUP][2]
+    tree = figures.tree_figure(event, labels=[PLOTLY_MARKUP] * len(event.nodes), root_label=PLOTLY_MARKUP,
+                               bonus_label=PLOTLY_MARKUP, title=PLOTLY_MARKUP)
+    assert_shown_as_text(tree)
+    # Plotly decodes the entities after reading its tags: the text it shows is the text given.
+    assert figures.plotly_text("a < b & c > d %{x}") == "a &lt; b &amp; c &gt; d %&#123;x}"
+    assert figures.plotly_text("plain text, 100%") == "plain text, 100%"
+
+
 # ---------------------------------------------------------------- the loader refuses what is not a summary
 
 def _write(tmp_path, name, text):
@@ -182,6 +224,69 @@ def test_loader_refuses_hostile_records(known, tmp_path):
                                                       for ln in lines))
         with pytest.raises(ConfigError, match=says):
             evidence.load_evidence(folder)
+
+
+def test_loader_bounds_the_rounds_it_builds_a_summary_from(known, tmp_path, monkeypatch, capsys):
+    # The cost of building a summary is Python work per round: the app refuses more than MAX_ROUNDS before building
+    # anything and says how to summarise the run instead; the command line, which is that way, has no such cap.
+    rows = [r.to_json() for r in known_records()]
+    total = sum(len(row["rounds"]["accept_len"]) for row in rows)
+    folder = tmp_path / "results" / "many"
+    folder.mkdir(parents=True)
+    (folder / "records.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    monkeypatch.setattr(evidence, "MAX_ROUNDS", total - 1)
+    with pytest.raises(ConfigError, match=f"more than {total - 1:,} rounds.*python -m poss_core.bench evidence"):
+        evidence.load_evidence(folder)
+    with pytest.raises(ConfigError, match="rounds"):
+        evidence.load_evidence(folder / "records.jsonl")
+    assert evidence.evidence_main([str(folder), "--out", str(tmp_path / "ev.json")]) == 0
+    assert evidence.load_evidence(tmp_path / "ev.json").datasets == ["d1", "d2"]
+    monkeypatch.setattr(evidence, "MAX_ROUNDS", total)
+    assert evidence.load_evidence(folder).datasets == ["d1", "d2"]
+
+
+def test_evidence_loads_queue_one_at_a_time_apart_from_decoding():
+    from app import ui
+
+    demo = ui.build_demo("tiny-random")
+    loads = [fn for fn in demo.fns.values() if fn.concurrency_id == "evidence"]
+    assert loads and evidence_view.LOAD_CONCURRENCY == 1
+    assert {fn.concurrency_limit for fn in loads} == {1}
+    assert any(fn.api_name == "load_evidence" for fn in loads)
+
+
+def test_loads_run_in_a_worker_process_that_a_long_one_does_not_outlive(monkeypatch):
+    # An upload's build never holds the interpreter lock of the process serving live runs, and one that runs past
+    # LOAD_SECONDS is ended (its process with it) with a message; the next load gets a fresh worker.
+    import os
+    import time
+
+    worker = evidence_view.run_apart(os.getpid)
+    assert worker != os.getpid()
+    monkeypatch.setattr(evidence_view, "LOAD_SECONDS", 0.5)
+    start = time.monotonic()
+    with pytest.raises(ConfigError, match="took longer than 0.5 s and was stopped"):
+        evidence_view.run_apart(time.sleep, 60)
+    assert time.monotonic() - start < 20
+    monkeypatch.setattr(evidence_view, "LOAD_SECONDS", 60.0)
+    assert evidence_view.run_apart(os.getpid) not in (os.getpid(), worker)
+
+
+@pytest.mark.slow
+def test_a_large_records_file_loads_in_seconds(tmp_path):
+    # 16 methods x 2,000 questions (every per-summary cap at its limit): the pure-Python bootstrap took a minute of
+    # CPU here; vectorised, the whole load is a few seconds. The bound is generous (a shared, loaded machine).
+    import importlib.util
+    import time
+
+    spec = importlib.util.spec_from_file_location("evidence_load_cost", ROOT / "scripts" / "evidence_load_cost.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    path = script.write_records(tmp_path / "records.jsonl", 16, 2000, 6, rounds=2, depth=2)
+    start = time.process_time()
+    ev = evidence.load_evidence(path)
+    assert time.process_time() - start < 30.0
+    assert len(ev.methods) == 16 and sum(ev.questions().values()) == 2000
 
 
 # ---------------------------------------------------------------- a fresh tiny benchmark run
@@ -270,6 +375,44 @@ def test_folder_handler_reads_only_the_allowed_folders(fresh_run, monkeypatch, t
     out = as_dict(evidence_view.folder_handler("inner"))
     assert "reads only folders under" in out["message"] and not any(hasattr(v, "layout") for v in out.values())
     assert "no such folder" in as_dict(evidence_view.folder_handler("missing"))["message"]
+
+
+def test_folder_box_reads_only_regular_files_inside_the_allowed_folders(known, monkeypatch, tmp_path, capsys):
+    # A link inside an allowed folder to a file elsewhere (here a valid summary, which the box used to show) is
+    # refused before it is opened, whichever of the folder's files it is; messages name paths from the allowed
+    # folder, never the server's; a 300-character name or a link loop is one message and no traceback in the log.
+    allowed, elsewhere = tmp_path / "results", tmp_path / "private"
+    allowed.mkdir()
+    elsewhere.mkdir()
+    secret = evidence.write_evidence(elsewhere / "secret.json", known[1])
+    records = elsewhere / "records.jsonl"
+    records.write_text("".join(json.dumps(r.to_json()) + "\n" for r in known_records()))
+    monkeypatch.setattr(evidence_view, "RESULTS_DIR", allowed)
+    (allowed / "x").mkdir()
+    (allowed / "x" / "evidence.json").symlink_to(secret)
+    (allowed / "y").mkdir()
+    (allowed / "y" / "records.jsonl").symlink_to(records)
+    (allowed / "z").mkdir()
+    evidence.write_evidence(allowed / "z" / "other.json", known[1])
+    (allowed / "z" / "records.jsonl").write_text((elsewhere / "records.jsonl").read_text())
+    (allowed / "z" / "summary.json").symlink_to(secret)
+    (allowed / "loop1").symlink_to(allowed / "loop2")
+    (allowed / "loop2").symlink_to(allowed / "loop1")
+    private = (str(tmp_path), str(evidence_view.project_root()))  # (the message repeats what was typed)
+    for text, says in [("x", "results/x/evidence.json is a link to a file outside"),
+                       ("y", "results/y/records.jsonl is a link to a file outside"),
+                       ("z", "results/z/summary.json is a link to a file outside"),
+                       ("x/evidence.json", "reads only folders under"),
+                       ("loop1", "could not be followed"), ("loop1/evidence.json", "could not be followed"),
+                       ("a" * 300, "longer than 255 characters"), ("x/" + "b" * 300, "longer than 255"),
+                       ("/etc", "reads only folders under"), ("missing", "no such folder")]:
+        out = as_dict(evidence_view.folder_handler(text))
+        message = out["message"]
+        assert says in message and "error" in message, (text, message)
+        assert not any(p in message for p in private), message
+        assert not any(hasattr(v, "layout") for v in out.values())  # the charts shown stay as they were
+    assert "Traceback" not in capsys.readouterr().err
+    assert "error" not in as_dict(evidence_view.folder_handler("z/other.json"))["message"]  # a real file still loads
 
 
 def test_upload_of_a_corrupt_file_says_why_and_keeps_the_charts(tmp_path):

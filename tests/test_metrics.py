@@ -119,3 +119,70 @@ def test_bootstrap_of_a_tau_change():
     assert lo < 0 < hi and lo <= change <= hi
     better = [[((7, 3), (6, 3)), ((5, 3), (4, 3)), ((9, 4), (8, 4)), ((11, 5), (9, 5))]]
     assert metrics.bootstrap_tau_change(better, resamples=500)["pooled"][1] > 0
+
+
+# ---------------------------------------------------------------- the vectorised bootstrap against the pure one
+
+def _pure_bootstrap(datasets, statistic, resamples, level=0.95, seed=0):
+    """The percentile bootstrap as plain Python (one `random` draw per resampled question): the reference the
+    vectorised `metrics` bootstrap is held to."""
+    import random
+
+    rng = random.Random(seed)
+    draws = [statistic([[rows[rng.randrange(len(rows))] for _ in rows] for rows in datasets if rows])
+             for _ in range(resamples)]
+    out = []
+    for i in range(2):
+        vals = sorted(d[i] for d in draws if not math.isnan(d[i]))
+        out.append((vals[int((1 - level) / 2 * (len(vals) - 1))], vals[int((1 + level) / 2 * (len(vals) - 1))]))
+    return out
+
+
+def _pure_tau(picked):
+    per_set = [(sum(s for s, _ in rows), sum(n for _, n in rows)) for rows in picked]
+    means = [s / n for s, n in per_set if n]
+    return sum(s for s, _ in per_set) / sum(n for _, n in per_set), sum(means) / len(means)
+
+
+def _pure_change(picked):
+    per_set = [tuple((sum(r[side][0] for r in rows), sum(r[side][1] for r in rows)) for side in (0, 1))
+               for rows in picked]
+    (sm, rm), (sb, rb) = [(sum(p[side][0] for p in per_set), sum(p[side][1] for p in per_set)) for side in (0, 1)]
+    means = [(m[0] / m[1], b[0] / b[1]) for m, b in per_set]
+    return (sm / rm) / (sb / rb) - 1.0, sum(m for m, _ in means) / sum(b for _, b in means) - 1.0
+
+
+def _questions(rng, count):
+    def one():
+        rounds = rng.randint(1, 30)
+        return rounds + sum(rng.randint(0, 4) for _ in range(rounds)), rounds
+    return [one() for _ in range(count)]
+
+
+def test_vectorised_bootstrap_agrees_with_the_pure_python_one():
+    # Three datasets of uneven size: point estimates are the same numbers, and each interval end lies within a small
+    # share of the interval's width of the pure bootstrap's (both are Monte Carlo estimates of the same percentiles).
+    import random
+
+    rng = random.Random(7)
+    taus = [_questions(rng, n) for n in (12, 40, 90)]
+    pairs = [list(zip(_questions(rng, n), _questions(rng, n))) for n in (12, 40, 90)]
+    for data, vectorised, pure in ((taus, metrics.bootstrap_tau, _pure_tau),
+                                   (pairs, metrics.bootstrap_tau_change, _pure_change)):
+        got = vectorised(data, resamples=4000)
+        want = _pure_bootstrap(data, pure, 4000)
+        for i, name in enumerate(metrics.STATISTICS):
+            value, lo, hi = got[name]
+            assert value == pytest.approx(pure(data)[i], abs=1e-12)
+            width = want[i][1] - want[i][0]
+            assert width > 0 and lo < value < hi
+            assert lo == pytest.approx(want[i][0], abs=0.08 * width)
+            assert hi == pytest.approx(want[i][1], abs=0.08 * width)
+
+
+def test_bootstrap_skips_empty_datasets_and_rounds_that_never_happened():
+    # An empty dataset is left out (as the pure version's `if rows`); a question without rounds adds nothing.
+    out = metrics.bootstrap_tau([[(6, 3), (0, 0)], [], [(4, 4)]], resamples=300)
+    assert out["pooled"][0] == pytest.approx(10 / 7) and out["mean_of_datasets"][0] == pytest.approx(1.5)
+    assert all(math.isnan(v) for v in metrics.bootstrap_tau([[(0, 0)]], resamples=50)["pooled"])
+    assert all(math.isnan(v) for v in metrics.bootstrap_tau_change([[], []], resamples=50)["mean_of_datasets"])

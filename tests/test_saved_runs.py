@@ -9,6 +9,7 @@ import time
 import pytest
 
 from app_settings import req, run_settings
+from helpers import PLOTLY_MARKUP, assert_shown_as_text, plotly_strings
 
 from app import about, handlers, render, state, ui
 from poss_core import saved_runs
@@ -176,3 +177,18 @@ def test_a_saved_run_keeps_each_rounds_tree_and_continuation_deviation(good_line
     bad[i]["event"]["tree_deviation"][0]["k"] = 99
     with pytest.raises(saved_runs.RunFileError, match="tree_deviation"):
         saved_runs.load_run(write(tmp_path, bad))
+
+
+def test_token_texts_and_labels_of_a_loaded_run_show_as_text_in_trees_and_charts(good_lines, tmp_path):
+    lines = json.loads(json.dumps(good_lines))
+    for line in lines:  # (lane labels are refused with `<` or `>` by the schema)
+        if line["type"] == "event":
+            line["node_texts"] = [PLOTLY_MARKUP] * len(line["node_texts"])
+            line["pieces"] = [PLOTLY_MARKUP[:60]] * len(line["pieces"])
+    r = req("saved-plotly")
+    out = render.outputs_dict(handlers.load_handler(write(tmp_path, lines), VIEW, request=r))
+    assert handlers.SESSIONS.get(r).comparison.lanes[1].node_texts[-1][0] == PLOTLY_MARKUP  # loaded as it was
+    assert_shown_as_text(out["lane1_tree"])
+    for chart in ("pos_acc", "feature_deviation", "accept_hist", "tokens_per_s"):
+        strings = plotly_strings(out[chart])
+        assert not any("<a " in s or "<span" in s for s in strings), chart

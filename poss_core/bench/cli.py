@@ -36,7 +36,6 @@ import transformers
 from .. import methods
 from ..autobudget import device_description
 from ..decoding.config import LIMITS, DecodeConfig
-from ..decoding.decoder import encode_prompt
 from ..errors import ConfigError, PossError, run_cli
 from ..models.loading import add_dtype_argument, load_preset_target, parse_dtype
 from ..models.numerics import plain_margin
@@ -169,7 +168,8 @@ def run_benchmark(args, argv: Sequence[str]) -> int:
     target = load_preset_target(preset.target, quantization=args.quantization, device=args.device,
                                 dtype=parse_dtype(args.dtype))
     lanes = runner.make_lanes(args, preset, target, names, base_cfg, say, calibration)
-    warm_up(lanes, target, questions[0].turns[0], min(args.warmup_tokens, args.max_new_tokens))
+    tokens = min(args.warmup_tokens, args.max_new_tokens)
+    warm_up(lanes, runner.warm_up_prompt(target, questions, args.max_new_tokens), tokens)
 
     records, skipped = run_questions(lanes, target, questions, args.runs, progress=not args.no_progress)
     for line in skipped:
@@ -237,9 +237,8 @@ def check_methods(names: Sequence[str], preset: Preset) -> None:
                               f"({', '.join(preset.drafts)}).")
 
 
-def warm_up(lanes: Sequence[runner.BenchLane], target, prompt: str, tokens: int) -> None:
-    """Every method decodes the first prompt once, untimed."""
-    ids = encode_prompt(target.tokenizer, prompt)
+def warm_up(lanes: Sequence[runner.BenchLane], ids: list[int], tokens: int) -> None:
+    """Every method decodes the first prompt that fits once, untimed."""
     for lane in lanes:
         decode_turn(runner.with_max_tokens(lane, tokens), ids)
 
@@ -338,7 +337,10 @@ def report_main(argv: Sequence[str]) -> int:
     folder = Path(args.folder)
     if args.limit is not None and (args.out is None or Path(args.out).resolve() == folder.resolve()):
         raise PossError("--limit rebuilds a smaller report: give --out with another folder, so the full records stay.")
-    summary = read_summary(folder / "summary.json")
+    summary = checked_summary(folder / "summary.json")
+    if not (folder / "records.jsonl").is_file():
+        raise ConfigError(f"{folder} has no records.jsonl: give a folder written by `python -m poss_core.bench ... "
+                          f"--out DIR`.")
     records = read_records(folder / "records.jsonl")
     meta, identity = summary["meta"], summary.get("identity")
     if args.limit is not None:
@@ -353,6 +355,24 @@ def report_main(argv: Sequence[str]) -> int:
                           plotlyjs=True if args.plotlyjs == "inline" else "cdn")
     print("wrote " + ", ".join(str(p) for p in paths.values()))
     return 0
+
+
+def checked_summary(path: Path) -> dict:
+    """A results folder's summary.json with what a report needs (its run's `meta` and the `depth`), else a
+    ConfigError saying what to give instead (an empty or foreign file is not a KeyError)."""
+    rebuild = "give a folder written by `python -m poss_core.bench ... --out DIR`"
+    if not path.is_file():
+        raise ConfigError(f"{path} does not exist: {rebuild}.")
+    try:
+        summary = read_summary(path)
+    except (ValueError, AttributeError, TypeError, KeyError) as err:  # not JSON, or JSON of another shape
+        raise ConfigError(f"{path} is not a benchmark summary ({type(err).__name__}): {rebuild}.") from None
+    lo, hi = LIMITS["depth"]
+    meta, depth = (summary.get("meta"), summary.get("depth")) if isinstance(summary, dict) else (None, None)
+    if not isinstance(meta, dict) or not (isinstance(depth, int) and lo <= depth <= hi):
+        raise ConfigError(f"{path} is not a benchmark summary (it needs the run's \"meta\" and a \"depth\" from "
+                          f"{lo} to {hi}): {rebuild}.")
+    return summary
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import stat
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -37,6 +38,11 @@ MAX_NODES = int(LIMITS["tree_budget"][1]) - 1
 # What one summary covers at most; with the size caps they bound the work a loaded file can ask for (the bootstrap
 # over questions is the dearest part). The full evaluation sets are 6 datasets and 478 questions.
 MAX_METHODS, MAX_DATASETS, MAX_RUNS, MAX_QUESTIONS = 16, 32, 20, 2000
+# Rounds in a records.jsonl the app builds a summary from: its cost is Python work per round (pooled per run, per
+# dataset and overall), about 60 µs a round on one CPU core, so this bounds a load to seconds whatever the bytes. A
+# full evaluation run (478 questions, seven methods, one run, 64 new tokens) is about 130,000 rounds; larger runs
+# are summarised with `python -m poss_core.bench evidence`, which has no such cap, and the summary loaded instead.
+MAX_ROUNDS = 250_000
 
 # ---------------------------------------------------------------- the file's schema (also what the loader checks)
 
@@ -281,8 +287,12 @@ def build_evidence(records: Sequence[TurnRecord], meta: dict[str, Any], depth: i
                      "trained": not (known and m in known.drafts and not known.drafts[m].trained)}
                     for m in agg["methods"]]
     results = {}
+    by_method: dict[str, list[TurnRecord]] = {}
+    for r in records:  # one pass: each method's scopes then look only at its own records
+        by_method.setdefault(r.method, []).append(r)
     for m in agg["methods"]:
-        by_question = question_totals(records, m)
+        mine = by_method[m]
+        by_question = question_totals(mine, m)
         per_set = [[t for (d, _), t in by_question.items() if d == dataset] for dataset in datasets]
         overall = metrics.bootstrap_tau(per_set)
         scopes = {}
@@ -290,7 +300,7 @@ def build_evidence(records: Sequence[TurnRecord], meta: dict[str, Any], depth: i
             rows = per_set if scope == OVERALL else [per_set[datasets.index(scope)]]
             cell = agg["table"][m][scope]
             tau = overall["pooled"] if scope == OVERALL else metrics.bootstrap_tau(rows)["pooled"]
-            events = pooled_events_by_method(records, [m], None if scope == OVERALL else scope)[m]
+            events = pooled_events_by_method(mine, [m], None if scope == OVERALL else scope)[m]
             scopes[scope] = {
                 "tau": interval(tau, cell["rounds"]), "questions": sum(len(r) for r in rows),
                 "rounds": cell["rounds"], "new_tokens": cell["new_tokens"],
@@ -374,16 +384,45 @@ def _validate(data: Any, where: str) -> Evidence:
                           f"({err.error_count()} problem(s)).") from None
 
 
-def _read_text(path: Path, limit: int) -> str:
-    size = path.stat().st_size
+Roots = Sequence[Path] | None  # the resolved folders a load may read files from (None: a path the server chose)
+
+
+def shown_path(path: Path, roots: Roots = None) -> str:
+    """How a message names a file: from the allowed folder it lies in ("results/x/evidence.json"), never the server's
+    absolute path; by its name alone when it lies in none."""
+    for root in roots or ():
+        if path.is_relative_to(root):
+            return str(Path(root.name) / path.relative_to(root))
+    return path.name or "that path"
+
+
+def _regular_file(path: Path, roots: Roots) -> Path:
+    """`path` resolved, when that is a regular file (not a folder, device or pipe, which could block a read) and,
+    with `roots`, inside one of them: a link out of them is refused before anything is opened."""
+    shown = shown_path(path, roots)
+    try:
+        real = path.resolve()
+        mode = real.stat().st_mode
+    except (OSError, RuntimeError) as err:  # a link loop (RuntimeError), a name too long, a missing file
+        raise ConfigError(f"{shown} could not be opened ({type(err).__name__}).") from None
+    if roots is not None and not any(real.is_relative_to(root) for root in roots):
+        raise ConfigError(f"{shown} is a link to a file outside the folders this app reads: it was not opened.")
+    if not stat.S_ISREG(mode):
+        raise ConfigError(f"{shown} is not a regular file: it was not opened.")
+    return real
+
+
+def _read_text(path: Path, limit: int, roots: Roots = None) -> str:
+    real, shown = _regular_file(path, roots), shown_path(path, roots)
+    size = real.stat().st_size
     if size > limit:
-        raise ConfigError(f"{path.name} is {size / 2**20:.1f} MB, over the {limit / 2**20:.0f} MB an evidence "
+        raise ConfigError(f"{shown} is {size / 2**20:.1f} MB, over the {limit / 2**20:.0f} MB an evidence "
                           f"summary or results folder may be here: summarise it with `python -m poss_core.bench "
                           f"evidence FOLDER --out FILE` and load that file.")
     try:
-        return path.read_text(encoding="utf-8")
+        return real.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:
-        raise ConfigError(f"{path.name} could not be read as UTF-8 text ({type(err).__name__}).") from None
+        raise ConfigError(f"{shown} could not be read as UTF-8 text ({type(err).__name__}).") from None
 
 
 def _parse_json(text: str, where: str) -> Any:
@@ -423,20 +462,26 @@ class _Record(BaseModel):
     rounds: _Rounds
 
 
-def parse_records(text: str, where: str) -> list[TurnRecord]:
-    """records.jsonl's rows, each checked against bounds first (a line that is not one names its number)."""
-    out = []
+def parse_records(text: str, where: str, capped: bool = True) -> list[TurnRecord]:
+    """records.jsonl's rows, each checked against bounds first (a line that is not one names its number); more than
+    MAX_ROUNDS rounds in all is refused before they are built unless `capped` is False (the command line)."""
+    out, rounds, max_rounds = [], 0, MAX_ROUNDS if capped else None
     for i, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         row = _parse_json(line, f"{where} line {i}")
         try:
-            _Record.model_validate(row)
-            out.append(TurnRecord.from_json(row))
+            rounds += len(_Record.model_validate(row).rounds.accept_len)
         except ValidationError as err:
             first = err.errors()[0]
             field = ".".join(str(p) for p in first["loc"])
             raise ConfigError(f"{where} line {i} is not a benchmark record: {field}: {first['msg']}.") from None
+        if max_rounds is not None and rounds > max_rounds:
+            raise ConfigError(f"{where} holds more than {max_rounds:,} rounds (line {i}), more than this app builds "
+                              f"a summary from: summarise it with `python -m poss_core.bench evidence FOLDER --out "
+                              f"FILE` and load that file.")
+        try:
+            out.append(TurnRecord.from_json(row))
         except (KeyError, TypeError, ValueError) as err:
             raise ConfigError(f"{where} line {i} is not a benchmark record ({type(err).__name__}: {err}).") from None
     if not out:
@@ -450,13 +495,13 @@ def parse_records(text: str, where: str) -> list[TurnRecord]:
     return out
 
 
-def _from_records(records_path: Path, summary_path: Path | None) -> Evidence:
-    records = parse_records(_read_text(records_path, MAX_RECORDS_BYTES), records_path.name)
+def _from_records(records_path: Path, summary_path: Path | None, capped: bool = True, roots: Roots = None) -> Evidence:
+    records = parse_records(_read_text(records_path, MAX_RECORDS_BYTES, roots), records_path.name, capped)
     meta: dict[str, Any] = {"command": "(not known: records.jsonl without its summary.json)"}
     identity = None
     depth = max((n.depth for r in records for e in r.events for n in e.nodes), default=1)
     if summary_path is not None and summary_path.is_file():
-        summary = _parse_json(_read_text(summary_path, MAX_RECORDS_BYTES), summary_path.name)
+        summary = _parse_json(_read_text(summary_path, MAX_RECORDS_BYTES, roots), summary_path.name)
         if isinstance(summary, dict):
             meta = summary.get("meta") if isinstance(summary.get("meta"), dict) else meta
             identity = summary.get("identity") if isinstance(summary.get("identity"), dict) else None
@@ -477,24 +522,34 @@ def _identity_ok(identity: Any) -> bool:
             and all(isinstance(identity.get(k) or [], list) for k in ("mismatches", "near_ties")))
 
 
-def load_evidence(path: str | Path) -> Evidence:
+def load_evidence(path: str | Path, roots: Roots = None) -> Evidence:
     """An evidence summary from a summary .json, a results folder (its evidence.json, else built from its
-    records.jsonl and summary.json) or a records.jsonl. Anything else, too large, corrupt or of another schema or
-    version raises ConfigError saying what to load instead."""
+    records.jsonl and summary.json) or a records.jsonl. Only regular files are read; with `roots` (the app's folder
+    box) only those whose resolved path lies inside one of them, and messages name files from there. Anything else,
+    too large, corrupt or of another schema or version raises ConfigError saying what to load instead."""
     path = Path(path)
+    try:
+        return _load(path, roots)
+    except OSError as err:  # a name the system refuses, a folder that cannot be listed
+        raise ConfigError(f"{shown_path(path, roots)} could not be read ({type(err).__name__}).") from None
+
+
+def _load(path: Path, roots: Roots) -> Evidence:
     if path.is_dir():
         if (path / FILE_NAME).is_file():
             path = path / FILE_NAME
         elif (path / "records.jsonl").is_file():
-            return _from_records(path / "records.jsonl", path / "summary.json")
+            return _from_records(path / "records.jsonl", path / "summary.json", roots=roots)
         else:
-            raise ConfigError(f"{path.name or path} is not a results folder: it has neither {FILE_NAME} nor "
+            raise ConfigError(f"{shown_path(path, roots)} is not a results folder: it has neither {FILE_NAME} nor "
                               f"records.jsonl (a folder written by `python -m poss_core.bench ... --out DIR`).")
     if not path.is_file():
-        raise ConfigError(f"{path} does not exist: give an evidence .json, a records.jsonl or a results folder.")
+        raise ConfigError(f"{shown_path(path, roots)} does not exist: give an evidence .json, a records.jsonl or a "
+                          f"results folder.")
     if path.suffix == ".jsonl":
-        return _from_records(path, path.with_name("summary.json") if path.name == "records.jsonl" else None)
-    return _validate(_parse_json(_read_text(path, MAX_EVIDENCE_BYTES), path.name), path.name)
+        return _from_records(path, path.with_name("summary.json") if path.name == "records.jsonl" else None,
+                             roots=roots)
+    return _validate(_parse_json(_read_text(path, MAX_EVIDENCE_BYTES, roots), path.name), path.name)
 
 
 # ---------------------------------------------------------------- `python -m poss_core.bench evidence`
@@ -515,7 +570,7 @@ def evidence_main(argv: Sequence[str]) -> int:
     if not (folder / "records.jsonl").is_file():
         raise ConfigError(f"{folder} has no records.jsonl: give a folder written by `python -m poss_core.bench ... "
                           f"--out DIR`.")
-    evidence = _from_records(folder / "records.jsonl", folder / "summary.json").to_json()
+    evidence = _from_records(folder / "records.jsonl", folder / "summary.json", capped=False).to_json()
     evidence["meta"]["summary_command"] = "python -m poss_core.bench evidence " + shlex.join(list(argv))
     out = write_evidence(Path(args.out) if args.out else folder / FILE_NAME, evidence)
     sizes = ", ".join(f"{d} {n}" for d, n in Evidence.model_validate(evidence).questions().items())

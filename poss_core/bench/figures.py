@@ -5,10 +5,15 @@ or label -> `metrics.AcceptanceStats` (what a benchmark summary keeps), so live 
 the same drawing code. Every number drawn comes from `poss_core.metrics`; this module only lays it out. Each chart
 names its sample size (rounds, accepted positions, questions or runs) so nobody reads noise as a result, and rates
 carry their Wilson 95% intervals.
+
+Plotly draws every label (trace names, hover texts, axis categories, node texts, titles) through its own HTML subset
+(`<a href>`, `<b>`, `<i>`, `<br>`, `<span style>`, `<sub>`, `<sup>`): method, dataset and token texts come from
+files a user loads, so each goes through `plotly_text` before it reaches a figure and shows as text.
 """
 
 from __future__ import annotations
 
+import html
 import math
 from collections.abc import Mapping, Sequence
 
@@ -32,6 +37,12 @@ GRID_COLOR = "rgba(128,128,128,0.22)"
 
 POS_ACC_FORMULA = "pos-acc<sub>k</sub> = P(accept_len ≥ k) / P(accept_len ≥ k−1)"
 POS_RATE_FORMULA = "rate<sub>k</sub> = P(accept_len ≥ k)"
+
+
+def plotly_text(text: object) -> str:
+    """Untrusted text as Plotly shows it literally: `&`, `<` and `>` as entities (Plotly decodes them after reading
+    its tags), and the `{` of `%{` as one, so a hover template does not read the text as one of its variables."""
+    return html.escape(str(text), quote=False).replace("%{", "%&#123;")
 
 
 def specialist_color(specialist: int) -> str:
@@ -60,8 +71,8 @@ def _none_for_nan(values: Sequence[float]) -> list[float | None]:
 
 def _style(fig: go.Figure, title: str, height: int = 340, subtitle: str = "", note: str = "") -> go.Figure:
     """Title, subtitle (the sample size) and an optional second line `note` (what the runs are, e.g. pooled)."""
-    lines = [line for line in (subtitle, note) if line]
-    text = "".join([title] + [f"<br><sup>{line}</sup>" for line in lines])
+    lines = [line for line in (subtitle, plotly_text(note)) if line]
+    text = "".join([plotly_text(title)] + [f"<br><sup>{line}</sup>" for line in lines])
     fig.update_layout(
         title={"text": text, "x": 0.01, "xanchor": "left", "font": {"size": 15}},
         height=height, margin={"l": 52, "r": 16, "t": 46 + 24 * len(lines), "b": 46},
@@ -79,7 +90,7 @@ def _style(fig: go.Figure, title: str, height: int = 340, subtitle: str = "", no
 def empty_figure(message: str, height: int = 300, title: str = "") -> go.Figure:
     """A blank figure that says why it is blank (no rounds yet, plain decoding drafts nothing, ...)."""
     fig = go.Figure()
-    fig.add_annotation(text=message, x=0.5, y=0.5, xref="paper", yref="paper", showarrow=False,
+    fig.add_annotation(text=plotly_text(message), x=0.5, y=0.5, xref="paper", yref="paper", showarrow=False,
                        font={"size": 14, "color": FONT_COLOR})
     _style(fig, title, height)
     fig.update_xaxes(visible=False)
@@ -99,7 +110,7 @@ def _drafted(stats: Mapping[str, AcceptanceStats]) -> dict[str, AcceptanceStats]
 
 
 def _sample_sizes(stats: Mapping[str, AcceptanceStats]) -> str:
-    return "rounds: " + ", ".join(f"{label} n={s.rounds}" for label, s in stats.items())
+    return "rounds: " + ", ".join(f"{plotly_text(label)} n={s.rounds}" for label, s in stats.items())
 
 
 def _error_bars(values: Sequence[float], intervals: Sequence[tuple[float, float]], color: str | None) -> dict:
@@ -145,17 +156,17 @@ def pos_acc_figure(runs: Runs, conditional: bool = True,
         hits, base = st.counts(conditional)  # how many rounds each point rests on: the ratio's denominator
         x = list(range(1, len(values) + 1))
         fig.add_trace(go.Scatter(
-            x=x, y=_none_for_nan(values), mode="lines+markers", name=label,
+            x=x, y=_none_for_nan(values), mode="lines+markers", name=plotly_text(label),
             line={"color": colors.get(label), "width": 2.5}, marker={"size": 8},
             error_y=_error_bars(values, intervals, colors.get(label)),
             customdata=[[h, b, lo, hi] for h, b, (lo, hi) in zip(hits, base, intervals)],
-            hovertemplate=f"{label}<br>position %{{x}}: %{{y:.2f}} (95%: %{{customdata[2]:.2f}}–"
+            hovertemplate=f"{plotly_text(label)}<br>position %{{x}}: %{{y:.2f}} (95%: %{{customdata[2]:.2f}}–"
                           "%{customdata[3]:.2f})<br>%{customdata[0]} of %{customdata[1]} rounds<extra></extra>"),
             row=1, col=1)
     fig.update_yaxes(title_text="accepted" + (" | reached k−1" if conditional else " (share of rounds)"),
                      range=[0, 1.05], row=1, col=1)
     if bands:
-        labels = list(bands)
+        labels = [plotly_text(label) for label in bands]
         width = max(len(v) for v in bands.values())
         z = [[(v[k] if k < len(v) else -1) for k in range(width)] for v in bands.values()]
         n_spec = max(max(row) for row in z) + 1 if z else 1
@@ -198,13 +209,14 @@ def feature_deviation_figure(runs: Runs, metric: str = "l2", colors: Mapping[str
     for label, d in data.items():
         x = list(range(1, len(d["count"]) + 1))
         fig.add_trace(go.Scatter(
-            x=x, y=d[metric], mode="lines+markers", name=label, line={"color": colors.get(label), "width": 2.5},
+            x=x, y=d[metric], mode="lines+markers", name=plotly_text(label),
+            line={"color": colors.get(label), "width": 2.5},
             marker={"size": 8}, customdata=list(zip(d["l2"], d["cosine"], d["count"])),
-            hovertemplate=f"{label}<br>position %{{x}}<br>L2 %{{customdata[0]:.3f}}, cosine distance "
+            hovertemplate=f"{plotly_text(label)}<br>position %{{x}}<br>L2 %{{customdata[0]:.3f}}, cosine distance "
                           "%{customdata[1]:.4f}<br>over %{customdata[2]} accepted tokens<extra></extra>"))
     fig.update_xaxes(title_text="draft position k", dtick=1)
     fig.update_yaxes(title_text="mean L2 distance" if metric == "l2" else "mean cosine distance", rangemode="tozero")
-    counts = ", ".join(f"{label} n={sum(d['count'])}" for label, d in data.items())
+    counts = ", ".join(f"{plotly_text(label)} n={sum(d['count'])}" for label, d in data.items())
     return _style(fig, title, height, f"draft's predicted vs target's true feature; accepted positions: {counts}",
                   note)
 
@@ -221,14 +233,15 @@ def accept_hist_figure(runs: Runs, depth: int | None = None, colors: Mapping[str
     for label, st in drafted.items():
         hist, total = st.hist, st.rounds
         fig.add_trace(go.Bar(
-            x=list(range(len(hist))), y=[h / total for h in hist], name=label, marker_color=colors.get(label),
-            customdata=[[h, total] for h in hist],
-            hovertemplate=f"{label}<br>accept_len %{{x}}: %{{y:.0%}} (%{{customdata[0]}} of %{{customdata[1]}} "
+            x=list(range(len(hist))), y=[h / total for h in hist], name=plotly_text(label),
+            marker_color=colors.get(label), customdata=[[h, total] for h in hist],
+            hovertemplate=f"{plotly_text(label)}<br>accept_len %{{x}}: %{{y:.0%}} "
+                          "(%{customdata[0]} of %{customdata[1]} "
                           "rounds)<extra></extra>"))
     fig.update_layout(barmode="group", bargap=0.2)
     fig.update_xaxes(title_text="accepted draft tokens per round (accept_len)", dtick=1)
     fig.update_yaxes(title_text="share of rounds", tickformat=".0%", rangemode="tozero")
-    taus = ", ".join(f"{label} τ={st.tau:.2f}" for label, st in drafted.items())
+    taus = ", ".join(f"{plotly_text(label)} τ={st.tau:.2f}" for label, st in drafted.items())
     return _style(fig, title, height, f"{_sample_sizes(drafted)}; {taus}", note)
 
 
@@ -247,14 +260,17 @@ def tau_figure(taus: Mapping[str, Mapping[str, Estimate]], means: Mapping[str, E
         groups = {**rows, **({"mean of datasets": means[label]} if means and label in means else {})}
         values = [e.value for e in groups.values()]
         fig.add_trace(go.Bar(
-            x=list(groups), y=_none_for_nan(values), name=label, marker_color=colors.get(label),
+            x=[plotly_text(g) for g in groups], y=_none_for_nan(values), name=plotly_text(label),
+            marker_color=colors.get(label),
             error_y=_error_bars(values, [(e.low, e.high) for e in groups.values()], FONT_COLOR),
             customdata=[[e.low, e.high, e.n] for e in groups.values()],
-            hovertemplate=f"{label}<br>%{{x}}: τ %{{y:.2f}} (95%: %{{customdata[0]:.2f}}–%{{customdata[1]:.2f}})"
+            hovertemplate=f"{plotly_text(label)}<br>%{{x}}: τ %{{y:.2f}} "
+                          "(95%: %{customdata[0]:.2f}–%{customdata[1]:.2f})"
                           "<br>%{customdata[2]} rounds<extra></extra>"))
     fig.update_layout(barmode="group", bargap=0.2)
     fig.update_yaxes(title_text="τ: tokens per target forward", rangemode="tozero")
-    rounds = ", ".join(f"{label} n={sum(e.n for e in rows.values())}" for label, rows in taus.items())
+    rounds = ", ".join(f"{plotly_text(label)} n={sum(e.n for e in rows.values())}" for label, rows in taus.items())
+    sizes = plotly_text(sizes)
     return _style(fig, title, height, f"bars: 95% bootstrap over questions; {sizes + '; ' if sizes else ''}"
                                       f"rounds: {rounds}")
 
@@ -272,13 +288,14 @@ def speedup_figure(speedups: Mapping[str, Estimate], tokens_per_s: Mapping[str, 
     labels = list(speedups)
     values = [speedups[lb].value for lb in labels]
     fig = go.Figure(go.Bar(
-        x=labels, y=values, marker_color=[colors.get(lb) for lb in labels], name="speed-up",
+        x=[plotly_text(lb) for lb in labels], y=values, marker_color=[colors.get(lb) for lb in labels],
+        name="speed-up",
         error_y=_error_bars(values, [(speedups[lb].low, speedups[lb].high) for lb in labels], FONT_COLOR),
         customdata=[[tps[lb].value if lb in tps else None, speedups[lb].n] for lb in labels],
         hovertemplate="%{x}: ×%{y:.2f}<br>%{customdata[0]:.1f} tokens/s, %{customdata[1]} run(s)<extra></extra>"))
     fig.add_hline(y=1.0, line={"color": FONT_COLOR, "dash": "dot", "width": 1})
     fig.update_yaxes(title_text="× plain decoding's tokens/s", rangemode="tozero")
-    runs = ", ".join(f"{label} n={e.n}" for label, e in speedups.items())
+    runs = ", ".join(f"{plotly_text(label)} n={e.n}" for label, e in speedups.items())
     return _style(fig, title, height, f"mean ± std over runs; runs: {runs}", note)
 
 
@@ -295,12 +312,12 @@ def tokens_per_s_figure(runs: Runs, colors: Mapping[str, str] | None = None, hei
     fig = go.Figure()
     for label, s in series.items():
         fig.add_trace(go.Scatter(
-            x=[t for t, _ in s], y=[v for _, v in s], mode="lines", name=label,
+            x=[t for t, _ in s], y=[v for _, v in s], mode="lines", name=plotly_text(label),
             line={"color": colors.get(label), "width": 2.5},
-            hovertemplate=f"{label}<br>%{{x:.2f}} s: %{{y:.1f}} tokens/s<extra></extra>"))
+            hovertemplate=f"{plotly_text(label)}<br>%{{x:.2f}} s: %{{y:.1f}} tokens/s<extra></extra>"))
     fig.update_xaxes(title_text="the run's own compute time (s)", rangemode="tozero")
     fig.update_yaxes(title_text="tokens/s so far", rangemode="tozero")
-    sizes = ", ".join(f"{label} n={len(runs[label])}" for label in series)
+    sizes = ", ".join(f"{plotly_text(label)} n={len(runs[label])}" for label in series)
     return _style(fig, title, height, f"rounds (prefill included): {sizes}", note)
 
 
@@ -349,6 +366,7 @@ def tree_figure(event: RoundEvent | None, labels: Sequence[str] | None = None, r
         return empty_figure("Plain decoding drafts nothing: one target token per round.", height, head)
     nodes = event.nodes
     labels = list(labels) if labels is not None else [str(n.token) for n in nodes]
+    shown = [plotly_text(label) for label in labels]  # token texts: a saved run's may be anything
     x, y = tree_layout(event)
     accepted = set(event.accepted)
     text_size = 11 if -min(y) < 20 else 9  # many leaves: smaller labels
@@ -370,7 +388,7 @@ def tree_figure(event: RoundEvent | None, labels: Sequence[str] | None = None, r
         idx = [i for i, n in enumerate(nodes) if n.specialist == spec]
         fig.add_trace(go.Scatter(
             x=[x[i + 1] for i in idx], y=[y[i + 1] for i in idx], mode="markers+text", name=f"specialist S{spec + 1}",
-            text=[labels[i] for i in idx], textposition="middle right", textfont={"size": text_size},
+            text=[shown[i] for i in idx], textposition="middle right", textfont={"size": text_size},
             marker={"color": specialist_color(spec),
                     "size": [8 + 18 * math.exp(nodes[i].score) if math.isfinite(nodes[i].score) else 14
                              for i in idx],
@@ -379,18 +397,19 @@ def tree_figure(event: RoundEvent | None, labels: Sequence[str] | None = None, r
                              "width": 3}},
             customdata=[[i, nodes[i].depth, nodes[i].draft_prob, math.exp(nodes[i].score),
                          event.target_probs[i] if i < len(event.target_probs) else float("nan"),
-                         "accepted" if i in accepted else "rejected", repr(labels[i])] for i in idx],
+                         "accepted" if i in accepted else "rejected", plotly_text(repr(labels[i]))] for i in idx],
             hovertemplate="%{customdata[6]} (node %{customdata[0]}, position %{customdata[1]})<br>"
                           f"specialist S{spec + 1}; %{{customdata[5]}}<br>draft p %{{customdata[2]:.3f}}, "
                           "path p %{customdata[3]:.3f}<br>target p %{customdata[4]:.3f}<extra></extra>"))
-    fig.add_trace(go.Scatter(x=[0], y=[y[0]], mode="markers+text", name="root", text=[root_label],
+    fig.add_trace(go.Scatter(x=[0], y=[y[0]], mode="markers+text", name="root", text=[plotly_text(root_label)],
                              textposition="middle left", marker={"color": FONT_COLOR, "size": 12, "symbol": "square"},
                              hovertemplate="root: the last verified token<extra></extra>", showlegend=False))
     bonus_text = bonus_label if bonus_label is not None else str(event.bonus)
-    fig.add_trace(go.Scatter(x=[bx], y=[by], mode="markers+text", name="target's token", text=[bonus_text],
+    fig.add_trace(go.Scatter(x=[bx], y=[by], mode="markers+text", name="target's token",
+                             text=[plotly_text(bonus_text)],
                              textposition="middle right", textfont={"size": 13, "color": TARGET_COLOR},
                              marker={"color": TARGET_COLOR, "size": 14, "symbol": "diamond"},
-                             hovertemplate=f"{bonus_text!r}: the target's own token (bonus/correction)"
+                             hovertemplate=f"{plotly_text(repr(bonus_text))}: the target's own token (bonus/correction)"
                                            "<extra></extra>"))
     fig.update_xaxes(title_text="draft position (depth)", dtick=1, range=[-0.6, max(x) + 1.9])
     fig.update_yaxes(visible=False, range=[min(y) - 0.8, 0.8])

@@ -119,8 +119,17 @@ def pool_events(turns: Iterable[Sequence[RoundEvent]]) -> list[RoundEvent]:
     offset = 0
     for events in turns:
         for e in events:
-            out.append(replace(e, round=len(out), new_tokens=offset + e.new_tokens))
+            out.append(_renumbered(e, len(out), offset + e.new_tokens))
         offset += metrics.total_new_tokens(list(events))
+    return out
+
+
+def _renumbered(e: RoundEvent, round_: int, new_tokens: int) -> RoundEvent:
+    """`replace(e, round=..., new_tokens=...)` without re-running the dataclass's __init__ over every field: pooling
+    copies each round several times (per run, per dataset, overall), so this is most of an evidence load's work."""
+    out = object.__new__(RoundEvent)
+    out.__dict__.update(e.__dict__)
+    out.round, out.new_tokens = round_, new_tokens
     return out
 
 

@@ -19,8 +19,9 @@ from tqdm import tqdm
 
 from .. import methods
 from ..autobudget import CALIBRATION_PROMPTS, DEPTH_STOPS, auto_tree_budget, load_or_measure_curve
+from ..decoding.config import check_messages, check_prompt_tokens
 from ..decoding.decoder import encode_prompt
-from ..errors import ConfigError
+from ..errors import ConfigError, PromptError
 from ..events import DecodeSummary
 from ..models.loading import load_preset_target, parse_dtype
 from ..prompt_files import read_prompts
@@ -198,6 +199,32 @@ def with_max_tokens(lane: BenchLane, max_new_tokens: int) -> BenchLane:
     return BenchLane(lane.name, lane.label, dec, lane.budget)
 
 
+def turn_prompt(target, messages: list[dict], max_new_tokens: int) -> tuple[list[int] | None, str]:
+    """A turn's prompt ids, or None and why the benchmark skips the turn: the prompt cap every caller applies
+    (`LIMITS`' MAX_PROMPT_CHARS before tokenizing, so a huge question costs nothing, and MAX_PROMPT_TOKENS after) and
+    room in the context window for the new tokens."""
+    try:
+        ids = encode_prompt(target.tokenizer, check_messages(messages))
+        check_prompt_tokens(len(ids))
+    except PromptError as err:
+        return None, str(err)
+    if len(ids) + max_new_tokens > target.max_context:
+        return None, (f"{len(ids)} prompt tokens + {max_new_tokens} new exceed the context window "
+                      f"{target.max_context}")
+    return ids, ""
+
+
+def warm_up_prompt(target, questions: Sequence[Question], max_new_tokens: int) -> list[int]:
+    """The first question's opening turn that the benchmark would run (one it skips cannot warm it up)."""
+    why = ""
+    for q in questions:
+        ids, why = turn_prompt(target, [{"role": "user", "content": q.turns[0]}], max_new_tokens)
+        if ids is not None:
+            return ids
+    raise ConfigError(f"no question of --data fits the prompt cap and the context window (the last: {why}): give "
+                      f"shorter questions.")
+
+
 def run_questions(lanes: Sequence[BenchLane], target, questions: Sequence[Question], runs: int,
                   progress: bool = True) -> tuple[list, list[str]]:
     """The timed loop: for each run, each question, every method (order rotated per question), every turn with the
@@ -216,11 +243,9 @@ def run_questions(lanes: Sequence[BenchLane], target, questions: Sequence[Questi
                 messages: list[dict] = []
                 for ti, turn in enumerate(q.turns):
                     messages.append({"role": "user", "content": turn})
-                    ids = encode_prompt(target.tokenizer, messages)
-                    if len(ids) + cfg.max_new_tokens > target.max_context:
-                        skipped.append(f"{q.dataset}/{q.question_id} turn {ti} ({lane.name}): {len(ids)} prompt "
-                                       f"tokens + {cfg.max_new_tokens} new exceed the context window "
-                                       f"{target.max_context}")
+                    ids, why = turn_prompt(target, messages, cfg.max_new_tokens)
+                    if ids is None:
+                        skipped.append(f"{q.dataset}/{q.question_id} turn {ti} ({lane.name}): {why}")
                         bar.update(len(q.turns) - ti)
                         break
                     bar.set_postfix_str(f"run {run + 1} {q.dataset}/{q.question_id} {lane.name}", refresh=False)

@@ -22,7 +22,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from transformers import LlamaConfig
 
-from ..errors import CheckpointError
+from ..errors import CheckpointError, PossError
 from .draft import METHODS, DraftModel, DraftSpec, draft_config_from_target
 from .target import TargetModel
 
@@ -57,13 +57,25 @@ def read_weights(folder: str | os.PathLike) -> dict[str, torch.Tensor]:
     return read_sharded(path) if path.name in INDEX_FILES else read_state_dict(path)
 
 
+def read_weight_map(index_path: Path, error: type[PossError] = CheckpointError) -> dict[str, str]:
+    """A shard index's weight map (tensor name -> shard file). Anything else (not JSON, a list, a map whose entries
+    are not names) raises `error` (CheckpointError for a draft, ModelLoadError for a target) saying what it needs."""
+    needs = "it needs a 'weight_map' object of tensor name -> shard file"
+    try:
+        index = json.loads(index_path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as err:
+        raise error(f"{index_path} is not a valid shard index ({needs}): {type(err).__name__}.") from None
+    weight_map = index.get("weight_map") if isinstance(index, dict) else None
+    if not isinstance(weight_map, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                   for k, v in weight_map.items()):
+        found = type(weight_map if isinstance(index, dict) else index).__name__
+        raise error(f"{index_path} is not a valid shard index ({needs}; found {found}).")
+    return weight_map
+
+
 def read_sharded(index_path: Path) -> dict[str, torch.Tensor]:
     """Tensors of a sharded checkpoint: every shard its index names, checked against the index's weight map."""
-    try:
-        weight_map = json.loads(index_path.read_text())["weight_map"]
-    except (json.JSONDecodeError, KeyError, TypeError) as err:
-        raise CheckpointError(f"{index_path} is not a valid shard index (it needs a 'weight_map' of tensor name -> "
-                              f"shard file): {type(err).__name__}.") from err
+    weight_map = read_weight_map(index_path)
     state: dict[str, torch.Tensor] = {}
     for shard in sorted(set(weight_map.values())):
         shard_path = index_path.parent / shard

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -24,14 +25,53 @@ RANDOM_DRAFTS = {
 
 
 def pick_device(device: str | None = None) -> torch.device:
-    """CUDA if available, else Apple MPS, else CPU (unless a device is named)."""
+    """CUDA if available, else Apple MPS, else CPU (unless a device is named: then it must be usable here)."""
     if device:
-        return torch.device(device)
+        return check_device(device)
     if torch.cuda.is_available():
         return torch.device("cuda")
     if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
         return torch.device("mps")
     return torch.device("cpu")
+
+
+def available_devices() -> list[str]:
+    """The devices this machine can run on, as --device takes them."""
+    out = ["cpu"]
+    if torch.cuda.is_available():
+        out += [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+        out.append("mps")
+    return out
+
+
+def check_device(name: str) -> torch.device:
+    """A named device, refused with what this machine has when it is not one (`cuda:99`, `cuda` without a GPU, a
+    typo): nothing falls back to the CPU silently."""
+    try:
+        dev = torch.device(name)
+    except (RuntimeError, ValueError, TypeError):
+        raise ConfigError(f"device {name!r} is not a device name: use one of {', '.join(available_devices())}.") \
+            from None
+    if dev.type == "cuda":
+        usable = torch.cuda.is_available() and (dev.index or 0) < torch.cuda.device_count()
+    elif dev.type == "mps":
+        usable = "mps" in available_devices()
+    else:
+        usable = dev.type == "cpu" or _allocates(dev)
+    if not usable:
+        raise ConfigError(f"device {name!r} is not available on this machine: use one of "
+                          f"{', '.join(available_devices())}.")
+    return dev
+
+
+def _allocates(dev: torch.device) -> bool:
+    """Whether an empty tensor can be made on `dev` (a backend this module has no availability check for)."""
+    try:
+        torch.empty(0, device=dev)
+    except Exception:  # noqa: BLE001 - any failure means the device is not usable here
+        return False
+    return True
 
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -112,6 +152,12 @@ def load_target(name_or_path: str, device: str | None = None, dtype: torch.dtype
         kwargs["device_map"] = plan_device_map(name_or_path, dtype, max_memory, main)
         if "disk" in kwargs["device_map"].values():
             kwargs["offload_folder"] = tempfile.mkdtemp(prefix="poss-offload-")
+    if os.path.isdir(name_or_path):  # a folder's shard index is checked here, not left to fail inside transformers
+        from .checkpoint import INDEX_FILES, read_weight_map
+
+        for index in INDEX_FILES:
+            if os.path.isfile(os.path.join(name_or_path, index)):
+                read_weight_map(Path(name_or_path) / index, ModelLoadError)
     if quantization_config is not None:
         kwargs["quantization_config"] = quantization_config
         kwargs.setdefault("device_map", {"": dev.index or 0} if dev.type == "cuda" else {"": str(dev)})
@@ -177,22 +223,23 @@ def load_preset_target(target_name: str, quantization: str = "auto", device: str
     `0:20GiB,1:20GiB,cpu:60GiB`), so every CLI and the app take it."""
     device_map = device_map or os.environ.get("POSS_DEVICE_MAP") or None
     max_memory = max_memory or parse_max_memory(os.environ.get("POSS_MAX_MEMORY"))
+    dev = pick_device(device)  # a named device that is not here is refused before anything loads, tiny models too
     from .quantization import (bnb_config, choose_quantization, cpu_cost_note, estimate_kv_bytes, estimate_target_bytes,
                                free_cuda_bytes)
 
+    named = dev if device else None  # the tiny models stay on the CPU unless a device is named
     if target_name == "builtin:tiny-random":
         from .tiny import tiny_target
 
-        return tiny_target(seed=0, dtype=dtype)
+        return tiny_target(seed=0, dtype=dtype, device=named)
     if target_name == "builtin:tiny-random-small":  # the tiny preset's assistant model: one layer, same tokenizer
         from .tiny import tiny_target
 
-        return tiny_target(seed=1, dtype=dtype, layers=1)
+        return tiny_target(seed=1, dtype=dtype, layers=1, device=named)
     if target_name == "builtin:smollm2-135m":
         from .default_model import prepare_default_model
 
         target_name = str(prepare_default_model())
-    dev = pick_device(device)
     mode = quantization
     if quantization == "auto" and device_map:
         mode = "none"  # spread over the devices rather than quantize to fit one

@@ -38,10 +38,11 @@ def tiny_config(vocab_size: int = 64, hidden_size: int = 64, layers: int = 2, ma
 
 
 def tiny_target(seed: int = 0, vocab_size: int | None = None, sharpen: float = 4.0,
-                dtype: torch.dtype | None = None, **config_kwargs) -> TargetModel:
-    """A random tiny Llama (fp32 unless `dtype` says otherwise). `sharpen` scales the LM head so its next-token
-    distributions are peaked, like a real model's, which makes acceptance (and so the speculative paths) actually
-    happen in tests."""
+                dtype: torch.dtype | None = None, device: torch.device | str | None = None,
+                **config_kwargs) -> TargetModel:
+    """A random tiny Llama (fp32 unless `dtype` says otherwise; on the CPU unless `device` names another). `sharpen`
+    scales the LM head so its next-token distributions are peaked, like a real model's, which makes acceptance (and
+    so the speculative paths) actually happen in tests."""
     tokenizer = tiny_tokenizer()
     config = tiny_config(vocab_size=vocab_size or len(tokenizer), **config_kwargs)
     torch.manual_seed(seed)
@@ -50,4 +51,6 @@ def tiny_target(seed: int = 0, vocab_size: int | None = None, sharpen: float = 4
         model.lm_head.weight.mul_(sharpen)
     if dtype is not None:
         model = model.to(dtype)
+    if device is not None:
+        model = model.to(device)
     return TargetModel(model, tokenizer, name=f"tiny-random-{seed}")
