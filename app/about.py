@@ -63,12 +63,16 @@ decoding runs one token at a time and verification runs the whole tree at once.
   tokens are within a fraction of a logit (0.5 in bf16) a lane can take the other one: a **rounding near-tie**. The badge
   then gives the plain target's own logit margin there; a larger margin would be a real mismatch (a bug), and the
   badge says that too.
-* **8-bit** targets use LLM.int8 *without* its outlier split: the split picks outlier columns from the whole batch,
-  so the tree's other rows changed a row's result (4 of 6 test runs parted from plain decoding, one at the first
-  token). Without it each row is quantized on its own and multiplied in integer arithmetic. Large models with
-  outlier features lose some quality that way; the identity is kept.
-* **4-bit NF4** targets dequantize their weights and multiply in the compute dtype. bitsandbytes' fused CPU kernel
-  would round the activations to bfloat16, so a float32 target would behave like a bfloat16 one.
+* **4-bit NF4** targets dequantize their weights and multiply in the compute dtype, so in float32 every lane is
+  identical. (bitsandbytes' fused CPU kernel would round the activations to bfloat16, and a float32 target would
+  behave like a bfloat16 one: 4 of 6 test runs parted from plain decoding.)
+* **8-bit** targets round every activation to int8. They use LLM.int8 *without* its outlier split, which picks
+  outlier columns from the whole batch so that the tree's other rows change a row's result (a lane parted from
+  plain decoding at the first token). Even so, identity is not exact: a last-digit difference between a tree's
+  attention and a one-token step can flip one int8 rounding, and that grows layer by layer into logit
+  differences of up to about 2. A lane then parts from plain decoding where plain's two best tokens were that close:
+  the badge says "int8 rounding noise" with plain's margin. This is the quantization's batch dependence, not a bug,
+  and it is why a batched verifier of an int8 model cannot promise the plain int8 model's exact text.
 * The drafts are trained on the full-precision target's features: a quantized target keeps the output lossless
   with respect to *itself*, but accepts fewer draft tokens, and on a CPU it is slower, not faster (it saves memory).
 """

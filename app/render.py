@@ -145,7 +145,7 @@ def identity_badge(tokens: list[int], plain_tokens: list[int] | None, greedy: bo
         margin = "" if divergence.margin is None else f"plain's logit margin {divergence.margin:.2g}"
         if divergence.kind == NEAR_TIE:
             why = f"{margin} ≤ {divergence.tolerance:g}" if margin else "margin not measured"
-            return badge_html(f"≈ {at}: a rounding near-tie ({why})", "neutral", divergence.reason)
+            return badge_html(f"≈ {at}: {divergence.tie} ({why})", "neutral", divergence.reason)
         return badge_html(f"✗ {at}" + (f": {margin}, not a near-tie" if margin else ""), "bad", divergence.reason)
     n = min(len(tokens), len(plain_tokens))
     if finished and len(tokens) != len(plain_tokens):

@@ -401,12 +401,13 @@ def quantization_note(gpu: bool) -> str:
     """The Quantization setting's explanation, for this machine: what it costs here, said plainly."""
     if gpu:
         return ("auto quantizes only when the target would not fit the GPU (8-bit, else 4-bit NF4); the drafts stay "
-                "unquantized, and every lane stays identical to plain decoding of the quantized target up to "
-                "rounding near-ties")
+                "unquantized, and every lane is verified by the quantized target itself (identical to its plain "
+                "decoding up to rounding near-ties, and int8's rounding noise in 8-bit)")
     return ("auto = none on a CPU. 8-bit and 4-bit run the target through bitsandbytes, as a GPU short of memory "
             "would: on a CPU they save memory but are slower (plain decoding about 2-3x slower than float32), the "
             "first run loads another copy of the target, and the drafts, trained on the full-precision target, are "
-            "accepted less. Lanes stay identical to plain decoding of the same quantized target")
+            "accepted less. 4-bit lanes stay identical to plain decoding of the same quantized target; 8-bit ones can "
+            "part from it where int8's rounding noise decides between two close tokens, and their badge says so")
 
 
 def method_choices(preset: Preset) -> list[tuple[str, str]]:

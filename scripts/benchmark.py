@@ -43,7 +43,11 @@ def bench_commands(args: argparse.Namespace, extra: list[str]) -> list[list[str]
     if args.settings != "quantized":
         return [bench_command(args, extra)]
     out = args.out or "results/quantized"
-    return [bench_command(args, ["--quantization", q, *extra], out=f"{out}/{q}") for q in QUANTIZATIONS]
+    modes = args.quantization.split(",") if args.quantization else QUANTIZATIONS
+    unknown = sorted(set(modes) - set(QUANTIZATIONS))
+    if unknown:
+        raise SystemExit(f"error: --quantization {','.join(unknown)}: use some of {','.join(QUANTIZATIONS)}.")
+    return [bench_command(args, ["--quantization", q, *extra], out=f"{out}/{q}") for q in modes]
 
 
 def quantized_table(out: str) -> str:
@@ -99,6 +103,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--limit", type=int, default=None, help="questions per dataset (paper 3, auto 2, quantized 2)")
     p.add_argument("--max-new-tokens", type=int, default=None, help="new tokens per answer (64)")
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--quantization", default=None,
+                   help="quantized only: which modes to (re)run, comma-separated (default none,8bit,4bit); the table "
+                        "reads every mode's folder")
     p.add_argument("--out", default=None, help="results folder (default results/SETTINGS)")
     p.add_argument("--evidence", action="store_true",
                    help="after the run, write its evidence summary to assets/evidence/PRESET.json (the app's Evidence "

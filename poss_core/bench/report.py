@@ -33,12 +33,12 @@ def identity_banner(identity: dict[str, Any]) -> str:
                 f"on {identity['checked']} turns{why}.")
     if n == 0:
         first = sum(1 for m in ties if m["kind"] == "near-tie")
+        how = ("" if identity.get("numerics") else f" (a near-tie that {identity.get('precision') or 'this precision'} "
+               f"rounds differently in a batched verify pass and a one-token step)")
         return (f"Identity check PASSED up to rounding: {identity['checked'] - len(ties)} of {identity['checked']} "
                 f"turns equal {identity['reference']} token for token; {first} first differ where the plain "
-                f"target's logits for the two tokens are within {identity['tolerance']:g} of each other (a near-tie "
-                f"that {identity.get('precision') or 'this precision'} rounds differently in a batched verify pass "
-                f"and a one-token step), and {len(ties) - first} only after such a divergence in an earlier turn. "
-                f"No real mismatch{why}.")
+                f"target's logits for the two tokens are within {identity['tolerance']:g} of each other{how}, and "
+                f"{len(ties) - first} only after such a divergence in an earlier turn. No real mismatch{why}.")
     methods = sorted({m["method"] for m in identity["mismatches"]})
     extra = f" ({len(ties)} more differ only at rounding near-ties)" if ties else ""
     return (f"!!! IDENTITY CHECK FAILED: {n} of {identity['checked']} turns differ from {identity['reference']} "

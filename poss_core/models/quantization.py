@@ -1,18 +1,21 @@
 """Quantized targets (bitsandbytes 8-bit / 4-bit NF4) when the model would not fit otherwise. Drafts stay unquantized.
 
-Both modes are set up so that a row's result does not depend on the other rows of a forward and carries no rounding
-coarser than the compute dtype's, which is what keeps greedy speculative decoding identical to plain decoding of the
-same quantized target (`numerics.py`):
-- 8-bit is LLM.int8 without the outlier split (`llm_int8_threshold=0`). With the split, the outlier columns are
-  chosen from the whole batch, so a tree's other rows change a row's result (measured on SmolLM2-135M: 4 of 6
-  speculative runs parted from plain decoding, one at the first token). Without it each row is quantized on its own
-  and multiplied in exact integer arithmetic. The price: int8 without outliers is weaker on large models whose
-  activations have outlier features (the LLM.int8 paper's case); measure τ on such a target.
+Both modes are set up so that a row's result does not depend on the other rows of a forward, which is what greedy
+identity with plain decoding of the same quantized target rests on (`numerics.py` says what each mode keeps):
 - 4-bit NF4 on a CPU with AVX-512 BF16 would use bitsandbytes' fused kernel, which rounds the activations to bf16
   whatever the compute dtype: a float32 target then behaves like a bf16 one, and a batched verify pass and a
-  one-token step drifted apart by up to 0.2 in the logits (SmolLM2-135M; 2 of 6 speculative runs parted from plain
-  decoding at near-ties). `use_row_independent_kernels` keeps the dequantize-and-multiply path in the compute dtype
-  instead, for one row as for many. (It is also faster for trees: the fused kernel is a matrix-vector kernel.)
+  one-token step drifted apart by up to 0.2 in the logits (SmolLM2-135M; 4 of 6 speculative runs parted from plain
+  decoding). `use_row_independent_kernels` keeps the dequantize-and-multiply path in the compute dtype instead, for
+  one row as for many: every lane is then identical to plain decoding. (It is also faster for trees: the fused
+  kernel is a matrix-vector kernel.)
+- 8-bit is LLM.int8 without the outlier split (`llm_int8_threshold=0`). With the split, the outlier columns are
+  chosen from the whole batch, so a tree's other rows change a row's result (4 of 6 speculative runs parted from
+  plain decoding, one at the first token). Without it each row is rounded to int8 on its own. Identity is still not
+  exact: a last-digit float difference upstream (attention over a tree rather than one token) can flip one int8
+  rounding, and layer after layer that grows to logit differences of up to about 1.7, so a lane parts from plain
+  decoding where plain's two best tokens are that close (23 of 28 turns of 128 tokens, `docs/results.md`). The
+  price of no outlier split: int8 is weaker on large models whose activations have outlier features (the LLM.int8
+  paper's case); measure τ on such a target.
 """
 
 from __future__ import annotations
