@@ -73,8 +73,11 @@ decoding runs one token at a time and verification runs the whole tree at once.
   differences of up to about 2. A lane then parts from plain decoding where plain's two best tokens were that close:
   the badge says "int8 rounding noise" with plain's margin. This is the quantization's batch dependence, not a bug,
   and it is why a batched verifier of an int8 model cannot promise the plain int8 model's exact text.
-* The drafts are trained on the full-precision target's features: a quantized target keeps the output lossless
-  with respect to *itself*, but accepts fewer draft tokens, and on a CPU it is slower, not faster (it saves memory).
+* The drafts are trained on the full-precision target's features, and a quantized target writes a somewhat different
+  text: on the six evaluation sets (2 questions each, 128 tokens) EAGLE's τ was 3.35 in float32, 3.15 in 8-bit and
+  3.52 in 4-bit, and POSS-2 kept its small lead in each. On a CPU a quantized target saves memory, not time: plain
+  decoding ran at 0.6-0.7× float32's tokens/s, although the tree's speed-up over it grew (its dequantizing cost is
+  paid once per forward, whatever the rows).
 """
 
 DIAGRAM = """
