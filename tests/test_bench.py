@@ -441,6 +441,7 @@ def test_report_rebuilds_a_smaller_run_from_a_larger_ones_records(tmp_path):
     assert "first 2 questions of each dataset" in (tmp_path / "small" / "report.md").read_text()
 
 
+@pytest.mark.slow  # a whole benchmark run: the quick tier stays under 90 s
 def test_questions_over_the_prompt_cap_are_skipped_not_fatal(tmp_path, monkeypatch, tiny_target, capsys):
     # A 1e6-character first question used to abort the whole benchmark in its warm-up, and the 2,048-token prompt
     # cap (LIMITS) was never applied: each such turn is now skipped with its reason, and the rest is measured.

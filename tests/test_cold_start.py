@@ -3,6 +3,7 @@ starts on the default budget and says so; once the fit is done, Runs use the fit
 
 from __future__ import annotations
 
+import pytest
 import threading
 
 from app_settings import req, run_settings
@@ -17,6 +18,7 @@ def cold_settings(**kw):
                                   max_new_tokens=8, auto_budget=True), **kw})
 
 
+@pytest.mark.slow  # a start-up fit: the quick tier stays under 90 s
 def test_a_run_during_the_start_up_fit_starts_on_the_default_budget(tmp_path, monkeypatch):
     monkeypatch.setattr(cache, "choice_cache_path", lambda: tmp_path / "choices.json")
     monkeypatch.setattr(cache, "curve_cache_path", lambda: tmp_path / "curves.json")

@@ -255,6 +255,7 @@ def test_evidence_loads_queue_one_at_a_time_apart_from_decoding():
     assert any(fn.api_name == "load_evidence" for fn in loads)
 
 
+@pytest.mark.slow  # a worker process started and killed: the quick tier stays under 90 s
 def test_loads_run_in_a_worker_process_that_a_long_one_does_not_outlive(monkeypatch):
     # An upload's build never holds the interpreter lock of the process serving live runs, and one that runs past
     # LOAD_SECONDS is ended (its process with it) with a message; the next load gets a fresh worker.

@@ -131,6 +131,7 @@ def test_context_limit_stops_cleanly():
     assert summary.token_ids == ref
 
 
+@pytest.mark.slow  # timed rounds: the quick tier stays under 90 s
 def test_a_leaf_row_read_during_acceptance_counts_as_verify_time_not_overhead(tiny_target, trained_drafts):
     """Every LM-head call over the tree is the target's work: the round's verify time holds all of them (the lazy
     leaf row included), and the engine overhead none."""

@@ -98,6 +98,7 @@ def test_the_engine_never_imports_gradio_or_the_app_and_plotly_only_for_figures(
         assert "plotly" not in tops
 
 
+@pytest.mark.slow  # a fresh interpreter importing torch and transformers: the quick tier stays under 90 s
 def test_importing_the_whole_engine_loads_neither_gradio_nor_the_app():
     engine = [m for m in MODULES if m.startswith("poss_core") and not m.endswith("__main__")]
     code = ("import importlib, sys\n"

@@ -25,6 +25,7 @@ def fresh(target, spec, seed=0):
     return d
 
 
+@pytest.mark.slow  # a hundred training steps: the quick tier stays under 90 s
 def test_short_training_lowers_the_loss(tiny_target):
     seqs = self_distilled(tiny_target, n=32)
     held = make_batch(seqs[:8])
