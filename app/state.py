@@ -370,11 +370,13 @@ SESSIONS = SessionStore()
 
 
 def ui_defaults(preset: Preset) -> dict[str, Any]:
-    """Tree settings for the UI: the paper's on a GPU; a smaller tree on a CPU, where verifying it costs more."""
+    """Tree settings for the UI: the paper's on a GPU; a smaller tree on a CPU, where verifying it costs more. Every
+    draft lane drafts the same tree by default (no fitted budget, no depth stop), so the lanes compare like for like
+    and every specialist drafts every round; "Fastest tree for this machine" (`auto_budget`) is a choice."""
     cpu = preset.device == "cpu"
     return {"depth": preset.depth, "top_k": min(preset.top_k, 8) if cpu else preset.top_k,
             "tree_budget": min(preset.tree_budget, 32) if cpu else preset.tree_budget,
-            "max_new_tokens": 64 if cpu else 128, "auto_budget": True}
+            "max_new_tokens": 64 if cpu else 128, "auto_budget": False}
 
 
 def initial_precision(requested: str, gpu: bool, bf16_units: str | None) -> str:

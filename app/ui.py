@@ -115,9 +115,13 @@ def build_demo(preset: str = DEFAULT_PRESET, concurrency: int = 2, precision: st
                                 top_k = gr.Slider(*LIMITS["top_k"], value=d["top_k"], step=1, label="Top-k per node")
                                 tree_budget = gr.Slider(*LIMITS["tree_budget"], value=d["tree_budget"], step=1,
                                                         label="Tree budget (nodes verified, root included)")
-                            auto_budget = gr.Checkbox(value=d["auto_budget"], label="Auto budget: fit each draft's tree "
-                                                      "budget to this machine", info="measured once per machine and "
-                                                      "draft (tens of seconds on a CPU, then cached); off: the slider")
+                            auto_budget = gr.Checkbox(value=d["auto_budget"], label="Fastest tree for this machine: "
+                                                      "each draft lane gets its own fitted budget and depth stop",
+                                                      info="off (default): every draft lane drafts the same tree, "
+                                                           "the sliders' depth and budget, to the full depth, so the "
+                                                           "lanes compare like for like; on: fitted once per machine "
+                                                           "and draft (tens of seconds on a CPU, then cached), and "
+                                                           "each lane's header states its budget and depth stop")
                             with gr.Row():
                                 max_new = gr.Slider(*LIMITS["max_new_tokens"], value=d["max_new_tokens"], step=1,
                                                     label="Max new tokens")

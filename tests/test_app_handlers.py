@@ -250,6 +250,25 @@ def test_prompt_lookup_and_assisted_lanes_get_the_identity_badge_draft_colours_a
     assert "not observable" in render.lane_explain(lane, r).lower()
 
 
+def test_the_default_run_gives_every_draft_lane_the_same_full_depth_tree():
+    """Like for like by default: one budget, no fitted budget and no depth stop, so every draft lane drafts the same
+    tree to the full depth and every specialist drafts every round; the fastest tree is a choice."""
+    from poss_core.models.presets import get_preset
+
+    d = state.ui_defaults(get_preset("tiny-random"))
+    assert d["auto_budget"] is False
+    run = settings(max_new_tokens=10, depth=d["depth"], top_k=d["top_k"], tree_budget=d["tree_budget"],
+                   auto_budget=d["auto_budget"])
+    list(handlers.run_handler(*run, request=req("same-tree")))
+    comp = handlers.SESSIONS.get(req("same-tree")).comparison
+    drafts = [lane for lane in comp.lanes if not lane.plain]
+    assert len(drafts) == 2
+    assert {(lane.budget, lane.depth_stop, lane.budget_auto) for lane in drafts} == {(d["tree_budget"], 0.0, False)}
+    for lane in drafts:
+        rounds = [e for e in lane.events if e.nodes]
+        assert rounds and all(len(e.draft_ms_by_depth) == d["depth"] for e in rounds)  # drafted to the full depth
+
+
 def test_auto_budget_fits_each_draft_lane_once_then_reads_the_cache(tmp_path, monkeypatch):
     from poss_core import autobudget
     from poss_core.autobudget import cache, calibration
