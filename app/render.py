@@ -146,7 +146,8 @@ def identity_badge(tokens: list[int], plain_tokens: list[int] | None, greedy: bo
         if divergence.kind == NEAR_TIE:
             why = f"{margin} ≤ {divergence.tolerance:g}" if margin else "margin not measured"
             return badge_html(f"≈ {at}: {divergence.tie} ({why})", "neutral", divergence.reason)
-        return badge_html(f"✗ {at}" + (f": {margin}, not a near-tie" if margin else ""), "bad", divergence.reason)
+        return badge_html(f"✗ {at}: " + (f"{margin}, not a near-tie" if margin else "not expected here (margin not "
+                                                                                 "measured)"), "bad", divergence.reason)
     n = min(len(tokens), len(plain_tokens))
     if finished and len(tokens) != len(plain_tokens):
         return badge_html(f"compared {n} tokens: identical so far", "ok")

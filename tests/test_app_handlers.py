@@ -146,7 +146,7 @@ def test_identity_badge_reports_the_first_difference():
     comp = known_comparison(plain_tokens=[40, 10, 99, 50, 21, 10, 12, 50])
     head = render.lane_head_html(comp.lanes[1], comp, running=False)  # a replay-like comparison: no margin probe
     assert "differs from plain decoding at token 3" in head and "poss-badge bad" in head
-    assert "not expected" in head  # fp32 on a CPU promises exact identity: the tooltip says so
+    assert "token 3: not expected here (margin not measured)" in head  # fp32 on a CPU promises exact identity
 
     def margin_of(want, index, got):
         assert index == 2 and got != want[2]
