@@ -29,10 +29,10 @@ def compare_api(prompt: str, methods: list[str], preset: str = DEFAULT_PRESET, m
     """Run one comparison (no streaming) and return each lane's text and summary.
 
     methods: two or three of plain, eagle, poss1, poss2, poss3, matched (the preset's drafts).
-    preset: a preset's name (empty: the one the app serves). depth, top_k: 0 for the UI's defaults. tree_budget: 0 fits
-    each draft's budget to this machine (auto, as the UI does by default; the first call per draft and setting
-    calibrates it within the call's time limit, or, on a server started with --no-call-fits, uses the default budget
-    where no fit is cached: the lane's "budget_note" says so).
+    preset: a preset's name (empty: the one the app serves). depth, top_k: 0 for the UI's defaults. tree_budget: 0
+    fits each draft's budget to this machine (the UI's "Fastest tree for this machine"; the first call per draft and
+    setting calibrates it within the call's time limit, or, on a server started with --no-call-fits, uses the default
+    budget where no fit is cached: the lane's "budget_note" says so).
     precision: auto (fp32 on a CPU, bf16 on a GPU), float32 or bfloat16, the target's dtype.
     Returns {"preset", "settings", "lanes": [{"method", "label", "text", "stop_reason", "tree_budget", "identical_to_plain",
     "speedup_vs_plain", "summary": {tau, pos_acc, pos_rate, accept_hist, tokens_per_s, new_tokens, rounds, ...}}],

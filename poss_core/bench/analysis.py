@@ -16,6 +16,7 @@ from typing import Any
 from .. import metrics
 from ..events import RoundEvent
 from ..methods import ORACLE, OTHER_PRECISION_PLAIN, PLAIN, PLAIN_HF, is_plain
+from ..models.numerics import first_difference
 from .records import TurnRecord, pool_events
 
 OVERALL = "overall"
@@ -192,7 +193,8 @@ def identity_check(records: Sequence[TurnRecord], reference: str | None = None) 
         checked += 1
         want = ref[r.key].token_ids
         if r.token_ids != want:
-            i = next((j for j, (a, b) in enumerate(zip(r.token_ids, want)) if a != b), min(len(r.token_ids), len(want)))
+            i = first_difference(r.token_ids, want)
+            i = min(len(r.token_ids), len(want)) if i is None else i  # one ended where the other went on
             mismatches.append({"method": r.method, "run": r.run, "dataset": r.dataset, "question_id": r.question_id,
                                "turn": r.turn, "index": i,
                                "got": r.token_ids[i] if i < len(r.token_ids) else None,

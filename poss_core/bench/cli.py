@@ -45,7 +45,7 @@ from . import runner
 from .analysis import classify_mismatches, first_divergences, identity_check, subset_identity
 from .evidence import evidence_main
 from .overhead import linear_main, overhead_main
-from .records import first_questions, read_records, read_summary
+from .records import first_questions, read_records, read_summary, records_in
 from .report import identity_banner, write_outputs
 from .runner import calibration_texts, decode_turn, load_questions, parse_methods, run_questions
 
@@ -338,10 +338,7 @@ def report_main(argv: Sequence[str]) -> int:
     if args.limit is not None and (args.out is None or Path(args.out).resolve() == folder.resolve()):
         raise PossError("--limit rebuilds a smaller report: give --out with another folder, so the full records stay.")
     summary = checked_summary(folder / "summary.json")
-    if not (folder / "records.jsonl").is_file():
-        raise ConfigError(f"{folder} has no records.jsonl: give a folder written by `python -m poss_core.bench ... "
-                          f"--out DIR`.")
-    records = read_records(folder / "records.jsonl")
+    records = read_records(records_in(folder))
     meta, identity = summary["meta"], summary.get("identity")
     if args.limit is not None:
         records = first_questions(records, args.limit)

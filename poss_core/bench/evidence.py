@@ -26,7 +26,7 @@ from ..methods import ORACLE, color_of, is_plain, label_of, short_of
 from ..metrics import AcceptanceStats, Estimate
 from ..models.presets import presets
 from .analysis import OVERALL, aggregate, identity_check, pooled_events_by_method, question_totals
-from .records import TurnRecord
+from .records import TurnRecord, records_in
 
 SCHEMA = "poss-evidence"
 VERSION = 1
@@ -567,10 +567,7 @@ def evidence_main(argv: Sequence[str]) -> int:
     p.add_argument("--out", default=None, help=f"where to write it (default FOLDER/{FILE_NAME})")
     args = p.parse_args(argv)
     folder = Path(args.folder)
-    if not (folder / "records.jsonl").is_file():
-        raise ConfigError(f"{folder} has no records.jsonl: give a folder written by `python -m poss_core.bench ... "
-                          f"--out DIR`.")
-    evidence = _from_records(folder / "records.jsonl", folder / "summary.json", capped=False).to_json()
+    evidence = _from_records(records_in(folder), folder / "summary.json", capped=False).to_json()
     evidence["meta"]["summary_command"] = "python -m poss_core.bench evidence " + shlex.join(list(argv))
     out = write_evidence(Path(args.out) if args.out else folder / FILE_NAME, evidence)
     sizes = ", ".join(f"{d} {n}" for d, n in Evidence.model_validate(evidence).questions().items())

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import metrics, methods
+from ..errors import ConfigError
 from ..events import DraftNode, FeatureDeviation, RoundEvent, TreeDeviation
 
 
@@ -131,6 +132,15 @@ def _renumbered(e: RoundEvent, round_: int, new_tokens: int) -> RoundEvent:
     out.__dict__.update(e.__dict__)
     out.round, out.new_tokens = round_, new_tokens
     return out
+
+
+def records_in(folder: Path) -> Path:
+    """A results folder's records.jsonl, or a ConfigError saying which folder to give instead."""
+    path = Path(folder) / "records.jsonl"
+    if not path.is_file():
+        raise ConfigError(f"{folder} has no records.jsonl: give a folder written by `python -m poss_core.bench ... "
+                          f"--out DIR`.")
+    return path
 
 
 def read_records(path: Path) -> list[TurnRecord]:

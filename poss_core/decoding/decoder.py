@@ -239,11 +239,12 @@ class SpeculativeDecoder(_BaseDecoder):
             keep = torch.tensor([0] + [a + 1 for a in path])
             keep_cache_slots(cache, n - 1, keep)
             path_tokens = tree.tokens[path].tolist() if path else []
-            state.add_rows(torch.tensor(path_tokens + [bonus]), out.hidden[keep.to(out.hidden.device)])
+            kept_tokens, kept_features = torch.tensor(path_tokens + [bonus]), out.hidden[keep.to(out.hidden.device)]
+            state.add_rows(kept_tokens, kept_features)
             deviation = _feature_deviation(tree, path, out.hidden)
             roots.append(n - 1)
-            committed.append(torch.tensor(path_tokens + [bonus]))
-            features.append(out.hidden[keep.to(out.hidden.device)])
+            committed.append(kept_tokens)
+            features.append(kept_features)
             n += len(path) + 1
             root = bonus
             kept, delta = stream.push(path_tokens + [bonus])
@@ -251,8 +252,11 @@ class SpeculativeDecoder(_BaseDecoder):
                 round=len(events), nodes=_nodes(tree), accepted=list(path), bonus=bonus,
                 target_probs=[float(p) for p in target_probs.tolist()], feature_deviation=deviation,
                 draft_ms=draft_ms, verify_ms=verify_ms, new_tokens=len(stream.ids), tokens=kept, text=delta,
-                wall_ms=_ms(t_round), draft_ms_by_depth=_draft_ms_by_depth(tree, draft_ms), bonus_prob=bonus_prob,
-                tree_deviation=_tree_deviation(tree, path, out.hidden)))
+                wall_ms=_ms(t_round), draft_ms_by_depth=_draft_ms_by_depth(tree, draft_ms), bonus_prob=bonus_prob))
+            if tree.root_feature is not None:  # a measurement, not decoding work: outside the round's time, untimed
+                t0 = time.perf_counter()
+                events[-1].tree_deviation = _tree_deviation(tree, path, out.hidden)
+                self.untimed_s += time.perf_counter() - t0
             yield events[-1]
         if stream.stop_reason != "cancelled":  # untimed, after the last round: a stopped decode ends at once
             self._add_continuation(events, roots, torch.cat(committed), torch.cat(features))

@@ -79,7 +79,6 @@ class OracleDecoder(SpeculativeDecoder):
         self._key = tuple(int(t) for t in input_ids)
         self._cancel = cancel
         self._current = self.prepare(input_ids, cancel)
-        self.untimed_s = 0.0  # seconds spent re-deriving the continuation during this decode (not the engine's)
         self._round_untimed = 0.0
         return self._rounds(super().generate(input_ids, cancel))
 
