@@ -42,13 +42,22 @@ METRICS = """
 * **Round**: one draft-then-verify step. **accept_len**: draft tokens accepted in a round (0 .. depth).
 * **τ (mean acceptance length)** = mean over rounds of (accept_len + 1): tokens produced per target forward pass.
   Plain decoding has τ = 1. (EAGLE's web UI calls it the "compression ratio".)
-* **Conditional position-wise acceptance (POSS "pos-acc")**: pos-acc<sub>k</sub> = P(accept_len ≥ k) /
-  P(accept_len ≥ k−1), the chance that position *k* is accepted given positions 1 .. k−1 were.
-  Chain rule: P(accept_len ≥ k) = Π<sub>i≤k</sub> pos-acc<sub>i</sub>, so one weak position caps everything after it.
-* **Unconditional per-position rate** = P(accept_len ≥ k) (vLLM's accepted-per-position / drafts).
-  Both come from the same accept-length histogram; every chart says which one it shows.
+* **Conditional position-wise acceptance (POSS "pos-acc")**: pos-acc<sub>k</sub> is, of the rounds that accepted
+  positions 1 .. k−1 and drafted position *k*, the share that accepted *k*. A round whose tree stopped before *k*
+  (a depth stop or the node budget) counts neither as an acceptance nor as a rejection there. When every round
+  drafts the whole depth (the Demo's default tree), pos-acc<sub>k</sub> = P(accept_len ≥ k) / P(accept_len ≥ k−1)
+  and the chain rule holds: P(accept_len ≥ k) = Π<sub>i≤k</sub> pos-acc<sub>i</sub>, so one weak position caps
+  everything after it.
+* **Unconditional per-position rate**: of the rounds that drafted position *k*, the share that accepted at least
+  *k* tokens (vLLM's accepted-per-position / drafts). Every chart says which one it shows, and the strip under it
+  the share of rounds that drafted each position.
 * **Feature deviation** at position *k*: the distance (mean L2 norm, and cosine distance 1 − cos) between the
-  draft's predicted feature and the target's true feature for the same token, on accepted positions.
+  draft's predicted feature and the target's true feature for the same token. The charts measure it **along the
+  target's own continuation**: once a round's next tokens are known, the draft is rolled forward from the round's
+  root over the tokens the target wrote, on its own predicted features as in decoding, and each position is
+  compared with the target's feature there (no extra target forward; untimed). Every round counts at every
+  position, so nothing is left out. Measured on *accepted* positions only, the deviation is conditional on
+  acceptance: deep positions keep only the easy rounds, and the curve can fall with depth for that reason alone.
 * **Tokens/s**: new tokens over the lane's own compute time (prefill included). **Speed-up** = a lane's tokens/s ÷
   the plain lane's tokens/s, same target, same hardware, same prompt and max tokens, batch 1.
 * Lanes run **in turns, one round each**, on one machine; each lane's time is the sum of its own rounds, so its

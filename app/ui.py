@@ -178,9 +178,12 @@ def build_demo(preset: str = DEFAULT_PRESET, concurrency: int = 2, precision: st
                     hist_plot = gr.Plot(show_label=False, elem_id="poss-chart-hist")
                     tps_plot = gr.Plot(show_label=False, elem_id="poss-chart-tps")
                 gr.Markdown(f"Conditional: {figures.POS_ACC_FORMULA}; unconditional: {figures.POS_RATE_FORMULA}. "
-                            "Feature deviation: the draft's predicted feature vs the target's true one, on accepted "
-                            "positions. The strip under the acceptance chart shows which specialist drafts each "
-                            "position.")
+                            "A round whose tree stopped before position k counts at neither. Feature deviation: "
+                            "the draft's predicted feature vs the target's true one for the same token, with the "
+                            "draft rolled forward over the text the target went on to write (measured once a lane "
+                            "finishes, outside its timing; until then the chart shows accepted positions only, "
+                            "which is conditional on acceptance). The strip under the acceptance chart shows which "
+                            "specialist drafts each position and in what share of the rounds.")
                 with gr.Accordion("Save or load a run (replay without a model)", open=False):
                     with gr.Row():
                         save_btn = gr.Button("Save this run (JSONL)")

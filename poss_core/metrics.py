@@ -162,6 +162,28 @@ def accept_hist(events: Iterable[RoundEvent], depth: int | None = None) -> list[
     return hist
 
 
+def round_drafted_depth(e: RoundEvent, depth: int) -> int:
+    """How many positions a round drafted: its deepest node. A round whose draft is not observed (transformers'
+    generate shows only the kept candidates) counts as drafting `depth`, the most it may have proposed."""
+    if not e.draft_observed:
+        return depth
+    return max((n.depth for n in e.nodes), default=0)
+
+
+def accept_by_drafted(events: Iterable[RoundEvent], depth: int | None = None) -> list[list[int]]:
+    """joint[d][a] = rounds that drafted d positions and accepted a of them, d, a = 0..depth. A round that stopped
+    drafting at d (a depth stop or the node budget) says nothing about positions after d: pos-acc leaves it out
+    there instead of counting it as a rejection."""
+    events = list(events)
+    hist = accept_hist(events, depth)
+    size = len(hist)
+    joint = [[0] * size for _ in range(size)]
+    for e in draft_rounds(events):
+        d = max(min(round_drafted_depth(e, size - 1), size - 1), e.accept_len)
+        joint[d][e.accept_len] += 1
+    return joint
+
+
 def _at_least(hist: Sequence[int]) -> list[int]:
     """at_least[k] = rounds with accept_len >= k."""
     out, total = [0] * len(hist), 0
@@ -171,24 +193,39 @@ def _at_least(hist: Sequence[int]) -> list[int]:
     return out
 
 
-def pos_rate_from_hist(hist: Sequence[int]) -> list[float]:
-    """Unconditional per-position rate P(accept_len >= k), k = 1..depth (vLLM's accepted-per-position / drafts)."""
-    ge = _at_least(hist)
-    rounds = ge[0] if ge else 0
-    return [ge[k] / rounds if rounds else math.nan for k in range(1, len(hist))]
+def _full_depth_joint(hist: Sequence[int]) -> list[list[int]]:
+    """A joint table in which every round drafted the whole depth: what a plain histogram assumes."""
+    size = len(hist)
+    return [[0] * size for _ in range(size - 1)] + [list(hist)] if size else []
 
 
-def pos_acc_from_hist(hist: Sequence[int]) -> list[float]:
-    """Conditional position-wise acceptance (POSS pos-acc): P(accept_len >= k) / P(accept_len >= k-1), k = 1..depth.
-    NaN where no round reached position k-1."""
-    ge = _at_least(hist)
-    return [ge[k] / ge[k - 1] if ge[k - 1] else math.nan for k in range(1, len(hist))]
+def position_counts(joint: Sequence[Sequence[int]]) -> dict[str, list[int]]:
+    """Per position k = 1..depth, from `accept_by_drafted`: `accepted` (rounds that accepted at least k tokens),
+    `tried` (rounds that accepted k-1 and drafted k: pos-acc's denominator), `drafted` (rounds that drafted k: the
+    unconditional rate's denominator) and `rounds` (every round)."""
+    size = len(joint)
+    rounds = sum(sum(row) for row in joint)
+    accepted, tried, drafted = [], [], []
+    for k in range(1, size):
+        accepted.append(sum(joint[d][a] for d in range(size) for a in range(k, size)))
+        tried.append(sum(joint[d][a] for d in range(k, size) for a in range(k - 1, size)))
+        drafted.append(sum(sum(joint[d]) for d in range(k, size)))
+    return {"accepted": accepted, "tried": tried, "drafted": drafted, "rounds": [rounds] * (size - 1)}
 
 
-def reached_counts(hist: Sequence[int]) -> list[int]:
-    """reached[k] = rounds with accept_len >= k, k = 0..depth (reached[0] is every round): the denominators of
-    pos-acc (reached[k-1]) and of the unconditional rate (reached[0])."""
-    return _at_least(hist)
+def pos_rate_from_hist(hist: Sequence[int], joint: Sequence[Sequence[int]] | None = None) -> list[float]:
+    """Unconditional per-position rate, k = 1..depth: of the rounds that drafted position k, the share that accepted
+    at least k tokens (vLLM's accepted-per-position / drafts). Without `joint`, every round drafted the whole depth."""
+    c = position_counts(joint if joint is not None else _full_depth_joint(hist))
+    return [a / n if n else math.nan for a, n in zip(c["accepted"], c["drafted"])]
+
+
+def pos_acc_from_hist(hist: Sequence[int], joint: Sequence[Sequence[int]] | None = None) -> list[float]:
+    """Conditional position-wise acceptance (POSS pos-acc), k = 1..depth: of the rounds that accepted k-1 tokens and
+    drafted position k, the share that accepted it. NaN where no such round exists. Without `joint`, every round
+    drafted the whole depth (P(accept_len >= k) / P(accept_len >= k-1))."""
+    c = position_counts(joint if joint is not None else _full_depth_joint(hist))
+    return [a / n if n else math.nan for a, n in zip(c["accepted"], c["tried"])]
 
 
 def only_drafted(values: Sequence[float], events: Iterable[RoundEvent]) -> list[float]:
@@ -199,13 +236,11 @@ def only_drafted(values: Sequence[float], events: Iterable[RoundEvent]) -> list[
 
 
 def pos_rate(events: Iterable[RoundEvent], depth: int | None = None) -> list[float]:
-    events = list(events)
-    return only_drafted(pos_rate_from_hist(accept_hist(events, depth)), events)
+    return acceptance_stats(events, depth).rates(conditional=False)
 
 
 def pos_acc(events: Iterable[RoundEvent], depth: int | None = None) -> list[float]:
-    events = list(events)
-    return only_drafted(pos_acc_from_hist(accept_hist(events, depth)), events)
+    return acceptance_stats(events, depth).rates(conditional=True)
 
 
 # Where a deviation is measured (events.py): on accepted positions only (conditional on acceptance, survivor-biased),
@@ -294,17 +329,18 @@ def speedup(method_tokens_per_s: float, baseline_tokens_per_s: float) -> float:
 def summarize(events: Sequence[RoundEvent], depth: int | None = None) -> dict[str, Any]:
     """The summary every view shows: tau, pos_acc, pos_rate, accept_hist, tokens_per_s, new_tokens, rounds."""
     events = list(events)
-    hist = accept_hist(events, depth)
+    stats = acceptance_stats(events, depth)
     return {
         "tau": tau(events),
-        "pos_acc": only_drafted(pos_acc_from_hist(hist), events),
-        "pos_rate": only_drafted(pos_rate_from_hist(hist), events),
-        "accept_hist": hist,
+        "pos_acc": stats.rates(conditional=True),
+        "pos_rate": stats.rates(conditional=False),
+        "drafted_share": stats.drafted_share(),
+        "accept_hist": stats.hist,
         "tokens_per_s": tokens_per_s(events),
         "new_tokens": total_new_tokens(events),
         "rounds": len(draft_rounds(events)),
-        "feature_deviation": feature_deviation_by_position(events),  # accepted positions only
-        "deviation": {kind: feature_deviation_by_position(events, kind) for kind in DEVIATION_KINDS[1:]},
+        "feature_deviation": stats.deviation_of("accepted"),  # accepted positions only: conditional on acceptance
+        "deviation": {kind: stats.deviation_of(kind) for kind in DEVIATION_KINDS[1:]},
         **time_split(events),
     }
 
@@ -321,17 +357,25 @@ def specialists_by_position(events: Iterable[RoundEvent]) -> list[int]:
     return out
 
 
+def _deviations(events: Sequence[RoundEvent]) -> dict[str, dict[str, list]]:
+    return {kind: feature_deviation_by_position(events, kind) for kind in DEVIATION_KINDS}
+
+
 @dataclass
 class AcceptanceStats:
-    """What the acceptance and deviation charts draw for one method: the accept-length histogram, how deep it
-    drafted, which specialist drafted each position, and feature deviation by position. Built from events
-    (`acceptance_stats`: the app's lanes) or read back from a benchmark summary (the Evidence tab), so both draw
-    the same charts from the same numbers."""
+    """What the acceptance and deviation charts draw for one method: the accept-length histogram, how many positions
+    each round drafted, which specialist drafted each position, and feature deviation by position of each kind.
+    Built from events (`acceptance_stats`: the app's lanes) or read back from a benchmark summary (the Evidence tab),
+    so both draw the same charts from the same numbers; `pooled` adds several up (the class-wide charts)."""
 
     hist: list[int]  # rounds that accepted exactly k draft tokens, k = 0..depth
     drafted_depth: int  # deepest drafted position: deeper positions proposed nothing (NaN, not 0)
     specialists: list[int] = field(default_factory=list)  # specialist per position 1..depth, -1 never drafted
-    deviation: dict[str, list] = field(default_factory=lambda: {"l2": [], "cosine": [], "count": []})
+    # DEVIATION_KINDS -> {"l2", "cosine", "count"} by position; a kind no source measured is absent
+    deviation: dict[str, dict[str, list]] = field(default_factory=dict)
+    # by_drafted[d][a]: rounds that drafted d positions and accepted a (`accept_by_drafted`); None where only the
+    # histogram is known, and every round is then taken to have drafted `drafted_depth` positions
+    by_drafted: list[list[int]] | None = None
 
     @property
     def rounds(self) -> int:
@@ -341,19 +385,28 @@ class AcceptanceStats:
     def tau(self) -> float:
         return sum((k + 1) * h for k, h in enumerate(self.hist)) / self.rounds if self.rounds else math.nan
 
+    def joint(self) -> list[list[int]]:
+        if self.by_drafted is not None:
+            return self.by_drafted
+        size = len(self.hist)  # every round drafted `drafted_depth` positions (or accepted more, which is the same)
+        joint = [[0] * size for _ in range(size)]
+        for a, n in enumerate(self.hist):
+            joint[min(max(a, self.drafted_depth), size - 1)][a] += n
+        return joint
+
     def _drafted(self, values: Sequence[float]) -> list[float]:
         return [v if k <= self.drafted_depth else math.nan for k, v in enumerate(values, 1)]
 
-    def rates(self, conditional: bool = True) -> list[float]:
-        """Conditional pos-acc (True) or the unconditional rate P(accept_len >= k), k = 1..depth."""
-        return self._drafted(pos_acc_from_hist(self.hist) if conditional else pos_rate_from_hist(self.hist))
-
     def counts(self, conditional: bool = True) -> tuple[list[int], list[int]]:
-        """(successes, n) behind each rate: rounds that reached k, over rounds that reached k−1 (conditional) or
-        over every round (unconditional)."""
-        reached = reached_counts(self.hist)
-        hits = reached[1:]
-        return hits, (reached[:-1] if conditional else [reached[0] if reached else 0] * len(hits))
+        """(successes, n) behind each rate: rounds that accepted at least k, over rounds that accepted k−1 and
+        drafted k (conditional) or over rounds that drafted k (unconditional)."""
+        c = position_counts(self.joint())
+        return c["accepted"], (c["tried"] if conditional else c["drafted"])
+
+    def rates(self, conditional: bool = True) -> list[float]:
+        """Conditional pos-acc (True) or the unconditional rate, k = 1..depth, over the rounds that drafted k."""
+        hits, n = self.counts(conditional)
+        return self._drafted([h / m if m else math.nan for h, m in zip(hits, n)])
 
     def intervals(self, conditional: bool = True) -> list[tuple[float, float]]:
         """Wilson 95% interval of each rate (NaN where nothing was drafted or no round reached k−1)."""
@@ -361,10 +414,66 @@ class AcceptanceStats:
         return [wilson_interval(h, m) if k <= self.drafted_depth else (math.nan, math.nan)
                 for k, (h, m) in enumerate(zip(hits, n), 1)]
 
+    def drafted_share(self) -> list[float]:
+        """The share of rounds that drafted position k, k = 1..depth (1.0 everywhere when every round drafted the
+        whole tree; a depth stop or a small budget lowers the deep positions)."""
+        c = position_counts(self.joint())
+        return [d / r if r else math.nan for d, r in zip(c["drafted"], c["rounds"])]
+
+    def deviation_of(self, kind: str) -> dict[str, list]:
+        """Mean L2, cosine distance and count by position for one of DEVIATION_KINDS (empty lists if not measured)."""
+        return self.deviation.get(kind) or {"l2": [], "cosine": [], "count": []}
+
+
+def _padded(rows: Sequence[Sequence[int]], size: int) -> list[list[int]]:
+    out = [[0] * size for _ in range(size)]
+    for d, row in enumerate(rows):
+        for a, n in enumerate(row):
+            out[d][a] += n
+    return out
+
+
+def _pool_deviation(parts: Sequence[dict[str, list]]) -> dict[str, list]:
+    """Count-weighted means of several deviation-by-position tables."""
+    depth = max((len(p.get("count", [])) for p in parts), default=0)
+    l2, cos, count = [0.0] * depth, [0.0] * depth, [0] * depth
+    for p in parts:
+        for k, n in enumerate(p.get("count", [])):
+            if n:
+                l2[k] += p["l2"][k] * n
+                cos[k] += p["cosine"][k] * n
+                count[k] += n
+    return {"l2": [s / n if n else math.nan for s, n in zip(l2, count)],
+            "cosine": [s / n if n else math.nan for s, n in zip(cos, count)], "count": count}
+
+
+def pooled(parts: Sequence[AcceptanceStats]) -> AcceptanceStats:
+    """Several `AcceptanceStats` of one method added up, as if their rounds were one run: histograms and joint
+    tables summed, deviations count-weighted, the specialist map of whichever source drafted each position."""
+    size = max((len(p.hist) for p in parts), default=1)
+    hist = [0] * size
+    joint = [[0] * size for _ in range(size)]
+    specialists: list[int] = []
+    for p in parts:
+        for a, n in enumerate(p.hist):
+            hist[a] += n
+        pj = _padded(p.joint(), size)
+        joint = [[x + y for x, y in zip(r1, r2)] for r1, r2 in zip(joint, pj)]
+        for k, s in enumerate(p.specialists):
+            if k >= len(specialists):
+                specialists.append(-1)
+            if specialists[k] < 0:
+                specialists[k] = s
+    kinds = {kind for p in parts for kind in p.deviation}
+    deviation = {kind: _pool_deviation([p.deviation[kind] for p in parts if kind in p.deviation])
+                 for kind in DEVIATION_KINDS if kind in kinds}
+    return AcceptanceStats(hist=hist, drafted_depth=max((p.drafted_depth for p in parts), default=0),
+                           specialists=specialists, deviation=deviation, by_drafted=joint)
+
 
 def acceptance_stats(events: Iterable[RoundEvent], depth: int | None = None) -> AcceptanceStats:
     """An `AcceptanceStats` of these rounds (`depth`: the histogram's length at least, as `accept_hist`)."""
     events = list(events)
     return AcceptanceStats(hist=accept_hist(events, depth), drafted_depth=max_depth(events),
-                           specialists=specialists_by_position(events),
-                           deviation=feature_deviation_by_position(events))
+                           specialists=specialists_by_position(events), deviation=_deviations(events),
+                           by_drafted=accept_by_drafted(events, depth))

@@ -206,7 +206,7 @@ def test_chart_figures_data():
     assert list(unc.data[0].y) == pytest.approx(metrics.pos_rate(SPEC_EVENTS))
     assert all(t.type != "heatmap" for t in unc.data)
     dev = figures.feature_deviation_figure(runs_)
-    assert list(dev.data[0].y) == [1.0, 3.0] and "EAGLE n=4" in dev.layout.title.text
+    assert list(dev.data[0].y) == [1.0, 3.0] and "EAGLE n=2" in dev.layout.title.text
     assert list(figures.feature_deviation_figure(runs_, metric="cosine").data[0].y) == pytest.approx([0.1, 0.3])
     bars = figures.accept_hist_figure(runs_)
     assert list(bars.data[0].y) == pytest.approx([1 / 3, 0, 2 / 3, 0])

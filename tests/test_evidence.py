@@ -107,7 +107,7 @@ def test_summary_round_trips_and_draws_like_the_events(known, tmp_path):
     assert a.error_y.arrayminus[0] == pytest.approx(8 / 12 - metrics.wilson_interval(8, 12)[0], rel=1e-4)
     assert "EAGLE n=12" in from_stats.layout.title.text and "Wilson" in from_stats.layout.title.text
     dev = figures.feature_deviation_figure({"EAGLE": stats})
-    assert list(dev.data[0].y) == pytest.approx([1.0, 2.0, 3.0]) and "EAGLE n=14" in dev.layout.title.text
+    assert list(dev.data[0].y) == pytest.approx([1.0, 2.0, 3.0]) and "EAGLE n=8" in dev.layout.title.text
 
 
 def test_tau_and_speedup_charts_show_intervals_and_sizes(known):
@@ -186,7 +186,7 @@ def test_loader_refuses_corrupt_or_foreign_json(tmp_path, text, says):
 
 def test_loader_refuses_another_version_and_bad_fields(known, tmp_path):
     newer = {**known[1], "version": evidence.VERSION + 1}
-    with pytest.raises(ConfigError, match="this app reads version 1"):
+    with pytest.raises(ConfigError, match="this app reads versions 1, 2"):
         evidence.load_evidence(_write(tmp_path, "v.json", json.dumps(newer)))
     bad = json.loads(json.dumps(known[1]))
     bad["results"]["eagle"]["scopes"]["overall"]["acceptance"]["hist"] = [1] * 10_000

@@ -63,6 +63,36 @@ def test_positions_deeper_than_the_tree_are_nan_not_zero():
     assert metrics.pos_acc(e, depth=6)[1] == 1 / 2 and math.isnan(metrics.pos_rate(e, depth=6)[2])
 
 
+def test_a_round_that_stopped_drafting_is_not_a_rejection_after_it():
+    """A depth stop or the node budget ends a round's tree at d: if all d tokens were accepted, the round says nothing
+    about position d+1, so pos-acc there rests on the rounds that drafted it."""
+    # Three rounds drafted 4 positions (accepting 1, 4, 2); two stopped at depth 2 with both tokens accepted.
+    e = [ev(1, 1, depth=4), ev(2, 4, depth=4), ev(3, 2, depth=4), ev(4, 2, depth=2), ev(5, 2, depth=2)]
+    joint = metrics.accept_by_drafted(e, depth=4)
+    assert joint[2][2] == 2 and joint[4] == [0, 1, 1, 0, 1] and sum(map(sum, joint)) == 5
+    acc = metrics.pos_acc(e, depth=4)
+    # k=1, 2: every round drafted them; k=3: only the three deep rounds, of which two had accepted 2 (ids 2, 3).
+    assert acc[:2] == [5 / 5, 4 / 5] and acc[2] == pytest.approx(1 / 2) and acc[3] == 1.0
+    # The old formula would have counted the two stopped rounds as rejections at k=3: 1 / 4.
+    assert metrics.pos_acc_from_hist(metrics.accept_hist(e, 4))[2] == pytest.approx(1 / 4)
+    rate = metrics.pos_rate(e, depth=4)
+    assert rate == pytest.approx([1.0, 4 / 5, 1 / 3, 1 / 3])
+    stats = metrics.acceptance_stats(e, depth=4)
+    assert stats.drafted_share() == pytest.approx([1.0, 1.0, 3 / 5, 3 / 5])
+    assert stats.counts(True) == ([5, 4, 1, 1], [5, 5, 2, 1])
+
+
+def test_pooled_stats_add_up_like_one_run():
+    a = [ev(1, 1, depth=4), ev(2, 4, depth=4)]
+    b = [ev(3, 2, depth=4), ev(4, 2, depth=2), ev(5, 2, depth=2)]
+    together = metrics.acceptance_stats(a + b, depth=4)
+    pooled = metrics.pooled([metrics.acceptance_stats(a, depth=4), metrics.acceptance_stats(b, depth=4)])
+    assert pooled.hist == together.hist and pooled.joint() == together.joint()
+    assert pooled.rates(True) == pytest.approx(together.rates(True), nan_ok=True)
+    assert pooled.deviation_of("accepted")["count"] == together.deviation_of("accepted")["count"]
+    assert pooled.deviation_of("accepted")["l2"] == pytest.approx(together.deviation_of("accepted")["l2"])
+
+
 def test_feature_deviation_and_speed():
     e = events()
     e[5].feature_deviation = [FeatureDeviation(1.0, 0.1), FeatureDeviation(2.0, 0.2), FeatureDeviation(3.0, 0.3),

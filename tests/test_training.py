@@ -364,3 +364,27 @@ def test_specialists_can_start_from_a_trained_eagle_layer(tiny_target, tmp_path)
     assert torch.equal(poss.fc.weight, eagle.fc.weight)
     with pytest.raises(PossError, match="no trained 'eagle' draft"):
         trained_eagle(tmp_path / "nowhere", tiny_target)
+
+
+def test_tokens_only_folder_trains_on_the_same_batches_with_features_computed_per_batch(tiny_target, tmp_path):
+    """`data --tokens-only` writes no features; the trainer's fill computes each batch's from the target, so the
+    batches (chosen from the tokens alone) and their features match a full folder's."""
+    from poss_core.training.data import features_batch, write_shard
+    from poss_core.training.train import feature_fill, token_batches
+
+    seqs = [s.input_ids.tolist() for s in self_distilled(tiny_target, n=12)]
+    prompt_lens = [3] * len(seqs)
+    full, tokens = tmp_path / "full", tmp_path / "tokens"
+    for folder, hidden in ((full, features_batch(tiny_target, seqs)), (tokens, None)):
+        folder.mkdir()
+        write_shard(folder / "shard-00000.safetensors", seqs, prompt_lens, hidden)
+    with_features, without = read_shards(full), read_shards(tokens)
+    assert all(s.hidden is None for s in without) and all(s.hidden is not None for s in with_features)
+    fill = feature_fill("builtin:tiny-random", torch.float32)
+    a = token_batches(with_features, 60, seed=3)
+    b = token_batches(without, 60, seed=3, fill=fill)
+    for _ in range(4):
+        x, y = next(a), next(b)
+        assert torch.equal(x.tokens, y.tokens) and torch.equal(x.mask, y.mask)
+        assert torch.allclose(x.features, y.features, atol=0.05)
+        assert torch.allclose(x.target_features, y.target_features, atol=0.05)

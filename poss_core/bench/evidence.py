@@ -29,7 +29,8 @@ from .analysis import OVERALL, aggregate, identity_check, pooled_events_by_metho
 from .records import TurnRecord, records_in
 
 SCHEMA = "poss-evidence"
-VERSION = 1
+VERSION = 2  # 2: rounds by drafted depth, drafted shares, deviation along the continuation and on tree nodes
+READABLE = (1, 2)  # a version 1 file lacks those: its pos-acc counts every round as drafting its deepest position
 FILE_NAME = "evidence.json"  # in a results folder, beside records.jsonl and summary.json
 MAX_EVIDENCE_BYTES = 4 * 1024 * 1024  # a summary is tens of KB: anything near this is not one
 MAX_RECORDS_BYTES = 64 * 1024 * 1024  # records.jsonl of a results folder read to build one
@@ -83,32 +84,72 @@ class Spread(_Strict):
 
 
 class Position(_Strict):
-    """Draft position k: conditional pos-acc and the unconditional rate, each with its Wilson 95% interval and n, and
-    the mean feature deviation of accepted tokens there (with how many)."""
+    """Draft position k: conditional pos-acc and the unconditional rate (over the rounds that drafted k), each with
+    its Wilson 95% interval and n; the share of rounds that drafted k; and the mean feature deviation of accepted
+    tokens there, with how many (conditional on acceptance: `deviation` of the cell is the unbiased one)."""
 
     k: Annotated[int, Field(ge=1, le=MAX_DEPTH)]
     pos_acc: Interval
     rate: Interval
+    drafted_share: Number = None
     l2: Number = None
     cosine: Number = None
     deviation_n: Count = 0
 
 
+Row = Annotated[list[Count], Field(max_length=MAX_DEPTH + 1)]
+
+
 class Acceptance(_Strict):
-    """The accept-length histogram (k = 0..depth), the deepest drafted position, the specialist per position, and
-    per position the figures derived from them (stored for readers of the file; the charts rederive them)."""
+    """The accept-length histogram (k = 0..depth), the rounds by drafted depth and accept length (`by_drafted[d][a]`),
+    the deepest drafted position, the specialist per position, and per position the figures derived from them
+    (stored for readers of the file; the charts rederive them)."""
 
     hist: Annotated[list[Count], Field(min_length=1, max_length=MAX_DEPTH + 1)]
+    by_drafted: Annotated[list[Row], Field(max_length=MAX_DEPTH + 1)] | None = None
     drafted_depth: Annotated[int, Field(ge=0, le=MAX_DEPTH)]
     specialists: Annotated[list[Annotated[int, Field(ge=-1, le=MAX_DEPTH)]], Field(max_length=MAX_DEPTH)] = []
     positions: Annotated[list[Position], Field(max_length=MAX_DEPTH)] = []
 
-    def stats(self) -> AcceptanceStats:
+    def stats(self, deviation: "Deviation | None" = None) -> AcceptanceStats:
         kept = [p for p in self.positions if p.deviation_n > 0]
+        kinds = {"accepted": {"l2": [_nan(p.l2) for p in kept], "cosine": [_nan(p.cosine) for p in kept],
+                              "count": [p.deviation_n for p in kept]}}
+        if deviation is not None:
+            kinds.update(deviation.by_kind())
         return AcceptanceStats(hist=list(self.hist), drafted_depth=self.drafted_depth,
-                               specialists=list(self.specialists),
-                               deviation={"l2": [_nan(p.l2) for p in kept], "cosine": [_nan(p.cosine) for p in kept],
-                                          "count": [p.deviation_n for p in kept]})
+                               specialists=list(self.specialists), deviation=kinds,
+                               by_drafted=[list(r) for r in self.by_drafted] if self.by_drafted else None)
+
+
+class DeviationPoint(_Strict):
+    """Mean feature deviation at draft position k over n rounds (continuation) or tree nodes."""
+
+    k: Annotated[int, Field(ge=1, le=MAX_DEPTH)]
+    l2: Number
+    cosine: Number
+    n: Count
+
+
+Curve = Annotated[list[DeviationPoint], Field(max_length=MAX_DEPTH)]
+
+
+class Deviation(_Strict):
+    """Feature deviation by position, measured without survivor bias: along the target's own continuation from each
+    round's root, and on every drafted tree node on / off the accepted path."""
+
+    continuation: Curve = []
+    tree_on_path: Curve = []
+    tree_off_path: Curve = []
+
+    def by_kind(self) -> dict[str, dict[str, list]]:
+        out = {}
+        for kind in ("continuation", "tree_on_path", "tree_off_path"):
+            points = getattr(self, kind)
+            if points:
+                out[kind] = {"l2": [_nan(p.l2) for p in points], "cosine": [_nan(p.cosine) for p in points],
+                             "count": [p.n for p in points]}
+        return out
 
 
 class Cell(_Strict):
@@ -121,6 +162,10 @@ class Cell(_Strict):
     speedup: Spread
     tokens_per_s: Spread
     acceptance: Acceptance
+    deviation: Deviation = Deviation()
+
+    def stats(self) -> AcceptanceStats:
+        return self.acceptance.stats(self.deviation)
 
 
 class MethodResult(_Strict):
@@ -181,9 +226,9 @@ class Evidence(_Strict):
     @classmethod
     def _known_version(cls, data: Any) -> Any:
         # Checked before the fields, so a newer file says what to do instead of listing what changed.
-        if isinstance(data, dict) and data.get("schema") == SCHEMA and data.get("version") != VERSION:
-            raise ValueError(f"version {data.get('version')!r} of the evidence summary: this app reads version "
-                             f"{VERSION}; write it again with this checkout's `python -m poss_core.bench evidence`")
+        if isinstance(data, dict) and data.get("schema") == SCHEMA and data.get("version") not in READABLE:
+            raise ValueError(f"version {data.get('version')!r} of the evidence summary: this app reads versions "
+                             f"{', '.join(map(str, READABLE))}; write it again with this checkout's `python -m poss_core.bench evidence`")
         return data
 
     @model_validator(mode="after")
@@ -210,7 +255,7 @@ class Evidence(_Strict):
 
     def acceptance(self, scope: str = OVERALL) -> dict[str, AcceptanceStats]:
         """Each draft method's acceptance statistics on `scope` (a dataset or overall), by its short label."""
-        return {m.short: self.results[m.name].scopes[scope].acceptance.stats() for m in self.draft_methods()
+        return {m.short: self.results[m.name].scopes[scope].stats() for m in self.draft_methods()
                 if scope in self.results[m.name].scopes}
 
     def taus(self) -> tuple[dict[str, dict[str, Estimate]], dict[str, Estimate]]:
@@ -254,20 +299,32 @@ def _spread(mean: float, std: float, values: Sequence[float]) -> dict[str, Any]:
 
 
 def acceptance_json(stats: AcceptanceStats) -> dict[str, Any]:
-    """The histogram and what it gives per position: rates with Wilson intervals and their n, and deviation."""
-    dev = stats.deviation
+    """The histogram and what it gives per position: rates with Wilson intervals and their n, the share of rounds
+    that drafted the position, and the accepted-only deviation."""
+    dev = stats.deviation_of("accepted")
+    shares = stats.drafted_share()
     positions = []
     rates = {c: (stats.rates(c), stats.intervals(c), stats.counts(c)[1]) for c in (True, False)}
     for k in range(1, len(stats.hist)):
-        row: dict[str, Any] = {"k": k}
+        row: dict[str, Any] = {"k": k, "drafted_share": shares[k - 1]}
         for key, conditional in (("pos_acc", True), ("rate", False)):
             values, intervals, n = rates[conditional]
             row[key] = interval((values[k - 1], *intervals[k - 1]), n[k - 1])
         if k <= len(dev["count"]):
             row.update(l2=dev["l2"][k - 1], cosine=dev["cosine"][k - 1], deviation_n=dev["count"][k - 1])
         positions.append(row)
-    return {"hist": stats.hist, "drafted_depth": stats.drafted_depth, "specialists": stats.specialists,
-            "positions": positions}
+    return {"hist": stats.hist, "by_drafted": stats.joint(), "drafted_depth": stats.drafted_depth,
+            "specialists": stats.specialists, "positions": positions}
+
+
+def deviation_json(stats: AcceptanceStats) -> dict[str, list[dict[str, Any]]]:
+    """The unbiased deviations by position, as the evidence file names them for outside tools."""
+    out = {}
+    for kind in ("continuation", "tree_on_path", "tree_off_path"):
+        d = stats.deviation_of(kind)
+        out[kind] = [{"k": k, "l2": d["l2"][k - 1], "cosine": d["cosine"][k - 1], "n": n}
+                     for k, n in enumerate(d["count"], 1) if n]
+    return out
 
 
 def build_evidence(records: Sequence[TurnRecord], meta: dict[str, Any], depth: int,
@@ -301,12 +358,14 @@ def build_evidence(records: Sequence[TurnRecord], meta: dict[str, Any], depth: i
             cell = agg["table"][m][scope]
             tau = overall["pooled"] if scope == OVERALL else metrics.bootstrap_tau(rows)["pooled"]
             events = pooled_events_by_method(mine, [m], None if scope == OVERALL else scope)[m]
+            stats = metrics.acceptance_stats(events, depth)
             scopes[scope] = {
                 "tau": interval(tau, cell["rounds"]), "questions": sum(len(r) for r in rows),
                 "rounds": cell["rounds"], "new_tokens": cell["new_tokens"],
                 "speedup": _spread(cell["speedup"], cell["speedup_std"], cell["speedup_runs"]),
                 "tokens_per_s": _spread(cell["tokens_per_s"], cell["tokens_per_s_std"], cell["tokens_per_s_runs"]),
-                "acceptance": acceptance_json(metrics.acceptance_stats(events, depth)),
+                "acceptance": acceptance_json(stats),
+                "deviation": deviation_json(stats),
             }
         result: dict[str, Any] = {"scopes": scopes,
                                   "tau_mean_of_datasets": interval(overall["mean_of_datasets"],

@@ -35,8 +35,18 @@ TARGET_COLOR = "#D55E00"
 FONT_COLOR = "#8a8f98"
 GRID_COLOR = "rgba(128,128,128,0.22)"
 
-POS_ACC_FORMULA = "pos-acc<sub>k</sub> = P(accept_len ≥ k) / P(accept_len ≥ k−1)"
-POS_RATE_FORMULA = "rate<sub>k</sub> = P(accept_len ≥ k)"
+POS_ACC_FORMULA = "pos-acc<sub>k</sub>: of rounds that accepted k−1 and drafted k, the share that accepted k"
+POS_RATE_FORMULA = "rate<sub>k</sub>: of rounds that drafted k, the share that accepted ≥ k"
+
+# What each kind of feature deviation (metrics.DEVIATION_KINDS) is measured on, as a chart says it.
+DEVIATION_TITLES = {
+    "continuation": "along the target's own continuation",
+    "accepted": "accepted positions only (conditional on acceptance)",
+    "tree_on_path": "tree nodes on the accepted path",
+    "tree_off_path": "tree nodes off the accepted path",
+}
+DEVIATION_UNITS = {"continuation": "rounds", "accepted": "accepted tokens", "tree_on_path": "nodes",
+                   "tree_off_path": "nodes"}
 
 
 def plotly_text(text: object) -> str:
@@ -130,10 +140,11 @@ def pos_acc_figure(runs: Runs, conditional: bool = True,
     """Position-wise acceptance per draft position, one line per run on shared axes, each point with its Wilson 95%
     interval and (on hover) the rounds it rests on.
 
-    conditional=True draws POSS's pos-acc_k = P(accept_len >= k) / P(accept_len >= k-1); False draws the
-    unconditional rate P(accept_len >= k). `specialist_bands` adds a strip under the chart showing which specialist
-    drafts which position for each run: True reads it off the runs, a mapping gives it per run label
-    (specialist index per position 1..depth), None/False leaves it out. Runs without draft rounds are skipped.
+    conditional=True draws POSS's pos-acc_k over the rounds that accepted k-1 tokens and drafted position k; False
+    the unconditional rate over the rounds that drafted k. A round that stopped drafting before k (a depth stop, the
+    node budget) counts at neither. `specialist_bands` adds a strip under the chart showing, per run and position,
+    which specialist drafted it and in what share of the rounds: True reads it off the runs, a mapping gives the
+    specialist per position per run label, None/False leaves it out. Runs without draft rounds are skipped.
     `note` (here and in the other charts) is a second subtitle line saying what the runs are."""
     drafted = _drafted(acceptance_of(runs, depth))
     name = "Position-wise acceptance, conditional (pos-acc)" if conditional else \
@@ -163,12 +174,13 @@ def pos_acc_figure(runs: Runs, conditional: bool = True,
             hovertemplate=f"{plotly_text(label)}<br>position %{{x}}: %{{y:.2f}} (95%: %{{customdata[2]:.2f}}–"
                           "%{customdata[3]:.2f})<br>%{customdata[0]} of %{customdata[1]} rounds<extra></extra>"),
             row=1, col=1)
-    fig.update_yaxes(title_text="accepted" + (" | reached k−1" if conditional else " (share of rounds)"),
+    fig.update_yaxes(title_text="accepted" + (" | accepted k−1, drafted k" if conditional else " | drafted k"),
                      range=[0, 1.05], row=1, col=1)
     if bands:
         labels = [plotly_text(label) for label in bands]
         width = max(len(v) for v in bands.values())
         z = [[(v[k] if k < len(v) else -1) for k in range(width)] for v in bands.values()]
+        shares = [[(drafted[label].drafted_share() + [math.nan] * width)[k] for k in range(width)] for label in bands]
         n_spec = max(max(row) for row in z) + 1 if z else 1
         # A discrete colour scale: one flat step per specialist index (-1, never drafted, is transparent).
         steps = max(n_spec, 1)
@@ -180,8 +192,9 @@ def pos_acc_figure(runs: Runs, conditional: bool = True,
         fig.add_trace(go.Heatmap(
             z=z, x=list(range(1, width + 1)), y=labels, zmin=-1.5, zmax=steps - 0.5, colorscale=scale,
             showscale=False, xgap=2, ygap=2, name="specialists",
-            text=[[("" if s < 0 else f"S{s + 1}") for s in row] for row in z], texttemplate="%{text}",
-            hovertemplate="%{y}: position %{x} drafted by specialist %{text}<extra></extra>"), row=2, col=1)
+            text=[[("" if s < 0 else f"S{s + 1} {_share(sh)}") for s, sh in zip(row, sh_row)]
+                  for row, sh_row in zip(z, shares)], texttemplate="%{text}",
+            hovertemplate="%{y}: position %{x} drafted by specialist %{text} of rounds<extra></extra>"), row=2, col=1)
         fig.update_yaxes(tickfont={"size": 10}, row=2, col=1)
         fig.update_xaxes(title_text="draft position k", dtick=1, row=2, col=1)
     else:
@@ -190,20 +203,38 @@ def pos_acc_figure(runs: Runs, conditional: bool = True,
                                      f"bars: Wilson 95%; {_sample_sizes(drafted)}", note)
 
 
-def feature_deviation_figure(runs: Runs, metric: str = "l2", colors: Mapping[str, str] | None = None,
-                             height: int = 340, note: str = "") -> go.Figure:
-    """Mean deviation between the draft's predicted feature and the target's true feature, by accepted position.
+def _share(value: float) -> str:
+    return "" if value != value else f"{value:.0%}"
 
-    `metric` is "l2" (L2 norm) or "cosine" (1 - cos); the hover shows both and how many accepted positions each
-    mean rests on."""
+
+def deviation_kind_shown(stats: Mapping[str, AcceptanceStats], kind: str) -> str:
+    """`kind`, or the accepted-only deviation where no run measured `kind` (a run saved before the continuation
+    deviation existed): the chart then says which one it draws."""
+    if kind != "accepted" and not any(any(st.deviation_of(kind)["count"]) for st in stats.values()):
+        return "accepted"
+    return kind
+
+
+def feature_deviation_figure(runs: Runs, metric: str = "l2", colors: Mapping[str, str] | None = None,
+                             height: int = 340, note: str = "", kind: str = "continuation") -> go.Figure:
+    """Mean deviation between the draft's predicted feature and the target's true feature, by draft position.
+
+    `kind` (metrics.DEVIATION_KINDS) says where it is measured: "continuation" (the draft rolled forward over the
+    tokens the target went on to write, every round: no survivor bias), "accepted" (accepted positions only:
+    conditional on acceptance, so deep positions keep only the easy rounds), or the tree's nodes on / off the
+    accepted path. `metric` is "l2" (L2 norm) or "cosine" (1 - cos); the hover shows both and the sample size."""
     if metric not in ("l2", "cosine"):
         raise ValueError(f"metric={metric!r}: use 'l2' or 'cosine'.")
-    title = "Feature deviation by draft position (accepted positions)"
-    data = {label: st.deviation for label, st in _drafted(acceptance_of(runs)).items()}
-    data = {label: d for label, d in data.items() if d["count"]}
+    if kind not in DEVIATION_TITLES:
+        raise ValueError(f"kind={kind!r}: use one of {', '.join(DEVIATION_TITLES)}.")
+    drafted = _drafted(acceptance_of(runs))
+    kind = deviation_kind_shown(drafted, kind)
+    title = f"Feature deviation by draft position, {DEVIATION_TITLES[kind]}"
+    unit = DEVIATION_UNITS[kind]
+    data = {label: st.deviation_of(kind) for label, st in drafted.items()}
+    data = {label: d for label, d in data.items() if any(d["count"])}
     if not data:
-        return empty_figure("No accepted draft tokens yet: deviation is measured on accepted positions.", height,
-                            title)
+        return empty_figure("No draft rounds with a measured deviation yet.", height, title)
     colors = run_colors(list(runs), known=colors)
     fig = go.Figure()
     for label, d in data.items():
@@ -213,12 +244,11 @@ def feature_deviation_figure(runs: Runs, metric: str = "l2", colors: Mapping[str
             line={"color": colors.get(label), "width": 2.5},
             marker={"size": 8}, customdata=list(zip(d["l2"], d["cosine"], d["count"])),
             hovertemplate=f"{plotly_text(label)}<br>position %{{x}}<br>L2 %{{customdata[0]:.3f}}, cosine distance "
-                          "%{customdata[1]:.4f}<br>over %{customdata[2]} accepted tokens<extra></extra>"))
+                          f"%{{customdata[1]:.4f}}<br>over %{{customdata[2]}} {unit}<extra></extra>"))
     fig.update_xaxes(title_text="draft position k", dtick=1)
     fig.update_yaxes(title_text="mean L2 distance" if metric == "l2" else "mean cosine distance", rangemode="tozero")
-    counts = ", ".join(f"{plotly_text(label)} n={sum(d['count'])}" for label, d in data.items())
-    return _style(fig, title, height, f"draft's predicted vs target's true feature; accepted positions: {counts}",
-                  note)
+    counts = ", ".join(f"{plotly_text(label)} n={d['count'][0]}" for label, d in data.items())
+    return _style(fig, title, height, f"draft's predicted vs target's true feature; {unit} at k=1: {counts}", note)
 
 
 def accept_hist_figure(runs: Runs, depth: int | None = None, colors: Mapping[str, str] | None = None,

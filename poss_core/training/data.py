@@ -169,21 +169,26 @@ def features_batch(target: TargetModel, seqs: list[list[int]]) -> list[torch.Ten
     return [hidden[i, : len(s)].cpu() for i, s in enumerate(seqs)]
 
 
-def write_shard(path: Path, seqs: list[list[int]], prompt_lens: list[int], hidden: list[torch.Tensor]) -> None:
+def write_shard(path: Path, seqs: list[list[int]], prompt_lens: list[int],
+                hidden: list[torch.Tensor] | None) -> None:
+    """One batch's rows; `hidden` None writes a tokens-only shard (the trainer computes its features per batch)."""
     tokens = torch.tensor([t for s in seqs for t in s], dtype=torch.int32)
     loss_mask = torch.tensor([int(i >= pl) for s, pl in zip(seqs, prompt_lens) for i in range(len(s))],
                              dtype=torch.uint8)
     offsets = torch.tensor([0] + list(torch.cumsum(torch.tensor([len(s) for s in seqs]), 0).tolist()),
                            dtype=torch.int64)
+    tensors = {"tokens": tokens, "loss_mask": loss_mask, "offsets": offsets}
+    if hidden is not None:
+        tensors["hidden"] = torch.cat(hidden).to(torch.bfloat16).contiguous()
     tmp = path.with_suffix(".partial")
-    save_file({"tokens": tokens, "loss_mask": loss_mask, "offsets": offsets,
-               "hidden": torch.cat(hidden).to(torch.bfloat16).contiguous()}, str(tmp))
+    save_file(tensors, str(tmp))
     tmp.rename(path)  # a shard exists only when complete: resuming never reads half a shard
 
 
 def read_shards(folder: str | Path, max_len: int = 512) -> list[TrainSequence]:
-    """All sequences of a data folder, cut to `max_len` tokens; features stay bf16 until batched. A sequence whose cut
-    leaves no answer token (a long document's prompt alone) is left out: it would train nothing."""
+    """All sequences of a data folder, cut to `max_len` tokens; features stay bf16 until batched (None in a tokens-only
+    folder). A sequence whose cut leaves no answer token (a long document's prompt alone) is left out: it would train
+    nothing."""
     seqs = []
     for f in sorted(Path(folder).glob("shard-*.safetensors")):
         d = load_file(str(f))
@@ -192,7 +197,8 @@ def read_shards(folder: str | Path, max_len: int = 512) -> list[TrainSequence]:
             b = min(b, a + max_len)
             if not bool(d["loss_mask"][a + 1:b].any()):  # row 0 is never a prediction target
                 continue
-            seqs.append(TrainSequence(d["tokens"][a:b].long(), d["hidden"][a:b], d["loss_mask"][a:b]))
+            hidden = d["hidden"][a:b] if "hidden" in d else None
+            seqs.append(TrainSequence(d["tokens"][a:b].long(), hidden, d["loss_mask"][a:b]))
     return seqs
 
 
@@ -316,20 +322,21 @@ def read_token_ids(path: str | Path) -> list[TokenShard]:
     return shards
 
 
-def build_from_ids(target: TargetModel, shards: list[TokenShard], out: Path, progress: bool = True) -> dict:
-    """The feature shards of saved token ids: only the target's forward runs, nothing is generated. Resumable."""
+def build_from_ids(target: TargetModel | None, shards: list[TokenShard], out: Path, progress: bool = True) -> dict:
+    """The feature shards of saved token ids: only the target's forward runs, nothing is generated. Resumable.
+    Without a target, the shards hold tokens only (no forward at all; see `--tokens-only`)."""
     out.mkdir(parents=True, exist_ok=True)
     todo = [s for s in shards if not (out / f"shard-{s.index:05d}.safetensors").exists()]
     t0, tokens = time.time(), 0
-    bar = tqdm(todo, desc=f"features {out.name}", unit="batch", disable=not progress)
+    bar = tqdm(todo, desc=f"{'features' if target else 'tokens'} {out.name}", unit="batch", disable=not progress)
     for s in bar:
         write_shard(out / f"shard-{s.index:05d}.safetensors", s.input_ids, s.prompt_lens,
-                    features_batch(target, s.input_ids))
+                    features_batch(target, s.input_ids) if target else None)
         tokens += sum(len(q) for q in s.input_ids)
         bar.set_postfix(tok_s=f"{tokens / max(time.time() - t0, 1e-9):.0f}")
     info = {"shards": len(shards), "built_now": len(todo), "from_saved_tokens": len(todo), "tokens_now": tokens,
-            "seconds_now": round(time.time() - t0, 1)}
-    write_data_card(out, info, target.name)
+            "seconds_now": round(time.time() - t0, 1), "features": target is not None}
+    write_data_card(out, info, target.name if target else "none (tokens only)")
     return info
 
 
@@ -389,8 +396,9 @@ def encode_pair(tokenizer, prompt: str, answer: str, max_prompt_tokens: int, max
 
 
 def build_fixed(target: TargetModel, pairs: list[tuple[str, str]], out: Path, cfg: DataConfig,
-                progress: bool = True) -> dict:
-    """Features of the target over fixed (prompt, answer) pairs: no generation, so ~10x cheaper per token."""
+                progress: bool = True, features: bool = True) -> dict:
+    """Features of the target over fixed (prompt, answer) pairs: no generation, so ~10x cheaper per token. With
+    `features` False, the shards hold tokens only (the tokenizer alone runs)."""
     out.mkdir(parents=True, exist_ok=True)
     encoded = [encode_pair(target.tokenizer, p, a, cfg.max_prompt_tokens, cfg.max_new_tokens) for p, a in pairs]
     plan = shard_plan([len(e) for e, _ in encoded], cfg.batch_size, cfg.seed)[: cfg.max_shards or None]
@@ -399,12 +407,12 @@ def build_fixed(target: TargetModel, pairs: list[tuple[str, str]], out: Path, cf
     bar = tqdm(todo, desc="feature extraction", unit="batch", disable=not progress)
     for i in bar:
         seqs = [encoded[j][0] for j in plan[i]]
-        hidden = features_batch(target, seqs)
+        hidden = features_batch(target, seqs) if features else None
         write_shard(out / f"shard-{i:05d}.safetensors", seqs, [encoded[j][1] for j in plan[i]], hidden)
         tokens += sum(len(s) for s in seqs)
         bar.set_postfix(tok_s=f"{tokens / (time.time() - t0):.0f}")
     info = {"pairs": len(pairs), "shards": len(plan), "built_now": len(todo), "tokens_now": tokens,
-            "seconds_now": round(time.time() - t0, 1), "answers": "dataset", **cfg.__dict__}
+            "seconds_now": round(time.time() - t0, 1), "answers": "dataset", "features": features, **cfg.__dict__}
     write_data_card(out, info, target.name)
     return info
 
@@ -445,6 +453,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--from-ids", default=None, metavar="FILE",
                    help="rebuild the features from saved token ids (a .npz of pack_token_ids, e.g. "
                         "assets/training_data/NAME.npz): nothing is generated and the prompt options are ignored")
+    p.add_argument("--tokens-only", action="store_true",
+                   help="with --from-ids or --answers dataset: write the rows' token ids without the target's "
+                        "features (no forward now, a fraction of the disk); the trainer then computes each batch's "
+                        "features when it uses the batch, so a short run pays only for the rows it trains on")
     add_dtype_argument(p, "the target's precision for generation (features are stored in bf16 either way)")
     return run_cli(run, p.parse_args(argv))
 
@@ -458,8 +470,14 @@ def run(args) -> int:
         raise PossError("--max-prompt-tokens must be at least 1 and --min-prompt-tokens at least 0.")
     if args.max_shards < 0:
         raise PossError(f"--max-shards must be 0 (all) or a positive count, not {args.max_shards}.")
+    if args.tokens_only and not args.from_ids and args.answers != "dataset":
+        raise PossError("--tokens-only needs rows that exist without generating: give --from-ids FILE or "
+                        "--answers dataset.")
     if args.from_ids:
         shards = read_token_ids(args.from_ids)[: args.max_shards or None]
+        if args.tokens_only:
+            print(json.dumps(build_from_ids(None, shards, Path(args.out))))
+            return 0
         target = load_preset_target(args.target or get_preset(args.preset).target, quantization="none", dtype=dtype)
         print(json.dumps(build_from_ids(target, shards, Path(args.out))))
         return 0
@@ -505,8 +523,10 @@ def run(args) -> int:
         items += written
     if not items:
         raise PossError("no prompts are left to answer after --exclude: raise --self-prompts or give new prompt files.")
-    builder = build_fixed if args.answers == "dataset" else build
-    print(json.dumps(builder(target, items, Path(args.out), cfg)))
+    if args.answers == "dataset":
+        print(json.dumps(build_fixed(target, items, Path(args.out), cfg, features=not args.tokens_only)))
+    else:
+        print(json.dumps(build(target, items, Path(args.out), cfg)))
     return 0
 
 

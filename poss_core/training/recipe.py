@@ -216,8 +216,9 @@ def flag_args(flags: dict) -> list[str]:
     return out
 
 
-def data_command(recipe: Recipe, d: DataFolder, max_shards: int = 0) -> list[str]:
-    """The data CLI call that (re)builds one folder: from its committed token ids when it has them."""
+def data_command(recipe: Recipe, d: DataFolder, max_shards: int = 0, tokens_only: bool = False) -> list[str]:
+    """The data CLI call that (re)builds one folder: from its committed token ids when it has them (`tokens_only`:
+    without the target's features, which the trainer then computes per batch)."""
     out = recipe.data_root / d.name
     args = [] if d.tokens else list(d.args)
     # --exclude names data folders of the recipe
@@ -232,6 +233,8 @@ def data_command(recipe: Recipe, d: DataFolder, max_shards: int = 0) -> list[str
     shards = min((x for x in (d.max_shards, max_shards) if x), default=0)  # the smaller cap that is set
     if shards:
         cmd += ["--max-shards", str(shards)]
+    if tokens_only:
+        cmd += ["--tokens-only"]
     return cmd
 
 
@@ -277,7 +280,7 @@ def needed_data(recipe: Recipe, until: str | None) -> list[str]:
     return sorted({n for s in recipe.stages[: last + 1] for p in s.phases for n in p.data})
 
 
-def build_data(recipe: Recipe, only: list[str], max_shards: int, dry_run: bool) -> None:
+def build_data(recipe: Recipe, only: list[str], max_shards: int, dry_run: bool, tokens_only: bool = False) -> None:
     """Every data folder in order (later ones may exclude earlier ones); a folder whose shards exist is skipped by the
     data CLI itself, so a rerun resumes."""
     unknown = sorted(set(only) - {d.name for d in recipe.data})
@@ -285,7 +288,8 @@ def build_data(recipe: Recipe, only: list[str], max_shards: int, dry_run: bool) 
         raise ConfigError(f"--only {', '.join(unknown)}: not a data folder of {recipe.path}.")
     todo = [d for d in recipe.data if not only or d.name in only]
     for i, d in enumerate(todo, 1):
-        run_step(data_command(recipe, d, max_shards=max_shards), f"data {i}/{len(todo)} {d.name}", dry_run)
+        run_step(data_command(recipe, d, max_shards=max_shards, tokens_only=tokens_only),
+                 f"data {i}/{len(todo)} {d.name}", dry_run)
 
 
 def assemble_stage(recipe: Recipe, runs: Path, stage_i: int) -> Path:
@@ -368,6 +372,9 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--only", nargs="+", default=[], metavar="NAME", help="just these data folders")
     d.add_argument("--max-shards", type=int, default=0, metavar="N",
                    help="build at most N shards per folder (a quick smoke run; 0 = all)")
+    d.add_argument("--tokens-only", action="store_true",
+                   help="write the rows without the target's features: minutes instead of hours, and training "
+                        "computes each batch's features as it uses them (worth it for a run of a few hundred steps)")
     t = sub.add_parser("train", help="train every stage in order (resumable)")
     common(t)
     t.add_argument("--until", default=None, metavar="STAGE", help="stop after this stage (e.g. stage-1)")
@@ -390,7 +397,7 @@ def run(args) -> int:
     if args.command == "data":
         if args.max_shards < 0:
             raise ConfigError(f"--max-shards must be 0 (all) or positive, not {args.max_shards}.")
-        build_data(recipe, args.only, args.max_shards, args.dry_run)
+        build_data(recipe, args.only, args.max_shards, args.dry_run, args.tokens_only)
     elif args.command == "train":
         if args.max_steps < 0:
             raise ConfigError(f"--max-steps must be 0 (the recipe's steps) or positive, not {args.max_steps}.")

@@ -16,6 +16,7 @@ import random
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
@@ -26,7 +27,7 @@ from ..errors import ConfigError, PossError, run_cli
 from ..models.checkpoint import load_draft, save_draft
 from ..models.draft import DraftModel, DraftSpec, draft_config_from_target
 from ..models.target import TargetModel
-from .data import read_shards
+from .data import features_batch, read_shards
 from .losses import LossWeights
 from .trainer import (UNROLLS, RowBatch, TrainConfig, TrainSequence, make_batch, make_optimizer, optimizer_step,
                       trainable)
@@ -38,6 +39,9 @@ METHODS = {
     "poss2": ("poss", 2, 0),
     "poss3": ("poss", 3, 0),
     "matched": ("stacked", 2, 1),
+    # HASS's idea as a control for POSS: EAGLE's one layer, trained on the same unrolled positions as POSS (with
+    # --unroll decoding), so POSS minus hass is what position specialisation adds.
+    "hass": ("eagle", 1, 0),
 }
 
 
@@ -69,10 +73,15 @@ def vocab_coverage(seqs: list[TrainSequence], vocab: torch.Tensor) -> float:
     return hit / max(1, total)
 
 
-def token_batches(seqs: list[TrainSequence], tokens_per_batch: int, seed: int):
+FeatureFill = Callable[[list[TrainSequence]], list[TrainSequence]]
+
+
+def token_batches(seqs: list[TrainSequence], tokens_per_batch: int, seed: int, fill: FeatureFill | None = None):
     """An endless, seeded stream of batches of about `tokens_per_batch` tokens (the same for every method). A sequence
     longer than a whole batch (a long document) is a batch of its own: padding every other row to its length would
-    multiply the cost of the batch it landed in."""
+    multiply the cost of the batch it landed in. `fill` gives rows of a tokens-only folder their features as each
+    batch is made (the batches are the same either way: they depend on the tokens alone)."""
+    fill = fill or (lambda rows: rows)
     rng = random.Random(seed)
     order: list[int] = []
     while True:
@@ -83,11 +92,32 @@ def token_batches(seqs: list[TrainSequence], tokens_per_batch: int, seed: int):
                 rng.shuffle(order)
             s = seqs[order.pop()]
             if int(s.input_ids.numel()) > tokens_per_batch:
-                yield make_batch([s])
+                yield make_batch(fill([s]))
                 continue
             batch.append(s)
             used += int(s.input_ids.numel())
-        yield make_batch(batch)
+        yield make_batch(fill(batch))
+
+
+def feature_fill(target_name: str, dtype: torch.dtype) -> FeatureFill:
+    """Features for rows that have none, from a copy of the target in `dtype` (bf16: about 4x faster than fp32 on a
+    CPU, and the precision data folders store features in). Rows that have features pass through untouched; the
+    computed ones are not kept, so memory stays that of the tokens."""
+    from ..models.loading import load_preset_target
+
+    feature_target = load_preset_target(target_name, quantization="none", dtype=dtype)
+
+    def fill(rows: list[TrainSequence]) -> list[TrainSequence]:
+        todo = [i for i, r in enumerate(rows) if r.hidden is None]
+        if not todo:
+            return rows
+        hidden = features_batch(feature_target, [rows[i].input_ids.tolist() for i in todo])
+        out = list(rows)
+        for i, h in zip(todo, hidden):
+            out[i] = TrainSequence(rows[i].input_ids, h.to(torch.bfloat16), rows[i].loss_mask)
+        return out
+
+    return fill
 
 
 def make_draft(target: TargetModel, name: str, depth: int, vocab: torch.Tensor | None, init: DraftModel | None,
@@ -249,6 +279,8 @@ def main(argv: list[str] | None = None) -> int:
                         "continues for the same steps, which keeps the comparison fair. Not with --init-from")
     p.add_argument("--export", default=None, help="also write the final drafts here (e.g. assets/drafts/NAME)")
     p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--features-dtype", default="bfloat16", choices=["bfloat16", "float32"],
+                   help="the target's precision for the features of a tokens-only data folder (data --tokens-only)")
     p.add_argument("--autocast", default="none", choices=["none", "bfloat16"],
                    help="mixed precision for the draft's forward/backward (fp32 master weights); bfloat16 is "
                         "about 2x faster for POSS on CPUs with AMX")
@@ -284,7 +316,7 @@ def check_args(args) -> None:
 
 
 def run(args) -> int:
-    from ..models.loading import load_preset_target
+    from ..models.loading import load_preset_target, parse_dtype
     from ..models.presets import get_preset
 
     check_args(args)
@@ -313,7 +345,14 @@ def run(args) -> int:
                  "draft_vocab": int(vocab.numel()) if vocab is not None else None,
                  "draft_vocab_coverage": vocab_coverage(train_seqs, vocab) if vocab is not None else 1.0}
     print(json.dumps({"data": data_info}), flush=True)
-    heldout_batches = [make_batch(held[i: i + 8]) for i in range(0, len(held), 8)]
+    fill = None
+    if any(s.hidden is None for s in seqs):
+        fill = feature_fill(args.target or get_preset(args.preset).target, parse_dtype(args.features_dtype))
+        print(f"[train] tokens-only data: each batch's features come from a {args.features_dtype} forward of the "
+              f"target as training uses it", file=sys.stderr, flush=True)
+    # Held-out batches are only scored by the final evaluation: a tokens-only folder then pays their forward once.
+    heldout_batches = [] if args.final_eval == "none" else \
+        [make_batch(fill(held[i: i + 8]) if fill else held[i: i + 8]) for i in range(0, len(held), 8)]
     weights = LossWeights.named(args.loss)
     init = make_draft(target, "eagle", args.depth, vocab, None, args.seed)
     init_note = "shared (EAGLE's initial layer, copied into every layer)"
@@ -330,7 +369,7 @@ def run(args) -> int:
         if args.init_from:
             init_note = continue_from(draft, args.init_from, target, name)
         batch_seed = args.seed if args.batch_seed is None else args.batch_seed
-        record = train_one(name, draft, token_batches(train_seqs, args.tokens_per_batch, batch_seed), cfg, out,
+        record = train_one(name, draft, token_batches(train_seqs, args.tokens_per_batch, batch_seed, fill), cfg, out,
                            heldout_batches, args.depth, args.save_every, final_eval=args.final_eval)
         card = {**record, "label": draft.spec.label, "train_config": {**asdict(cfg), "weights": asdict(weights)},
                 "tokens_per_batch": args.tokens_per_batch, "batch_seed": batch_seed, "data": data_info,

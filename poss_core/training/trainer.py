@@ -17,10 +17,11 @@ from .losses import LossWeights, draft_loss
 
 @dataclass
 class TrainSequence:
-    """One training sequence: token ids [T], the target's features [T, H] (after the final norm), loss mask [T]."""
+    """One training sequence: token ids [T], the target's features [T, H] (after the final norm; None until computed,
+    for a tokens-only data folder), loss mask [T]."""
 
     input_ids: torch.Tensor
-    hidden: torch.Tensor
+    hidden: torch.Tensor | None
     loss_mask: torch.Tensor
 
 
