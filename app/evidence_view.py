@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import atexit
 import html
+import json
 import math
 import multiprocessing
 import os
@@ -16,6 +17,7 @@ from typing import Any
 
 import gradio as gr
 
+from poss_core import methods
 from poss_core.bench import figures
 from poss_core.bench.analysis import OVERALL
 from poss_core.bench.evidence import Evidence, load_evidence
@@ -23,9 +25,24 @@ from poss_core.errors import ConfigError, PossError
 from poss_core.models.presets import get_preset, presets
 from poss_core.paths import assets_dir, project_root
 
-OUTPUT_NAMES = ("message", "header", "table", "tau", "speedup", "pos_acc", "pos_rate", "deviation", "scope", "shown")
+OUTPUT_NAMES = ("message", "header", "table", "tau", "speedup", "speedup_demo", "pos_acc", "pos_rate", "deviation",
+                "heldout", "scope", "shown")
 ALL_DATASETS = "all datasets"  # the scope picker's label for the pooled scope (OVERALL)
 SCOPED = ("speedup", "pos_acc", "pos_rate", "deviation")  # the charts the scope picker redraws
+DEMO_SUFFIX = "-demo"  # assets/evidence/<preset>-demo.json: the same drafts with the Demo tab's default tree, bf16
+# The deviation picker: where the deviation is measured (metrics.DEVIATION_KINDS), the unbiased measure first.
+DEVIATION_CHOICES = [("along the target's continuation", "continuation"),
+                     ("tree nodes off the accepted path", "tree_off_path"),
+                     ("tree nodes on the accepted path", "tree_on_path"),
+                     ("accepted positions only (conditional)", "accepted")]
+
+SPEED_WORDS = """**Why the paper's tree is slower than plain decoding here.** Every round the target verifies the whole
+tree (60 drafted tokens) in one forward pass. On a GPU that pass costs about as much as a one-token step, since a
+GPU decoding one token is waiting on memory, not arithmetic; on a 2-core CPU a 61-token forward in float32 costs
+several one-token steps, and the draft's six levels cost more on top. A τ of about 3 does not pay for that. The Demo's
+default tree (32 nodes, depth 6) in bfloat16, which this CPU multiplies in hardware (AMX), keeps the verification
+cheap and the same drafts run faster than plain decoding: the second chart. Acceptance (τ, pos-acc) does not depend
+on the machine; speed does."""
 # The folder the path box may read besides the project's results/: `python app.py --results-dir DIR` or this.
 RESULTS_ENV = "POSS_RESULTS_DIR"
 RESULTS_DIR: Path | None = None  # set by build_demo from --results-dir
@@ -165,7 +182,8 @@ def _code(text: str) -> str:
 def table_html(ev: Evidence) -> str:
     """One row per method: τ with 95% intervals, τ over EAGLE, speed-up and tokens/s over runs, the sample sizes."""
     head = ["method", "τ, mean of datasets (95%)", "τ pooled (95%)", "τ vs EAGLE, mean of datasets (95%)",
-            "speed-up (± std)", "tokens/s (± std)", "runs", "draft rounds", "questions"]
+            "τ vs HASS control, mean of datasets (95%)", "speed-up (± std)", "tokens/s (± std)", "runs",
+            "draft rounds", "questions"]
     rows = []
     for info in ev.methods:
         result = ev.results.get(info.name)
@@ -175,10 +193,12 @@ def table_html(ev: Evidence) -> str:
         speed, tps = cell.speedup.estimate(), cell.tokens_per_s.estimate()
         speed_std, tps_std = speed.high - speed.value, tps.high - tps.value  # 0: a single run, no spread
         vs = result.tau_vs_eagle.estimate() if result.tau_vs_eagle else None
+        vs_hass = result.tau_vs_hass.estimate() if result.tau_vs_hass else None
         cells = [info.label if info.trained else f"{info.label} (untrained)",
                  "1 (plain)" if info.plain else _interval_text(result.tau_mean_of_datasets.estimate()),
                  "" if info.plain else _interval_text(cell.tau.estimate()),
                  _interval_text(vs, pct=True) if vs else "",
+                 _interval_text(vs_hass, pct=True) if vs_hass else "",
                  f"×{_fmt(speed.value)}" + (f" ± {_fmt(speed_std)}" if speed_std else ""),
                  _fmt(tps.value, 1) + (f" ± {_fmt(tps_std, 1)}" if tps_std else ""),
                  str(speed.n), "" if info.plain else str(cell.rounds), str(cell.questions)]
@@ -190,18 +210,22 @@ def table_html(ev: Evidence) -> str:
             f"<tr>{th}</tr>{''.join(rows)}</table>")
 
 
-def scoped_charts(ev: Evidence, scope: str = OVERALL) -> dict[str, Any]:
-    """The charts the scope picker redraws: speed-up, pos-acc, the unconditional rate and deviation on one dataset
-    (or all of them pooled); each states the rounds it rests on, so a single dataset's wider intervals show."""
+def scoped_charts(ev: Evidence, scope: str = OVERALL, kind: str = "continuation") -> dict[str, Any]:
+    """The charts the scope picker redraws: speed-up, pos-acc, the unconditional rate and deviation (measured as
+    `kind` says) on one dataset (or all of them pooled); each states the rounds it rests on, so a single dataset's
+    wider intervals show."""
     colors = ev.colors()
     runs = ev.acceptance(scope)
     speed, tps = ev.speedups(scope)
     note = "" if scope == OVERALL else f"dataset: {scope}"
+    m = ev.meta
+    tree = f"{m.run_settings.get('tree_budget', '?')}-node tree, depth {ev.depth}, {m.dtype or '?'}"
     return {
-        "speedup": figures.speedup_figure(speed, tps, colors=colors, note=note),
+        "speedup": figures.speedup_figure(speed, tps, colors=colors, note="; ".join(x for x in (tree, note) if x),
+                                          title="Speed-up with this run's tree"),
         "pos_acc": figures.pos_acc_figure(runs, conditional=True, colors=colors, note=note),
         "pos_rate": figures.pos_acc_figure(runs, conditional=False, specialist_bands=None, colors=colors, note=note),
-        "deviation": figures.feature_deviation_figure(runs, colors=colors, note=note),
+        "deviation": figures.feature_deviation_figure(runs, colors=colors, note=note, kind=kind),
     }
 
 
@@ -209,8 +233,40 @@ def scope_choices(ev: Evidence) -> list[tuple[str, str]]:
     return [(ALL_DATASETS, OVERALL)] + [(d, d) for d in ev.datasets]
 
 
-def evidence_outputs(ev: Evidence, source: str, message: str = "") -> list:
-    """Every output of the tab for one summary, in OUTPUT_NAMES order (the scope picker back on all datasets)."""
+def demo_speed_chart(demo: Evidence | None) -> Any:
+    """The speed-up with the Demo tab's default tree, from the preset's second bundled summary."""
+    title = "Speed-up with the Demo's tree"
+    if demo is None:
+        return figures.empty_figure("Bundled for the preset's own drafts only.", 340, title)
+    speed, tps = demo.speedups(OVERALL)
+    m = demo.meta
+    note = f"{m.run_settings.get('tree_budget', '?')}-node tree, depth {demo.depth}, {m.dtype or '?'}; " \
+           f"{m.hardware.split(',')[0].removeprefix('cpu:')}"
+    return figures.speedup_figure(speed, tps, colors=demo.colors(), note=note, title=title)
+
+
+def heldout_chart(preset: str | None, ev: Evidence | None) -> Any:
+    """The drafts' held-out top-1 by position from their model cards (the preset's bundled drafts)."""
+    top1: dict[str, list[float]] = {}
+    colors = ev.colors() if ev else {}
+    if preset in presets():
+        for name, ref in get_preset(preset).drafts.items():
+            card = Path(ref.source) / "model_card.json"
+            if ref.trained and card.is_file():
+                try:
+                    values = json.loads(card.read_text()).get("heldout_top1_by_position_decoding") or []
+                except (OSError, ValueError):
+                    continue
+                top1[methods.short_of(name)] = [float(v) for v in values][: 16]
+    return figures.heldout_top1_figure(top1, colors=colors, sizes="sequences held out of every draft's training "
+                                                                  "data, decoding unroll (model_card.json)")
+
+
+def evidence_outputs(ev: Evidence, source: str, message: str = "", preset: str | None = None,
+                     demo: Evidence | None = None) -> list:
+    """Every output of the tab for one summary, in OUTPUT_NAMES order (the scope picker back on all datasets).
+    `preset` and `demo` add what is bundled beside a preset's summary: its drafts' held-out figures and the
+    speed-up with the Demo tab's tree."""
     sizes = "questions: " + ", ".join(f"{d} {n}" for d, n in ev.questions().items())
     out = {
         "message": _message(message or f"Showing {source}.", "info"),
@@ -218,6 +274,8 @@ def evidence_outputs(ev: Evidence, source: str, message: str = "") -> list:
         "table": table_html(ev),
         "tau": figures.tau_figure(*ev.taus(), colors=ev.colors(), sizes=sizes),
         **scoped_charts(ev),
+        "speedup_demo": demo_speed_chart(demo),
+        "heldout": heldout_chart(preset, ev),
         "scope": gr.update(choices=scope_choices(ev), value=OVERALL, interactive=True),
         "shown": ev,
     }
@@ -291,10 +349,10 @@ def load_apart(path: Path, roots: list[Path] | None = None) -> Evidence:
 # ---------------------------------------------------------------- handlers
 
 
-def _guarded(load, source: str) -> list:
+def _guarded(load, source: str, preset: str | None = None, demo: Evidence | None = None) -> list:
     """Outputs for `load()`'s summary; a bad file changes nothing else and says what to do (never a traceback)."""
     try:
-        return evidence_outputs(load(), source)
+        return evidence_outputs(load(), source, preset=preset, demo=demo)
     except PossError as err:
         return [_message(f"Could not load {source}: {err}", "error")] + [gr.skip()] * (len(OUTPUT_NAMES) - 1)
     except Exception as err:  # noqa: BLE001 - a hostile file must never take the app down
@@ -311,7 +369,13 @@ def bundled_handler(preset: str) -> list:
     if not path.is_file():
         return empty_outputs(f"No benchmark summary is bundled for {preset} yet. To make one, run: "
                              f"{refresh_command(preset)}")
-    return _guarded(lambda: load_evidence(path), f"the bundled summary for {preset} ({path.name})")
+    demo_path = evidence_dir() / f"{preset}{DEMO_SUFFIX}.json"
+    try:
+        demo = load_evidence(demo_path) if demo_path.is_file() else None
+    except PossError as err:
+        print(f"[poss] {demo_path.name} was not shown: {err}", file=sys.stderr)
+        demo = None
+    return _guarded(lambda: load_evidence(path), f"the bundled summary for {preset} ({path.name})", preset, demo)
 
 
 def upload_handler(file: Any) -> list:
@@ -325,11 +389,13 @@ def upload_handler(file: Any) -> list:
     return _guarded(lambda: load_apart(path), f"the uploaded {path.name}")
 
 
-def scope_handler(ev: Evidence | None, scope: Any) -> list:
-    """The scoped charts for the dataset picked (the summary shown is kept in the session's state)."""
-    if not isinstance(ev, Evidence) or scope not in (OVERALL, *ev.datasets):
+def scope_handler(ev: Evidence | None, scope: Any, kind: Any = "continuation") -> list:
+    """The scoped charts for the dataset and deviation kind picked (the summary shown is kept in the session's
+    state)."""
+    if not isinstance(ev, Evidence) or scope not in (OVERALL, *ev.datasets) or \
+            kind not in {v for _, v in DEVIATION_CHOICES}:
         return [gr.skip()] * len(SCOPED)
-    charts = scoped_charts(ev, scope)
+    charts = scoped_charts(ev, scope, kind)
     return [charts[name] for name in SCOPED]
 
 
@@ -351,14 +417,22 @@ def build_tab(demo: gr.Blocks, preset: str, preset_choices: list) -> None:
     table = gr.HTML(elem_id="poss-evidence-table")
     with gr.Row():
         tau = gr.Plot(show_label=False, elem_id="poss-evidence-tau")
+        heldout = gr.Plot(show_label=False, elem_id="poss-evidence-heldout")
+    with gr.Row():
         speedup = gr.Plot(show_label=False, elem_id="poss-evidence-speedup")
+        speedup_demo = gr.Plot(show_label=False, elem_id="poss-evidence-speedup-demo")
+    gr.Markdown(SPEED_WORDS, elem_id="poss-evidence-speed-words")
     with gr.Row():
         pos_acc = gr.Plot(show_label=False, elem_id="poss-evidence-pos-acc")
         pos_rate = gr.Plot(show_label=False, elem_id="poss-evidence-pos-rate")
     with gr.Row():
         deviation = gr.Plot(show_label=False, elem_id="poss-evidence-deviation", scale=3)
-        scope = gr.Dropdown([(ALL_DATASETS, OVERALL)], value=OVERALL, label="Dataset (speed-up, acceptance and "
-                            "deviation charts)", interactive=False, scale=1, elem_id="poss-evidence-scope")
+        with gr.Column(scale=1):
+            scope = gr.Dropdown([(ALL_DATASETS, OVERALL)], value=OVERALL, label="Dataset (speed-up, acceptance and "
+                                "deviation charts)", interactive=False, elem_id="poss-evidence-scope")
+            dev_kind = gr.Radio(DEVIATION_CHOICES, value="continuation", label="Deviation measured",
+                                info="along the continuation: every round at every position (no survivor bias); "
+                                     "accepted only: conditional on acceptance", elem_id="poss-evidence-dev-kind")
     shown = gr.State(None)  # the summary on screen, for the dataset picker
     with gr.Accordion("Load another summary or results folder (e.g. your own GPU run)", open=False):
         with gr.Row():
@@ -369,7 +443,8 @@ def build_tab(demo: gr.Blocks, preset: str, preset_choices: list) -> None:
                                     max_length=1000, elem_id="poss-evidence-folder")
                 folder_btn = gr.Button("Load folder", elem_id="poss-evidence-load")
         gr.Markdown(FOLDER_NOTE)
-    outputs = [message, header, table, tau, speedup, pos_acc, pos_rate, deviation, scope, shown]
+    outputs = [message, header, table, tau, speedup, speedup_demo, pos_acc, pos_rate, deviation, heldout, scope,
+               shown]
     assert len(outputs) == len(OUTPUT_NAMES)
     light = {"api_visibility": "private", "show_progress": "hidden"}
     loads = {"concurrency_id": "evidence", "concurrency_limit": LOAD_CONCURRENCY, "show_progress": "minimal"}
@@ -378,4 +453,5 @@ def build_tab(demo: gr.Blocks, preset: str, preset_choices: list) -> None:
     upload.upload(upload_handler, upload, outputs, api_name="load_evidence", **loads)
     folder_btn.click(folder_handler, folder, outputs, api_visibility="private", **loads)
     folder.submit(folder_handler, folder, outputs, api_visibility="private", **loads)
-    scope.input(scope_handler, [shown, scope], [speedup, pos_acc, pos_rate, deviation], **light)
+    scope.input(scope_handler, [shown, scope, dev_kind], [speedup, pos_acc, pos_rate, deviation], **light)
+    dev_kind.input(scope_handler, [shown, scope, dev_kind], [speedup, pos_acc, pos_rate, deviation], **light)

@@ -2,11 +2,14 @@
 
     python scripts/benchmark.py paper [--limit 3] [--drafts DIR] [--out results/paper] [--evidence]
     python scripts/benchmark.py auto  [--max-new-tokens 64] [--drafts DIR] [--out results/auto]
+    python scripts/benchmark.py demo  [--out results/demo] [--evidence]
     python scripts/benchmark.py quantized [--out results/quantized]
 
 paper: the paper's settings (fp32, depth 6, top-k 10, a 60-token tree, 64 new tokens, one run): τ and pos-acc, which
 do not depend on the machine's speed. auto: bf16 with the tree budget chosen for this machine (`--tree-budget auto`,
 recalibrated), two timed runs over two questions per set: the wall-clock speed-up; run it on a quiet machine.
+demo: the Demo tab's default tree (depth 6, top-k 8, 32 nodes, no depth stop, every lane the same) in bf16, two
+timed runs over three questions per set: the speed-up a class sees; its `--evidence` goes to PRESET-demo.json.
 Anything after `--` goes to `python -m poss_core.bench` unchanged. `--drafts DIR` measures other drafts than the
 bundled ones (e.g. runs/smollm2-135m/stage-14/drafts). Progress, tables and charts come from the benchmark itself.
 `--evidence` then writes the run's evidence summary to assets/evidence/PRESET.json (what the app's Evidence tab
@@ -28,10 +31,13 @@ ROOT = Path(__file__).resolve().parents[1]
 EVAL_GLOB = "../shared/data/eval/*.jsonl"
 
 SETTINGS = {
-    "paper": {"methods": "plain,eagle,poss2,poss3,matched,pld", "limit": 3, "max_new_tokens": 64,
+    "paper": {"methods": "plain,eagle,hass,poss2,poss3,matched,pld", "limit": 3, "max_new_tokens": 64,
               "flags": ["--runs", "1", "--depth", "6", "--top-k", "10", "--tree-budget", "60"]},
     "auto": {"methods": "plain,plain-float32,eagle,poss2,poss3,pld", "limit": 2, "max_new_tokens": 64,
              "flags": ["--runs", "2", "--tree-budget", "auto", "--dtype", "bfloat16", "--remeasure"]},
+    "demo": {"methods": "plain,eagle,hass,poss2,poss3,matched", "limit": 3, "max_new_tokens": 64,
+             "flags": ["--runs", "2", "--depth", "6", "--top-k", "8", "--tree-budget", "32", "--dtype", "bfloat16",
+                       "--no-hf-generate"]},
     "quantized": {"methods": "plain,eagle,poss2", "limit": 2, "max_new_tokens": 128,
                   "flags": ["--runs", "1", "--depth", "6", "--top-k", "10", "--tree-budget", "60", "--no-hf-generate"]},
 }
@@ -100,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--drafts", default=None, help="a folder with one subfolder per method (default: the bundled drafts)")
     p.add_argument("--methods", default=None, help="comma-separated (default: " +
                    "; ".join(f"{k}: {v['methods']}" for k, v in SETTINGS.items()) + ")")
-    p.add_argument("--limit", type=int, default=None, help="questions per dataset (paper 3, auto 2, quantized 2)")
+    p.add_argument("--limit", type=int, default=None,
+                   help="questions per dataset (paper 3, auto 2, demo 3, quantized 2)")
     p.add_argument("--max-new-tokens", type=int, default=None, help="new tokens per answer (64)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--quantization", default=None,
@@ -139,7 +146,8 @@ def main(argv: list[str] | None = None) -> int:
 def evidence_command(args: argparse.Namespace, bench: list[str]) -> list[str]:
     """The evidence summary of the run `bench` writes, into assets/evidence/PRESET.json."""
     out = bench[len(bench) - bench[::-1].index("--out")]  # the last --out (one after `--` overrides)
-    return [sys.executable, "-m", "poss_core.bench", "evidence", out, "--out", f"assets/evidence/{args.preset}.json"]
+    name = f"{args.preset}-demo" if args.settings == "demo" else args.preset
+    return [sys.executable, "-m", "poss_core.bench", "evidence", out, "--out", f"assets/evidence/{name}.json"]
 
 
 if __name__ == "__main__":

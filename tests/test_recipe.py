@@ -18,6 +18,7 @@ from poss_core.training.recipe import load_recipe, main as recipe_main, resolve,
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "configs" / "drafts" / "smollm2-135m.toml"
 BUNDLED_STEPS = 35_900  # every bundled draft's card says so
+HASS_STEPS = BUNDLED_STEPS + 800  # the hass control: the bundled EAGLE layer, then POSS-2's 300 + 500 unrolled steps
 
 
 def lineage_steps(recipe, method: str) -> int:
@@ -41,6 +42,8 @@ def lineage_steps(recipe, method: str) -> int:
             return 0
         if ref == "previous":
             return steps_into(stage_i - 1, who)
+        if ref == "bundled":  # the committed drafts: what the recipe's stages before this one made
+            return steps_into(stage_i - 1, who)
         if "/" in ref:
             return steps_into(recipe.stage_index(ref.split("/")[0]), who, ref_phase=ref)
         return steps_into(recipe.stage_index(ref), who)
@@ -51,11 +54,11 @@ def lineage_steps(recipe, method: str) -> int:
 def test_committed_recipe_resolves_and_gives_every_bundled_draft_its_steps():
     recipe = load_recipe(RECIPE)
     bundled = sorted(p.name for p in (ROOT / recipe.bundle).iterdir() if (p / "config.json").is_file())
-    assert bundled == ["eagle", "matched", "poss2", "poss3"]
+    assert bundled == ["eagle", "hass", "matched", "poss2", "poss3"]
     for method in bundled:
-        assert lineage_steps(recipe, method) == BUNDLED_STEPS, method
+        assert lineage_steps(recipe, method) == (HASS_STEPS if method == "hass" else BUNDLED_STEPS), method
         card = json.loads((ROOT / recipe.bundle / method / "model_card.json").read_text())
-        last = [p for p in recipe.stages[-1].phases if method in p.methods][-1]
+        last = [p for s in recipe.stages for p in s.phases if method in p.methods][-1]
         assert (last.steps, last.flags.get("batch_seed")) == (card["steps"], card["batch_seed"])
     for d in recipe.data:  # every committed token file is there and readable
         if d.tokens:

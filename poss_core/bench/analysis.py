@@ -99,6 +99,7 @@ def aggregate(records: Sequence[TurnRecord], depth: int, eagle: str = "eagle") -
             p = pooled[m][s]
             cell.update({"tau_pooled": p["tau"], "pos_acc": p["pos_acc"], "pos_rate": p["pos_rate"],
                          "accept_hist": p["accept_hist"], "feature_deviation": p["feature_deviation"],
+                         "deviation": p["deviation"], "drafted_share": p["drafted_share"],
                          "new_tokens": p["new_tokens"], "rounds": p["rounds"]})
             cell["overhead_share"] = (cell["overhead_ms"] / cell["round_ms"]
                                       if cell["round_ms"] and not math.isnan(cell["round_ms"]) else math.nan)

@@ -49,7 +49,7 @@ from .records import first_questions, read_records, read_summary, records_in
 from .report import identity_banner, write_outputs
 from .runner import calibration_texts, decode_turn, load_questions, parse_methods, run_questions
 
-DEFAULT_METHODS = "plain,eagle,poss1,poss2,poss3,matched"
+DEFAULT_METHODS = "plain,eagle,hass,poss1,poss2,poss3,matched"
 
 
 def build_parser() -> argparse.ArgumentParser:

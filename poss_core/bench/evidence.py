@@ -25,7 +25,8 @@ from ..json_safe import clean_json
 from ..methods import ORACLE, color_of, is_plain, label_of, short_of
 from ..metrics import AcceptanceStats, Estimate
 from ..models.presets import presets
-from .analysis import OVERALL, aggregate, identity_check, pooled_events_by_method, question_totals
+from .analysis import (OVERALL, aggregate, identity_check, pooled_events_by_method, question_totals,
+                       tau_change_interval)
 from .records import TurnRecord, records_in
 
 SCHEMA = "poss-evidence"
@@ -44,6 +45,7 @@ MAX_METHODS, MAX_DATASETS, MAX_RUNS, MAX_QUESTIONS = 16, 32, 20, 2000
 # full evaluation run (478 questions, seven methods, one run, 64 new tokens) is about 130,000 rounds; larger runs
 # are summarised with `python -m poss_core.bench evidence`, which has no such cap, and the summary loaded instead.
 MAX_ROUNDS = 250_000
+HASS = "hass"  # the single-layer control trained like POSS: the second base every draft's τ is compared with
 
 # ---------------------------------------------------------------- the file's schema (also what the loader checks)
 
@@ -172,6 +174,8 @@ class MethodResult(_Strict):
     scopes: Annotated[dict[Name, Cell], Field(max_length=MAX_DATASETS + 1)]
     tau_mean_of_datasets: Interval  # the paper's mean column, its interval stratified by dataset
     tau_vs_eagle: Interval | None = None  # τ change over EAGLE (mean of datasets), paired bootstrap; n: questions
+    # τ change over the hass control (one layer trained like POSS): what specialisation adds, on the same questions
+    tau_vs_hass: Interval | None = None
 
 
 class MethodInfo(_Strict):
@@ -373,6 +377,9 @@ def build_evidence(records: Sequence[TurnRecord], meta: dict[str, Any], depth: i
         if m in agg["vs_eagle"]:
             result["tau_vs_eagle"] = interval(agg["vs_eagle"][m]["tau_interval"]["mean_of_datasets"],
                                               sum(len(r) for r in per_set))
+        if HASS in agg["methods"] and m != HASS and not is_plain(m) and m != ORACLE:
+            result["tau_vs_hass"] = interval(
+                tau_change_interval(records, m, HASS, datasets)["mean_of_datasets"], sum(len(r) for r in per_set))
         results[m] = result
     if ORACLE in agg["methods"]:
         meta = {**meta, "notes": list(meta.get("notes", [])) + [

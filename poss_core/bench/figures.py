@@ -305,11 +305,31 @@ def tau_figure(taus: Mapping[str, Mapping[str, Estimate]], means: Mapping[str, E
                                       f"rounds: {rounds}")
 
 
+def heldout_top1_figure(top1: Mapping[str, Sequence[float]], colors: Mapping[str, str] | None = None,
+                        sizes: str = "", height: int = 340, note: str = "") -> go.Figure:
+    """Each draft's held-out top-1 agreement with the target by draft position (from its model card: sequences no
+    draft trained on, every position unrolled as decoding sees it). No tree, no verification: the draft alone."""
+    title = "Held-out top-1 agreement by draft position (training's own check)"
+    top1 = {label: list(v) for label, v in top1.items() if v}
+    if not top1:
+        return empty_figure("No model card with held-out figures.", height, title)
+    colors = run_colors(list(top1), known=colors)
+    fig = go.Figure()
+    for label, values in top1.items():
+        fig.add_trace(go.Scatter(
+            x=list(range(1, len(values) + 1)), y=values, mode="lines+markers", name=plotly_text(label),
+            line={"color": colors.get(label), "width": 2.5}, marker={"size": 8},
+            hovertemplate=f"{plotly_text(label)}<br>position %{{x}}: %{{y:.3f}}<extra></extra>"))
+    fig.update_xaxes(title_text="draft position k", dtick=1)
+    fig.update_yaxes(title_text="top-1 = target's next token")
+    return _style(fig, title, height, sizes or "the draft's own top-1 vs the target's, decoding unroll", note)
+
+
 def speedup_figure(speedups: Mapping[str, Estimate], tokens_per_s: Mapping[str, Estimate] | None = None,
-                   colors: Mapping[str, str] | None = None, height: int = 340, note: str = "") -> go.Figure:
+                   colors: Mapping[str, str] | None = None, height: int = 340, note: str = "",
+                   title: str = "Speed-up over plain decoding") -> go.Figure:
     """Speed-up over the faster plain decoder per method: the mean, and ± one std over runs as bars (the Estimate's
     low and high; its n: the runs). The hover adds tokens/s."""
-    title = "Speed-up over plain decoding"
     speedups = {label: e for label, e in speedups.items() if not math.isnan(e.value)}
     if not speedups:
         return empty_figure("No timed runs in these results.", height, title)

@@ -207,8 +207,10 @@ def by_position_sections(agg: dict[str, Any], labels: dict[str, str]) -> list[st
     if not spec:
         return []
     out: list[str] = []
-    for title, key in (("Conditional pos-acc (P(accept ≥ k) / P(accept ≥ k−1)), overall", "pos_acc"),
-                       ("Unconditional rate P(accept ≥ k), overall", "pos_rate")):
+    for title, key in (("Conditional pos-acc (of rounds that accepted k−1 and drafted k, the share accepting k), "
+                        "overall", "pos_acc"),
+                       ("Unconditional rate (of rounds that drafted k, the share accepting ≥ k), overall", "pos_rate"),
+                       ("Share of rounds that drafted position k, overall", "drafted_share")):
         out += [f"## {title}", ""]
         rows = [[_title(m, labels)] + [_fmt(v * 100 if not math.isnan(v) else v, 1) for v in t[m][OVERALL][key]]
                 for m in spec]
@@ -216,14 +218,20 @@ def by_position_sections(agg: dict[str, Any], labels: dict[str, str]) -> list[st
     out += ["## Accept-length histogram (rounds accepting exactly k draft tokens), overall", ""]
     rows = [[_title(m, labels)] + [str(v) for v in t[m][OVERALL]["accept_hist"]] for m in spec]
     out += [_md_table(["method"] + [str(k) for k in range(depth + 1)], rows), ""]
-    out += ["## Feature deviation on accepted paths by position (mean L2 / cosine distance), overall", ""]
-    rows = []
-    for m in spec:
-        fd = t[m][OVERALL]["feature_deviation"]
-        cells = [f"{fd['l2'][k]:.3f} / {fd['cosine'][k]:.3f} (n={fd['count'][k]})" if k < len(fd["count"])
-                 else "–" for k in range(depth)]
-        rows.append([_title(m, labels)] + cells)
-    return out + [_md_table(["method"] + [f"k={k}" for k in range(1, depth + 1)], rows), ""]
+    kinds = (("along the target's continuation (every round)", lambda c: c["deviation"]["continuation"]),
+             ("on tree nodes off the accepted path", lambda c: c["deviation"]["tree_off_path"]),
+             ("on tree nodes on the accepted path", lambda c: c["deviation"]["tree_on_path"]),
+             ("on accepted positions only (conditional on acceptance)", lambda c: c["feature_deviation"]))
+    for title, pick in kinds:
+        out += [f"## Feature deviation {title}, by position (mean L2 / cosine distance), overall", ""]
+        rows = []
+        for m in spec:
+            fd = pick(t[m][OVERALL])
+            cells = [f"{fd['l2'][k]:.3f} / {fd['cosine'][k]:.3f} (n={fd['count'][k]})"
+                     if k < len(fd["count"]) and fd["count"][k] else "–" for k in range(depth)]
+            rows.append([_title(m, labels)] + cells)
+        out += [_md_table(["method"] + [f"k={k}" for k in range(1, depth + 1)], rows), ""]
+    return out
 
 
 def time_split_section(agg: dict[str, Any], labels: dict[str, str]) -> list[str]:
@@ -277,7 +285,10 @@ def _charts_html(events_by_label: dict[str, list[RoundEvent]], colors: dict[str,
     builders += [("Conditional pos-acc by position", lambda r, c: figures.pos_acc_figure(r, True, colors=c)),
                 ("Unconditional acceptance rate by position", lambda r, c: figures.pos_acc_figure(r, False, colors=c)),
                 ("Accept-length histogram", lambda r, c: figures.accept_hist_figure(r, colors=c)),
-                ("Feature deviation by position", lambda r, c: figures.feature_deviation_figure(r, colors=c)),
+                ("Feature deviation by position, along the continuation",
+                 lambda r, c: figures.feature_deviation_figure(r, colors=c)),
+                ("Feature deviation by position, tree nodes off the accepted path",
+                 lambda r, c: figures.feature_deviation_figure(r, colors=c, kind="tree_off_path")),
                 ("Tokens per second", lambda r, c: figures.tokens_per_s_figure(r, colors=c))]
     parts, include = [], plotlyjs
     for title, build in builders:

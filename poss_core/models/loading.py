@@ -17,6 +17,7 @@ from .target import TargetModel
 RANDOM_DRAFTS = {
     # name: (method, positions per specialist); the layer count follows the depth (6 positions -> 6, 3, 2 specialists)
     "eagle": ("eagle", 1),
+    "hass": ("eagle", 1),  # one layer, trained differently
     "poss1": ("poss", 1),
     "poss2": ("poss", 2),
     "poss3": ("poss", 3),

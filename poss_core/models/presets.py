@@ -70,6 +70,8 @@ def _smollm2() -> Preset:
         name="smollm2-135m", target="builtin:smollm2-135m",
         drafts={
             "eagle": _bundled("eagle", 1, "EAGLE (1 layer)"),
+            # EAGLE's one layer trained on POSS's unrolled positions: POSS minus hass is what specialising adds
+            "hass": _bundled("hass", 1, "HASS control (1 layer, POSS's training)"),
             "poss1": _bundled("poss1", 1, "POSS-1 (6 specialists)"),
             "poss2": _bundled("poss2", 2, "POSS-2 (3 specialists)"),
             "poss3": _bundled("poss3", 3, "POSS-3 (2 specialists)"),

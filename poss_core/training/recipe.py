@@ -28,6 +28,7 @@ from pathlib import Path
 from ..errors import ConfigError, PossError, run_cli
 
 TRAIN_MODULE = "poss_core.training.train"
+BUNDLED = "bundled"  # an init reference: the recipe's committed drafts (`bundle`), e.g. the shipped EAGLE layer
 DATA_MODULE = "poss_core.training.data"
 EVAL_MODULE = "poss_core.training.evaluate"
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]
@@ -169,7 +170,11 @@ def check_references(recipe: Recipe) -> None:
             for ref in (phase.init, phase.specialists_from):
                 if not ref:
                     continue
-                if ref == "previous":
+                if ref == BUNDLED:
+                    if not recipe.bundle or str(recipe.bundle) in ("", "."):
+                        raise ConfigError(f"{recipe.path}: {phase.key} starts from the bundle, but the recipe names "
+                                          "no bundle folder.")
+                elif ref == "previous":
                     if i == 0:
                         raise ConfigError(f"{recipe.path}: {phase.key} starts from 'previous' but is in the first "
                                           "stage.")
@@ -192,7 +197,10 @@ def stage_drafts(runs: Path, stage: str) -> Path:
 
 
 def resolve(recipe: Recipe, runs: Path, stage_i: int, ref: str) -> Path:
-    """A phase's init reference as the folder holding one subfolder per method."""
+    """A phase's init reference as the folder holding one subfolder per method: "previous" (the stage before),
+    "STAGE" (its drafts), "STAGE/PHASE" (that phase's export) or "bundled" (the recipe's committed drafts)."""
+    if ref == BUNDLED:
+        return recipe.bundle
     if ref == "previous":
         return stage_drafts(runs, recipe.stages[stage_i - 1].name)
     if "/" in ref:
