@@ -27,6 +27,14 @@ has 6 specialists, POSS-2 has 3, POSS-3 has 2). Each position still runs *one* l
 EAGLE; the **matched-capacity control** stacks the same number of layers and runs all of them at every position,
 to separate "more parameters" from "specialisation".
 
+### Two differences, two questions
+POSS's specialists are trained on the draft's own errors: each later position is unrolled on the draft's own
+predicted features, as decoding will feed it (HASS's idea). EAGLE's layer is trained teacher-forced. So **POSS minus
+EAGLE** mixes two effects: the training on one's own errors, and the specialisation. The **HASS control** (`hass`)
+separates them: EAGLE's one layer, started from the same EAGLE layer, trained with POSS-2's unroll, steps and
+batches. **POSS minus hass** is what specialisation adds; **POSS minus EAGLE** is the whole method. The Evidence tab
+gives both, with their intervals.
+
 ### What to look at in the demo
 * Token colours: shaded tokens were guessed by the draft and accepted; the shade says at which draft position (or
   by which specialist). Underlined tokens are the target's own. Struck-through tokens are drafts the target rejected.

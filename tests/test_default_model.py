@@ -47,3 +47,23 @@ def test_speculative_equals_plain_on_the_real_model(smollm2):
     assert plain.token_ids == ref[: len(plain.token_ids)]
     spec = list(SpeculativeDecoder(smollm2, random_draft(smollm2, "poss2", depth=4), cfg).generate(ids))[-1]
     assert spec.token_ids == plain.token_ids
+
+
+def test_the_bundled_hass_control_loads_drafts_and_equals_plain(smollm2):
+    """hass: EAGLE's one layer trained like POSS-2; bundled, trained, and lossless at T=0 in fp32."""
+    from poss_core import metrics
+    from poss_core.models.checkpoint import load_draft
+    from poss_core.models.presets import get_preset
+
+    ref = get_preset("smollm2-135m").drafts["hass"]
+    assert ref.trained, ref.note
+    draft = load_draft(ref.source, smollm2)
+    assert draft.spec.method == "eagle" and len(draft.layers) == 1
+    ids = encode_prompt(smollm2.tokenizer, "Explain why the sky is blue in two sentences.")
+    cfg = DecodeConfig(max_new_tokens=40, depth=6, top_k=8, tree_budget=32)
+    plain = list(PlainDecoder(smollm2, cfg).generate(ids))[-1]
+    out = list(SpeculativeDecoder(smollm2, draft, cfg).generate(ids))
+    assert out[-1].token_ids == plain.token_ids
+    rounds = out[:-1]
+    assert max(n.depth for e in rounds for n in e.nodes) == 6  # it drafted the whole depth
+    assert metrics.tau(rounds) > 1.5  # a trained draft gets tokens accepted (a random one: about 1.0)

@@ -76,12 +76,8 @@ def vocab_coverage(seqs: list[TrainSequence], vocab: torch.Tensor) -> float:
 FeatureFill = Callable[[list[TrainSequence]], list[TrainSequence]]
 
 
-def token_batches(seqs: list[TrainSequence], tokens_per_batch: int, seed: int, fill: FeatureFill | None = None):
-    """An endless, seeded stream of batches of about `tokens_per_batch` tokens (the same for every method). A sequence
-    longer than a whole batch (a long document) is a batch of its own: padding every other row to its length would
-    multiply the cost of the batch it landed in. `fill` gives rows of a tokens-only folder their features as each
-    batch is made (the batches are the same either way: they depend on the tokens alone)."""
-    fill = fill or (lambda rows: rows)
+def _batch_rows(seqs: list[TrainSequence], tokens_per_batch: int, seed: int):
+    """The rows of each batch, in a seeded endless order (see `TokenBatches`)."""
     rng = random.Random(seed)
     order: list[int] = []
     while True:
@@ -92,11 +88,38 @@ def token_batches(seqs: list[TrainSequence], tokens_per_batch: int, seed: int, f
                 rng.shuffle(order)
             s = seqs[order.pop()]
             if int(s.input_ids.numel()) > tokens_per_batch:
-                yield make_batch(fill([s]))
+                yield [s]
                 continue
             batch.append(s)
             used += int(s.input_ids.numel())
-        yield make_batch(fill(batch))
+        yield batch
+
+
+class TokenBatches:
+    """An endless, seeded stream of batches of about `tokens_per_batch` tokens (the same for every method). A sequence
+    longer than a whole batch (a long document) is a batch of its own: padding every other row to its length would
+    multiply the cost of the batch it landed in. `fill` gives rows of a tokens-only folder their features as each
+    batch is made (the batches are the same either way: they depend on the tokens alone); `skip` passes over
+    batches a resumed run already used without making them."""
+
+    def __init__(self, seqs: list[TrainSequence], tokens_per_batch: int, seed: int, fill: FeatureFill | None = None):
+        self._rows = _batch_rows(seqs, tokens_per_batch, seed)
+        self._fill = fill or (lambda rows: rows)
+
+    def __iter__(self) -> "TokenBatches":
+        return self
+
+    def __next__(self) -> RowBatch:
+        return make_batch(self._fill(next(self._rows)))
+
+    def skip(self, n: int) -> None:
+        for _ in range(n):
+            next(self._rows)
+
+
+def token_batches(seqs: list[TrainSequence], tokens_per_batch: int, seed: int,
+                  fill: FeatureFill | None = None) -> TokenBatches:
+    return TokenBatches(seqs, tokens_per_batch, seed, fill)
 
 
 def feature_fill(target_name: str, dtype: torch.dtype) -> FeatureFill:
@@ -218,8 +241,11 @@ def train_one(name: str, draft: DraftModel, batches, cfg: TrainConfig, out: Path
         draft.load_state_dict(state["model"], strict=False)
         opt.load_state_dict(state["optimizer"])
         start = int(state["step"])
-    for _ in range(start):  # the data stream is deterministic: skip what was already used
-        next(batches)
+    if hasattr(batches, "skip"):  # the data stream is deterministic: skip what was already used
+        batches.skip(start)
+    else:
+        for _ in range(start):
+            next(batches)
     torch.manual_seed(cfg.seed + start)
     draft.train()
     t0 = time.time()
