@@ -84,7 +84,12 @@ def tau_table(ev: Evidence) -> str:
                      f"{_num(mean.value)} ({_num(mean.low)} to {_num(mean.high)})",
                      _pct(r.tau_vs_eagle.estimate()) if r.tau_vs_eagle else "",
                      _pct(r.tau_vs_hass.estimate()) if r.tau_vs_hass else ""])
-    return _table(head, rows) + _source(ev)
+    ident = ev.identity
+    same = ident.checked - ident.mismatches - ident.near_ties
+    identity = (f"\n\nIdentity with plain decoding ({ident.reference}): {same} of {ident.checked} turns token for "
+                f"token" + (f", {ident.near_ties} rounding near-ties" if ident.near_ties else "")
+                + (f", **{ident.mismatches} mismatches**" if ident.mismatches else "") + ".")
+    return _table(head, rows) + identity + _source(ev)
 
 
 def pos_acc_table(ev: Evidence) -> str:

@@ -264,8 +264,3 @@ def load_preset_target(target_name: str, quantization: str = "auto", device: str
     return load_target(target_name, device=str(dev), dtype=dtype, quantization_config=qcfg, quantization=mode,
                        device_map=device_map, max_memory=max_memory)
 
-
-def load_preset(preset_name: str, quantization: str = "auto", device: str | None = None) -> TargetModel:
-    from .presets import get_preset
-
-    return load_preset_target(get_preset(preset_name).target, quantization=quantization, device=device)

@@ -149,12 +149,6 @@ def truncate_cache_layer(cache: DynamicCache, layer_idx: int, length: int) -> No
         layer.values = layer.values[..., :length, :]
 
 
-def cache_length(cache: DynamicCache, layer_idx: int = 0) -> int:
-    if len(cache.layers) <= layer_idx:
-        return 0
-    return int(cache.get_seq_length(layer_idx))
-
-
 class TargetModel:
     """A transformers causal LM of the Llama family, seen through the one forward speculative decoding needs."""
 
