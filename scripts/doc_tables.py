@@ -15,7 +15,8 @@ tables (`TABLES`):
 - `deviation`: feature deviation (L2) by position along the target's continuation, and on tree nodes off the
   accepted path;
 - `speed`: speed-up over plain decoding and tokens/s, with the paper's tree and with the Demo tab's tree;
-- `heldout`: each bundled draft's held-out top-1 by position, from its model card.
+- `heldout`: each bundled draft's held-out top-1 by position, from its model card;
+- `glance`: the README's summary: τ with its changes over EAGLE and hass, and the speed-up with either tree.
 """
 
 from __future__ import annotations
@@ -142,6 +143,26 @@ def speed_table(paper: Evidence, demo: Evidence | None) -> str:
     return _table(head, rows) + _source(paper) + (_source(demo, DEMO) if demo is not None else "")
 
 
+def glance_table(paper: Evidence, demo: Evidence | None) -> str:
+    """The README's table: τ (mean of datasets) with its changes over EAGLE and hass, and both speed-ups."""
+    def speed(ev: Evidence | None, name: str) -> str:
+        if ev is None or name not in ev.results or OVERALL not in ev.results[name].scopes:
+            return "not run"
+        return f"×{_num(ev.results[name].scopes[OVERALL].speedup.mean)}"
+
+    head = ["draft", "τ, mean of 6 datasets (95%)", "vs EAGLE (95%)", "vs hass (95%)",
+            "speed-up, paper's tree (fp32)", "speed-up, Demo's tree (bf16)"]
+    rows = []
+    for m in paper.draft_methods():
+        r = paper.results[m.name]
+        mean = r.tau_mean_of_datasets
+        rows.append([m.label, f"{_num(mean.value)} ({_num(mean.low)} to {_num(mean.high)})",
+                     _pct(r.tau_vs_eagle.estimate()) if r.tau_vs_eagle else "",
+                     _pct(r.tau_vs_hass.estimate()) if r.tau_vs_hass else "",
+                     speed(paper, m.name), speed(demo, m.name)])
+    return _table(head, rows) + _source(paper) + (_source(demo, DEMO) if demo is not None else "")
+
+
 def heldout_table(drafts: Path = DRAFTS) -> str:
     """Each bundled draft's held-out top-1 by position (decoding unroll), from its model card."""
     rows, depth = [], 0
@@ -161,10 +182,10 @@ def tables() -> dict[str, Callable[[], str]]:
     demo = lambda: load_evidence(DEMO) if DEMO.is_file() else None  # noqa: E731
     return {"tau": lambda: tau_table(paper()), "pos-acc": lambda: pos_acc_table(paper()),
             "deviation": lambda: deviation_table(paper()), "speed": lambda: speed_table(paper(), demo()),
-            "heldout": lambda: heldout_table()}
+            "heldout": lambda: heldout_table(), "glance": lambda: glance_table(paper(), demo())}
 
 
-TABLES = ("tau", "pos-acc", "deviation", "speed", "heldout")
+TABLES = ("tau", "pos-acc", "deviation", "speed", "heldout", "glance")
 
 
 def render(text: str, rendered: dict[str, str]) -> str:
