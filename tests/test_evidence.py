@@ -480,3 +480,43 @@ def test_records_of_a_method_whose_draft_is_not_observed_load(known):
     (back,) = evidence.parse_records(line, "records.jsonl")
     assert back.method == "pld" and [e.accept_len for e in back.events] == [e.accept_len for e in rec.events]
     assert all(math.isnan(n.score) for e in back.events for n in e.nodes)
+
+
+def test_changes_over_the_hass_control_and_the_unbiased_deviations_are_in_the_summary():
+    """With a hass lane, every other draft gets its τ change over hass (paired bootstrap), and every cell keeps the
+    deviation along the continuation and on tree nodes by position, under the names outside tools read."""
+    from dataclasses import replace
+
+    records = known_records()
+    hass = [replace(r, method="hass") for r in records if r.method == "eagle"]  # the same rounds as EAGLE's
+    ev = evidence.build_evidence(records + hass, {"preset": "tiny-random"}, DEPTH)
+    res = ev["results"]
+    assert res["eagle"]["tau_vs_hass"]["value"] == pytest.approx(0.0)  # identical rounds: no change
+    assert res["eagle"]["tau_vs_hass"]["low"] == pytest.approx(0.0)
+    assert res["poss2"]["tau_vs_hass"] == res["poss2"]["tau_vs_eagle"]
+    assert "tau_vs_hass" not in res["hass"] and "tau_vs_hass" not in res["plain"]
+    cell = res["eagle"]["scopes"]["overall"]
+    assert set(cell["deviation"]) == {"continuation", "tree_on_path", "tree_off_path"}
+    acc = cell["acceptance"]
+    assert sum(map(sum, acc["by_drafted"])) == sum(acc["hist"])
+    assert all(p["drafted_share"] == pytest.approx(1.0) for p in acc["positions"])
+    back = evidence.Evidence.model_validate(ev)
+    assert back.results["poss2"].tau_vs_hass.estimate().value == pytest.approx(res["poss2"]["tau_vs_eagle"]["value"])
+
+
+def test_a_version_1_summary_still_loads_and_counts_every_round_as_drafting_its_deepest_position(known, tmp_path):
+    _, ev = known
+    old = json.loads(json.dumps(ev))
+    old["version"] = 1
+    for result in old["results"].values():
+        for cell in result["scopes"].values():
+            cell.pop("deviation")
+            cell["acceptance"].pop("by_drafted")
+            for p in cell["acceptance"]["positions"]:
+                p.pop("drafted_share")
+    path = tmp_path / "v1.json"
+    path.write_text(json.dumps(old))
+    stats = evidence.load_evidence(path).acceptance()["EAGLE"]
+    assert stats.by_drafted is None
+    assert stats.rates(True) == pytest.approx(metrics.pos_acc_from_hist(stats.hist), nan_ok=True)
+    assert stats.deviation_of("continuation")["count"] == []
