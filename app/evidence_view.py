@@ -55,9 +55,11 @@ LOAD_SECONDS = 60.0
 
 INTRO = """### The benchmark's figures for these drafts, over many prompts
 The Demo tab shows one prompt. This tab shows what `python -m poss_core.bench` measured over the evaluation sets:
-τ per dataset with 95% intervals (bootstrap over questions), position-wise acceptance with Wilson 95% intervals,
-feature deviation by position, and the speed-up over plain decoding (mean ± std over runs), the matched-capacity
-control beside EAGLE and POSS. Every chart states the sample it rests on."""
+τ per dataset with 95% intervals (bootstrap over questions), with each draft's change over EAGLE (the whole of POSS)
+and over the HASS control (one layer trained like POSS: what specialisation adds); the drafts' held-out top-1 by
+position from their training; the speed-up over plain decoding with the paper's tree and with the Demo's tree;
+position-wise acceptance with Wilson 95% intervals over the rounds that drafted each position; and feature deviation
+by position along the target's own continuation. Every chart states the sample it rests on."""
 
 FOLDER_NOTE = ("Reads only folders under the project's `results/` (or the folder `python app.py --results-dir DIR` "
                f"or `{RESULTS_ENV}` names): a public app must not read other files on its server. A folder from "

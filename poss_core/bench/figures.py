@@ -174,7 +174,7 @@ def pos_acc_figure(runs: Runs, conditional: bool = True,
             hovertemplate=f"{plotly_text(label)}<br>position %{{x}}: %{{y:.2f}} (95%: %{{customdata[2]:.2f}}–"
                           "%{customdata[3]:.2f})<br>%{customdata[0]} of %{customdata[1]} rounds<extra></extra>"),
             row=1, col=1)
-    fig.update_yaxes(title_text="accepted" + (" | accepted k−1, drafted k" if conditional else " | drafted k"),
+    fig.update_yaxes(title_text="share accepted" if conditional else "share accepting ≥ k",
                      range=[0, 1.05], row=1, col=1)
     if bands:
         labels = [plotly_text(label) for label in bands]
