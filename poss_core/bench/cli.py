@@ -384,6 +384,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return report_main(argv[1:])
         if argv and argv[0] == "evidence":
             return evidence_main(argv[1:])
+        if argv and argv[0] == "deviation":
+            from .deviation import deviation_main
+            return deviation_main(argv[1:])
         return run_benchmark(build_parser().parse_args(argv), argv)
 
     return run_cli(body)

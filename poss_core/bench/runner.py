@@ -115,7 +115,7 @@ def decode_turn(method: BenchLane, ids: list[int]) -> tuple[list[int], str, str,
     around the whole call; what the rounds' own wall_ms do not cover (set-up, the closing summary) is booked as
     overhead of the last round, so tokens/s from events equals new tokens over this wall time (for transformers'
     generate too: its decoder's events are its streamer's rounds)."""
-    events, summary = [], None
+    events, originals, summary = [], [], None
     if hasattr(method.decoder, "prepare"):  # the oracle's plain run of this prompt: known before the clock starts
         method.decoder.prepare(ids)
     t0 = time.perf_counter()
@@ -123,7 +123,10 @@ def decode_turn(method: BenchLane, ids: list[int]) -> tuple[list[int], str, str,
         if isinstance(item, DecodeSummary):
             summary = item
         else:
+            originals.append(item)
             events.append(light_event(item))
+    for light, event in zip(events, originals):  # filled in by the decoder when the decode ended, after the copy
+        light.continuation_deviation = event.continuation_deviation
     # The oracle re-deriving its continuation after a rounding near-tie is not decoding work.
     wall = time.perf_counter() - t0 - getattr(method.decoder, "untimed_s", 0.0)
     tokens, text, stop = summary.token_ids, summary.text, summary.stop_reason
