@@ -25,7 +25,7 @@ _LOADED: dict[Path, Comparison] = {}  # a parsed recording per file: a handful o
 def recording_path(index: int, preset: str, folder: Path | None = None) -> Path:
     """Where example `index`'s recording for `preset` lives (what record_examples.py writes)."""
     family = EXAMPLES[index]["family"].lower().replace(" ", "-")
-    return (folder or RECORDINGS_DIR) / preset / f"{index + 1:02d}-{family}.jsonl"
+    return (folder or RECORDINGS_DIR) / preset / f"{index + 1:02d}-{family}.jsonl.gz"
 
 
 def example_index(prompt: str) -> int | None:

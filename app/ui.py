@@ -266,7 +266,9 @@ def build_demo(preset: str = DEFAULT_PRESET, concurrency: int = 2, precision: st
         save_btn.click(handlers.save_handler, None, saved, api_name="save_run", **light)
         upload.upload(gathered(handlers.load_handler, leading=1), [upload] + view, outputs, api_name="load_run",
                       concurrency_id="load", concurrency_limit=LOAD_CONCURRENCY, show_progress="hidden")
-        demo.load(gathered(handlers.view_handler), view, outputs, api_visibility="private", **light)
+        # Also /view: the outputs for a view (the load tool reads the class charts through it).
+        demo.load(gathered(handlers.view_handler), view, outputs, api_name="view", api_visibility="undocumented",
+                  **light)
         demo.unload(handlers.drop_session)
         gr.api(compare_endpoint(preset, wrap=_gpu), api_name="compare", **live)
     return demo

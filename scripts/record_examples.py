@@ -1,7 +1,8 @@
 """Record the Demo tab's examples: one run of the default lanes (plain, EAGLE, POSS-2) per example prompt, with the
-app's default settings for the preset, saved in the saved-run format (poss_core/saved_runs.py) under
-assets/recordings/PRESET/NN-FAMILY.jsonl. Clicking an example in the app replays its recording at once, at the
-speed it was recorded, labelled with the hardware written here (CPU model, threads, dtype, date and --note).
+app's default settings for the preset, saved in the saved-run format (poss_core/saved_runs.py, compact floats,
+gzip-compressed) as assets/recordings/PRESET/NN-FAMILY.jsonl.gz. Clicking an example in the app replays its
+recording at once, at the speed it was recorded, labelled with the hardware written here (CPU model, threads, dtype,
+date and --note).
 
     nice -n 19 python scripts/record_examples.py                     # smollm2-135m, bf16 where the CPU has bf16 units
     python scripts/record_examples.py --preset tiny-random --out /tmp/rec --max-new-tokens 16

@@ -247,3 +247,39 @@ def test_launch_defaults_for_a_two_vcpu_space():
     assert launch.max_new_tokens(None, gpu=True) == 2048 and launch.max_new_tokens(100, gpu=False) == 100
     args = launch.build_parser().parse_args(["--class-reset-key", "k", "--max-new-tokens", "128"])
     assert args.class_reset_key == "k" and args.max_new_tokens == 128 and args.concurrency is None
+
+
+# ---------------------------------------------------------------- the bundled recordings
+
+
+def test_every_example_has_a_small_bundled_recording_of_the_default_lanes():
+    from poss_core.models.presets import get_preset
+
+    d = state.ui_defaults(get_preset("smollm2-135m"))
+    total = 0
+    for i, example in enumerate(recordings.EXAMPLES):
+        path = recordings.recording_path(i, "smollm2-135m")
+        total += path.stat().st_size
+        comp = saved_runs.load_run(path)
+        assert comp.spec.messages()[-1]["content"] == example["prompt"]
+        assert [lane.method for lane in comp.lanes] == state.DEFAULT_METHODS
+        assert (comp.spec.depth, comp.spec.top_k, comp.spec.tree_budget, comp.spec.max_new_tokens) == (
+            d["depth"], d["top_k"], d["tree_budget"], d["max_new_tokens"])
+        assert comp.hardware["dtype"] == "bfloat16" and comp.hardware["cpu"] and comp.hardware["recorded"]
+        assert all(lane.events and lane.summary["stop_reason"] in ("eos", "max_new_tokens") for lane in comp.lanes)
+    assert total < 512 * 1024
+
+
+def test_a_compressed_run_is_bounded_once_decompressed(tmp_path, monkeypatch):
+    import gzip
+
+    broken = tmp_path / "broken.jsonl.gz"
+    broken.write_bytes(b"not gzip at all")
+    with pytest.raises(saved_runs.RunFileError, match="could not read the saved run 'broken.jsonl.gz'"):
+        saved_runs.load_run(broken)
+    monkeypatch.setattr(saved_runs, "MAX_RUN_BYTES", 1000)
+    big = tmp_path / "big.jsonl.gz"
+    with gzip.open(big, "wt") as f:
+        f.write("{}\n" * 1000)  # 3000 bytes once decompressed, a few dozen on disk
+    with pytest.raises(saved_runs.RunFileError, match="more than 0 MB once decompressed"):
+        saved_runs.load_run(big)
