@@ -125,10 +125,10 @@ def compare_endpoint(app_preset: str, wrap: Callable = lambda fn: fn):
         call = functools.partial(work, prompt, methods, preset or app_preset, max_new_tokens, temperature, top_p,
                                  depth, top_k, tree_budget, seed, precision, cancel=cancel, quiet_refusals=True)
         with share.running(request):
-            api_spec(prompt, methods, preset or app_preset, max_new_tokens, temperature, top_p, depth, top_k,
-                     tree_budget, seed, precision, quiet_refusals=True)
+            spec = api_spec(prompt, methods, preset or app_preset, max_new_tokens, temperature, top_p, depth, top_k,
+                            tree_budget, seed, precision, quiet_refusals=True)
             try:
-                ticket = share.LIVE.join()
+                ticket = share.LIVE.join(work=len(spec.methods) * int(spec.max_new_tokens))
             except PossError as err:
                 raise gr.Error(str(err), print_exception=False) from err
             try:

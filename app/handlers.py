@@ -79,7 +79,9 @@ def _stream(session: Session, view: View, comp: Comparison, label: str, paced: b
 
     Drawing happens between rounds, outside every lane's timing; on a slow CPU it backs off so that it takes at
     most MAX_RENDER_SHARE of the time."""
-    last, last_charts, gap = 0.0, 0.0, UPDATE_EVERY_S
+    # A paced replay (a class's examples, many at once) draws its trees only every CHARTS_EVERY_S (the first frame
+    # none) and its charts once, at the end: its tokens show at once and the drawing costs the server little.
+    last, last_charts, gap = 0.0, time.monotonic() if paced else 0.0, UPDATE_EVERY_S
     due = 0.0  # a paced replay's next turn is due then (the first round shows at once)
     if isinstance(comp.cancel, CallBudget):
         comp.cancel.limit(state.CALL_LIMIT_S)  # the per-call cap (a live run's clock began with its call)
@@ -101,12 +103,12 @@ def _stream(session: Session, view: View, comp: Comparison, label: str, paced: b
             now = time.monotonic()
             if now - last >= gap:
                 rounds = max(len(lane.events) for lane in comp.lanes)
-                with_charts = now - last_charts >= CHARTS_EVERY_S
+                heavy = now - last_charts >= CHARTS_EVERY_S
                 frame = render(session, view, (f"{label}: round {rounds}… (Stop cancels every lane)", "busy"),
-                               running=True, with_charts=with_charts)
+                               running=True, with_charts=heavy and not paced, with_trees=heavy or not paced)
                 last = time.monotonic()
                 gap = max(UPDATE_EVERY_S, (last - now) / MAX_RENDER_SHARE)
-                if with_charts:
+                if heavy:
                     last_charts = last
                 yield frame
     finally:
@@ -131,10 +133,10 @@ def _queue_wait(session: Session, budget: CallBudget, ticket: int) -> Iterator[l
     budget.restart(state.CALL_LIMIT_S)
 
 
-def _slot_blocking(budget: CallBudget) -> int:
+def _slot_blocking(budget: CallBudget, work: float) -> int:
     """A live slot for a call that cannot stream its wait (a Step): blocks until it is this call's turn (Stop leaves
     the line); returns the ticket to leave with."""
-    ticket = share.LIVE.join()
+    ticket = share.LIVE.join(work=work)
     while not share.LIVE.try_start(ticket):
         if budget.is_set():
             share.LIVE.leave(ticket)
@@ -216,7 +218,9 @@ def run_handler(settings: RunSettings, view: View, request: gr.Request | None = 
     if not session.lock.acquire(blocking=False):
         yield skip_all(session, ("This tab is already running a comparison: press Stop first.", "error"))
         return
-    budget = session.call = CallBudget(state.CALL_LIMIT_S)  # the cap's clock starts now: loads and fits count
+    # Stop reaches the call from now on; the cap's clock starts with its live slot (_queue_wait): waiting in line is
+    # not decoding, and loads and fits count.
+    budget = session.call = CallBudget()
     try:
         def body():
             if session.comparison is not None:
@@ -227,7 +231,8 @@ def run_handler(settings: RunSettings, view: View, request: gr.Request | None = 
             spec = settings.spec(session.history)
             spec.check()
             session.pins.clear()
-            ticket = share.LIVE.join()  # one line for every live run on the server, in arrival order
+            # One line for every live run on the server, in arrival order; its work sizes the wait it causes.
+            ticket = share.LIVE.join(work=len(spec.methods) * int(spec.max_new_tokens))
             try:
                 yield from _queue_wait(session, budget, ticket)
                 loading = skip_all(session, (f"Loading {spec.preset} and {len(spec.methods)} lane(s)…", "busy"))
@@ -264,8 +269,8 @@ def step_handler(settings: RunSettings, view: View, request: gr.Request | None =
             comp = session.comparison
             paused = session.stepping and comp is not None and not comp.finished
             if not (comp.replay if paused else session.loaded is not None):  # a live round: it takes a live slot
-                session.call = session.call or CallBudget(state.CALL_LIMIT_S)  # Stop reaches the wait
-                ticket = _slot_blocking(session.call)
+                session.call = session.call or CallBudget()  # Stop reaches the wait, which has no clock
+                ticket = _slot_blocking(session.call, work=compare.MAX_LANES)  # one round of each lane
             released, session.released = session.released, None
             if not (session.stepping and comp is not None and not comp.finished):
                 session.pool_run(comp)  # the run on show ended (pooled once, whatever ended it)

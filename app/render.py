@@ -341,9 +341,9 @@ def draft_note(preset: Preset) -> str:
 
 
 def render(session: Session, view: View, status: tuple[str, str] | None = None, running: bool = False,
-           with_charts: bool = True) -> list:
+           with_charts: bool = True, with_trees: bool = True) -> list:
     """Every output the lanes, charts and status show, in OUTPUT_NAMES order (`with_charts=False` leaves the four
-    charts as they are)."""
+    charts as they are, `with_trees=False` each lane's tree, round slider and account)."""
     if status is not None:
         session.status = status
     comp = session.comparison
@@ -366,9 +366,12 @@ def render(session: Session, view: View, status: tuple[str, str] | None = None, 
                                                placeholder="waiting for the first round…") + "</div>")
             out[p + "text"] = lane.text
             pin = session.pins.get(i)
-            out[p + "tree"] = lane_tree(lane, pin)
-            out[p + "slider"] = round_slider(lane, pin)
-            out[p + "explain"] = lane_explain(lane, pin, float(comp.spec.temperature) > 0.0)
+            if with_trees:
+                out[p + "tree"] = lane_tree(lane, pin)
+                out[p + "slider"] = round_slider(lane, pin)
+                out[p + "explain"] = lane_explain(lane, pin, float(comp.spec.temperature) > 0.0)
+            else:
+                out[p + "tree"] = out[p + "slider"] = out[p + "explain"] = gr.skip()
         else:
             visible = comp is None and i < len(DEFAULT_METHODS)
             out[p + "col"] = gr.Column(visible=visible)

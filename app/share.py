@@ -122,6 +122,11 @@ def auto_slots(cores: int | None, threads: int) -> int:
     return max(1, (cores or os.cpu_count() or 2) // 2 // max(1, threads))
 
 
+# A slot's hold per unit of work (lanes x new tokens asked for) before any live run has ended: a 64-token three-lane
+# run of the default model on one thread of a 2-vCPU machine takes about 15 s, the first one after start-up longer.
+TYPICAL_S_PER_UNIT = 0.1
+
+
 class QueueFull(PossError):
     """The queue of live runs is full: the server says so instead of taking more than it can serve."""
 
@@ -132,27 +137,31 @@ def _ordinal(n: int) -> str:
 
 class LiveQueue:
     """Live runs in arrival order: `slots` decode at once, up to `max_waiting` wait. A ticket's place is 0 while it
-    decodes and k for the k-th in line; its wait is estimated by playing the queue forward with each run holding a
-    slot for the mean of the last few runs' slot times (`typical_s` before any run ended)."""
+    decodes and k for the k-th in line. Each ticket carries its work (lanes times the new tokens it asked for); the
+    wait is estimated by playing the line forward with each run holding its slot for its work times the seconds per
+    unit of work that the last few runs took (`typical_s_per_unit` before any run ended)."""
 
-    def __init__(self, slots: int = 1, max_waiting: int = 64, typical_s: float = 20.0, history: int = 8) -> None:
+    def __init__(self, slots: int = 1, max_waiting: int = 64, typical_s_per_unit: float = TYPICAL_S_PER_UNIT,
+                 history: int = 8) -> None:
         self.slots = slots
         self.max_waiting = max_waiting
-        self.typical_s = typical_s
+        self.typical_s_per_unit = typical_s_per_unit
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
         self._waiting: list[int] = []  # tickets in arrival order
         self._running: dict[int, float] = {}  # ticket -> when it got its slot
-        self._held: deque[float] = deque(maxlen=history)  # seconds the last runs held a slot
+        self._work: dict[int, float] = {}  # ticket -> lanes x new tokens asked for
+        self._rates: deque[float] = deque(maxlen=history)  # seconds per unit of work of the last runs
 
-    def join(self) -> int:
-        """A ticket at the back of the line (QueueFull past `max_waiting`)."""
+    def join(self, work: float = 1.0) -> int:
+        """A ticket at the back of the line for a run of `work` units (QueueFull past `max_waiting`)."""
         with self._lock:
             if len(self._waiting) >= self.max_waiting:
                 raise QueueFull(f"{len(self._waiting)} live runs are already waiting, the most this server queues: "
                                 f"try again in a few minutes (the examples replay at once meanwhile).")
             ticket = next(self._ids)
             self._waiting.append(ticket)
+            self._work[ticket] = max(1.0, float(work))
             return ticket
 
     def try_start(self, ticket: int) -> bool:
@@ -171,14 +180,16 @@ class LiveQueue:
         """The run ended (or gave up waiting): its slot or its place goes to the next in line."""
         with self._lock:
             began = self._running.pop(ticket, None)
+            work = self._work.pop(ticket, 1.0)
             if began is not None:
-                self._held.append(time.monotonic() - began)
+                self._rates.append((time.monotonic() - began) / work)
             elif ticket in self._waiting:
                 self._waiting.remove(ticket)
 
-    def mean_s(self) -> float:
+    def rate(self) -> float:
+        """Seconds a slot is held per unit of work: the mean of the last runs, else the typical figure."""
         with self._lock:
-            return statistics.fmean(self._held) if self._held else self.typical_s
+            return statistics.fmean(self._rates) if self._rates else self.typical_s_per_unit
 
     def place(self, ticket: int) -> int:
         with self._lock:
@@ -192,29 +203,31 @@ class LiveQueue:
             return len(self._running), len(self._waiting)
 
     def estimate_s(self, ticket: int) -> float:
-        """Seconds until this ticket gets a slot, if every run holds one for the recent mean (0 once running)."""
-        mean = self.mean_s()
+        """Seconds until this ticket gets a slot if every run holds one for its work at the recent rate (0 once
+        running)."""
+        rate = self.rate()
         now = time.monotonic()
         with self._lock:
             if ticket not in self._waiting:
                 return 0.0
-            place = self._waiting.index(ticket) + 1
-            # A run past the mean is taken to end soon (a tenth of the mean), not never.
-            free_at = [max(mean - (now - t), 0.1 * mean) for t in self._running.values()]
+            ahead = self._waiting[:self._waiting.index(ticket)]
+            # A run past its estimate is taken to end soon (a tenth of it), not never.
+            free_at = [max(rate * self._work[t] - (now - began), 0.1 * rate * self._work[t])
+                       for t, began in self._running.items()]
+            holds = [rate * self._work[t] for t in ahead]
         free_at += [0.0] * max(0, self.slots - len(free_at))
         heapq.heapify(free_at)
-        start = 0.0
-        for _ in range(place):
-            start = heapq.heappop(free_at)
-            heapq.heappush(free_at, start + mean)
-        return start
+        for hold in holds:
+            heapq.heappush(free_at, heapq.heappop(free_at) + hold)
+        return free_at[0]
 
     def status(self, ticket: int) -> str:
         """What a waiting run's status line says: its place, the queue, the estimate and what it rests on."""
         place, (running, waiting) = self.place(ticket), self.counts()
-        est, mean = self.estimate_s(ticket), self.mean_s()
-        basis = (f"the last {len(self._held)} live runs held a slot {mean:.0f} s on average" if self._held else
-                 f"no live run has finished yet, so {mean:.0f} s per run is assumed")
+        est, rate = self.estimate_s(ticket), self.rate()
+        basis = (f"at the speed of the last {len(self._rates)} live run{'s' if len(self._rates) != 1 else ''}"
+                 if self._rates else
+                 f"no live run has finished yet: {rate * 3 * 64:.0f} s per 64-token three-lane run is assumed")
         return (f"Waiting for a live slot: {_ordinal(place)} in line ({running} of {self.slots} slot"
                 f"{'s' if self.slots != 1 else ''} decoding, {waiting} waiting); about {est:.0f} s to go ({basis}). "
                 f"Stop leaves the queue; recorded examples replay at once meanwhile.")

@@ -9,9 +9,10 @@ queue wait (submit to the first frame past "Waiting for a live slot") and end-to
 p95), with the first estimate each waiting run was shown against its real wait; what the pooled charts said; the
 server's peak memory; unexpected errors (each listed); and the server's CPU once every call has ended.
 
-    python scripts/class_load.py                                   # 30 students, tiny-random, 16 new tokens
+    python scripts/class_load.py                # 30 students arriving over 30 s, tiny-random, 16 new tokens
     nice -n 19 python scripts/class_load.py --preset smollm2-135m --students 30 --max-new-tokens 16
     python scripts/class_load.py --students 8 --server-args="--concurrency 2"
+    python scripts/class_load.py --replay-cost                     # the CPU one example replay costs the server
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ class Results:
     queue_wait: list[float] = field(default_factory=list)
     end_to_end: list[float] = field(default_factory=list)
     live_spans: list[tuple[float, float]] = field(default_factory=list)  # (first decoding frame, end) of each run
-    estimates: list[tuple[float, float]] = field(default_factory=list)  # (first estimate shown, real wait)
+    estimates: list[tuple[float, float]] = field(default_factory=list)  # (estimate shown, the wait really left)
     most_in_line: int = 0
     charts: list[str] = field(default_factory=list)  # the pos-acc chart's title each student read
     errors: list[str] = field(default_factory=list)
@@ -117,7 +118,7 @@ def student(url: str, i: int, a, res: Results) -> None:
     t0 = time.monotonic()
     try:
         job = c.submit(*run_args(prompt, a.preset, a.max_new_tokens), api_name="/run")
-        started, estimate = None, None
+        started, shown = None, []  # shown: (when, the estimate) of each waiting frame
         for frame in job:
             status = _status(frame)
             if WAITING in status:
@@ -126,8 +127,8 @@ def student(url: str, i: int, a, res: Results) -> None:
                     with res.lock:
                         res.most_in_line = max(res.most_in_line, int(place.group(1)))
                 found = re.search(r"about (\d+) s to go", status)
-                if estimate is None and found:
-                    estimate = float(found.group(1))
+                if found:
+                    shown.append((time.monotonic(), float(found.group(1))))
             elif started is None:
                 started = time.monotonic()
         end = time.monotonic()
@@ -139,8 +140,8 @@ def student(url: str, i: int, a, res: Results) -> None:
             res.add("queue_wait", wait)
             res.add("end_to_end", end - t0)
             res.add("live_spans", (started or end, end))
-            if estimate is not None:
-                res.add("estimates", (estimate, wait))
+            for when, estimate in shown:  # each estimate against the wait that was really left then
+                res.add("estimates", (estimate, (started or end) - when))
     except Exception as err:  # noqa: BLE001
         res.add("errors", f"student {i} live run: {type(err).__name__}: {str(err)[:160]}")
     # 3. The class's pooled charts.
@@ -176,6 +177,7 @@ def run_class(a) -> dict:
         warm.predict("wrong", *VIEW, "this run", api_name="/class_reset")
         warm.predict("load-check", *VIEW, "this run", api_name="/class_reset")  # the warm-up's run is not counted
         base_mb = peak_rss_mb(server.proc.pid, "VmRSS")
+        cpu0 = server_check.cpu_seconds(server.proc.pid)
         res = Results()
         rng = random.Random(0)
         t0 = time.monotonic()
@@ -189,6 +191,7 @@ def run_class(a) -> dict:
         for t in threads:
             t.join(timeout=max(0.0, deadline - time.monotonic()))
         wall = time.monotonic() - t0
+        cpu = server_check.cpu_seconds(server.proc.pid) - cpu0
         stuck = sum(t.is_alive() for t in threads)
         if stuck:
             res.errors.append(f"{stuck} student(s) still going after --timeout {a.timeout:g} s")
@@ -199,7 +202,7 @@ def run_class(a) -> dict:
     busy = [b for b in res.replay_began if any(s <= b <= e for s, e in res.live_spans)]
     est_err = [abs(e - w) for e, w in res.estimates]
     figures = {
-        "students": a.students, "wall_s": wall,
+        "students": a.students, "wall_s": wall, "server_cpu_s": cpu,
         "first_replay_p50": percentile(res.first_replay, 0.5), "first_replay_p95": percentile(res.first_replay, 0.95),
         "first_replay_max": max(res.first_replay, default=float("nan")), "replays": len(res.first_replay),
         "replays_while_busy": len(busy),
@@ -207,6 +210,7 @@ def run_class(a) -> dict:
         "end_to_end_p50": percentile(res.end_to_end, 0.5), "end_to_end_p95": percentile(res.end_to_end, 0.95),
         "live_runs": len(res.end_to_end), "most_in_line": res.most_in_line,
         "estimate_error_p50": percentile(est_err, 0.5), "estimates": len(est_err),
+        "waited_left_p50": percentile([w for _, w in res.estimates], 0.5),
         "charts_read": len(res.charts), "last_chart": res.charts[-1] if res.charts else "",
         "peak_mb": peak, "base_mb": base_mb, "errors": list(res.errors), "idle_cpu_percent": idle_cpu,
         "tracebacks": log.count("Traceback"),
@@ -217,14 +221,16 @@ def run_class(a) -> dict:
 
 def print_figures(f: dict, a) -> None:
     print(f"[class] {f['students']} students on {a.preset} ({a.max_new_tokens} new tokens per live run, arrivals over "
-          f"{a.spread:g} s, server --threads {a.threads} {' '.join(a.extra)}): {f['wall_s']:.1f} s in all")
+          f"{a.spread:g} s, server --threads {a.threads} {' '.join(a.extra)}): {f['wall_s']:.1f} s in all; the "
+          f"server used {f['server_cpu_s']:.1f} CPU-seconds meanwhile ({f['server_cpu_s'] / f['wall_s']:.2f} cores)")
     print(f"  first replayed round: p50 {f['first_replay_p50']:.2f} s, p95 {f['first_replay_p95']:.2f} s, max "
           f"{f['first_replay_max']:.2f} s ({f['replays']} replays, {f['replays_while_busy']} begun while a live run "
           f"was decoding)")
     print(f"  live runs: {f['live_runs']} done; queue wait p50 {f['queue_wait_p50']:.1f} s, p95 "
           f"{f['queue_wait_p95']:.1f} s; end to end p50 {f['end_to_end_p50']:.1f} s, p95 {f['end_to_end_p95']:.1f} s; "
-          f"most in line {f['most_in_line']}; first estimate shown vs real wait: median miss "
-          f"{f['estimate_error_p50']:.1f} s over {f['estimates']} waiting runs")
+          f"most in line {f['most_in_line']}; each wait estimate shown vs the wait really left: median miss "
+          f"{f['estimate_error_p50']:.1f} s (median wait left {f['waited_left_p50']:.1f} s) over {f['estimates']} "
+          f"estimates")
     print(f"  pooled charts read by {f['charts_read']} students; the last read: {f['last_chart'][:200]}")
     print(f"  server memory: peak RSS {f['peak_mb']:.0f} MB ({f['base_mb']:.0f} MB after the warm-up run)")
     print(f"  errors: {len(f['errors'])} unexpected; tracebacks in the server's log: {f['tracebacks']}")
@@ -235,6 +241,32 @@ def print_figures(f: dict, a) -> None:
           f"  after the last call: server CPU {f['idle_cpu_percent']:.1f}% over 3 s: something is still running")
 
 
+def replay_cost() -> None:
+    """In this process, no server: each example's replay through the handler at its recorded timing, the CPU it
+    costs the server (drawing every frame) and the CPU before its first frame."""
+    import torch
+
+    from app import handlers, recordings, state
+
+    torch.set_num_threads(1)
+    view = state.View()
+    rows = []
+    for i, example in enumerate(recordings.EXAMPLES):
+        request = type("Request", (), {"session_hash": f"replay-cost-{i}"})()
+        recordings.recording_for(i, "smollm2-135m")  # read once, as the server keeps it
+        c0, t0 = time.process_time(), time.monotonic()
+        frames = handlers.example_handler(example["prompt"], "smollm2-135m", view, request=request)
+        next(frames)
+        first_cpu = time.process_time() - c0
+        n = 1 + sum(1 for _ in frames)
+        rows.append((time.process_time() - c0, first_cpu, time.monotonic() - t0, n))
+    cpu = [r[0] for r in rows]
+    print(f"[replay cost] {len(rows)} example replays at their recorded timing: {statistics.fmean(cpu):.2f} CPU-s of "
+          f"drawing each (max {max(cpu):.2f}) over {statistics.fmean(r[2] for r in rows):.1f} s and "
+          f"{statistics.fmean(r[3] for r in rows):.0f} frames; {1000 * statistics.fmean(r[1] for r in rows):.0f} ms of "
+          f"CPU before the first frame")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python scripts/class_load.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -242,11 +274,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--preset", default="tiny-random", help="the server's preset: tiny-random (default) or "
                                                           "smollm2-135m (the real default model)")
     p.add_argument("--max-new-tokens", type=int, default=16, help="new tokens of each live run (default 16)")
-    p.add_argument("--spread", type=float, default=10.0, help="students arrive over this many seconds (default 10)")
+    p.add_argument("--spread", type=float, default=30.0, help="students arrive over this many seconds (default 30)")
     p.add_argument("--threads", type=int, default=1, help="the server's torch threads (default 1)")
     p.add_argument("--cap", type=float, default=300.0, help="the server's --max-call-seconds (default 300)")
     p.add_argument("--timeout", type=float, default=900.0, help="the most seconds the students get (default 900)")
     p.add_argument("--server-args", default="", help='more app.py flags, e.g. --server-args="--concurrency 2"')
+    p.add_argument("--replay-cost", action="store_true",
+                   help="instead: in this process, the CPU each example's replay costs the server (no students)")
     return p
 
 
@@ -256,6 +290,9 @@ def main(argv: list[str] | None = None) -> int:
         build_parser().error(f"--students {a.students}: use 1 to {MAX_STUDENTS}.")
     if not 0 < a.timeout <= 3600 or a.spread < 0:
         build_parser().error("--timeout: more than 0 and at most 3600 s; --spread: 0 or more.")
+    if a.replay_cost:
+        replay_cost()
+        return 0
     a.extra = shlex.split(a.server_args)
     figures = run_class(a)
     return 0 if not figures["errors"] and figures["live_runs"] == a.students else 1

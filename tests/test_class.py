@@ -182,11 +182,12 @@ def test_the_example_index_and_the_fallback_to_the_default_presets_recording(rec
 
 
 def test_the_live_queue_is_first_come_first_served_with_places_and_estimates():
-    q = share.LiveQueue(slots=1, max_waiting=3, typical_s=10.0)
-    a, b, c = q.join(), q.join(), q.join()
+    q = share.LiveQueue(slots=1, max_waiting=3, typical_s_per_unit=0.5)
+    a, b, c = q.join(work=20), q.join(work=10), q.join(work=40)
     assert q.try_start(a) and not q.try_start(b) and not q.try_start(c)  # one slot, a has it
     assert q.place(a) == 0 and q.place(b) == 1 and q.place(c) == 2
-    assert 0 < q.estimate_s(b) <= 10.0 and q.estimate_s(c) == pytest.approx(q.estimate_s(b) + 10.0, abs=0.2)
+    # a holds its slot about 20 x 0.5 s; b then holds it 10 x 0.5 s: the estimates add up in line.
+    assert 9.0 < q.estimate_s(b) <= 10.0 and q.estimate_s(c) == pytest.approx(q.estimate_s(b) + 5.0, abs=0.2)
     assert "2nd in line" in q.status(c) and "1 of 1 slot decoding, 2 waiting" in q.status(c)
     d = q.join()
     with pytest.raises(share.QueueFull, match="3 live runs are already waiting"):
@@ -194,7 +195,8 @@ def test_the_live_queue_is_first_come_first_served_with_places_and_estimates():
     q.leave(d)
     assert not q.try_start(c)  # b came first
     q.leave(a)
-    assert q.try_start(b) and q.mean_s() < 1.0  # a held its slot a moment: the estimate follows
+    assert q.try_start(b) and q.rate() < 0.05  # a held its slot a moment for 20 units: the estimates follow
+    assert q.estimate_s(c) < 0.5 and "at the speed of the last 1 live run" in q.status(c)
     q.leave(c)  # gave up waiting
     assert q.counts() == (1, 0)
 
@@ -219,11 +221,12 @@ def test_a_waiting_run_shows_its_place_and_stop_leaves_the_line(monkeypatch):
     assert share.LIVE.counts() == (0, 0)
 
 
-def test_a_waiting_run_starts_when_the_slot_frees(monkeypatch):
+def test_a_waiting_run_starts_when_the_slot_frees_and_its_cap_starts_then(monkeypatch):
     monkeypatch.setattr(share, "LIVE", share.LiveQueue(slots=1))
+    monkeypatch.setattr(state, "CALL_LIMIT_S", 1.5)  # shorter than the wait: waiting in line is not decoding
     busy = share.LIVE.join()
     share.LIVE.try_start(busy)
-    threading.Timer(0.5, share.LIVE.leave, args=(busy,)).start()
+    threading.Timer(2.0, share.LIVE.leave, args=(busy,)).start()
     frames = list(handlers.run_handler(run_settings(max_new_tokens=4), THIS_RUN, request=req("class-turn")))
     statuses = [render.outputs_dict(f)["status"] for f in frames]
     assert any("in line" in s for s in statuses) and "Done" in statuses[-1]
