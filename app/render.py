@@ -411,9 +411,10 @@ def chart_outputs(session: Session, view: View) -> list:
 
 
 def class_preset(session: Session) -> str:
-    """The preset the class charts show: the lanes' on show, else the one the app serves first."""
+    """The preset the class charts show: the live run's on show, else (no lanes, a replay or a loaded run, which
+    may come from another machine's preset) the one the app serves first."""
     comp = session.comparison
-    return comp.spec.preset if comp is not None else (state.APP_PRESET or DEFAULT_PRESET)
+    return comp.spec.preset if comp is not None and not comp.replay else (state.APP_PRESET or DEFAULT_PRESET)
 
 
 def class_note(preset: str, entries: dict[str, ClassEntry]) -> str:

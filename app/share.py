@@ -19,7 +19,6 @@ import ipaddress
 import itertools
 import json
 import os
-import statistics
 import threading
 import time
 from collections import defaultdict, deque
@@ -151,7 +150,7 @@ class LiveQueue:
         self._waiting: list[int] = []  # tickets in arrival order
         self._running: dict[int, float] = {}  # ticket -> when it got its slot
         self._work: dict[int, float] = {}  # ticket -> lanes x new tokens asked for
-        self._rates: deque[float] = deque(maxlen=history)  # seconds per unit of work of the last runs
+        self._done: deque[tuple[float, float]] = deque(maxlen=history)  # (seconds held, work) of the last runs
 
     def join(self, work: float = 1.0) -> int:
         """A ticket at the back of the line for a run of `work` units (QueueFull past `max_waiting`)."""
@@ -182,14 +181,16 @@ class LiveQueue:
             began = self._running.pop(ticket, None)
             work = self._work.pop(ticket, 1.0)
             if began is not None:
-                self._rates.append((time.monotonic() - began) / work)
+                self._done.append((time.monotonic() - began, work))
             elif ticket in self._waiting:
                 self._waiting.remove(ticket)
 
     def rate(self) -> float:
-        """Seconds a slot is held per unit of work: the mean of the last runs, else the typical figure."""
+        """Seconds a slot is held per unit of work over the last runs (their seconds over their work, so a short run
+        that also loaded the model weighs little), else the typical figure."""
         with self._lock:
-            return statistics.fmean(self._rates) if self._rates else self.typical_s_per_unit
+            work = sum(w for _, w in self._done)
+            return sum(s for s, _ in self._done) / work if work else self.typical_s_per_unit
 
     def place(self, ticket: int) -> int:
         with self._lock:
@@ -225,8 +226,8 @@ class LiveQueue:
         """What a waiting run's status line says: its place, the queue, the estimate and what it rests on."""
         place, (running, waiting) = self.place(ticket), self.counts()
         est, rate = self.estimate_s(ticket), self.rate()
-        basis = (f"at the speed of the last {len(self._rates)} live run{'s' if len(self._rates) != 1 else ''}"
-                 if self._rates else
+        done = len(self._done)
+        basis = (f"at the speed of the last {done} live run{'s' if done != 1 else ''}" if done else
                  f"no live run has finished yet: {rate * 3 * 64:.0f} s per 64-token three-lane run is assumed")
         return (f"Waiting for a live slot: {_ordinal(place)} in line ({running} of {self.slots} slot"
                 f"{'s' if self.slots != 1 else ''} decoding, {waiting} waiting); about {est:.0f} s to go ({basis}). "

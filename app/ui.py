@@ -138,7 +138,7 @@ def build_demo(preset: str = DEFAULT_PRESET, concurrency: int = 2, precision: st
                             with gr.Row():
                                 max_new = gr.Slider(LIMITS["max_new_tokens"][0], max_new_top,
                                                     value=min(d["max_new_tokens"], max_new_top), step=1,
-                                                    label="Max new tokens")
+                                                    label="Max new tokens", elem_id="poss-max-new")
                                 seed = gr.Number(value=0, precision=0, label="Seed",
                                                  info=f"{LIMITS['seed'][0]} to {LIMITS['seed'][1]}")
                             offered = [p for p in compare.PRECISIONS if gpu or p != "float16" or p == precision]

@@ -13,6 +13,7 @@ server's peak memory; unexpected errors (each listed); and the server's CPU once
     nice -n 19 python scripts/class_load.py --preset smollm2-135m --students 30 --max-new-tokens 16
     python scripts/class_load.py --students 8 --server-args="--concurrency 2"
     python scripts/class_load.py --replay-cost                     # the CPU one example replay costs the server
+    python scripts/class_load.py --phase-cost [--preset smollm2-135m]   # each step of one student, in server CPU
 """
 
 from __future__ import annotations
@@ -267,6 +268,33 @@ def replay_cost() -> None:
           f"CPU before the first frame")
 
 
+def phase_cost(a) -> None:
+    """One student alone on a fresh server, each step's server CPU-seconds (what a class of N costs, N times over,
+    whatever else the machine is doing): opening the API, replaying an example, one live run, reading the charts."""
+    from gradio_client import Client
+
+    from app.recordings import EXAMPLES
+
+    with server_check.Server(ROOT, a.preset, a.cap, ["--class-reset-key", "load-check", *a.extra],
+                             threads=a.threads) as server:
+        Client(server.url, verbose=False).predict(*run_args("Hello", a.preset, 2), api_name="/run")  # warm-up
+        pid, prompt, costs = server.proc.pid, EXAMPLES[0]["prompt"], {}
+
+        def step(name, fn):
+            c0, t0 = server_check.cpu_seconds(pid), time.monotonic()
+            out = fn()
+            costs[name] = (server_check.cpu_seconds(pid) - c0, time.monotonic() - t0)
+            return out
+
+        c = step("open the API", lambda: Client(server.url, verbose=False))
+        step("replay an example", lambda: c.predict(prompt, a.preset, *VIEW, "this run", api_name="/example"))
+        step(f"live run ({a.max_new_tokens} tokens)",
+             lambda: c.predict(*run_args(prompt, a.preset, a.max_new_tokens), api_name="/run"))
+        step("read the class charts", lambda: c.predict(*VIEW, "everyone on this server", api_name="/view"))
+    print(f"[phase cost] one student on {a.preset}, server CPU-seconds (wall seconds): "
+          + "; ".join(f"{name} {cpu:.2f} ({wall:.1f})" for name, (cpu, wall) in costs.items()))
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python scripts/class_load.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -281,6 +309,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--server-args", default="", help='more app.py flags, e.g. --server-args="--concurrency 2"')
     p.add_argument("--replay-cost", action="store_true",
                    help="instead: in this process, the CPU each example's replay costs the server (no students)")
+    p.add_argument("--phase-cost", action="store_true",
+                   help="instead: one student alone, the server CPU-seconds of each of its steps")
     return p
 
 
@@ -294,6 +324,9 @@ def main(argv: list[str] | None = None) -> int:
         replay_cost()
         return 0
     a.extra = shlex.split(a.server_args)
+    if a.phase_cost:
+        phase_cost(a)
+        return 0
     figures = run_class(a)
     return 0 if not figures["errors"] and figures["live_runs"] == a.students else 1
 
