@@ -363,8 +363,9 @@ def example_handler(prompt: str, preset: str, view: View, request: gr.Request | 
         yield skip_all(session, ("Press ▶ Run to run this prompt live.", "info"))
         return
     if not session.lock.acquire(blocking=False):
-        yield skip_all(session, ("This tab has a live run going (or waiting): the example's prompt is in the box; "
-                                 "press Stop to watch its recording instead.", "error"))
+        yield skip_all(session, ("This tab is busy (a run waiting or going, a replay or a step): the example's "
+                                 "prompt is in the box; press Stop, then click the example again to watch its "
+                                 "recording.", "error"))
         return
     try:
         try:
