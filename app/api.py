@@ -17,9 +17,11 @@ from poss_core.methods import PLAIN
 from poss_core.models.presets import DEFAULT_PRESET, get_preset
 
 from . import share, state
+from .class_pool import CLASS
 from .state import RunSettings, ui_defaults
 
 PROGRESS_EVERY_S = 1.0  # how often /compare yields while it works: the points where a gone client is noticed
+QUEUE_POLL_S = 0.1  # how often a waiting /compare call checks for its live slot
 
 
 def compare_api(prompt: str, methods: list[str], preset: str = DEFAULT_PRESET, max_new_tokens: int = 64,
@@ -45,18 +47,15 @@ def compare_api(prompt: str, methods: list[str], preset: str = DEFAULT_PRESET, m
     traceback in the server's log)."""
     name = preset or DEFAULT_PRESET
     budget = compare.CallBudget(state.CALL_LIMIT_S, parent=cancel)
+    spec = api_spec(prompt, methods, name, max_new_tokens, temperature, top_p, depth, top_k, tree_budget, seed,
+                    precision, quiet_refusals)
     try:
-        d = ui_defaults(get_preset(name))
-        settings = RunSettings(prompt, False, name, methods, temperature, top_p, depth or d["depth"],
-                               top_k or d["top_k"], tree_budget or d["tree_budget"], max_new_tokens, seed, "auto",
-                               auto_budget=not tree_budget, precision=precision)
-        spec = settings.spec([])
-        spec.check()
         if budget.is_set() and not budget.timed_out:
             raise gr.Error("cancelled before the comparison started.", print_exception=not quiet_refusals)
         comp = compare.run_to_end(compare.start(spec, cancel=budget, wait_for_fits=False, new_fits=state.CALL_FITS))
     except PossError as err:
         raise gr.Error(str(err), print_exception=not quiet_refusals) from err
+    CLASS.add_run(comp)  # "everyone on this server" counts API runs too (numbers only)
     plain = comp.lane(PLAIN)
     out_lanes = []
     for lane in comp.lanes:
@@ -79,6 +78,23 @@ def compare_api(prompt: str, methods: list[str], preset: str = DEFAULT_PRESET, m
                           if comp.timed_out else {})})
 
 
+def api_spec(prompt: str, methods: list[str], preset: str, max_new_tokens: int = 64, temperature: float = 0.0,
+             top_p: float = 1.0, depth: int = 0, top_k: int = 0, tree_budget: int = 0, seed: int = 0,
+             precision: str = "auto", quiet_refusals: bool = False) -> compare.RunSpec:
+    """What a /compare call runs, checked (the UI's bounds and this server's limits); a refused input raises
+    gr.Error before the call waits for a live slot."""
+    try:
+        d = ui_defaults(get_preset(preset))
+        settings = RunSettings(prompt, False, preset, methods, temperature, top_p, depth or d["depth"],
+                               top_k or d["top_k"], tree_budget or d["tree_budget"], max_new_tokens, seed, "auto",
+                               auto_budget=not tree_budget, precision=precision)
+        spec = settings.spec([])
+        spec.check()
+        return spec
+    except PossError as err:
+        raise gr.Error(str(err), print_exception=not quiet_refusals) from err
+
+
 def _budget_note(comp: compare.Comparison, lane: compare.Lane) -> str | None:
     """Why a draft lane that asked for an auto budget decodes on the default one (none needed otherwise)."""
     if not comp.spec.auto_budget or lane.budget_auto or lane.budget is None or lane.method == "oracle":
@@ -91,8 +107,10 @@ def _budget_note(comp: compare.Comparison, lane: compare.Lane) -> str | None:
 def compare_endpoint(app_preset: str, wrap: Callable = lambda fn: fn):
     """`compare_api` as the app serving `app_preset` offers it: an empty preset means that one.
 
-    The endpoint is an async generator that runs the comparison in a worker thread and yields a small progress value
-    ({"running": true, "seconds": s}) every PROGRESS_EVERY_S until the answer, its last value. When the client
+    The endpoint is an async generator: it checks the input, waits for a live slot (share.LIVE, the queue every live
+    run takes turns in) yielding {"queued": true, "place": k, "wait_s": estimate} every PROGRESS_EVERY_S, then runs
+    the comparison in a worker thread and yields a small progress value ({"running": true, "seconds": s}) every
+    PROGRESS_EVERY_S until the answer, its last value. When the client
     cancels the call Gradio cancels it, and when the client goes away Gradio closes it at its next yield: either way
     the call's cancel flag is set and everything it started (loads, fits, the oracle's reference decode, the lanes)
     stops within one round instead of running on to the time limit. `wrap` decorates the worker (ZeroGPU's decorator
@@ -106,18 +124,34 @@ def compare_endpoint(app_preset: str, wrap: Callable = lambda fn: fn):
         cancel = threading.Event()
         call = functools.partial(work, prompt, methods, preset or app_preset, max_new_tokens, temperature, top_p,
                                  depth, top_k, tree_budget, seed, precision, cancel=cancel, quiet_refusals=True)
-        began = time.monotonic()
         with share.running(request):
-            answer = asyncio.get_running_loop().run_in_executor(None, call)
+            spec = api_spec(prompt, methods, preset or app_preset, max_new_tokens, temperature, top_p, depth, top_k,
+                            tree_budget, seed, precision, quiet_refusals=True)
             try:
-                while True:
-                    done, _ = await asyncio.wait({answer}, timeout=PROGRESS_EVERY_S)
-                    if done:
-                        break
-                    yield {"running": True, "seconds": round(time.monotonic() - began, 1)}
-            except (asyncio.CancelledError, GeneratorExit):  # cancelled, or closed because the client went away
-                cancel.set()
-                raise
+                ticket = share.LIVE.join(work=len(spec.methods) * int(spec.max_new_tokens))
+            except PossError as err:
+                raise gr.Error(str(err), print_exception=False) from err
+            try:
+                shown = 0.0
+                while not share.LIVE.try_start(ticket):
+                    if time.monotonic() - shown >= PROGRESS_EVERY_S:
+                        shown = time.monotonic()
+                        yield {"queued": True, "place": share.LIVE.place(ticket),
+                               "wait_s": round(share.LIVE.estimate_s(ticket), 1)}
+                    await asyncio.sleep(QUEUE_POLL_S)
+                began = time.monotonic()
+                answer = asyncio.get_running_loop().run_in_executor(None, call)
+                try:
+                    while True:
+                        done, _ = await asyncio.wait({answer}, timeout=PROGRESS_EVERY_S)
+                        if done:
+                            break
+                        yield {"running": True, "seconds": round(time.monotonic() - began, 1)}
+                except (asyncio.CancelledError, GeneratorExit):  # cancelled, or closed because the client went away
+                    cancel.set()
+                    raise
+            finally:
+                share.LIVE.leave(ticket)
         yield answer.result()
 
     compare.__doc__ = compare_api.__doc__

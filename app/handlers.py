@@ -21,12 +21,13 @@ import gradio as gr
 
 from poss_core import compare, methods, metrics, saved_runs
 from poss_core.compare import CallBudget, Comparison
-from poss_core.errors import PossError
+from poss_core.errors import CallStopped, PossError
 from poss_core.models.presets import get_preset
 
-from . import share, state
-from .render import (conversation_html, draft_note, lane_explain, lane_tree, render, round_slider, skip_all,
-                     status_html)
+from . import recordings, share, state
+from .class_pool import CLASS
+from .render import (CHART_NAMES, chart_outputs, conversation_html, draft_note, lane_explain, lane_tree, render,
+                     round_slider, skip_all, status_html)
 from .state import DEFAULT_METHODS, SESSIONS, RunSettings, Session, View, method_choices, ui_defaults
 
 UPDATE_EVERY_S = 0.35  # the most often a running comparison repaints (lanes run flat out in between)
@@ -34,6 +35,9 @@ CHARTS_EVERY_S = 1.5  # the charts repaint less often than the lanes
 MAX_RENDER_SHARE = 0.25  # repaint slower when drawing would take more than this share of the time
 REPLAY_DELAY_S = 0.12  # pause between replayed rounds, so a replay reads like a live run
 WAIT_FRAME_S = 0.5  # while a call loads or fits in a worker thread, its handler yields this often (see _waiting)
+QUEUE_FRAME_S = 1.0  # while a live run waits for its slot, its status (place, estimate) is redrawn this often
+QUEUE_POLL_S = 0.1  # how often a waiting run checks for its slot
+MAX_PACE_S = 3.0  # a replay at its recorded timing waits at most this long between two turns
 
 
 def _remember_turn(session: Session, comp: Comparison) -> None:
@@ -46,7 +50,7 @@ def _remember_turn(session: Session, comp: Comparison) -> None:
     session.history = comp.spec.messages() + [{"role": "assistant", "content": ref.text}]
 
 
-def _final_status(comp: Comparison) -> tuple[str, str]:
+def _final_status(comp: Comparison, note: str = "") -> tuple[str, str]:
     errors = [f"{lane.short}: {lane.error}" for lane in comp.lanes if lane.error]
     if errors:
         return "Some lanes failed: " + " | ".join(errors), "error"
@@ -57,15 +61,28 @@ def _final_status(comp: Comparison) -> tuple[str, str]:
         return "Stopped: every lane was cancelled cleanly. Run again whenever you like.", "info"
     what = "Replay finished" if comp.replay else "Done"
     tokens = ", ".join(f"{lane.short} {metrics.total_new_tokens(lane.events)}" for lane in comp.lanes)
-    return f"{what}: new tokens {tokens}. Hover tokens for details; scrub the trees with the round sliders.", "info"
+    return (f"{what}: new tokens {tokens}. Hover tokens for details; scrub the trees with the round sliders."
+            f"{' ' + note if note else ''}", "info")
 
 
-def _stream(session: Session, view: View, comp: Comparison, label: str) -> Iterator[list]:
-    """Turn the lanes until done, repainting at most every UPDATE_EVERY_S (and after the last round).
+def _turn_ms(comp: Comparison, before: list[int]) -> float:
+    """The recorded compute time of the turn just played: each lane's new round's wall_ms (lanes run in turns, so a
+    turn of the live run took their sum)."""
+    return sum(lane.events[-1].wall_ms for lane, n in zip(comp.lanes, before) if len(lane.events) > n)
+
+
+def _stream(session: Session, view: View, comp: Comparison, label: str, paced: bool = False,
+            note: str = "") -> Iterator[list]:
+    """Turn the lanes until done, repainting at most every UPDATE_EVERY_S (and after the last round). `paced`: a
+    replay keeps the timing it was recorded with (each turn waits for the previous turn's recorded compute, at most
+    MAX_PACE_S), else a replayed round follows the last after REPLAY_DELAY_S; `note` ends the final status.
 
     Drawing happens between rounds, outside every lane's timing; on a slow CPU it backs off so that it takes at
     most MAX_RENDER_SHARE of the time."""
-    last, last_charts, gap = 0.0, 0.0, UPDATE_EVERY_S
+    # A paced replay (a class's examples, many at once) draws its trees only every CHARTS_EVERY_S (the first frame
+    # none) and its charts once, at the end: its tokens show at once and the drawing costs the server little.
+    last, last_charts, gap = 0.0, time.monotonic() if paced else 0.0, UPDATE_EVERY_S
+    due = 0.0  # a paced replay's next turn is due then (the first round shows at once)
     if isinstance(comp.cancel, CallBudget):
         comp.cancel.limit(state.CALL_LIMIT_S)  # the per-call cap (a live run's clock began with its call)
     try:
@@ -73,27 +90,59 @@ def _stream(session: Session, view: View, comp: Comparison, label: str) -> Itera
             if comp.replay and comp.cancelled:  # replayed lanes do not watch the flag themselves
                 comp.drain()
                 break
+            if paced:
+                time.sleep(max(0.0, due - time.monotonic()))
+            before = [len(lane.events) for lane in comp.lanes]
             alive = comp.turn()
             if not alive:
                 break
-            if comp.replay:
+            if paced:
+                due = time.monotonic() + min(MAX_PACE_S, _turn_ms(comp, before) / 1000.0)
+            elif comp.replay:
                 time.sleep(REPLAY_DELAY_S)
             now = time.monotonic()
             if now - last >= gap:
                 rounds = max(len(lane.events) for lane in comp.lanes)
-                with_charts = now - last_charts >= CHARTS_EVERY_S
+                heavy = now - last_charts >= CHARTS_EVERY_S
                 frame = render(session, view, (f"{label}: round {rounds}… (Stop cancels every lane)", "busy"),
-                               running=True, with_charts=with_charts)
+                               running=True, with_charts=heavy and not paced, with_trees=heavy or not paced)
                 last = time.monotonic()
                 gap = max(UPDATE_EVERY_S, (last - now) / MAX_RENDER_SHARE)
-                if with_charts:
+                if heavy:
                     last_charts = last
                 yield frame
     finally:
         comp.close()
         session.pool_run(comp)  # also when the browser went away mid-run: its rounds so far count
     _remember_turn(session, comp)
-    yield render(session, view, _final_status(comp))
+    yield render(session, view, _final_status(comp, note))
+
+
+def _queue_wait(session: Session, budget: CallBudget, ticket: int) -> Iterator[list]:
+    """Wait for this live run's slot (share.LIVE), showing its place in line and the estimated wait every
+    QUEUE_FRAME_S; Stop (the budget) or a gone client leaves the line. The call's time cap starts with its slot."""
+    shown = 0.0
+    while not share.LIVE.try_start(ticket):
+        if budget.is_set():
+            raise CallStopped("Stopped while waiting in the queue: nothing ran. Run again whenever you like.")
+        if time.monotonic() - shown >= QUEUE_FRAME_S:
+            shown = time.monotonic()
+            yield skip_all(session, (share.LIVE.status(ticket), "busy"))
+        else:
+            time.sleep(QUEUE_POLL_S)
+    budget.restart(state.CALL_LIMIT_S)
+
+
+def _slot_blocking(budget: CallBudget, work: float) -> int:
+    """A live slot for a call that cannot stream its wait (a Step): blocks until it is this call's turn (Stop leaves
+    the line); returns the ticket to leave with."""
+    ticket = share.LIVE.join(work=work)
+    while not share.LIVE.try_start(ticket):
+        if budget.is_set():
+            share.LIVE.leave(ticket)
+            raise CallStopped("Stopped while waiting in the queue: nothing ran. Step again whenever you like.")
+        time.sleep(QUEUE_POLL_S)
+    return ticket
 
 
 def _waiting(budget: CallBudget, work, frame: list, discard=None) -> Iterator[list]:
@@ -169,7 +218,9 @@ def run_handler(settings: RunSettings, view: View, request: gr.Request | None = 
     if not session.lock.acquire(blocking=False):
         yield skip_all(session, ("This tab is already running a comparison: press Stop first.", "error"))
         return
-    budget = session.call = CallBudget(state.CALL_LIMIT_S)  # the cap's clock starts now: loads and fits count
+    # Stop reaches the call from now on; the cap's clock starts with its live slot (_queue_wait): waiting in line is
+    # not decoding, and loads and fits count.
+    budget = session.call = CallBudget()
     try:
         def body():
             if session.comparison is not None:
@@ -180,18 +231,24 @@ def run_handler(settings: RunSettings, view: View, request: gr.Request | None = 
             spec = settings.spec(session.history)
             spec.check()
             session.pins.clear()
-            loading = skip_all(session, (f"Loading {spec.preset} and {len(spec.methods)} lane(s)…", "busy"))
-            yield loading
-            # A fit the app started at start-up is not waited for: the lane starts on the default budget.
-            lines = compare.fit_budgets(spec, wait_for_fits=False, new_fits=state.CALL_FITS, cancel=budget)
-            while (line := (yield from _waiting(budget, lambda: next(lines, None), loading))) is not None:
-                loading = skip_all(session, (line, "busy"))
+            # One line for every live run on the server, in arrival order; its work sizes the wait it causes.
+            ticket = share.LIVE.join(work=len(spec.methods) * int(spec.max_new_tokens))
+            try:
+                yield from _queue_wait(session, budget, ticket)
+                loading = skip_all(session, (f"Loading {spec.preset} and {len(spec.methods)} lane(s)…", "busy"))
                 yield loading
-            comp = yield from _waiting(budget, lambda: compare.start(spec, cancel=budget, wait_for_fits=False,
-                                                                     new_fits=state.CALL_FITS), loading,
-                                     discard=Comparison.close)
-            session.comparison, session.loaded = comp, None
-            yield from _stream(session, view, comp, "Running")
+                # A fit the app started at start-up is not waited for: the lane starts on the default budget.
+                lines = compare.fit_budgets(spec, wait_for_fits=False, new_fits=state.CALL_FITS, cancel=budget)
+                while (line := (yield from _waiting(budget, lambda: next(lines, None), loading))) is not None:
+                    loading = skip_all(session, (line, "busy"))
+                    yield loading
+                comp = yield from _waiting(budget, lambda: compare.start(spec, cancel=budget, wait_for_fits=False,
+                                                                         new_fits=state.CALL_FITS), loading,
+                                         discard=Comparison.close)
+                session.comparison, session.loaded = comp, None
+                yield from _stream(session, view, comp, "Running")
+            finally:
+                share.LIVE.leave(ticket)
 
         yield from _guard(session, view, body)
     finally:
@@ -205,9 +262,15 @@ def step_handler(settings: RunSettings, view: View, request: gr.Request | None =
     session = SESSIONS.get(request)
     if not session.lock.acquire(blocking=False):
         return skip_all(session, ("This tab is already running a comparison: press Stop first.", "error"))
+    ticket = None
     try:
         def body():
+            nonlocal ticket
             comp = session.comparison
+            paused = session.stepping and comp is not None and not comp.finished
+            if not (comp.replay if paused else session.loaded is not None):  # a live round: it takes a live slot
+                session.call = session.call or CallBudget()  # Stop reaches the wait, which has no clock
+                ticket = _slot_blocking(session.call, work=compare.MAX_LANES)  # one round of each lane
             released, session.released = session.released, None
             if not (session.stepping and comp is not None and not comp.finished):
                 session.pool_run(comp)  # the run on show ended (pooled once, whatever ended it)
@@ -239,6 +302,8 @@ def step_handler(settings: RunSettings, view: View, request: gr.Request | None =
 
         return list(_guard(session, view, body))[-1]
     finally:
+        if ticket is not None:
+            share.LIVE.leave(ticket)
         session.call = None
         session.lock.release()
 
@@ -285,6 +350,63 @@ def replay_handler(view: View, request: gr.Request | None = None) -> Iterator[li
         yield from _guard(session, view, lambda: _stream(session, view, comp, "Replaying"))
     finally:
         session.lock.release()
+
+
+def example_handler(prompt: str, preset: str, view: View, request: gr.Request | None = None) -> Iterator[list]:
+    """A clicked example: its recorded run of the default lanes (recordings.recording_for: the one made on `preset`,
+    else the default preset's) replays at once with its recorded timing, labelled as a recording with the hardware
+    it was made on. No model work and no live slot: it never waits behind live runs. ▶ Run then runs the same prompt
+    live; ↻ Replay plays the recording again."""
+    session = SESSIONS.get(request)
+    index = recordings.example_index(prompt)
+    if index is None:
+        yield skip_all(session, ("Press ▶ Run to run this prompt live.", "info"))
+        return
+    if not session.lock.acquire(blocking=False):
+        yield skip_all(session, ("This tab is busy (a run waiting or going, a replay or a step): the example's "
+                                 "prompt is in the box; press Stop, then click the example again to watch its "
+                                 "recording.", "error"))
+        return
+    try:
+        try:
+            recorded = recordings.recording_for(index, preset)
+        except PossError as err:  # a damaged bundled file: say so, the tab keeps what it shows
+            yield skip_all(session, (f"The example's recording could not be read ({err}); press ▶ Run to run it "
+                                     f"live.", "error"))
+            return
+        if recorded is None:
+            yield skip_all(session, ("No recording is bundled for this example: press ▶ Run to run it live.", "info"))
+            return
+        if session.comparison is not None and not session.comparison.finished:
+            session.comparison.stop()  # a paused Step session ends (and is pooled) before the recording replaces it
+            session.comparison.drain()
+            session.pool_run(session.comparison)
+        comp = saved_runs.replay(recorded)
+        session.comparison, session.loaded, session.stepping = comp, recorded, False
+        session.pins.clear()
+        made = f"a recording of {recorded.spec.preset}, made on {recordings.hardware_line(recorded)}"
+        yield from _guard(session, view, lambda: _stream(
+            session, view, comp, f"Replaying {made}, at its recorded speed", paced=True,
+            note=f"That was {made}: press ▶ Run to run this prompt live."))
+    finally:
+        session.lock.release()
+
+
+def class_reset_handler(key: str, view: View, request: gr.Request | None = None) -> list:
+    """The class pool's reset: only with the key the app was started with (`--class-reset-key`); the key box is
+    emptied either way."""
+    session = SESSIONS.get(request)
+    done, message = CLASS.reset(key)
+    return [""] + render(session, view, (message, "info" if done else "error"))
+
+
+def class_tick_handler(view: View, request: gr.Request | None = None) -> list:
+    """The timer's redraw of the four charts while they show "everyone on this server": drawn again only when the
+    class pool changed since this tab last drew it (else nothing is sent)."""
+    session = SESSIONS.get(request)
+    if not view.everyone or session.class_seen == (CLASS.version, view.conditional):
+        return [gr.skip()] * len(CHART_NAMES)
+    return chart_outputs(session, view)
 
 
 def view_handler(view: View, request: gr.Request | None = None) -> list:

@@ -26,8 +26,18 @@ def build_parser() -> argparse.ArgumentParser:
                    help="interface to listen on (default 127.0.0.1, or $GRADIO_SERVER_NAME; 0.0.0.0 for a LAN)")
     p.add_argument("--port", type=int, default=None, help="port (default 7860, or $GRADIO_SERVER_PORT)")
     p.add_argument("--share", action="store_true", help="also open a public gradio.live link (off by default)")
-    p.add_argument("--concurrency", type=int, default=2,
-                   help="comparisons decoding at once; more wait in the queue (default 2)")
+    p.add_argument("--concurrency", type=int, default=None,
+                   help="live runs decoding at once; more wait in line, each told its place and the estimated wait "
+                        "(default: half the cores over --threads, at least 1: one on a 2-vCPU Space)")
+    p.add_argument("--max-new-tokens", type=int,
+                   default=int(os.environ.get("POSS_MAX_NEW_TOKENS", "0")) or None,
+                   help="the most new tokens one live run may ask for (default: 256 on a machine without a GPU, so "
+                        "that a class on a free Space gets its turns; the settings' bound, 2048, with one; also "
+                        "POSS_MAX_NEW_TOKENS)")
+    p.add_argument("--class-reset-key", default=os.environ.get("POSS_CLASS_RESET_KEY") or None,
+                   help="a key that lets whoever knows it reset the class's pooled charts (\"everyone on this "
+                        "server\") from the Demo tab; without one they cannot be reset but by a restart (also "
+                        "POSS_CLASS_RESET_KEY, e.g. a Space secret)")
     p.add_argument("--max-call-seconds", type=float, default=300.0,
                    help="the most seconds one Run, Replay or /compare call decodes before it is stopped (default 300)")
     p.add_argument("--no-call-fits", action="store_true", default=os.environ.get("POSS_NO_CALL_FITS") == "1",
@@ -35,7 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "made at start-up (or cached on disk), else the lane uses the default budget and says so "
                         "(for a public server, also POSS_NO_CALL_FITS=1; without it a call may fit, within "
                         "--max-call-seconds)")
-    p.add_argument("--queue-size", type=int, default=64, help="most requests waiting in the queue (default 64)")
+    p.add_argument("--queue-size", type=int, default=64,
+                   help="most requests waiting in Gradio's queue, and most live runs waiting for a slot (default 64)")
     p.add_argument("--max-calls-per-client", type=int, default=2,
                    help="decoding calls (Run, Step, Replay, /compare) one tab or API client may have waiting or "
                         "running at once; more are refused with a message (default 2)")
@@ -108,12 +119,27 @@ def cpu_threads(requested: int | None) -> int:
     return requested if requested and requested > 0 else max(1, (os.cpu_count() or 2) // 2)
 
 
+CPU_MAX_NEW_TOKENS = 256  # a live run's most new tokens on a machine without a GPU (three lanes: about a minute)
+
+
+def max_new_tokens(requested: int | None, gpu: bool) -> int:
+    """The most new tokens one live run may ask for: --max-new-tokens, else CPU_MAX_NEW_TOKENS without a GPU and the
+    settings' own bound with one."""
+    from poss_core.decoding.config import LIMITS
+
+    top = int(LIMITS["max_new_tokens"][1])
+    if requested:
+        return requested
+    return top if gpu else min(top, CPU_MAX_NEW_TOKENS)
+
+
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     import torch
 
     torch.set_num_threads(cpu_threads(args.threads))
     from app import share, state
+    from app.class_pool import CLASS
     from app.state import initial_precision
     from app.ui import build_demo, launch_kwargs
     from poss_core.compare import cpu_bf16_units, cuda_available
@@ -127,12 +153,27 @@ def main(argv: list[str] | None = None) -> None:
                         ("--max-calls-per-address", args.max_calls_per_address)):
         if value < 0 or (flag == "--max-calls-per-client" and value < 1):
             build_parser().error(f"{flag}={value}: use a whole number >= {1 if 'client' in flag else 0}.")
+    from poss_core.decoding.config import LIMITS
+
+    top = int(LIMITS["max_new_tokens"][1])
+    for flag, value, most in (("--concurrency", args.concurrency, 64), ("--max-new-tokens", args.max_new_tokens, top),
+                              ("--queue-size", args.queue_size, 10_000)):
+        if value is not None and not 1 <= value <= most:
+            build_parser().error(f"{flag}={value}: use a whole number from 1 to {most}.")
+    threads = cpu_threads(args.threads)
+    concurrency = args.concurrency or share.auto_slots(os.cpu_count(), threads)
     state.SESSIONS.idle_s = args.idle_minutes * 60.0
+    state.MAX_NEW_TOKENS = max_new_tokens(args.max_new_tokens, cuda_available())
     share.SHARE.per_client, share.SHARE.per_address = args.max_calls_per_client, args.max_calls_per_address
-    demo = build_demo(preset=args.preset, concurrency=args.concurrency, precision=precision,
+    share.LIVE.max_waiting = args.queue_size
+    CLASS.reset_key = args.class_reset_key
+    print(f"[poss] live runs: {concurrency} at once, at most {state.MAX_NEW_TOKENS} new tokens each, up to "
+          f"{args.queue_size} waiting; class pool reset {'by key' if CLASS.reset_key else 'off (no key)'}",
+          file=sys.stderr, flush=True)
+    demo = build_demo(preset=args.preset, concurrency=concurrency, precision=precision,
                       call_limit_s=args.max_call_seconds, results_dir=args.results_dir,
                       call_fits=not args.no_call_fits, cache_age_s=args.cache_minutes * 60.0)
-    demo.queue(max_size=args.queue_size, default_concurrency_limit=args.concurrency)
+    demo.queue(max_size=args.queue_size, default_concurrency_limit=concurrency)
     if not args.no_preload:
         prepare_target(args.preset)  # before the page is up: its first Run then only loads a prepared checkpoint
         threading.Thread(target=preload, args=(args.preset, precision), daemon=True, name="poss-preload").start()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import html
 import math
+import time
 from typing import Any
 
 import gradio as gr
@@ -14,9 +15,10 @@ from poss_core.bench import figures
 from poss_core.compare import MAX_LANES, Comparison, Lane, TokenRecord, hardware_info
 from poss_core.explain import explain_round
 from poss_core.models.numerics import NEAR_TIE, Divergence
-from poss_core.models.presets import Preset
+from poss_core.models.presets import DEFAULT_PRESET, Preset
 
 from . import about, state
+from .class_pool import CLASS, ClassEntry
 from .state import DEFAULT_METHODS, Pools, Session, View
 
 MAX_SHADES = 8  # draft positions and specialists beyond this reuse the last shade
@@ -339,9 +341,9 @@ def draft_note(preset: Preset) -> str:
 
 
 def render(session: Session, view: View, status: tuple[str, str] | None = None, running: bool = False,
-           with_charts: bool = True) -> list:
+           with_charts: bool = True, with_trees: bool = True) -> list:
     """Every output the lanes, charts and status show, in OUTPUT_NAMES order (`with_charts=False` leaves the four
-    charts as they are)."""
+    charts as they are, `with_trees=False` each lane's tree, round slider and account)."""
     if status is not None:
         session.status = status
     comp = session.comparison
@@ -364,9 +366,12 @@ def render(session: Session, view: View, status: tuple[str, str] | None = None, 
                                                placeholder="waiting for the first round…") + "</div>")
             out[p + "text"] = lane.text
             pin = session.pins.get(i)
-            out[p + "tree"] = lane_tree(lane, pin)
-            out[p + "slider"] = round_slider(lane, pin)
-            out[p + "explain"] = lane_explain(lane, pin, float(comp.spec.temperature) > 0.0)
+            if with_trees:
+                out[p + "tree"] = lane_tree(lane, pin)
+                out[p + "slider"] = round_slider(lane, pin)
+                out[p + "explain"] = lane_explain(lane, pin, float(comp.spec.temperature) > 0.0)
+            else:
+                out[p + "tree"] = out[p + "slider"] = out[p + "explain"] = gr.skip()
         else:
             visible = comp is None and i < len(DEFAULT_METHODS)
             out[p + "col"] = gr.Column(visible=visible)
@@ -382,15 +387,63 @@ def render(session: Session, view: View, status: tuple[str, str] | None = None, 
             out[name] = gr.skip()
         out["hardware"] = gr.skip()
         return [out[name] for name in OUTPUT_NAMES]
-    runs_, colors, note = pooled_chart_runs(session.pool_view(comp)) if view.pooled else (*chart_runs(comp), "")
-    out["pos_acc"] = figures.pos_acc_figure(runs_, conditional=view.conditional, colors=colors, note=note)
-    out["feature_deviation"] = figures.feature_deviation_figure(runs_, colors=colors, note=note)
-    out["accept_hist"] = figures.accept_hist_figure(runs_, colors=colors, note=note)
-    out["tokens_per_s"] = figures.tokens_per_s_figure(runs_, colors=colors, note=note)
+    out.update(zip(CHART_NAMES, chart_outputs(session, view)))
     info = comp.hardware if comp is not None and comp.hardware else loaded_hardware()
     note = "Showing a saved run: the hardware it was recorded on." if comp is not None and comp.replay else ""
     out["hardware"] = about.hardware_markdown(info, note)
     return [out[name] for name in OUTPUT_NAMES]
+
+
+CHART_NAMES = ("pos_acc", "feature_deviation", "accept_hist", "tokens_per_s")
+
+
+def chart_outputs(session: Session, view: View) -> list:
+    """The four charts (CHART_NAMES order) of what the view's source asks for: this run, all my runs, or everyone
+    on this server."""
+    comp = session.comparison
+    if view.everyone:
+        return class_charts(session, view)
+    runs_, colors, note = pooled_chart_runs(session.pool_view(comp)) if view.pooled else (*chart_runs(comp), "")
+    return [figures.pos_acc_figure(runs_, conditional=view.conditional, colors=colors, note=note),
+            figures.feature_deviation_figure(runs_, colors=colors, note=note),
+            figures.accept_hist_figure(runs_, colors=colors, note=note),
+            figures.tokens_per_s_figure(runs_, colors=colors, note=note)]
+
+
+def class_preset(session: Session) -> str:
+    """The preset the class charts show: the live run's on show, else (no lanes, a replay or a loaded run, which
+    may come from another machine's preset) the one the app serves first."""
+    comp = session.comparison
+    return comp.spec.preset if comp is not None and not comp.replay else (state.APP_PRESET or DEFAULT_PRESET)
+
+
+def class_note(preset: str, entries: dict[str, ClassEntry]) -> str:
+    """The class charts' second subtitle line: whose runs, how many per method, since when."""
+    since = time.strftime("%H:%M UTC", time.gmtime(CLASS.since))
+    if not entries:
+        return f"Everyone on this server ({preset}): no finished live run yet (since {since})"
+    runs = ", ".join(f"{e.label} {e.runs}" for e in entries.values())
+    return f"Everyone on this server ({preset}), live runs pooled since {since}: {runs}"
+
+
+def class_charts(session: Session, view: View) -> list:
+    """"Everyone on this server": each method's pooled AcceptanceStats on the preset (numbers only) drawn by the
+    same chart code, n= on each chart; tokens/s as pooled totals (the pool keeps no per-round timeline)."""
+    preset = class_preset(session)
+    entries = CLASS.view(preset)
+    order = sorted(entries, key=lambda m: m != methods.PLAIN)
+    entries = {m: entries[m] for m in order}
+    runs_ = {e.label: e.stats for e in entries.values()}
+    colors = {e.label: methods.color_of(m) or methods.OKABE_ITO[i % 7] for i, (m, e) in enumerate(entries.items())}
+    note = class_note(preset, entries)
+    session.class_seen = (CLASS.version, view.conditional)
+    speeds = " · ".join(f"{e.label} {e.tokens_per_s:.1f} ({e.tokens:,} tokens, {e.runs} runs)"
+                        for e in entries.values() if e.seconds > 0)
+    tps = figures.empty_figure(f"Pooled tokens/s: {speeds}" if speeds else "No finished live run yet.", 340,
+                               "Tokens/s, everyone on this server (tokens over the lanes' own compute time)")
+    return [figures.pos_acc_figure(runs_, conditional=view.conditional, colors=colors, note=note),
+            figures.feature_deviation_figure(runs_, colors=colors, note=note),
+            figures.accept_hist_figure(runs_, colors=colors, note=note), tps]
 
 
 def loaded_hardware() -> dict[str, str] | None:

@@ -6,18 +6,27 @@ or the decoding workers that every other client waits for.
 Counting: `QueueShareMiddleware` (an ASGI middleware on the app, `launch(app_kwargs={"middleware": ...})`) reads each
 `/queue/join` request of a counted event and adds it as pending; the handler moves it to running when it starts
 (`ClientShare.running`) and lets it go when it ends, however it ends. A pending call that never starts (its client
-left, or cancelled it, while it waited) stops counting after `pending_ttl_s`."""
+left, or cancelled it, while it waited) stops counting after `pending_ttl_s`.
+
+Live runs (Run, Step, /compare) then take turns in `LiveQueue`: `slots` of them decode at once, the rest wait in
+arrival order, and a waiting run's status shows its place in line and an estimate of the wait (from how long the
+recent live runs held their slot). Replays and the class charts never enter it."""
 
 from __future__ import annotations
 
+import heapq
 import ipaddress
+import itertools
 import json
+import os
 import threading
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
+
+from poss_core.errors import PossError
 
 PER_CLIENT = 2  # calls waiting or running per session (`python app.py --max-calls-per-client`)
 PER_ADDRESS = 0  # per client address; 0: no limit (`--max-calls-per-address`; a class behind one NAT shares one)
@@ -104,6 +113,128 @@ class ClientShare:
 
 
 SHARE = ClientShare()
+
+
+def auto_slots(cores: int | None, threads: int) -> int:
+    """Live runs decoding at once by default: half the cores over each run's torch threads, at least one (a 2-vCPU
+    Space: one run on one core, the other core left to the web server, the drawing and the replays)."""
+    return max(1, (cores or os.cpu_count() or 2) // 2 // max(1, threads))
+
+
+# A slot's hold per unit of work (lanes x new tokens asked for) before any live run has ended: a 64-token three-lane
+# run of the default model on one thread of a 2-vCPU machine takes about 15 s, the first one after start-up longer.
+TYPICAL_S_PER_UNIT = 0.1
+
+
+class QueueFull(PossError):
+    """The queue of live runs is full: the server says so instead of taking more than it can serve."""
+
+
+def _ordinal(n: int) -> str:
+    return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
+
+
+class LiveQueue:
+    """Live runs in arrival order: `slots` decode at once, up to `max_waiting` wait. A ticket's place is 0 while it
+    decodes and k for the k-th in line. Each ticket carries its work (lanes times the new tokens it asked for); the
+    wait is estimated by playing the line forward with each run holding its slot for its work times the seconds per
+    unit of work that the last few runs took (`typical_s_per_unit` before any run ended)."""
+
+    def __init__(self, slots: int = 1, max_waiting: int = 64, typical_s_per_unit: float = TYPICAL_S_PER_UNIT,
+                 history: int = 8) -> None:
+        self.slots = slots
+        self.max_waiting = max_waiting
+        self.typical_s_per_unit = typical_s_per_unit
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self._waiting: list[int] = []  # tickets in arrival order
+        self._running: dict[int, float] = {}  # ticket -> when it got its slot
+        self._work: dict[int, float] = {}  # ticket -> lanes x new tokens asked for
+        self._done: deque[tuple[float, float]] = deque(maxlen=history)  # (seconds held, work) of the last runs
+
+    def join(self, work: float = 1.0) -> int:
+        """A ticket at the back of the line for a run of `work` units (QueueFull past `max_waiting`)."""
+        with self._lock:
+            if len(self._waiting) >= self.max_waiting:
+                raise QueueFull(f"{len(self._waiting)} live runs are already waiting, the most this server queues: "
+                                f"try again in a few minutes (the examples replay at once meanwhile).")
+            ticket = next(self._ids)
+            self._waiting.append(ticket)
+            self._work[ticket] = max(1.0, float(work))
+            return ticket
+
+    def try_start(self, ticket: int) -> bool:
+        """Take a slot if one is free and no one who came earlier is still waiting for it; True once running."""
+        with self._lock:
+            if ticket in self._running:
+                return True
+            free = self.slots - len(self._running)
+            if ticket in self._waiting[:max(0, free)]:
+                self._waiting.remove(ticket)
+                self._running[ticket] = time.monotonic()
+                return True
+            return False
+
+    def leave(self, ticket: int) -> None:
+        """The run ended (or gave up waiting): its slot or its place goes to the next in line."""
+        with self._lock:
+            began = self._running.pop(ticket, None)
+            work = self._work.pop(ticket, 1.0)
+            if began is not None:
+                self._done.append((time.monotonic() - began, work))
+            elif ticket in self._waiting:
+                self._waiting.remove(ticket)
+
+    def rate(self) -> float:
+        """Seconds a slot is held per unit of work over the last runs (their seconds over their work, so a short run
+        that also loaded the model weighs little), else the typical figure."""
+        with self._lock:
+            work = sum(w for _, w in self._done)
+            return sum(s for s, _ in self._done) / work if work else self.typical_s_per_unit
+
+    def place(self, ticket: int) -> int:
+        with self._lock:
+            if ticket in self._running:
+                return 0
+            return self._waiting.index(ticket) + 1 if ticket in self._waiting else 0
+
+    def counts(self) -> tuple[int, int]:
+        """(runs decoding, runs waiting)."""
+        with self._lock:
+            return len(self._running), len(self._waiting)
+
+    def estimate_s(self, ticket: int) -> float:
+        """Seconds until this ticket gets a slot if every run holds one for its work at the recent rate (0 once
+        running)."""
+        rate = self.rate()
+        now = time.monotonic()
+        with self._lock:
+            if ticket not in self._waiting:
+                return 0.0
+            ahead = self._waiting[:self._waiting.index(ticket)]
+            # A run past its estimate is taken to end soon (a tenth of it), not never.
+            free_at = [max(rate * self._work[t] - (now - began), 0.1 * rate * self._work[t])
+                       for t, began in self._running.items()]
+            holds = [rate * self._work[t] for t in ahead]
+        free_at += [0.0] * max(0, self.slots - len(free_at))
+        heapq.heapify(free_at)
+        for hold in holds:
+            heapq.heappush(free_at, heapq.heappop(free_at) + hold)
+        return free_at[0]
+
+    def status(self, ticket: int) -> str:
+        """What a waiting run's status line says: its place, the queue, the estimate and what it rests on."""
+        place, (running, waiting) = self.place(ticket), self.counts()
+        est, rate = self.estimate_s(ticket), self.rate()
+        done = len(self._done)
+        basis = (f"at the speed of the last {done} live run{'s' if done != 1 else ''}" if done else
+                 f"no live run has finished yet: {rate * 3 * 64:.0f} s per 64-token three-lane run is assumed")
+        return (f"Waiting for a live slot: {_ordinal(place)} in line ({running} of {self.slots} slot"
+                f"{'s' if self.slots != 1 else ''} decoding, {waiting} waiting); about {est:.0f} s to go ({basis}). "
+                f"Stop leaves the queue; recorded examples replay at once meanwhile.")
+
+
+LIVE = LiveQueue()
 
 
 def request_client(request: Any) -> tuple[str | None, str | None]:

@@ -20,6 +20,8 @@ from poss_core.events import RoundEvent
 from poss_core.errors import ConfigError, PromptError
 from poss_core.models.presets import Preset, get_preset
 
+from .class_pool import CLASS
+
 DEFAULT_METHODS = [methods.PLAIN, "eagle", "poss2"]
 # The server-side cap on work per call: a Run, Replay or /compare call decodes for at most this many seconds, then
 # its lanes are stopped and the status (or the API's answer) says so. `python app.py --max-call-seconds` sets it.
@@ -32,7 +34,12 @@ CALL_FITS = True
 # round is light (the accepted path and one node per other depth, no token ids): about 0.8 KB at depth 6, so a full
 # method pool is about 2.5 MB (docs/architecture.md, "Limits a public app needs", says how this was measured).
 POOL_ROUNDS = 3000
-POOLED_VIEW = "all my runs"  # the charts' source control: "this run" or this
+POOLED_VIEW = "all my runs"  # the charts' source control: "this run", this, or CLASS_VIEW
+CLASS_VIEW = "everyone on this server"  # every finished live run on the server, pooled (app/class_pool.py)
+# The most new tokens one live run may ask for (`python app.py --max-new-tokens`; the UI's slider stops there too).
+# None: the settings' own bound (LIMITS) only.
+MAX_NEW_TOKENS: int | None = None
+APP_PRESET = ""  # the preset the app serves first: the class charts' preset while a tab shows no lanes
 
 
 @dataclass
@@ -43,6 +50,7 @@ class View:
     show_rejected: bool = False
     conditional: bool = True
     pooled: bool = False  # the charts pool every run this tab decoded on the preset ("All my runs")
+    everyone: bool = False  # the charts pool every finished live run on this server ("everyone on this server")
 
     @classmethod
     def from_controls(cls, color_by: str, show_rejected: bool, pos_acc_mode: str,
@@ -50,7 +58,8 @@ class View:
         """From the view controls' values (radio labels and a checkbox)."""
         return cls(color_by="specialist" if str(color_by).startswith("spec") else "position",
                    show_rejected=bool(show_rejected), conditional=not str(pos_acc_mode).startswith("uncond"),
-                   pooled=charts_from is True or str(charts_from) == POOLED_VIEW)
+                   pooled=charts_from is True or str(charts_from) == POOLED_VIEW,
+                   everyone=str(charts_from) == CLASS_VIEW)
 
 
 @dataclass
@@ -87,6 +96,11 @@ class RunSettings:
             message: str | list[dict] = list(history) + [{"role": "user", "content": self.prompt}]
         else:
             message = self.prompt
+        if (MAX_NEW_TOKENS is not None and isinstance(self.max_new_tokens, (int, float))
+                and not isinstance(self.max_new_tokens, bool) and self.max_new_tokens > MAX_NEW_TOKENS):
+            raise ConfigError(f"max_new_tokens={self.max_new_tokens:g} is more than this server gives one run "
+                              f"({MAX_NEW_TOKENS}, so that every visitor gets a turn): ask for {MAX_NEW_TOKENS} or "
+                              f"fewer.")
         order = list(methods.lane_methods(get_preset(self.preset)))
         chosen = sorted({methods.canonical(m) for m in self.methods or []},
                         key=lambda m: order.index(m) if m in order else len(order))
@@ -203,6 +217,7 @@ class Session:
     pools: dict[str, Pools] = field(default_factory=dict)  # preset -> method -> the rounds of every run decoded here
     # The comparisons `pools` took, held weakly (a pooled run's lanes are freed with it): each run goes in once.
     pooled: list[weakref.ref] = field(default_factory=list)
+    class_seen: tuple[int, bool] | None = None  # (class pool version, conditional) the class charts last drew
 
     def was_pooled(self, comp: Comparison) -> bool:
         return any(ref() is comp for ref in self.pooled)
@@ -214,6 +229,7 @@ class Session:
         if comp is None or comp.replay or self.was_pooled(comp):
             return
         self.pooled = [ref for ref in self.pooled if ref() is not None] + [weakref.ref(comp)]
+        CLASS.add_run(comp)  # "everyone on this server": its numbers, once, with this tab's pools
         pools = dict(self.pools.get(comp.spec.preset, {}))
         for lane, run in _pooled_runs(comp, light=True):
             pools[lane.method] = pools.get(lane.method, MethodPool(lane.short)).added(run)

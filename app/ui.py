@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import inspect
-import json
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,7 @@ from poss_core.bench import figures
 from poss_core.decoding.config import LIMITS, MAX_PROMPT_CHARS
 from poss_core.models.presets import DEFAULT_PRESET, get_preset, presets
 
-from . import about, evidence_view, handlers, share, state
+from . import about, evidence_view, handlers, recordings, share, state
 from .api import compare_endpoint
 from .render import OUTPUT_NAMES, TOKEN_CLICK_JS, conversation_html, draft_note, legend_html, status_html
 from .state import (DEFAULT_METHODS, RunSettings, View, method_choices, precision_note, quantization_note,
@@ -25,12 +24,17 @@ from .state import (DEFAULT_METHODS, RunSettings, View, method_choices, precisio
 # cache age (`python app.py --cache-minutes`, 10 by default) are deleted, so the temp folder does not grow.
 CACHE_SWEEP_S = 60
 LOAD_CONCURRENCY = 2  # saved runs parsed at once (each is checked in full: up to a few seconds of CPU for a large one)
+# Replays (the examples' recordings, ↻ Replay) at once: no model work, only drawing, so a whole class replays together
+# without waiting behind the live runs (which take turns in share.LIVE, not in this group).
+REPLAY_CONCURRENCY = 64
+CLASS_REFRESH_S = 5.0  # how often a tab showing "everyone on this server" checks the class pool for new runs
+THREADS = 160  # Gradio's worker threads: a waiting live run and a replay each hold one while they sleep
 
 TIMING_NOTE = ("Lanes run **in turns, one round each**, in one thread: each lane's tokens/s counts only its own "
                "rounds' compute time, i.e. the speed it would get alone on this machine.")
 
-ASSETS = Path(__file__).resolve().parents[1] / "assets"
-EXAMPLES: list[dict[str, str]] = json.loads((ASSETS / "examples" / "prompts.json").read_text(encoding="utf-8"))
+ASSETS = recordings.ASSETS
+EXAMPLES = recordings.EXAMPLES
 CSS = (ASSETS / "app.css").read_text(encoding="utf-8")
 
 # ---------------------------------------------------------------- layout
@@ -53,7 +57,8 @@ side against plain decoding: coloured tokens came from the draft, underlined one
 def build_demo(preset: str = DEFAULT_PRESET, concurrency: int = 2, precision: str = "auto",
                call_limit_s: float | None = None, results_dir: str | None = None,
                call_fits: bool = True, cache_age_s: float = 600.0) -> gr.Blocks:
-    """The whole app. `concurrency` caps how many comparisons (runs, steps, API calls) decode at once; `precision`
+    """The whole app. `concurrency` caps how many live comparisons (runs, steps, API calls) decode at once, the
+    slots of share.LIVE (the others wait in line, their status saying where and for how long); `precision`
     is the Precision setting's initial value (`python app.py --dtype`); `call_limit_s` the most seconds one call
     decodes (state.CALL_LIMIT_S; `python app.py --max-call-seconds`); `results_dir` a folder the Evidence tab may
     read results from besides results/ (`python app.py --results-dir`); `call_fits` False offers only the tree-budget
@@ -65,6 +70,8 @@ def build_demo(preset: str = DEFAULT_PRESET, concurrency: int = 2, precision: st
     if results_dir:
         evidence_view.RESULTS_DIR = Path(results_dir)
     state.SESSIONS.start_reaper()  # paused Step sessions idle past SESSIONS.idle_s free their decoders
+    share.LIVE.slots = max(1, int(concurrency))
+    state.APP_PRESET = preset
     first = get_preset(preset)
     d = ui_defaults(first)
     gpu = compare.cuda_available()
@@ -72,7 +79,12 @@ def build_demo(preset: str = DEFAULT_PRESET, concurrency: int = 2, precision: st
     preset_choices = [(f"{name}{' (GPU)' if p.device == 'gpu' else ''}", name) for name, p in table.items()]
     methods0 = [m for m in DEFAULT_METHODS if m in methods.preset_methods(first)]
     decode = {"concurrency_id": "decode", "concurrency_limit": concurrency}
+    # Live runs wait for their slot in share.LIVE (status: place and estimate), not in Gradio's queue, where a
+    # waiting call could not say where it stands; the per-client share and LIVE's own bound keep their number down.
+    live = {"concurrency_id": "live", "concurrency_limit": None}
+    replays = {"concurrency_id": "replay", "concurrency_limit": REPLAY_CONCURRENCY}
     light = {"concurrency_limit": None, "show_progress": "hidden"}
+    max_new_top = min(LIMITS["max_new_tokens"][1], state.MAX_NEW_TOKENS or LIMITS["max_new_tokens"][1])
 
     age = max(1, round(cache_age_s))
     with gr.Blocks(title="POSS vs EAGLE: speculative decoding", fill_width=True, analytics_enabled=False,
@@ -95,9 +107,10 @@ def build_demo(preset: str = DEFAULT_PRESET, concurrency: int = 2, precision: st
                                                      scale=3)
                             new_conv = gr.Button("New conversation", size="sm", scale=1)
                         conversation = gr.HTML(conversation_html([]))
-                        gr.Examples(examples=[[e["prompt"]] for e in EXAMPLES], inputs=[prompt],
-                                    example_labels=[f'{e["family"]}: {e["prompt"][:48]}…' for e in EXAMPLES],
-                                    label="Examples (chat, code, math, summary, QA, instruction)")
+                        examples = gr.Examples(
+                            examples=[[e["prompt"]] for e in EXAMPLES], inputs=[prompt],
+                            example_labels=[f'{e["family"]}: {e["prompt"][:48]}…' for e in EXAMPLES],
+                            label="Examples: a click replays a recorded run at once; ▶ Run runs it live")
                     with gr.Column(scale=2):
                         with gr.Accordion("Settings", open=True):
                             preset_dd = gr.Dropdown(preset_choices, value=preset, label="Model (preset)")
@@ -123,8 +136,9 @@ def build_demo(preset: str = DEFAULT_PRESET, concurrency: int = 2, precision: st
                                                            "and draft (tens of seconds on a CPU, then cached), and "
                                                            "each lane's header states its budget and depth stop")
                             with gr.Row():
-                                max_new = gr.Slider(*LIMITS["max_new_tokens"], value=d["max_new_tokens"], step=1,
-                                                    label="Max new tokens")
+                                max_new = gr.Slider(LIMITS["max_new_tokens"][0], max_new_top,
+                                                    value=min(d["max_new_tokens"], max_new_top), step=1,
+                                                    label="Max new tokens", elem_id="poss-max-new")
                                 seed = gr.Number(value=0, precision=0, label="Seed",
                                                  info=f"{LIMITS['seed'][0]} to {LIMITS['seed'][1]}")
                             offered = [p for p in compare.PRECISIONS if gpu or p != "float16" or p == precision]
@@ -166,11 +180,15 @@ def build_demo(preset: str = DEFAULT_PRESET, concurrency: int = 2, precision: st
                     pos_acc_mode = gr.Radio(["conditional (POSS pos-acc)", "unconditional P(accept_len ≥ k)"],
                                             value="conditional (POSS pos-acc)", label="Position-wise acceptance",
                                             scale=2)
-                    charts_from = gr.Radio(["this run", state.POOLED_VIEW], value="this run", label="Charts show",
+                    charts_from = gr.Radio(["this run", state.POOLED_VIEW, state.CLASS_VIEW], value="this run",
+                                           label="Charts show",
                                            info="all my runs: every round of every run in this tab on this preset, "
-                                                "per method (replays and loaded runs are not added)",
+                                                "per method; everyone on this server: every finished live run of "
+                                                "every visitor, pooled per method (numbers only, never prompts or "
+                                                "text). Replays and loaded runs are never added",
                                            elem_id="poss-charts-from", scale=2)
                     forget_btn = gr.Button("Forget my runs", size="sm", scale=1, elem_id="poss-forget")
+                class_timer = gr.Timer(CLASS_REFRESH_S, active=False)
                 with gr.Row():
                     pos_acc_plot = gr.Plot(show_label=False, elem_id="poss-chart-pos-acc")
                     dev_plot = gr.Plot(show_label=False, elem_id="poss-chart-deviation")
@@ -184,6 +202,14 @@ def build_demo(preset: str = DEFAULT_PRESET, concurrency: int = 2, precision: st
                             "finishes, outside its timing; until then the chart shows accepted positions only, "
                             "which is conditional on acceptance). The strip under the acceptance chart shows which "
                             "specialist drafts each position and in what share of the rounds.")
+                with gr.Accordion("Reset the class's pooled charts (the key the app was started with)",
+                                  open=False):
+                    with gr.Row():
+                        class_key = gr.Textbox(type="password", show_label=False, scale=3, max_length=200,
+                                               placeholder="python app.py --class-reset-key KEY",
+                                               elem_id="poss-class-key")
+                        class_reset_btn = gr.Button("Reset everyone's pooled runs", size="sm", scale=1,
+                                                    elem_id="poss-class-reset")
                 with gr.Accordion("Save or load a run (replay without a model)", open=False):
                     with gr.Row():
                         save_btn = gr.Button("Save this run (JSONL)")
@@ -208,15 +234,23 @@ def build_demo(preset: str = DEFAULT_PRESET, concurrency: int = 2, precision: st
         run = gathered(handlers.run_handler, settings=True)
         step = gathered(handlers.step_handler, settings=True)
 
-        run_btn.click(_gpu(run), settings + view, outputs, api_name="run", **decode, show_progress="minimal")
-        prompt.submit(_gpu(run), settings + view, outputs, api_visibility="undocumented", **decode,
+        run_btn.click(_gpu(run), settings + view, outputs, api_name="run", **live, show_progress="minimal")
+        prompt.submit(_gpu(run), settings + view, outputs, api_visibility="undocumented", **live,
                       show_progress="minimal")
         step_btn.click(_gpu(step), settings + view, outputs, api_name="step", **decode, show_progress="minimal")
         stop_btn.click(gathered(handlers.stop_handler), view, outputs, api_name="stop", **light)
-        replay_btn.click(gathered(handlers.replay_handler), view, outputs, api_name="replay",
-                         concurrency_limit=concurrency, show_progress="minimal")
+        replay_btn.click(gathered(handlers.replay_handler), view, outputs, api_name="replay", **replays,
+                         show_progress="minimal")
+        examples.load_input_event.then(gathered(handlers.example_handler, leading=2), [prompt, preset_dd] + view,
+                                       outputs, api_name="example", **replays, show_progress="minimal")
         for control in view:
             control.change(gathered(handlers.view_handler), view, outputs, api_visibility="private", **light)
+        charts_from.change(lambda source: gr.Timer(active=source == state.CLASS_VIEW), charts_from, class_timer,
+                           api_visibility="private", **light)
+        class_timer.tick(gathered(handlers.class_tick_handler), view, [pos_acc_plot, dev_plot, hist_plot, tps_plot],
+                         api_visibility="private", **light)
+        class_reset_btn.click(gathered(handlers.class_reset_handler, leading=1), [class_key] + view,
+                              [class_key] + outputs, api_name="class_reset", **light)
         forget_btn.click(gathered(handlers.forget_handler), view, outputs, api_visibility="private", **light)
         for i, parts in enumerate(lane_parts):
             for trigger in (parts[5].input, parts[5].release):  # dragging, and the number box
@@ -232,9 +266,11 @@ def build_demo(preset: str = DEFAULT_PRESET, concurrency: int = 2, precision: st
         save_btn.click(handlers.save_handler, None, saved, api_name="save_run", **light)
         upload.upload(gathered(handlers.load_handler, leading=1), [upload] + view, outputs, api_name="load_run",
                       concurrency_id="load", concurrency_limit=LOAD_CONCURRENCY, show_progress="hidden")
-        demo.load(gathered(handlers.view_handler), view, outputs, api_visibility="private", **light)
+        # Also /view: the outputs for a view (the load tool reads the class charts through it).
+        demo.load(gathered(handlers.view_handler), view, outputs, api_name="view", api_visibility="undocumented",
+                  **light)
         demo.unload(handlers.drop_session)
-        gr.api(compare_endpoint(preset, wrap=_gpu), api_name="compare", **decode)
+        gr.api(compare_endpoint(preset, wrap=_gpu), api_name="compare", **live)
     return demo
 
 
@@ -267,14 +303,15 @@ def theme() -> gr.themes.Base:
 def decoding_events(demo: gr.Blocks) -> set[int]:
     """The events each client's queue share counts (app/share.py): the ones that decode (Run, its Enter key, Step,
     /compare) and Replay."""
-    return {i for i, fn in demo.fns.items() if fn.concurrency_id == "decode" or fn.api_name == "replay"}
+    return {i for i, fn in demo.fns.items() if fn.concurrency_id in ("decode", "live") or fn.api_name == "replay"}
 
 
 def launch_kwargs(demo: gr.Blocks | None = None) -> dict[str, Any]:
     """What `launch()` needs besides host and port: CSS and theme (Gradio 6 takes them at launch), the largest
     upload (a saved run; Gradio refuses bigger files before they reach a handler) and, given the demo, the middleware
     that gives each client its share of the queue."""
-    kwargs: dict[str, Any] = {"css": CSS, "theme": theme(), "max_file_size": saved_runs.MAX_RUN_BYTES}
+    kwargs: dict[str, Any] = {"css": CSS, "theme": theme(), "max_file_size": saved_runs.MAX_RUN_BYTES,
+                              "max_threads": THREADS}
     if demo is not None:
         from starlette.middleware import Middleware
 

@@ -75,6 +75,12 @@ class CallBudget(threading.Event):
         self.began = time.monotonic()
         self.timed_out = False  # set by the clock, not by a stop
 
+    def restart(self, seconds: float | None) -> None:
+        """Start the clock again, now, with `seconds` (a call that waited its turn in the app's queue of live runs
+        begins its cap when it gets its slot: waiting is not decoding)."""
+        self.began = time.monotonic()
+        self.seconds = seconds
+
     def limit(self, seconds: float | None) -> None:
         """Give a budget without a time limit one (its clock still runs from the call's start)."""
         if self.seconds is None:

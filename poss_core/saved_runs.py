@@ -5,12 +5,15 @@ Format (one JSON object per line):
      "hardware": {...}}
     {"type": "event", "lane": i, "event": RoundEvent.to_json(), "pieces": [...], "node_texts": [...], "bonus_text": s}
     {"type": "summary", "lane": i, "text": ..., "stop_reason": ..., "stats": {...}, "error": null}
-Token texts are stored with the events, so a replay needs no tokenizer.
+Token texts are stored with the events, so a replay needs no tokenizer. A name ending in .gz is gzip-compressed (the
+bundled example recordings).
 """
 
 from __future__ import annotations
 
+import gzip
 import json
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -208,12 +211,35 @@ def run_lines(comparison: Comparison) -> Iterator[dict[str, Any]]:
                "stats": summary.get("stats", {}), "error": lane.error}
 
 
-def save_run(comparison: Comparison, path: str | Path) -> Path:
+def _rounded(obj: Any, digits: int) -> Any:
+    """Every float in `obj` to `digits` significant digits (ints, strings and structure unchanged)."""
+    if isinstance(obj, float):
+        return float(f"{obj:.{digits}g}")
+    if isinstance(obj, dict):
+        return {k: _rounded(v, digits) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_rounded(v, digits) for v in obj]
+    return obj
+
+
+def _gzipped(path: Path) -> bool:
+    return path.suffix == ".gz"
+
+
+def save_run(comparison: Comparison, path: str | Path, compact: bool = False) -> Path:
+    """Write a comparison as JSONL (gzip-compressed when the name ends in .gz). `compact` (the bundled example
+    recordings) writes floats (probabilities, scores, timings, deviations) to 4 significant digits, without spaces:
+    about two thirds of the size, the same charts."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", encoding="utf-8") as f:
+    opened = gzip.open(path, "wt", encoding="utf-8") if _gzipped(path) else open(path, "w", encoding="utf-8")
+    with opened as f:
         for line in run_lines(comparison):
-            f.write(json.dumps(clean_json(line), ensure_ascii=False) + "\n")
+            line = clean_json(line)
+            if compact:
+                f.write(json.dumps(_rounded(line, 4), ensure_ascii=False, separators=(",", ":")) + "\n")
+            else:
+                f.write(json.dumps(line, ensure_ascii=False) + "\n")
     return path
 
 
@@ -229,8 +255,21 @@ def _field_error(name: str, lineno: int, err: ValidationError) -> RunFileError:
     return RunFileError(f"{name!r} is not a valid saved run: line {lineno}: {where or 'the line'}: {msg}{shown}.")
 
 
+def _read_text(path: Path) -> str:
+    """The file's text; a .gz file is decompressed, at most MAX_RUN_BYTES of it (a larger one is refused)."""
+    if not _gzipped(path):
+        return path.read_text(encoding="utf-8")
+    with gzip.open(path, "rb") as f:
+        data = f.read(MAX_RUN_BYTES + 1)
+    if len(data) > MAX_RUN_BYTES:
+        raise RunFileError(f"{path.name!r} holds more than {MAX_RUN_BYTES // 2**20} MB once decompressed: a saved "
+                           f"run may be at most that.")
+    return data.decode("utf-8")
+
+
 def load_run(path: str | Path) -> Comparison:
-    """A finished comparison rebuilt from a saved file (its lanes have no source: nothing left to run).
+    """A finished comparison rebuilt from a saved file, plain or gzip-compressed (.jsonl.gz), whose lanes have no
+    source: nothing left to run.
 
     Every line is checked against the schema above first (sizes, depths, lane indexes, specialists, counts, string
     lengths); RunFileError names the line and the field of the first thing wrong. Nothing is built until the whole
@@ -241,8 +280,8 @@ def load_run(path: str | Path) -> Comparison:
         if size > MAX_RUN_BYTES:
             raise RunFileError(f"{path.name!r} is {size / 2**20:.1f} MB: a saved run may be at most "
                                f"{MAX_RUN_BYTES // 2**20} MB.")
-        texts = [s for s in path.read_text(encoding="utf-8").splitlines() if s.strip()]
-    except (OSError, UnicodeDecodeError) as err:
+        texts = [s for s in _read_text(path).splitlines() if s.strip()]
+    except (OSError, UnicodeDecodeError, EOFError, zlib.error) as err:
         raise RunFileError(f"could not read the saved run {path.name!r}: {err}") from err
     if not texts:
         raise RunFileError(f"{path.name!r} is empty: a saved run starts with a \"run\" line.")

@@ -133,7 +133,7 @@ def space_manifest(root: Path) -> list[tuple[Path, str]]:
             add(root / name)
     if "assets/demo.png" in (root / "README.md").read_text(encoding="utf-8") and (root / "assets/demo.png").is_file():
         add(root / "assets/demo.png")
-    for folder in ("app", "poss_core", "assets/examples", "assets/drafts", "assets/evidence"):
+    for folder in ("app", "poss_core", "assets/examples", "assets/recordings", "assets/drafts", "assets/evidence"):
         for f in sorted((root / folder).rglob("*")):
             if f.is_file() and not _skipped(f.relative_to(root)):
                 add(f)

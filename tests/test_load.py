@@ -178,7 +178,8 @@ def test_sixteen_clients_against_the_real_app():
             for p in PROMPTS}
     port = free_port()
     server = subprocess.Popen([sys.executable, "app.py", "--preset", "tiny-random", "--host", "127.0.0.1", "--port",
-                               str(port), "--threads", "1", "--concurrency", "2", "--queue-size", "256"],
+                               str(port), "--threads", "1", "--concurrency", "2", "--queue-size", "256",
+                               "--max-new-tokens", "2048"],
                               cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     url = f"http://127.0.0.1:{port}/"
     try:

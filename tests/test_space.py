@@ -38,7 +38,8 @@ def test_snapshot_holds_what_the_space_needs_and_nothing_else(staged):
     paths = {f.path for f in files}
     assert paths == {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()}
     for need in ("app.py", "README.md", "requirements.txt", "app/ui.py", "poss_core/space.py", "assets/app.css",
-                 "assets/examples/prompts.json", "assets/drafts/smollm2-135m/poss2/model.safetensors",
+                 "assets/examples/prompts.json", "assets/recordings/smollm2-135m/01-chat.jsonl.gz",
+                 "assets/drafts/smollm2-135m/poss2/model.safetensors",
                  "assets/drafts/smollm2-135m/poss2/poss_draft.json", "assets/drafts/smollm2-135m/poss2/README.md"):
         assert need in paths, need
     for p in paths:

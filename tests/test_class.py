@@ -1,0 +1,288 @@
+"""A class on one server: examples replay their recordings at once (no model, no live slot), live runs wait their
+turn in one line with their place and an estimate shown, and "everyone on this server" pools every finished live
+run's numbers per preset and method, resettable only with the launch key. Tiny-random preset, through the handlers."""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from app_settings import req, run_settings
+
+from app import api, handlers, launch, recordings, render, share, state
+from app.class_pool import CLASS, ClassPool
+from poss_core import compare, metrics, saved_runs
+
+THIS_RUN = state.View()
+EVERYONE = state.View.from_controls("draft position", False, "conditional", state.CLASS_VIEW)
+THREE = ["plain", "eagle", "poss2"]
+KEY = "teacher-key"
+
+
+def n_of(fig, label: str) -> int:
+    found = re.search(rf"{re.escape(label)} n=(\d+)", fig.layout.title.text)
+    assert found, fig.layout.title.text
+    return int(found.group(1))
+
+
+def live_run(request, **kw) -> compare.Comparison:
+    frames = list(handlers.run_handler(run_settings(**kw), THIS_RUN, request=request))
+    assert "Done" in render.outputs_dict(frames[-1])["status"], render.outputs_dict(frames[-1])["status"]
+    return handlers.SESSIONS.get(request).comparison
+
+
+@pytest.fixture
+def empty_class(monkeypatch):
+    """The server's class pool, emptied with the launch key; the app serves tiny-random."""
+    monkeypatch.setattr(CLASS, "reset_key", KEY)
+    monkeypatch.setattr(state, "APP_PRESET", "tiny-random")
+    assert CLASS.reset(KEY)[0]
+    return CLASS
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory) -> Path:
+    """A folder of recordings as scripts/record_examples.py writes them (tiny-random, 8 tokens, examples 1 and 2)."""
+    folder = tmp_path_factory.mktemp("recordings")
+    for i in (0, 1):
+        spec = compare.RunSpec(recordings.EXAMPLES[i]["prompt"], THREE, "tiny-random", depth=4, top_k=4,
+                               tree_budget=16, max_new_tokens=8)
+        comp = compare.run_to_end(compare.start(spec))
+        comp.hardware = {**comp.hardware, "cpu": "Test CPU, 1 thread(s)", "note": "a test machine"}
+        saved_runs.save_run(comp, recordings.recording_path(i, "tiny-random", folder), compact=True)
+    return folder
+
+
+# ---------------------------------------------------------------- everyone on this server
+
+
+def test_everyone_pools_every_tabs_finished_runs_numbers_only(empty_class):
+    a, b = req("class-a"), req("class-b")
+    runs = [live_run(a, prompt="secret prompt alpha", methods=THREE, max_new_tokens=7),
+            live_run(b, prompt="secret prompt beta", methods=THREE, max_new_tokens=9)]
+    entries = CLASS.view("tiny-random")
+    assert {m: e.runs for m, e in entries.items()} == {"plain": 2, "eagle": 2, "poss2": 2}
+    for m, label in (("eagle", "EAGLE"), ("poss2", "POSS-2")):
+        events = [e for c in runs for lane in c.lanes if lane.method == m for e in lane.events]
+        assert entries[m].stats.hist == metrics.accept_hist(events, 4)  # adds up exactly like one run
+        assert entries[m].tokens == sum(metrics.total_new_tokens(lane.events) for c in runs for lane in c.lanes
+                                        if lane.method == m)
+    # A third tab that ran nothing sees both tabs' rounds, with the sample size on each chart.
+    out = render.outputs_dict(handlers.view_handler(EVERYONE, request=req("class-teacher")))
+    draft_rounds = sum(len(metrics.draft_rounds(lane.events)) for c in runs for lane in c.lanes if lane.short == "EAGLE")
+    assert n_of(out["pos_acc"], "EAGLE") == draft_rounds == n_of(out["accept_hist"], "EAGLE")
+    assert "Everyone on this server (tiny-random)" in out["pos_acc"].layout.title.text
+    assert "Plain" in out["tokens_per_s"].layout.annotations[0].text
+    shown = str([f.to_plotly_json() for f in (out["pos_acc"], out["feature_deviation"], out["accept_hist"])])
+    assert "secret prompt" not in shown and "secret prompt" not in repr(entries)  # numbers only
+
+
+def test_replays_loaded_runs_and_unfinished_steps_stay_out_until_they_end(empty_class, recorded, monkeypatch):
+    monkeypatch.setattr(recordings, "RECORDINGS_DIR", recorded)
+    r = req("class-replays")
+    list(handlers.example_handler(recordings.EXAMPLES[0]["prompt"], "tiny-random", THIS_RUN, request=r))
+    list(handlers.replay_handler(THIS_RUN, request=r))
+    handlers.step_handler(run_settings(max_new_tokens=30), THIS_RUN, request=r)  # steps through the recording
+    assert len(CLASS) == 0 and CLASS.version == empty_class.version
+    stepper = req("class-steps")
+    for _ in range(2):
+        handlers.step_handler(run_settings(max_new_tokens=30), THIS_RUN, request=stepper)
+    assert len(CLASS) == 0  # paused: not finished
+    handlers.stop_handler(THIS_RUN, request=stepper)
+    assert CLASS.view("tiny-random")["eagle"].runs == 1  # a stopped run's rounds go in once
+
+
+def test_the_class_charts_redraw_only_when_the_pool_changed(empty_class):
+    teacher = req("class-tick")
+    first = handlers.class_tick_handler(EVERYONE, request=teacher)
+    assert all(not isinstance(f, dict) for f in first)  # drawn
+    assert all(isinstance(f, dict) for f in handlers.class_tick_handler(EVERYONE, request=teacher))  # skipped
+    assert all(isinstance(f, dict) for f in handlers.class_tick_handler(THIS_RUN, request=teacher))
+    live_run(req("class-tick-student"), methods=["plain", "eagle"], max_new_tokens=5)
+    again = handlers.class_tick_handler(EVERYONE, request=teacher)
+    assert n_of(again[0], "EAGLE") >= 1
+
+
+def test_only_the_launch_key_resets_the_class_pool(empty_class):
+    live_run(req("class-reset"), methods=["plain", "eagle"], max_new_tokens=5)
+    r = req("class-reset-ui")
+    out = handlers.class_reset_handler("not the key", THIS_RUN, request=r)
+    assert out[0] == "" and "not this server's reset key" in out[1] and len(CLASS) == 2
+    out = handlers.class_reset_handler(KEY, THIS_RUN, request=r)
+    assert "was reset" in out[1] and len(CLASS) == 0
+    no_key = ClassPool()
+    assert no_key.reset("") == no_key.reset(KEY) and not no_key.reset(KEY)[0]
+
+
+def test_the_class_pool_is_bounded_whatever_the_number_of_runs():
+    pool = ClassPool(max_keys=2)
+    comp = compare.run_to_end(compare.start(compare.RunSpec("Hi", THREE, "tiny-random", depth=4, top_k=4,
+                                                            tree_budget=16, max_new_tokens=6)))
+    for _ in range(5):
+        pool.add_run(comp)
+    assert len(pool) == 2 and pool.view("tiny-random")["plain"].runs == 5  # the third method is past the cap
+    assert len(pool.view("tiny-random")["eagle"].stats.hist) == 5  # depth 4: a fixed-size table, not the rounds
+
+
+# ---------------------------------------------------------------- examples replay at once
+
+
+def test_an_example_replays_its_recording_without_a_model_or_a_live_slot(recorded, monkeypatch):
+    monkeypatch.setattr(recordings, "RECORDINGS_DIR", recorded)
+    monkeypatch.setattr(recordings, "DEFAULT_PRESET", "tiny-random")  # none made on smollm2 here: the fallback
+    monkeypatch.setattr(compare.MODELS, "target", lambda *a, **k: pytest.fail("a replay must not load a model"))
+    monkeypatch.setattr(share, "LIVE", share.LiveQueue(slots=1))
+    busy = share.LIVE.join()
+    assert share.LIVE.try_start(busy)  # every live slot is taken
+    r = req("class-example")
+    t0 = time.monotonic()
+    frames = handlers.example_handler(recordings.EXAMPLES[1]["prompt"], "smollm2-135m", THIS_RUN, request=r)
+    first = render.outputs_dict(next(frames))
+    assert time.monotonic() - t0 < 5.0
+    assert "Replaying a recording of tiny-random, made on Test CPU" in first["status"]
+    assert "a test machine" in first["status"] and "replay" in first["lane1_head"]
+    last = render.outputs_dict(list(frames)[-1])
+    assert "press ▶ Run to run this prompt live" in last["status"]
+    session = handlers.SESSIONS.get(r)
+    assert session.loaded is not None and session.comparison.replay and session.pools == {}
+    assert not session.lock.locked()
+    out = render.outputs_dict(next(handlers.example_handler("a prompt of my own", "tiny-random", THIS_RUN,
+                                                            request=r)))
+    assert "Run to run this prompt live" in out["status"]
+    share.LIVE.leave(busy)
+
+
+def test_a_replay_keeps_its_recorded_timing(recorded, monkeypatch):
+    monkeypatch.setattr(recordings, "RECORDINGS_DIR", recorded)
+    rec = recordings.recording_for(0, "tiny-random")
+    turns = max(len(lane.events) for lane in rec.lanes)
+    recorded_s = sum(e.wall_ms for lane in rec.lanes for e in lane.events) / 1000
+    for lane in rec.lanes:  # make the recorded compute long enough to measure: 40 ms a round
+        lane.events[:] = [e.__class__(**{**e.__dict__, "wall_ms": 40.0}) for e in lane.events]
+    monkeypatch.setattr(recordings, "_LOADED", {recordings.recording_path(0, "tiny-random", recorded): rec})
+    t0 = time.monotonic()
+    list(handlers.example_handler(recordings.EXAMPLES[0]["prompt"], "tiny-random", THIS_RUN, request=req("pace")))
+    took = time.monotonic() - t0
+    paced = sum(40.0 * sum(len(lane.events) > t for lane in rec.lanes) for t in range(turns - 1)) / 1000
+    assert took >= 0.9 * paced, (took, paced, recorded_s)
+
+
+def test_the_example_index_and_the_fallback_to_the_default_presets_recording(recorded, monkeypatch):
+    assert recordings.example_index("  " + recordings.EXAMPLES[2]["prompt"] + "\n") == 2
+    assert recordings.example_index("something else") is None
+    monkeypatch.setattr(recordings, "DEFAULT_PRESET", "tiny-random")
+    assert recordings.recording_for(1, "no-such-preset", recorded).spec.preset == "tiny-random"
+    assert recordings.recording_for(4, "tiny-random", recorded) is None
+
+
+# ---------------------------------------------------------------- honest queueing
+
+
+def test_the_live_queue_is_first_come_first_served_with_places_and_estimates():
+    q = share.LiveQueue(slots=1, max_waiting=3, typical_s_per_unit=0.5)
+    a, b, c = q.join(work=20), q.join(work=10), q.join(work=40)
+    assert q.try_start(a) and not q.try_start(b) and not q.try_start(c)  # one slot, a has it
+    assert q.place(a) == 0 and q.place(b) == 1 and q.place(c) == 2
+    # a holds its slot about 20 x 0.5 s; b then holds it 10 x 0.5 s: the estimates add up in line.
+    assert 9.0 < q.estimate_s(b) <= 10.0 and q.estimate_s(c) == pytest.approx(q.estimate_s(b) + 5.0, abs=0.2)
+    assert "2nd in line" in q.status(c) and "1 of 1 slot decoding, 2 waiting" in q.status(c)
+    d = q.join()
+    with pytest.raises(share.QueueFull, match="3 live runs are already waiting"):
+        q.join()
+    q.leave(d)
+    assert not q.try_start(c)  # b came first
+    q.leave(a)
+    assert q.try_start(b) and q.rate() < 0.05  # a held its slot a moment for 20 units: the estimates follow
+    assert q.estimate_s(c) < 0.5 and "at the speed of the last 1 live run" in q.status(c)
+    q.leave(c)  # gave up waiting
+    assert q.counts() == (1, 0)
+
+
+def test_a_waiting_run_shows_its_place_and_stop_leaves_the_line(monkeypatch):
+    monkeypatch.setattr(share, "LIVE", share.LiveQueue(slots=1))
+    monkeypatch.setattr(handlers, "QUEUE_FRAME_S", 0.0)
+    busy = share.LIVE.join()
+    assert share.LIVE.try_start(busy)
+    r = req("class-wait")
+    gen = handlers.run_handler(run_settings(), THIS_RUN, request=r)
+    status = render.outputs_dict(next(gen))["status"]
+    assert "1st in line" in status and "about" in status and "s to go" in status
+    assert share.LIVE.counts() == (1, 1)
+    handlers.stop_handler(THIS_RUN, request=r)
+    out = render.outputs_dict(list(gen)[-1])
+    assert "Stopped while waiting in the queue" in out["status"]
+    assert share.LIVE.counts() == (1, 0) and not handlers.SESSIONS.get(r).lock.locked()
+    # Once the slot is free the next run goes straight through.
+    share.LIVE.leave(busy)
+    live_run(r, max_new_tokens=4)
+    assert share.LIVE.counts() == (0, 0)
+
+
+def test_a_waiting_run_starts_when_the_slot_frees_and_its_cap_starts_then(monkeypatch):
+    monkeypatch.setattr(share, "LIVE", share.LiveQueue(slots=1))
+    monkeypatch.setattr(state, "CALL_LIMIT_S", 1.5)  # shorter than the wait: waiting in line is not decoding
+    busy = share.LIVE.join()
+    share.LIVE.try_start(busy)
+    threading.Timer(2.0, share.LIVE.leave, args=(busy,)).start()
+    frames = list(handlers.run_handler(run_settings(max_new_tokens=4), THIS_RUN, request=req("class-turn")))
+    statuses = [render.outputs_dict(f)["status"] for f in frames]
+    assert any("in line" in s for s in statuses) and "Done" in statuses[-1]
+
+
+def test_the_servers_token_limit_is_checked_before_queueing(monkeypatch):
+    monkeypatch.setattr(state, "MAX_NEW_TOKENS", 16)
+    out = render.outputs_dict(list(handlers.run_handler(run_settings(max_new_tokens=17), THIS_RUN,
+                                                        request=req("class-limit")))[-1])
+    assert "max_new_tokens=17 is more than this server gives one run (16" in out["status"]
+    import gradio as gr
+
+    with pytest.raises(gr.Error, match="more than this server gives one run"):
+        api.api_spec("Hi", ["plain"], "tiny-random", max_new_tokens=17, quiet_refusals=True)
+
+
+def test_launch_defaults_for_a_two_vcpu_space():
+    assert share.auto_slots(2, 1) == 1  # a 2-vCPU Space: one live run on one core, one core for the server
+    assert share.auto_slots(16, 2) == 4 and share.auto_slots(1, 1) == 1
+    assert launch.max_new_tokens(None, gpu=False) == launch.CPU_MAX_NEW_TOKENS
+    assert launch.max_new_tokens(None, gpu=True) == 2048 and launch.max_new_tokens(100, gpu=False) == 100
+    args = launch.build_parser().parse_args(["--class-reset-key", "k", "--max-new-tokens", "128"])
+    assert args.class_reset_key == "k" and args.max_new_tokens == 128 and args.concurrency is None
+
+
+# ---------------------------------------------------------------- the bundled recordings
+
+
+def test_every_example_has_a_small_bundled_recording_of_the_default_lanes():
+    from poss_core.models.presets import get_preset
+
+    d = state.ui_defaults(get_preset("smollm2-135m"))
+    total = 0
+    for i, example in enumerate(recordings.EXAMPLES):
+        path = recordings.recording_path(i, "smollm2-135m")
+        total += path.stat().st_size
+        comp = saved_runs.load_run(path)
+        assert comp.spec.messages()[-1]["content"] == example["prompt"]
+        assert [lane.method for lane in comp.lanes] == state.DEFAULT_METHODS
+        assert (comp.spec.depth, comp.spec.top_k, comp.spec.tree_budget, comp.spec.max_new_tokens) == (
+            d["depth"], d["top_k"], d["tree_budget"], d["max_new_tokens"])
+        assert comp.hardware["dtype"] == "bfloat16" and comp.hardware["cpu"] and comp.hardware["recorded"]
+        assert all(lane.events and lane.summary["stop_reason"] in ("eos", "max_new_tokens") for lane in comp.lanes)
+    assert total < 512 * 1024
+
+
+def test_a_compressed_run_is_bounded_once_decompressed(tmp_path, monkeypatch):
+    import gzip
+
+    broken = tmp_path / "broken.jsonl.gz"
+    broken.write_bytes(b"not gzip at all")
+    with pytest.raises(saved_runs.RunFileError, match="could not read the saved run 'broken.jsonl.gz'"):
+        saved_runs.load_run(broken)
+    monkeypatch.setattr(saved_runs, "MAX_RUN_BYTES", 1000)
+    big = tmp_path / "big.jsonl.gz"
+    with gzip.open(big, "wt") as f:
+        f.write("{}\n" * 1000)  # 3000 bytes once decompressed, a few dozen on disk
+    with pytest.raises(saved_runs.RunFileError, match="more than 0 MB once decompressed"):
+        saved_runs.load_run(big)
