@@ -170,7 +170,8 @@ def heldout_table(drafts: Path = DRAFTS) -> str:
         card = json.loads((folder / "model_card.json").read_text())
         top1 = card.get("heldout_top1_by_position_decoding") or []
         depth = max(depth, len(top1))
-        rows.append([card.get("label", folder.name), str(card.get("steps", "")), *[f"{v:.3f}" for v in top1]])
+        values = [f"{v:.3f}" for v in top1] or ["not measured (its card has no held-out figures)"]
+        rows.append([card.get("label", folder.name), str(card.get("steps", "")), *values])
     head = ["draft", "last phase's steps", *[f"k={k}" for k in range(1, depth + 1)]]
     return _table(head, [r + [""] * (len(head) - len(r)) for r in rows]) + \
         f"\n\nFrom `{drafts.relative_to(ROOT)}/*/model_card.json` (`heldout_top1_by_position_decoding`)."
