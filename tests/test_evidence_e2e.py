@@ -57,7 +57,7 @@ def test_browser_shows_the_evidence_charts_and_their_sample_sizes(server):
         text = {chart: page.locator(f"#poss-evidence-{chart}").inner_text() for chart in CHARTS}
         assert "EAGLE n=12" in text["pos-acc"] and "POSS-2 n=10" in text["pos-acc"]
         assert "EAGLE n=12" in text["pos-rate"] and "EAGLE n=2" in text["speedup"]
-        assert "d1 1, d2 1" in text["tau"] and "EAGLE n=14" in text["deviation"]
+        assert "d1 1, d2 1" in text["tau"] and "EAGLE n=8" in text["deviation"]
         assert page.locator("#poss-evidence-pos-acc .errorbar").count() > 0
         header = page.locator("#poss-evidence-header").inner_text()
         assert "--bundled-unit" in header and "unit CPU" in header and "EAGLE 12" in header

@@ -25,7 +25,7 @@ def test_the_real_default_preset_labels_its_untrained_drafts_without_a_path():
     offered = methods.preset_methods(preset)
     choices = dict((value, label) for label, value in state.method_choices(preset))
     bundled = {name for name in preset.drafts if (drafts_dir() / name / "model.safetensors").is_file()}
-    assert list(choices) == ["plain", "eagle", "poss1", "poss2", "poss3", "matched", "pld", "oracle"]
+    assert list(choices) == ["plain", "eagle", "hass", "poss1", "poss2", "poss3", "matched", "pld", "oracle"]
     for name, method in offered.items():
         assert method.trained == (name == "plain" or name in bundled)
         assert choices[name] == (method.label if method.trained else f"{method.label} (untrained)")
