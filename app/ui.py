@@ -177,7 +177,7 @@ def build_demo(preset: str = DEFAULT_PRESET, concurrency: int = 2, precision: st
                         lane_parts.append([col, head, toks, text, tree, slider, explain])
                 gr.Markdown("### Charts (POSS and EAGLE on the same axes; each states its sample size)")
                 with gr.Row(equal_height=False):
-                    pos_acc_mode = gr.Radio(["conditional (POSS pos-acc)", "unconditional P(accept_len ≥ k)"],
+                    pos_acc_mode = gr.Radio(["conditional (POSS pos-acc)", "unconditional (share of rounds that drafted k)"],
                                             value="conditional (POSS pos-acc)", label="Position-wise acceptance",
                                             scale=2)
                     charts_from = gr.Radio(["this run", state.POOLED_VIEW, state.CLASS_VIEW], value="this run",

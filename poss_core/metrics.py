@@ -184,21 +184,6 @@ def accept_by_drafted(events: Iterable[RoundEvent], depth: int | None = None) ->
     return joint
 
 
-def _at_least(hist: Sequence[int]) -> list[int]:
-    """at_least[k] = rounds with accept_len >= k."""
-    out, total = [0] * len(hist), 0
-    for k in range(len(hist) - 1, -1, -1):
-        total += hist[k]
-        out[k] = total
-    return out
-
-
-def _full_depth_joint(hist: Sequence[int]) -> list[list[int]]:
-    """A joint table in which every round drafted the whole depth: what a plain histogram assumes."""
-    size = len(hist)
-    return [[0] * size for _ in range(size - 1)] + [list(hist)] if size else []
-
-
 def position_counts(joint: Sequence[Sequence[int]]) -> dict[str, list[int]]:
     """Per position k = 1..depth, from `accept_by_drafted`: `accepted` (rounds that accepted at least k tokens),
     `tried` (rounds that accepted k-1 and drafted k: pos-acc's denominator), `drafted` (rounds that drafted k: the
@@ -213,19 +198,10 @@ def position_counts(joint: Sequence[Sequence[int]]) -> dict[str, list[int]]:
     return {"accepted": accepted, "tried": tried, "drafted": drafted, "rounds": [rounds] * (size - 1)}
 
 
-def pos_rate_from_hist(hist: Sequence[int], joint: Sequence[Sequence[int]] | None = None) -> list[float]:
-    """Unconditional per-position rate, k = 1..depth: of the rounds that drafted position k, the share that accepted
-    at least k tokens (vLLM's accepted-per-position / drafts). Without `joint`, every round drafted the whole depth."""
-    c = position_counts(joint if joint is not None else _full_depth_joint(hist))
-    return [a / n if n else math.nan for a, n in zip(c["accepted"], c["drafted"])]
-
-
-def pos_acc_from_hist(hist: Sequence[int], joint: Sequence[Sequence[int]] | None = None) -> list[float]:
-    """Conditional position-wise acceptance (POSS pos-acc), k = 1..depth: of the rounds that accepted k-1 tokens and
-    drafted position k, the share that accepted it. NaN where no such round exists. Without `joint`, every round
-    drafted the whole depth (P(accept_len >= k) / P(accept_len >= k-1))."""
-    c = position_counts(joint if joint is not None else _full_depth_joint(hist))
-    return [a / n if n else math.nan for a, n in zip(c["accepted"], c["tried"])]
+def pos_acc_from_hist(hist: Sequence[int]) -> list[float]:
+    """Conditional pos-acc from a histogram alone, k = 1..depth, every round taken to have drafted the whole depth:
+    P(accept_len >= k) / P(accept_len >= k-1). `AcceptanceStats.rates` counts only the rounds that drafted k."""
+    return AcceptanceStats(list(hist), len(hist) - 1).rates(conditional=True)
 
 
 def only_drafted(values: Sequence[float], events: Iterable[RoundEvent]) -> list[float]:
