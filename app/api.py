@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import inspect
 import threading
 import time
 from collections.abc import Callable
 
 import gradio as gr
 
-from poss_core import compare, metrics
-from poss_core.errors import PossError
+from poss_core import compare, metrics, settings
+from poss_core.call_budget import CallBudget
+from poss_core.errors import ConfigError, PossError
 from poss_core.json_safe import clean_json
 from poss_core.methods import PLAIN
 from poss_core.models.presets import DEFAULT_PRESET, get_preset
@@ -24,31 +26,47 @@ PROGRESS_EVERY_S = 1.0  # how often /compare yields while it works: the points w
 QUEUE_POLL_S = 0.1  # how often a waiting /compare call checks for its live slot
 
 
-def compare_api(prompt: str, methods: list[str], preset: str = DEFAULT_PRESET, max_new_tokens: int = 64,
-                temperature: float = 0.0, top_p: float = 1.0, depth: int = 0, top_k: int = 0, tree_budget: int = 0,
-                seed: int = 0, precision: str = "auto", cancel: threading.Event | None = None,
-                quiet_refusals: bool = False) -> dict:
+# The /compare parameters after prompt, methods and preset: the settings the API offers (settings.API), with
+# max_new_tokens first (the order clients give them in positionally). A tree setting and max_new_tokens default to 0,
+# which means the app's default for the preset (state.ui_defaults); tree_budget 0 fits each draft's budget instead.
+API_SETTINGS = ("max_new_tokens",) + tuple(n for n in settings.offered_on(settings.API) if n != "max_new_tokens")
+API_DEFAULTS = {n: 0 if settings.SETTINGS[n].from_preset or n == "max_new_tokens" else settings.SETTINGS[n].default
+                for n in API_SETTINGS}
+
+
+def api_signature() -> inspect.Signature:
+    """The /compare endpoint's signature, from the settings table: what Gradio documents and clients call."""
+    param = functools.partial(inspect.Parameter, kind=inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return inspect.Signature(
+        [param("prompt", annotation=str), param("methods", annotation=list[str]),
+         param("preset", default="", annotation=str)]
+        + [param(n, default=API_DEFAULTS[n], annotation=settings.SETTINGS[n].kind) for n in API_SETTINGS]
+        + [param("request", default=None, annotation=gr.Request)], return_annotation=dict)
+
+
+def compare_api(prompt: str, methods: list[str], preset: str = DEFAULT_PRESET, cancel: threading.Event | None = None,
+                quiet_refusals: bool = False, **values) -> dict:
     """Run one comparison (no streaming) and return each lane's text and summary.
 
-    methods: two or three of plain, eagle, poss1, poss2, poss3, matched (the preset's drafts).
-    preset: a preset's name (empty: the one the app serves). depth, top_k: 0 for the UI's defaults. tree_budget: 0
-    fits each draft's budget to this machine (the UI's "Fastest tree for this machine"; the first call per draft and
-    setting calibrates it within the call's time limit, or, on a server started with --no-call-fits, uses the default
-    budget where no fit is cached: the lane's "budget_note" says so).
-    precision: auto (fp32 on a CPU, bf16 on a GPU), float32 or bfloat16, the target's dtype.
+    methods: two or three of plain, eagle, hass, poss1, poss2, poss3, matched (the preset's drafts), oracle, pld.
+    preset: a preset's name (empty: the one the app serves). max_new_tokens, depth, top_k: 0 for the app's defaults.
+    tree_budget: 0 fits each draft's budget to this machine (the UI's "Fastest tree for this machine"; the first call
+    per draft and setting calibrates it within the call's time limit, or, on a server started with --no-call-fits,
+    uses the default budget where no fit is cached: the lane's "budget_note" says so).
+    temperature, top_p, seed: sampling (temperature 0 is greedy). precision: auto (fp32 on a CPU, bf16 on a GPU),
+    float32 or bfloat16, the target's dtype.
     Returns {"preset", "settings", "lanes": [{"method", "label", "text", "stop_reason", "tree_budget", "identical_to_plain",
     "speedup_vs_plain", "summary": {tau, pos_acc, pos_rate, accept_hist, tokens_per_s, new_tokens, rounds, ...}}],
     "timing", "timed_out"}. Lanes run in turns, one round each; tokens/s counts each lane's own compute. Every setting
-    has the app's bounds (decoding.config.LIMITS); a call that runs past the server's per-call limit is stopped and
+    has the app's bounds (poss_core/settings.py); a call that runs past the server's per-call limit is stopped and
     says so ("timed_out": true, every lane's stop_reason "cancelled"); the limit's clock starts with the call, so
     loading, fitting and the oracle's reference decode count (a call whose limit runs out before its lanes start is
     refused with a message that says so). Setting `cancel` stops all of it within one round (a
     cancelled API call, or a client gone away). A refused input raises gr.Error (with `quiet_refusals`, without a
     traceback in the server's log)."""
     name = preset or DEFAULT_PRESET
-    budget = compare.CallBudget(state.CALL_LIMIT_S, parent=cancel)
-    spec = api_spec(prompt, methods, name, max_new_tokens, temperature, top_p, depth, top_k, tree_budget, seed,
-                    precision, quiet_refusals)
+    budget = CallBudget(state.CALL_LIMIT_S, parent=cancel)
+    spec = api_spec(prompt, methods, name, quiet_refusals, **values)
     try:
         if budget.is_set() and not budget.timed_out:
             raise gr.Error("cancelled before the comparison started.", print_exception=not quiet_refusals)
@@ -78,19 +96,20 @@ def compare_api(prompt: str, methods: list[str], preset: str = DEFAULT_PRESET, m
                           if comp.timed_out else {})})
 
 
-def api_spec(prompt: str, methods: list[str], preset: str, max_new_tokens: int = 64, temperature: float = 0.0,
-             top_p: float = 1.0, depth: int = 0, top_k: int = 0, tree_budget: int = 0, seed: int = 0,
-             precision: str = "auto", quiet_refusals: bool = False) -> compare.RunSpec:
-    """What a /compare call runs, checked (the UI's bounds and this server's limits); a refused input raises
-    gr.Error before the call waits for a live slot."""
+def api_spec(prompt: str, methods: list[str], preset: str, quiet_refusals: bool = False, **values) -> compare.RunSpec:
+    """What a /compare call runs, checked (the UI's bounds and this server's limits): the API's defaults, then the
+    app's defaults for the preset where a value is 0; a refused input raises gr.Error before the call waits for a live
+    slot."""
     try:
+        unknown = sorted(set(values) - set(API_SETTINGS))
+        if unknown:
+            raise ConfigError(f"{unknown[0]!r} is not a /compare parameter: use {', '.join(API_SETTINGS)}.")
+        values = {**API_DEFAULTS, **values}
         d = ui_defaults(get_preset(preset))
-        settings = RunSettings(prompt, False, preset, methods, temperature, top_p, depth or d["depth"],
-                               top_k or d["top_k"], tree_budget or d["tree_budget"], max_new_tokens, seed, "auto",
-                               auto_budget=not tree_budget, precision=precision)
-        spec = settings.spec([])
-        spec.check()
-        return spec
+        auto = not values["tree_budget"]
+        values.update({n: d[n] for n in d if n in values and not values[n]})
+        settings_ = RunSettings(prompt, False, preset, methods, auto_budget=auto, **values)
+        return settings_.spec([])
     except PossError as err:
         raise gr.Error(str(err), print_exception=not quiet_refusals) from err
 
@@ -117,16 +136,18 @@ def compare_endpoint(app_preset: str, wrap: Callable = lambda fn: fn):
     on a Space)."""
     work = wrap(compare_api)
 
-    async def compare(prompt: str, methods: list[str], preset: str = "", max_new_tokens: int = 64,
-                      temperature: float = 0.0, top_p: float = 1.0, depth: int = 0, top_k: int = 0,
-                      tree_budget: int = 0, seed: int = 0, precision: str = "auto",
-                      request: gr.Request = None) -> dict:
+    signature = api_signature()
+
+    async def compare(*args, **kwargs) -> dict:
+        given = signature.bind(*args, **kwargs)
+        given.apply_defaults()
+        a = dict(given.arguments)
+        prompt, methods, request = a.pop("prompt"), a.pop("methods"), a.pop("request")
+        preset = a.pop("preset") or app_preset
         cancel = threading.Event()
-        call = functools.partial(work, prompt, methods, preset or app_preset, max_new_tokens, temperature, top_p,
-                                 depth, top_k, tree_budget, seed, precision, cancel=cancel, quiet_refusals=True)
+        call = functools.partial(work, prompt, methods, preset, cancel=cancel, quiet_refusals=True, **a)
         with share.running(request):
-            spec = api_spec(prompt, methods, preset or app_preset, max_new_tokens, temperature, top_p, depth, top_k,
-                            tree_budget, seed, precision, quiet_refusals=True)
+            spec = api_spec(prompt, methods, preset, quiet_refusals=True, **a)
             try:
                 ticket = share.LIVE.join(work=len(spec.methods) * int(spec.max_new_tokens))
             except PossError as err:
@@ -155,4 +176,6 @@ def compare_endpoint(app_preset: str, wrap: Callable = lambda fn: fn):
         yield answer.result()
 
     compare.__doc__ = compare_api.__doc__
+    compare.__signature__ = signature  # what Gradio documents and binds clients' values to
+    compare.__annotations__ = {p.name: p.annotation for p in signature.parameters.values()} | {"return": dict}
     return compare

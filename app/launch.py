@@ -76,12 +76,14 @@ def preload(preset_name: str, precision: str = "auto") -> None:
     from poss_core import compare
     from poss_core.errors import PossError
     from poss_core.methods import preset_methods
+    from poss_core.model_cache import MODELS
+    from poss_core.models.hardware import cuda_available
     from poss_core.models.presets import get_preset
 
     preset = get_preset(preset_name)
-    if preset.device == "gpu" and not compare.cuda_available():
+    if preset.device == "gpu" and not cuda_available():
         return
-    compare.MODELS.startup_fit.set()  # from now until the fits are done, a Run starts on the default budgets
+    MODELS.startup_fit.set()  # from now until the fits are done, a Run starts on the default budgets
     try:
         print(f"[poss] loading {preset_name} in the background ...", file=sys.stderr, flush=True)
         methods = [m for m in DEFAULT_METHODS if m in preset_methods(preset)]
@@ -96,7 +98,7 @@ def preload(preset_name: str, precision: str = "auto") -> None:
     except PossError as err:  # the UI shows the same message when someone presses Run
         print(f"[poss] could not preload {preset_name}: {err}", file=sys.stderr, flush=True)
     finally:
-        compare.MODELS.startup_fit.clear()
+        MODELS.startup_fit.clear()
 
 
 def prepare_target(preset_name: str) -> None:
@@ -125,7 +127,7 @@ CPU_MAX_NEW_TOKENS = 256  # a live run's most new tokens on a machine without a 
 def max_new_tokens(requested: int | None, gpu: bool) -> int:
     """The most new tokens one live run may ask for: --max-new-tokens, else CPU_MAX_NEW_TOKENS without a GPU and the
     settings' own bound with one."""
-    from poss_core.decoding.config import LIMITS
+    from poss_core.settings import LIMITS
 
     top = int(LIMITS["max_new_tokens"][1])
     if requested:
@@ -142,7 +144,7 @@ def main(argv: list[str] | None = None) -> None:
     from app.class_pool import CLASS
     from app.state import initial_precision
     from app.ui import build_demo, launch_kwargs
-    from poss_core.compare import cpu_bf16_units, cuda_available
+    from poss_core.models.hardware import cpu_bf16_units, cuda_available
 
     precision = initial_precision(args.dtype, cuda_available(), cpu_bf16_units())
     for flag, value in (("--max-call-seconds", args.max_call_seconds), ("--cache-minutes", args.cache_minutes),
@@ -153,7 +155,7 @@ def main(argv: list[str] | None = None) -> None:
                         ("--max-calls-per-address", args.max_calls_per_address)):
         if value < 0 or (flag == "--max-calls-per-client" and value < 1):
             build_parser().error(f"{flag}={value}: use a whole number >= {1 if 'client' in flag else 0}.")
-    from poss_core.decoding.config import LIMITS
+    from poss_core.settings import LIMITS
 
     top = int(LIMITS["max_new_tokens"][1])
     for flag, value, most in (("--concurrency", args.concurrency, 64), ("--max-new-tokens", args.max_new_tokens, top),

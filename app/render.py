@@ -12,7 +12,9 @@ import gradio as gr
 
 from poss_core import compare, methods, metrics
 from poss_core.bench import figures
-from poss_core.compare import MAX_LANES, Comparison, Lane, TokenRecord, hardware_info
+from poss_core.compare import MAX_LANES, Comparison, Lane, TokenRecord
+from poss_core.model_cache import MODELS
+from poss_core.models.hardware import hardware_info
 from poss_core.explain import explain_round
 from poss_core.models.numerics import NEAR_TIE, Divergence
 from poss_core.models.presets import DEFAULT_PRESET, Preset
@@ -447,7 +449,7 @@ def class_charts(session: Session, view: View) -> list:
 
 
 def loaded_hardware() -> dict[str, str] | None:
-    loaded = compare.MODELS.loaded_targets()
+    loaded = MODELS.loaded_targets()
     return hardware_info(loaded[-1]) if loaded else None
 
 

@@ -4,7 +4,6 @@ toggles), the Run settings as one value, and the settings the UI starts with."""
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 import weakref
@@ -12,9 +11,11 @@ from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from poss_core import methods
+from poss_core import methods, settings
 from poss_core.bench.records import light_event, pool_events
-from poss_core.compare import CallBudget, Comparison, Lane, RunSpec, cpu_bf16_units
+from poss_core.call_budget import CallBudget
+from poss_core.compare import Comparison, Lane, RunSpec
+from poss_core.models.hardware import cpu_bf16_units
 from poss_core.decoding.config import check_prompt_text
 from poss_core.events import RoundEvent
 from poss_core.errors import ConfigError, PromptError
@@ -62,28 +63,32 @@ class View:
                    everyone=str(charts_from) == CLASS_VIEW)
 
 
-@dataclass
-class RunSettings:
-    """The Run settings as the UI holds them (the controls' values, in the order ui.SETTINGS lists the controls)."""
+APP_SETTINGS = settings.offered_on(settings.APP)  # the Run controls after the prompt, preset and methods
 
-    prompt: str
-    multi_turn: bool
-    preset: str
-    methods: list[str]
-    temperature: float
-    top_p: float
-    depth: float
-    top_k: float
-    tree_budget: float
-    max_new_tokens: float
-    seed: float
-    quantization: str = "auto"
-    auto_budget: bool = False
-    precision: str = "auto"
+
+class RunSettings:
+    """The Run settings as the UI holds them: the prompt, Multi-turn, the preset, the methods, and the value of every
+    setting the app offers (`APP_SETTINGS`, by name, as the controls send them: a slider's 4.0 for an integer)."""
+
+    def __init__(self, prompt: str, multi_turn: bool, preset: str, methods: list[str], **values: Any) -> None:
+        self.prompt, self.multi_turn, self.preset, self.methods = prompt, multi_turn, preset, methods
+        self.values = values
+
+    @classmethod
+    def from_controls(cls, prompt: str, multi_turn: bool, preset: str, methods: list[str],
+                      *values: Any) -> "RunSettings":
+        """From the controls' values in the order ui.py lists them (one per APP_SETTINGS name)."""
+        return cls(prompt, multi_turn, preset, methods, **dict(zip(APP_SETTINGS, values)))
+
+    def __getattr__(self, name: str) -> Any:
+        values = self.__dict__.get("values", {})
+        if name in values:
+            return values[name]
+        raise AttributeError(f"RunSettings has no {name!r}")
 
     def spec(self, history: list[dict]) -> RunSpec:
-        """What a comparison runs (raises PossError with a readable message): the prompt, after `history` when
-        Multi-turn is ticked, and the chosen methods in the preset's order."""
+        """What a comparison runs, checked (raises PossError with a readable message): the prompt, after `history`
+        when Multi-turn is ticked, the chosen methods in the preset's order, every setting typed and in bounds."""
         if self.prompt is None or (isinstance(self.prompt, str) and not self.prompt.strip()):
             raise PromptError("the prompt is empty: type a question or instruction (or pick an example).")
         check_prompt_text(self.prompt)
@@ -96,29 +101,17 @@ class RunSettings:
             message: str | list[dict] = list(history) + [{"role": "user", "content": self.prompt}]
         else:
             message = self.prompt
-        if (MAX_NEW_TOKENS is not None and isinstance(self.max_new_tokens, (int, float))
-                and not isinstance(self.max_new_tokens, bool) and self.max_new_tokens > MAX_NEW_TOKENS):
-            raise ConfigError(f"max_new_tokens={self.max_new_tokens:g} is more than this server gives one run "
+        asked = self.values.get("max_new_tokens")
+        if (MAX_NEW_TOKENS is not None and isinstance(asked, (int, float)) and not isinstance(asked, bool)
+                and asked > MAX_NEW_TOKENS):
+            raise ConfigError(f"max_new_tokens={asked:g} is more than this server gives one run "
                               f"({MAX_NEW_TOKENS}, so that every visitor gets a turn): ask for {MAX_NEW_TOKENS} or "
                               f"fewer.")
         order = list(methods.lane_methods(get_preset(self.preset)))
-        chosen = sorted({methods.canonical(m) for m in self.methods or []},
-                        key=lambda m: order.index(m) if m in order else len(order))
-        return RunSpec(prompt=message, methods=chosen, preset=self.preset, temperature=_num(self.temperature, float),
-                       top_p=_num(self.top_p, float), depth=_num(self.depth, int), top_k=_num(self.top_k, int),
-                       tree_budget=_num(self.tree_budget, int), max_new_tokens=_num(self.max_new_tokens, int),
-                       seed=_num(self.seed, int), quantization=self.quantization or "auto",
-                       auto_budget=bool(self.auto_budget), precision=self.precision or "auto")
-
-
-def _num(v, cast):
-    """A slider's or number box's value as an int or float where that is exact; anything else is left as it is, so
-    that the settings' check (`DecodeConfig.of`) names the field and its range."""
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-        return v
-    if cast is int:
-        return int(v) if float(v).is_integer() and abs(v) < 2**53 else v
-    return float(v)
+        chosen = sorted(set(self.methods or []), key=lambda m: order.index(m) if m in order else len(order))
+        # An unset choice (a radio Gradio sends as None) reads its default; anything else is checked as sent.
+        values = {k: v for k, v in self.values.items() if not (v in (None, "") and settings.SETTINGS[k].choices)}
+        return RunSpec(message, chosen, self.preset, **values).check()
 
 
 @dataclass

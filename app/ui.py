@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import inspect
-from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +10,10 @@ import gradio as gr
 
 from poss_core import compare, methods, saved_runs
 from poss_core.bench import figures
-from poss_core.decoding.config import LIMITS, MAX_PROMPT_CHARS
+from poss_core.decoding.config import MAX_PROMPT_CHARS
+from poss_core import settings
+from poss_core.settings import LIMITS, PRECISIONS
+from poss_core.models.hardware import cuda_available
 from poss_core.models.presets import DEFAULT_PRESET, get_preset, presets
 
 from . import about, evidence_view, handlers, recordings, share, state
@@ -74,7 +76,7 @@ def build_demo(preset: str = DEFAULT_PRESET, concurrency: int = 2, precision: st
     state.APP_PRESET = preset
     first = get_preset(preset)
     d = ui_defaults(first)
-    gpu = compare.cuda_available()
+    gpu = cuda_available()
     table = presets()
     preset_choices = [(f"{name}{' (GPU)' if p.device == 'gpu' else ''}", name) for name, p in table.items()]
     methods0 = [m for m in DEFAULT_METHODS if m in methods.preset_methods(first)]
@@ -84,7 +86,6 @@ def build_demo(preset: str = DEFAULT_PRESET, concurrency: int = 2, precision: st
     live = {"concurrency_id": "live", "concurrency_limit": None}
     replays = {"concurrency_id": "replay", "concurrency_limit": REPLAY_CONCURRENCY}
     light = {"concurrency_limit": None, "show_progress": "hidden"}
-    max_new_top = min(LIMITS["max_new_tokens"][1], state.MAX_NEW_TOKENS or LIMITS["max_new_tokens"][1])
 
     age = max(1, round(cache_age_s))
     with gr.Blocks(title="POSS vs EAGLE: speculative decoding", fill_width=True, analytics_enabled=False,
@@ -119,35 +120,7 @@ def build_demo(preset: str = DEFAULT_PRESET, concurrency: int = 2, precision: st
                                                                   f"{compare.MAX_LANES})",
                                                        elem_id="poss-methods")
                             note = gr.HTML(draft_note(first))
-                            with gr.Row():
-                                temperature = gr.Slider(*LIMITS["temperature"], value=0.0, step=0.05, label="Temperature",
-                                                        info="0 = greedy: every lane must match plain decoding")
-                                top_p = gr.Slider(0.05, 1.0, value=1.0, step=0.05, label="Top-p")
-                            with gr.Row():
-                                depth = gr.Slider(*LIMITS["depth"], value=d["depth"], step=1, label="Depth (draft positions)")
-                                top_k = gr.Slider(*LIMITS["top_k"], value=d["top_k"], step=1, label="Top-k per node")
-                                tree_budget = gr.Slider(*LIMITS["tree_budget"], value=d["tree_budget"], step=1,
-                                                        label="Tree budget (nodes verified, root included)")
-                            auto_budget = gr.Checkbox(value=d["auto_budget"], label="Fastest tree for this machine: "
-                                                      "each draft lane gets its own fitted budget and depth stop",
-                                                      info="off (default): every draft lane drafts the same tree, "
-                                                           "the sliders' depth and budget, to the full depth, so the "
-                                                           "lanes compare like for like; on: fitted once per machine "
-                                                           "and draft (tens of seconds on a CPU, then cached), and "
-                                                           "each lane's header states its budget and depth stop")
-                            with gr.Row():
-                                max_new = gr.Slider(LIMITS["max_new_tokens"][0], max_new_top,
-                                                    value=min(d["max_new_tokens"], max_new_top), step=1,
-                                                    label="Max new tokens", elem_id="poss-max-new")
-                                seed = gr.Number(value=0, precision=0, label="Seed",
-                                                 info=f"{LIMITS['seed'][0]} to {LIMITS['seed'][1]}")
-                            offered = [p for p in compare.PRECISIONS if gpu or p != "float16" or p == precision]
-                            precision_dd = gr.Radio(offered, value=precision,
-                                                    label="Precision (the target's dtype)",
-                                                    info=precision_note(gpu), elem_id="poss-precision")
-                            quantization = gr.Radio(list(compare.QUANTIZATIONS), value="auto",
-                                                    label="Quantization (the target's weights)",
-                                                    info=quantization_note(gpu), elem_id="poss-quantization")
+                            controls = run_controls(d, gpu, precision)
                 status = gr.HTML(status_html("Type a prompt (or pick an example) and press Run."),
                                  elem_id="poss-status")
                 with gr.Row():
@@ -226,10 +199,9 @@ def build_demo(preset: str = DEFAULT_PRESET, concurrency: int = 2, precision: st
         outputs = [status, legend, conversation] + [c for parts in lane_parts for c in parts] + [
             pos_acc_plot, dev_plot, hist_plot, tps_plot, hardware]
         assert len(outputs) == len(OUTPUT_NAMES)
-        # One control per RunSettings field, in its order; then the view toggles (View.from_controls).
-        settings = [prompt, multi_turn, preset_dd, method_boxes, temperature, top_p, depth, top_k, tree_budget,
-                    max_new, seed, quantization, auto_budget, precision_dd]
-        assert len(settings) == len(fields(RunSettings))
+        # The Run settings (RunSettings.from_controls): prompt, Multi-turn, preset, methods, then one control per
+        # setting the app offers, in the table's order; then the view toggles (View.from_controls).
+        settings = [prompt, multi_turn, preset_dd, method_boxes] + [controls[n] for n in state.APP_SETTINGS]
         view = [color_by, show_rejected, pos_acc_mode, charts_from]
         run = gathered(handlers.run_handler, settings=True)
         step = gathered(handlers.step_handler, settings=True)
@@ -260,7 +232,8 @@ def build_demo(preset: str = DEFAULT_PRESET, concurrency: int = 2, precision: st
             parts[2].click(handlers.round_pick_for(i), None, [parts[5], parts[4], parts[6]],
                            api_visibility="private", trigger_mode="always_last", **light)
         preset_dd.change(handlers.preset_handler, preset_dd,
-                         [method_boxes, depth, top_k, tree_budget, max_new, note, status], api_visibility="private",
+                         [method_boxes] + [controls[n] for n in handlers.PRESET_SETTINGS] + [note, status],
+                         api_visibility="private",
                          **light)
         new_conv.click(handlers.new_conversation_handler, None, conversation, api_visibility="private", **light)
         save_btn.click(handlers.save_handler, None, saved, api_name="save_run", **light)
@@ -274,15 +247,65 @@ def build_demo(preset: str = DEFAULT_PRESET, concurrency: int = 2, precision: st
     return demo
 
 
+# How the app's settings (state.APP_SETTINGS) are laid out: one row each, in the table's order within a row.
+CONTROL_ROWS = (("temperature", "top_p"), ("depth", "top_k", "tree_budget"), ("auto_budget",),
+                ("max_new_tokens", "seed"), ("precision",), ("quantization",))
+AUTO_BUDGET_INFO = ("off (default): every draft lane drafts the same tree, the sliders' depth and budget, to the full "
+                    "depth, so the lanes compare like for like; on: fitted once per machine and draft (tens of seconds "
+                    "on a CPU, then cached), and each lane's header states its budget and depth stop")
+
+
+def run_controls(start: dict[str, Any], gpu: bool, precision: str) -> dict[str, gr.components.Component]:
+    """One control per setting the app offers, made from its declaration (settings.SETTINGS: label, bounds, step,
+    choices, help), laid out in CONTROL_ROWS; `start` holds the preset's tree defaults (state.ui_defaults), `gpu`
+    and `precision` what this machine offers and starts with."""
+    assert sorted(n for row in CONTROL_ROWS for n in row) == sorted(state.APP_SETTINGS), "a setting has no row"
+    top_tokens = min(LIMITS["max_new_tokens"][1], state.MAX_NEW_TOKENS or LIMITS["max_new_tokens"][1])
+    # What differs from the declaration here: this machine's words and offers, and this server's cap.
+    special: dict[str, dict[str, Any]] = {
+        "max_new_tokens": {"maximum": top_tokens, "value": min(start["max_new_tokens"], top_tokens), "info": None},
+        "precision": {"choices": [p for p in PRECISIONS if gpu or p != "float16" or p == precision],
+                      "value": precision, "info": precision_note(gpu)},
+        "quantization": {"info": quantization_note(gpu)},
+        "auto_budget": {"info": AUTO_BUDGET_INFO},
+        "temperature": {"info": "0 = greedy: every lane must match plain decoding"},
+    }
+    controls = {}
+    for row in CONTROL_ROWS:
+        with gr.Row():
+            for name in row:
+                controls[name] = setting_control(settings.SETTINGS[name], **{"value": start.get(name),
+                                                                            **special.get(name, {})})
+    return controls
+
+
+def setting_control(s: settings.Setting, value: Any = None, **kwargs: Any) -> gr.components.Component:
+    """A setting's Gradio control: a radio for choices, a checkbox for a switch, a slider for a range a slider can
+    span, else a number box; its label from the declaration, and its help as the info of a radio or checkbox (a
+    slider's label says enough), unless `kwargs` says otherwise."""
+    common = {"label": s.label, "info": s.help if s.choices or s.kind is bool else None,
+              "elem_id": "poss-" + s.name.replace("_", "-"), "value": s.default if value is None else value}
+    common.update(kwargs)
+    if s.choices:
+        return gr.Radio(list(common.pop("choices", s.choices)), **common)
+    if s.kind is bool:
+        return gr.Checkbox(**common)
+    lo, hi = s.bounds
+    if hi - lo > 100_000:  # the seed: a slider could not pick one value
+        return gr.Number(precision=0, **{**common, "info": f"{lo:g} to {hi:g}"})
+    low = lo + s.step if s.open_low else lo  # top-p's slider starts one step above 0
+    return gr.Slider(common.pop("minimum", low), common.pop("maximum", hi), step=s.step, **common)
+
+
 def gathered(handler, settings: bool = False, leading: int = 0):
     """`handler` as Gradio calls it: the request first (Gradio passes it by its type hint), then one value per input
     control. The first `leading` values pass as they are; the Run settings' controls (with `settings`) become one
     RunSettings and the view toggles one View, so the handler takes `(*leading, [settings,] view, request=...)`."""
-    n = len(fields(RunSettings)) if settings else 0
+    n = 4 + len(state.APP_SETTINGS) if settings else 0
 
     def values(controls: tuple) -> list:
         lead, rest = list(controls[:leading]), controls[leading:]
-        return lead + ([RunSettings(*rest[:n])] if settings else []) + [View.from_controls(*rest[n:])]
+        return lead + ([RunSettings.from_controls(*rest[:n])] if settings else []) + [View.from_controls(*rest[n:])]
 
     if inspect.isgeneratorfunction(handler):
         def streamed(request: gr.Request, *controls):

@@ -11,272 +11,68 @@ from __future__ import annotations
 
 import functools
 import math
-import platform
 import sys
 import threading
-import time
 import traceback
 import weakref
-from collections import OrderedDict
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
-import torch
-
-from . import methods
-from .autobudget import cached_budget_choice, known_budget_choice
+from . import methods, settings
+from .autobudget import known_budget_choice
+from .call_budget import CallBudget, as_budget
 from .decoding.config import DecodeConfig, check_messages, check_prompt_tokens
 from .decoding.decoder import encode_prompt
 from .decoding.detokenizer import Detokenizer, TokenTexts
-from .errors import CallStopped, ConfigError, ModelLoadError, PossError
+from .errors import CallStopped, ConfigError, PossError
 from .events import DecodeSummary, RoundEvent
-from .models import loading
+from .model_cache import MODELS, ModelCache
+from .models.hardware import cuda_available, hardware_info
 from .models.numerics import Divergence, classify_divergence, first_difference, numerics_of, plain_margin
 from .models.presets import Preset, get_preset
 
 PLAIN = methods.PLAIN  # the plain-decoding lane's method name
 MAX_LANES = 3
-QUANTIZATIONS = ("auto", "none", "8bit", "4bit")
-# The target's precision per run: auto = the device's default (fp32 on a CPU, where every lane is identical to plain
-# decoding token for token; bf16 on GPUs), or one chosen in the app's settings (bf16 is faster on CPUs with bf16 units).
-PRECISIONS = ("auto", "float32", "bfloat16", "float16")  # float16 is offered on GPUs only (slow on CPUs)
 
 
-def cuda_available() -> bool:
-    try:
-        return bool(torch.cuda.is_available())
-    except Exception:  # noqa: BLE001 - no torch build with CUDA is just "no GPU"
-        return False
-
-
-def cpu_bf16_units() -> str | None:
-    """The CPU's native bf16 instructions ("AMX" or "AVX-512 BF16"), or None: where bf16 is faster than fp32 here."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
-    except OSError:  # not Linux: no cheap way to tell, so make no claim
-        return None
-    if "amx_bf16" in flags:
-        return "AMX"
-    return "AVX-512 BF16" if "avx512_bf16" in flags else None
-
-
-class CallBudget(threading.Event):
-    """One call's budget: a cancel flag that Stop, a closed tab or a dropped client sets, and that sets itself once
-    `seconds` have passed since the call began (its clock runs from creation: loads, fits, the oracle's reference
-    decode and the lanes' rounds all count). Everything the call starts checks `is_set()` between rounds, so the
-    call ends within one round of either. A `parent` Event (a cancelled API call) sets it too."""
-
-    def __init__(self, seconds: float | None = None, parent: threading.Event | None = None) -> None:
-        super().__init__()
-        self.seconds = seconds
-        self.parent = parent
-        self.began = time.monotonic()
-        self.timed_out = False  # set by the clock, not by a stop
-
-    def restart(self, seconds: float | None) -> None:
-        """Start the clock again, now, with `seconds` (a call that waited its turn in the app's queue of live runs
-        begins its cap when it gets its slot: waiting is not decoding)."""
-        self.began = time.monotonic()
-        self.seconds = seconds
-
-    def limit(self, seconds: float | None) -> None:
-        """Give a budget without a time limit one (its clock still runs from the call's start)."""
-        if self.seconds is None:
-            self.seconds = seconds
-
-    def is_set(self) -> bool:
-        if not super().is_set():
-            if self.seconds is not None and time.monotonic() - self.began > self.seconds:
-                self.timed_out = True
-                self.set()
-            elif self.parent is not None and self.parent.is_set():
-                self.set()
-        return super().is_set()
-
-    def check(self, doing: str) -> None:
-        """Raise CallStopped, saying why and while doing what, once the call was stopped or ran out of time."""
-        if self.is_set():
-            raise self.stopped(doing)
-
-    def stopped(self, doing: str) -> CallStopped:
-        if self.timed_out:
-            return CallStopped(f"Stopped at this server's limit of {self.seconds:g} s per call while {doing}: ask "
-                               f"for fewer new tokens, a smaller tree or a fixed tree budget.")
-        return CallStopped(f"Stopped while {doing}: nothing was kept. Run again whenever you like.")
-
-
-def as_budget(cancel: threading.Event | None) -> CallBudget:
-    """`cancel` as a call's budget: itself, or a budget without a time limit that follows it."""
-    return cancel if isinstance(cancel, CallBudget) else CallBudget(parent=cancel)
-
-
-class ModelCache:
-    """Targets and drafts loaded once and shared by every session; one lock per model so sessions loading
-    different models do not wait on each other. Keeps at most `max_targets` targets (and their drafts)."""
-
-    def __init__(self, max_targets: int = 2) -> None:
-        self.max_targets = max_targets
-        self._lock = threading.Lock()
-        self._key_locks: dict[tuple, threading.Lock] = {}
-        self._targets: OrderedDict[tuple, Any] = OrderedDict()
-        self._drafts: dict[tuple, Any] = {}
-        self._fitting: set[tuple] = set()  # budget fits under way (e.g. the app's start-up fit)
-        self.startup_fit = threading.Event()  # set while the app's start-up loads and fits (see prefit_budgets)
-        self.dtype = None  # the precision "auto" stands for (None: the device's default)
-
-    def _target_key(self, preset: Preset, quantization: str, precision: str) -> tuple:
-        dtype = self.dtype if precision in (None, "", "auto") else loading.parse_dtype(precision)
-        return (preset.target, quantization, dtype)
-
-    def _key_lock(self, key: tuple) -> threading.Lock:
-        with self._lock:
-            return self._key_locks.setdefault(key, threading.Lock())
-
-    def target(self, preset: Preset, quantization: str = "auto", precision: str = "auto"):
-        key = self._target_key(preset, quantization, precision)
-        with self._key_lock(key):
-            with self._lock:
-                if key in self._targets:
-                    self._targets.move_to_end(key)
-                    return self._targets[key]
-            try:
-                target = loading.load_preset_target(preset.target, quantization=quantization, dtype=key[2])
-            except PossError:
-                raise
-            except Exception as err:  # out of memory, missing packages, broken files: one readable line
-                raise ModelLoadError(f"could not load {preset.name!r}: {type(err).__name__}: "
-                                     f"{str(err).splitlines()[0] if str(err) else ''}") from err
-            with self._lock:
-                self._targets[key] = target
-                while len(self._targets) > self.max_targets:
-                    old, _ = self._targets.popitem(last=False)
-                    for dk in [k for k in self._drafts if k[:3] == old]:
-                        del self._drafts[dk]
-            return target
-
-    def draft(self, preset: Preset, method: str, target, quantization: str = "auto", precision: str = "auto"):
-        m = methods.get_method(preset, method)
-        ref = m.draft
-        key = (*self._target_key(preset, quantization, precision), ref.source, preset.depth,
-               ref.positions_per_specialist)
-        return self._beside_target(key, lambda: methods.load_draft(m, target, preset.depth),
-                                   f"draft {method!r} of {preset.name!r}")
-
-    def assistant(self, preset: Preset, method: str, target, quantization: str = "auto", precision: str = "auto"):
-        """The assisted method's smaller model, loaded once per target and kept (and evicted) with its drafts."""
-        m = methods.get_method(preset, method)
-        key = (*self._target_key(preset, quantization, precision), "assistant", m.assistant)
-        return self._beside_target(key, lambda: methods.load_assistant(m, target, quantization),
-                                   f"the assistant {m.assistant!r} of {preset.name!r}")
-
-    def _beside_target(self, key: tuple, load, what: str):
-        """A model that belongs to a loaded target (its key starts with the target's): loaded once, one load per
-        key at a time, evicted with the target; a failure becomes one readable line."""
-        with self._key_lock(key):
-            with self._lock:
-                if key in self._drafts:
-                    return self._drafts[key]
-            try:
-                model = load()
-            except PossError:
-                raise
-            except Exception as err:
-                raise ModelLoadError(f"could not load {what}: {type(err).__name__}: "
-                                     f"{str(err).splitlines()[0] if str(err) else ''}") from err
-            with self._lock:
-                self._drafts[key] = model
-            return model
-
-    def budget(self, target, draft, config: DecodeConfig, log=None, cancel: threading.Event | None = None):
-        """The tree budget fitted to this machine for `draft` at the config's depth and top_k (calibrated once per
-        machine and cached on disk; one calibration at a time per draft). With `cancel` (a call's budget), waiting
-        for another fit and the fit itself stop within one round once it is set (CallStopped; nothing is cached)."""
-        key = self._budget_key(draft, config)
-        with self._lock:
-            self._fitting.add(key)
-        lock = self._key_lock(key)
-        try:
-            while not lock.acquire(timeout=0.1):
-                if cancel is not None and cancel.is_set():
-                    raise CallStopped("waiting for another tree-budget fit")
-            try:
-                return cached_budget_choice(target, draft, config, log=log, cancel=cancel)
-            finally:
-                lock.release()
-        finally:
-            with self._lock:
-                self._fitting.discard(key)
-
-    def fit_budgets_in_turn(self, target, drafts: list, config: DecodeConfig) -> None:
-        """Fit each draft's budget, one after another, all counting as under way from the start (`fitting_elsewhere`
-        is then true for every one of them until its own fit is cached)."""
-        keys = {self._budget_key(d, config) for d in drafts}
-        with self._lock:
-            self._fitting.update(keys)
-        try:
-            for draft in drafts:
-                self.budget(target, draft, config)
-        finally:
-            with self._lock:
-                self._fitting.difference_update(keys)
-
-    @staticmethod
-    def _budget_key(draft, config: DecodeConfig) -> tuple:
-        # Drafts are shared objects of this cache, so their identity names them (no need to hash the weights).
-        return ("budget", id(draft), config.depth, config.top_k)
-
-    def fitting_elsewhere(self, target, draft, config: DecodeConfig) -> bool:
-        """True while another thread fits this draft's budget and no choice is cached yet: a run that should not
-        wait for it (the app's first Run during its start-up fit) uses the default budget instead."""
-        with self._lock:
-            busy = self._budget_key(draft, config) in self._fitting or self.startup_fit.is_set()
-        return busy and known_budget_choice(target, draft, config) is None
-
-    def loaded_targets(self) -> list:
-        with self._lock:
-            return list(self._targets.values())
-
-
-MODELS = ModelCache()
-
-
-@dataclass
 class RunSpec:
-    """What a comparison runs: the settings a saved run records."""
+    """What a comparison runs: the prompt, the methods (one lane each), the preset, and every run setting of the
+    settings table (`settings.RUN`: decoding, precision, quantization, fitted budget), read as attributes
+    (`spec.depth`). A setting not given reads its declared default. `check()` validates it once: every value typed and
+    within its bounds, the methods the preset offers; a saved run records `to_json()`."""
 
-    prompt: str | list[dict]
-    methods: list[str]
-    preset: str
-    temperature: float = 0.0
-    top_p: float = 1.0
-    depth: int = 6
-    top_k: int = 10
-    tree_budget: int = 60
-    max_new_tokens: int = 64
-    seed: int = 0
-    quantization: str = "auto"
-    auto_budget: bool = False  # each draft lane's budget fitted to this machine (tree_budget is then ignored)
-    precision: str = "auto"  # the target's dtype (PRECISIONS); saved runs from before it was a setting read "auto"
+    def __init__(self, prompt: str | list[dict], methods: list[str], preset: str, **values: Any) -> None:
+        unknown = sorted(set(values) - set(settings.RUN))
+        if unknown:
+            raise ConfigError(f"{unknown[0]!r} is not a setting of a comparison: use {', '.join(settings.RUN)}.")
+        self.prompt, self.methods, self.preset = prompt, methods, preset
+        self.values: dict[str, Any] = {**settings.defaults(settings.RUN), **values}
 
-    def __post_init__(self) -> None:
-        if isinstance(self.methods, (list, tuple)):
-            self.methods = [methods.canonical(m) if isinstance(m, str) else m for m in self.methods]
+    def __getattr__(self, name: str) -> Any:
+        values = self.__dict__.get("values", {})
+        if name in values:
+            return values[name]
+        raise AttributeError(f"RunSpec has no {name!r}")
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RunSpec) and self.to_json() == other.to_json()
+
+    def __repr__(self) -> str:
+        return f"RunSpec({self.to_json()!r})"
 
     def config(self) -> DecodeConfig:
-        """The decoding settings, checked against `decoding.config.LIMITS` (ConfigError names a bad field)."""
-        return DecodeConfig.of(depth=self.depth, top_k=self.top_k, tree_budget=self.tree_budget,
-                               temperature=self.temperature, top_p=self.top_p, max_new_tokens=self.max_new_tokens,
-                               seed=self.seed)
+        """The decoding settings, each checked against its declared bounds (ConfigError names a bad field)."""
+        return DecodeConfig.of(**{name: self.values[name] for name in settings.DECODE if name in self.values})
 
     def messages(self) -> list[dict]:
         if isinstance(self.prompt, str):
             return [{"role": "user", "content": self.prompt}]
         return list(self.prompt)
 
-    def check(self) -> None:
-        """Raise ConfigError (or PromptError) for settings no lane could run with, before anything loads."""
+    def check(self) -> "RunSpec":
+        """Raise ConfigError (or PromptError) for settings no lane could run with, before anything loads; else type
+        every value as the decoder takes it (a slider's 4.0 becomes 4) and return self."""
         check_messages(self.prompt)
         if not isinstance(self.methods, list) or not all(isinstance(m, str) for m in self.methods):
             raise ConfigError(f"methods={self.methods!r}: give a list of method names (e.g. plain, eagle, poss2).")
@@ -286,12 +82,7 @@ class RunSpec:
             raise ConfigError(f"{len(self.methods)} methods chosen: pick at most {MAX_LANES} lanes.")
         if not isinstance(self.preset, str):
             raise ConfigError(f"preset={self.preset!r}: give a preset's name.")
-        if not isinstance(self.auto_budget, bool):
-            raise ConfigError(f"auto_budget={self.auto_budget!r}: use true or false.")
-        if self.quantization not in QUANTIZATIONS:
-            raise ConfigError(f"quantization={self.quantization!r}: use one of {', '.join(QUANTIZATIONS)}.")
-        if self.precision not in PRECISIONS:
-            raise ConfigError(f"precision={self.precision!r}: use one of {', '.join(PRECISIONS)}.")
+        self.values = settings.checked(self.values)
         self.config()
         preset = get_preset(self.preset)
         offered = methods.lane_methods(preset)
@@ -304,14 +95,42 @@ class RunSpec:
         if preset.device == "gpu" and not cuda_available():
             raise ConfigError(f"preset {preset.name!r} needs a GPU and this machine has none: use smollm2-135m "
                               f"(CPU) or tiny-random.")
+        return self
+
+    def resolve(self) -> "Resolved":
+        """The checked spec with what every step of a run reads: its preset, decoding config and offered methods."""
+        self.check()
+        preset = get_preset(self.preset)
+        return Resolved(self, preset, self.config(), methods.lane_methods(preset))
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return {"prompt": self.prompt, "methods": self.methods, "preset": self.preset, **self.values}
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> "RunSpec":
-        known = {f for f in cls.__dataclass_fields__}
-        return cls(**{k: v for k, v in obj.items() if k in known})
+        """A spec from what `to_json` wrote: settings it lacks read their defaults, names it no longer has are
+        dropped."""
+        return cls(obj.get("prompt"), obj.get("methods"), obj.get("preset"),
+                   **{k: v for k, v in obj.items() if k in settings.RUN})
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A checked spec and what it names, resolved once: the preset, the decoding config, the methods it offers."""
+
+    spec: RunSpec
+    preset: Preset
+    config: DecodeConfig
+    offered: dict[str, methods.Method]
+
+    def draft_methods(self) -> list[str]:
+        return [m for m in self.spec.methods if methods.uses_draft(m)]
+
+    def target(self, models: ModelCache):
+        return models.target(self.preset, self.spec.quantization, self.spec.precision)
+
+    def draft(self, models: ModelCache, method: str, target):
+        return models.draft(self.preset, method, target, self.spec.quantization, self.spec.precision)
 
 
 # ----- what each emitted token was ------------------------------------------------------------------------------
@@ -561,17 +380,6 @@ class Comparison:
         return self._divergences[key]
 
 
-def hardware_info(target) -> dict[str, str]:
-    device = str(target.device)
-    if target.device.type == "cuda":
-        device += f" ({torch.cuda.get_device_name(target.device)})"
-    else:
-        device += f" ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
-    return {"model": str(target.name), "device": device, "dtype": str(target.dtype).replace("torch.", ""),
-            "quantization": str(target.quantization), "context": str(target.max_context),
-            "torch": torch.__version__}
-
-
 def start(spec: RunSpec, models: ModelCache = MODELS, cancel: threading.Event | None = None,
           wait_for_fits: bool = True, new_fits: bool = True) -> Comparison:
     """Load what the spec needs (from the shared cache), encode the prompt and open one generator per lane. With
@@ -582,22 +390,18 @@ def start(spec: RunSpec, models: ModelCache = MODELS, cancel: threading.Event | 
     after, a fit and the oracle's reference decode stop within one round of it (CallStopped), and the lanes watch it
     before each round. Raises a PossError with a readable message for bad settings, an empty or too long prompt, a
     missing draft, a model that fails to load, or a call stopped meanwhile."""
-    spec.check()
+    run = spec.resolve()
     budget = as_budget(cancel)
-    preset = get_preset(spec.preset)
-    config = spec.config()
     budget.check("waiting to start")
-    target = models.target(preset, spec.quantization, spec.precision)
-    budget.check(f"loading {preset.name}")
+    target = run.target(models)
+    budget.check(f"loading {run.preset.name}")
     ids = encode_prompt(target.tokenizer, spec.messages())
     check_prompt_tokens(len(ids), target.max_context)
     special = set(getattr(target.tokenizer, "all_special_ids", []) or []) | set(target.eos_ids)
-    offered = methods.lane_methods(preset)
     lanes = []
     try:
         for name in spec.methods:
-            lanes.append(_open_lane(spec, name, offered[name], models, preset, target, config, ids, special, budget,
-                                    wait_for_fits, new_fits))
+            lanes.append(_open_lane(run, name, models, target, ids, special, budget, wait_for_fits, new_fits))
     except BaseException:
         for lane in lanes:
             lane.close()
@@ -608,18 +412,19 @@ def start(spec: RunSpec, models: ModelCache = MODELS, cancel: threading.Event | 
     return comparison
 
 
-def _open_lane(spec: RunSpec, name: str, method, models: ModelCache, preset: Preset, target, config: DecodeConfig,
-               ids: list[int], special: set[int], budget: CallBudget, wait_for_fits: bool, new_fits: bool) -> Lane:
+def _open_lane(run: Resolved, name: str, models: ModelCache, target, ids: list[int], special: set[int],
+               budget: CallBudget, wait_for_fits: bool, new_fits: bool) -> Lane:
     """One lane of `start`: its models (loaded or fitted under the call's budget) and its decoder's generator."""
+    spec, method, config = run.spec, run.offered[name], run.config
     lane_budget, lane_config, draft, assistant, auto = None, config, None, None, False
     if method.oracle:
         lane_config = methods.oracle_config(config) if spec.auto_budget else config
         lane_budget, auto = lane_config.tree_budget, spec.auto_budget
     elif method.assistant:
-        assistant = models.assistant(preset, name, target, spec.quantization, spec.precision)
-        budget.check(f"loading the assistant of {preset.name}")
+        assistant = models.assistant(run.preset, name, target, spec.quantization, spec.precision)
+        budget.check(f"loading the assistant of {run.preset.name}")
     elif methods.uses_draft(name):
-        draft = models.draft(preset, name, target, spec.quantization, spec.precision)
+        draft = run.draft(models, name, target)
         budget.check(f"loading the draft {name!r}")
         auto = spec.auto_budget and fit_offered(models, target, draft, config, wait_for_fits, new_fits)
         if auto:
@@ -665,17 +470,13 @@ def fit_budgets(spec: RunSpec, models: ModelCache = MODELS, wait_for_fits: bool 
     budget) stops a fit within one round with CallStopped."""
     if not spec.auto_budget:
         return
-    spec.check()
-    budget = as_budget(cancel)
-    preset = get_preset(spec.preset)
-    config = spec.config()
-    target = models.target(preset, spec.quantization, spec.precision)
-    for method in spec.methods:
-        if not methods.uses_draft(method):
-            continue
+    run = spec.resolve()
+    budget, config = as_budget(cancel), run.config
+    target = run.target(models)
+    for method in run.draft_methods():
         budget.check(f"loading the draft {method!r}")
-        draft = models.draft(preset, method, target, spec.quantization, spec.precision)
-        label = methods.label_of(method, preset)
+        draft = run.draft(models, method, target)
+        label = methods.label_of(method, run.preset)
         if known_budget_choice(target, draft, config) is not None:
             continue
         if not new_fits:
@@ -697,11 +498,9 @@ def prefit_budgets(spec: RunSpec, models: ModelCache = MODELS) -> None:
     All of them count as under way from the start, so a Run that comes meanwhile starts on the default budgets
     (`wait_for_fits=False`) instead of waiting for calibrations it did not ask for (the app also sets
     `models.startup_fit` from before it loads anything until this returns)."""
-    preset, config = get_preset(spec.preset), spec.config()
-    target = models.target(preset, spec.quantization, spec.precision)
-    drafts = [models.draft(preset, m, target, spec.quantization, spec.precision)
-              for m in spec.methods if methods.uses_draft(m)]
-    models.fit_budgets_in_turn(target, drafts, config)
+    run = spec.resolve()
+    target = run.target(models)
+    models.fit_budgets_in_turn(target, [run.draft(models, m, target) for m in run.draft_methods()], run.config)
 
 
 def run_to_end(comparison: Comparison, time_limit_s: float | None = None) -> Comparison:

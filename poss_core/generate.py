@@ -9,13 +9,13 @@ import argparse
 import json
 import sys
 
-from . import methods
+from . import methods, settings
 from .decoding.config import check_prompt_text, check_prompt_tokens
 from .decoding.decoder import encode_prompt
 from .errors import PossError, run_cli
 from .events import DecodeSummary
 from .json_safe import clean_json
-from .models.loading import add_dtype_argument, load_preset_target, parse_dtype
+from .models.loading import load_preset_target, parse_dtype
 from .models.presets import DraftRef, get_preset, resolve_draft_name
 
 
@@ -30,26 +30,14 @@ def build_parser() -> argparse.ArgumentParser:
                         "hub:ID, or random:eagle|poss1|poss2|poss3|matched")
     p.add_argument("--positions-per-specialist", type=int, default=None,
                    help="n for a draft path that does not record it")
-    p.add_argument("--quantization", choices=["auto", "none", "8bit", "4bit"], default="auto")
-    add_dtype_argument(p)
     p.add_argument("--allow-other-target", action="store_true",
                    help="use a draft whose recorded target fingerprint differs from the loaded target")
     p.add_argument("--prompt", required=True, help="the user's message")
-    p.add_argument("--method", choices=["spec", "plain", "ar", methods.PLD, methods.ASSISTED], default="spec",
-                   help="spec = speculative decoding with --draft; plain = the target alone (ar: its older name); "
+    p.add_argument("--method", choices=["spec", methods.PLAIN, methods.PLD, methods.ASSISTED], default="spec",
+                   help="spec = speculative decoding with --draft; plain = the target alone; "
                         "pld = transformers' prompt lookup (no draft model); assisted = transformers' assisted "
                         "generation with the preset's smaller model")
-    p.add_argument("--depth", type=int, default=None, help="draft positions per round (default: the preset's, or 6)")
-    p.add_argument("--top-k", type=int, default=None, help="default: the preset's, or 10")
-    p.add_argument("--tree-budget", type=int, default=None, help="nodes verified per round, root included "
-                                                                  "(default: the preset's, or 60)")
-    p.add_argument("--depth-stop", type=float, default=0.0,
-                   help="dynamic depth: stop drafting deeper once the best path's draft probability is below this "
-                        "(default 0: every round drafts --depth positions)")
-    p.add_argument("--temperature", type=float, default=0.0)
-    p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--max-new-tokens", type=int, default=128)
-    p.add_argument("--seed", type=int, default=0)
+    settings.add_flags(p, settings.GENERATE)  # the decoding settings, the quantization and --dtype
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:1, mps (default: the best available)")
     p.add_argument("--no-chat-template", action="store_true", help="feed the prompt as raw text")
     p.add_argument("--jsonl", action="store_true", help="one JSON object per round, then a summary object")
@@ -61,17 +49,15 @@ def make_decoder(args):
     preset = get_preset(args.preset) if args.preset else None
     if preset is None and not args.target:
         raise PossError("give --preset NAME or --target ID_OR_FOLDER (e.g. --preset smollm2-135m).")
-    config = methods.decode_config(preset, depth=args.depth, top_k=args.top_k, tree_budget=args.tree_budget,
-                                   temperature=args.temperature, top_p=args.top_p,
-                                   max_new_tokens=args.max_new_tokens, seed=args.seed, depth_stop=args.depth_stop)
+    config = methods.decode_config(preset, **settings.decoding(settings.from_flags(args, settings.GENERATE)))
     free = None  # prompt lookup or assisted generation: resolved before anything loads (a preset may lack one)
     if args.method in methods.TRAINING_FREE:
         if preset is None and args.method == methods.ASSISTED:
             raise PossError(f"--method {methods.ASSISTED} needs --preset: the preset names the assistant model.")
         free = methods.get_method(preset, args.method)
     target = load_preset_target(args.target or preset.target, quantization=args.quantization, device=args.device,
-                                dtype=parse_dtype(args.dtype))
-    if methods.canonical(args.method) == methods.PLAIN:
+                                dtype=parse_dtype(args.precision))
+    if args.method == methods.PLAIN:
         return methods.build_decoder(methods.PLAIN_METHODS[methods.PLAIN], target, config), target
     if free is not None:
         return methods.build_decoder(free, target, config), target

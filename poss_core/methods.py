@@ -25,7 +25,9 @@ PLAIN_HF = "plain-hf"  # transformers' own `generate`: the benchmark's second pl
 # Plain decoding of a second copy of the target in another precision (`plain-float32` beside a bf16 run): a speed
 # baseline of the benchmark only; a numerically different model, so the identity check leaves it out.
 OTHER_PRECISION_PLAIN = ("plain-float32", "plain-bfloat16", "plain-float16")
-OLD_NAMES = {"ar": PLAIN, "ar-hf": PLAIN_HF, **{f"ar-{p[6:]}": p for p in OTHER_PRECISION_PLAIN}}
+# Plain decoding was once called `ar`: saved runs and benchmark records written then are read with today's names
+# (`migrated`); nothing else accepts the old ones.
+RENAMED = {"ar": PLAIN, "ar-hf": PLAIN_HF, **{f"ar-{p[6:]}": p for p in OTHER_PRECISION_PLAIN}}
 
 # transformers' own speculative generate, no trained draft: prompt lookup (offered with every preset) and assisted
 # generation (offered where the preset names a smaller model with the target's tokenizer, `Preset.assistant`).
@@ -88,20 +90,20 @@ def assisted_method(preset: Preset) -> Method:
                   assistant=preset.assistant)
 
 
-def canonical(name: str) -> str:
-    """The registry's name for `name` (older spellings such as `ar` are read as `plain`)."""
-    return OLD_NAMES.get(name, name)
+def migrated(name: str) -> str:
+    """The registry's name for a method named in a file written before a rename (`ar` is read as `plain`)."""
+    return RENAMED.get(name, name)
 
 
 def is_plain(name: str) -> bool:
     """Plain decoding of any kind: the baselines speed-ups are measured against."""
-    return canonical(name) in PLAIN_METHODS
+    return name in PLAIN_METHODS
 
 
 def uses_draft(name: str) -> bool:
     """A method that decodes with a draft model of the preset (not plain decoding, the oracle, prompt lookup or
     assisted generation)."""
-    return not is_plain(name) and canonical(name) not in (ORACLE, *TRAINING_FREE)
+    return not is_plain(name) and name not in (ORACLE, *TRAINING_FREE)
 
 
 def draft_method(name: str, ref: DraftRef) -> Method:
@@ -124,7 +126,6 @@ def lane_methods(preset: Preset) -> dict[str, Method]:
 def get_method(preset: Preset, name: str) -> Method:
     """A method by name: plain decoding of any kind, the oracle, prompt lookup, assisted generation, a preset's
     draft, or a draft given as random:KIND, hub:ID or a folder (raises ConfigError naming what is valid)."""
-    name = canonical(name)
     if name in PLAIN_METHODS:
         return PLAIN_METHODS[name]
     if name == ORACLE:
@@ -138,7 +139,6 @@ def get_method(preset: Preset, name: str) -> Method:
 
 def label_of(name: str, preset: Preset | None = None) -> str:
     """A method's label without loading anything (the name itself when nothing knows it)."""
-    name = canonical(name)
     if name in PLAIN_METHODS:
         return PLAIN_METHODS[name].label
     if name == ORACLE:
@@ -153,7 +153,6 @@ def label_of(name: str, preset: Preset | None = None) -> str:
 
 
 def short_of(name: str) -> str:
-    name = canonical(name)
     if name in PLAIN_METHODS:
         return PLAIN_METHODS[name].short
     return _SHORT_AND_COLOR.get(name, (name, ""))[0]
@@ -161,7 +160,6 @@ def short_of(name: str) -> str:
 
 def color_of(name: str) -> str | None:
     """The method's colour, or None for a method the registry does not know (a chart picks the next free one)."""
-    name = canonical(name)
     if name in PLAIN_METHODS:
         return PLAIN_METHODS[name].color
     return _SHORT_AND_COLOR.get(name, (None, None))[1]

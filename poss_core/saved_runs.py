@@ -18,14 +18,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
 
-from . import methods
-from .compare import MAX_LANES, PRECISIONS, QUANTIZATIONS, CallBudget, Comparison, Lane, RunSpec
-from .decoding.config import LIMITS, MAX_PROMPT_CHARS, MAX_PROMPT_TOKENS
+from . import methods, settings
+from .call_budget import CallBudget
+from .compare import MAX_LANES, Comparison, Lane, RunSpec
+from .decoding.config import MAX_PROMPT_CHARS, MAX_PROMPT_TOKENS
 from .errors import PossError
 from .events import RoundEvent
 from .json_safe import clean_json
+from .settings import LIMITS
 
 VERSION = 1
 
@@ -62,20 +64,23 @@ def _bounded(name: str, kind=int):
     return Annotated[kind, Field(ge=lo, le=hi)]
 
 
-class _Settings(_Model):
+def _setting_field(s: settings.Setting) -> tuple[Any, Any]:
+    """A setting of the table as a field of the saved settings: its type, bounds or choices, and its default (what a
+    run saved before the setting existed reads)."""
+    if s.choices:
+        kind: Any = Literal[s.choices]  # type: ignore[valid-type]
+    elif s.bounds is not None:
+        lo, hi = s.bounds
+        kind = Annotated[s.kind, Field(**{"gt" if s.open_low else "ge": lo, "lt" if s.open_high else "le": hi})]
+    else:
+        kind = s.kind
+    return kind, s.default
+
+
+class _SettingsBase(_Model):
     prompt: Annotated[str, Field(max_length=MAX_PROMPT_CHARS)] | Annotated[list[_Message], Field(max_length=256)]
     methods: Annotated[list[Name], Field(min_length=1, max_length=MAX_LANES)]
     preset: Name
-    temperature: _bounded("temperature", float) = 0.0
-    top_p: Annotated[float, Field(gt=0.0, le=1.0)] = 1.0
-    depth: _bounded("depth") = 6
-    top_k: _bounded("top_k") = 10
-    tree_budget: _bounded("tree_budget") = 60
-    max_new_tokens: _bounded("max_new_tokens") = 64
-    seed: _bounded("seed") = 0
-    quantization: Literal[QUANTIZATIONS] = "auto"  # type: ignore[valid-type]
-    auto_budget: bool = False
-    precision: Literal[PRECISIONS] = "auto"  # type: ignore[valid-type]
 
     @field_validator("prompt")
     @classmethod
@@ -83,6 +88,11 @@ class _Settings(_Model):
         if isinstance(v, list) and sum(len(m.content) for m in v) > MAX_PROMPT_CHARS:
             raise ValueError(f"the conversation is longer than {MAX_PROMPT_CHARS} characters")
         return v
+
+
+# The saved settings: the prompt, methods and preset, then every run setting of the table (settings.RUN).
+_Settings = create_model("_Settings", __base__=_SettingsBase,
+                         **{name: _setting_field(settings.SETTINGS[name]) for name in settings.RUN})
 
 
 class _LaneHead(_Model):
@@ -326,6 +336,7 @@ def _build(head: _Head, body: list) -> Comparison:
     settings = head.settings.model_dump()
     if isinstance(head.settings.prompt, list):
         settings["prompt"] = [m.model_dump() for m in head.settings.prompt]
+    settings["methods"] = [methods.migrated(m) for m in settings["methods"]]  # runs saved before a rename
     spec = RunSpec.from_json(settings)
     lanes = [_saved_lane(d.model_dump()) for d in head.lanes]
     for line in body:
@@ -349,7 +360,7 @@ def _saved_lane(d: dict[str, Any]) -> Lane:
     trained = d.get("trained")
     if trained is None:
         trained = " (untrained" not in label
-    return Lane(methods.canonical(d["method"]), label.split(" (untrained")[0], bool(trained),
+    return Lane(methods.migrated(d["method"]), label.split(" (untrained")[0], bool(trained),
                 special_ids={int(t) for t in d.get("special_ids") or []}, budget=d.get("budget"),
                 budget_auto=bool(d.get("budget_auto", False)))
 

@@ -71,17 +71,18 @@ def percentile(values: list[float], q: float) -> float:
 
 def run_args(prompt: str, preset: str, max_new_tokens: int) -> list:
     """/run's inputs: the app's default lanes and tree for the preset, at the precision the app starts with."""
-    from app.state import DEFAULT_METHODS, initial_precision, ui_defaults
-    from poss_core import compare
+    from app.state import APP_SETTINGS, DEFAULT_METHODS, initial_precision, ui_defaults
+    from poss_core import settings
     from poss_core.methods import preset_methods
+    from poss_core.models.hardware import cpu_bf16_units, cuda_available
     from poss_core.models.presets import get_preset
 
     p = get_preset(preset)
     d = ui_defaults(p)
     lanes = [m for m in DEFAULT_METHODS if m in preset_methods(p)]
-    precision = initial_precision("auto", compare.cuda_available(), compare.cpu_bf16_units())
-    return [prompt, False, preset, lanes, 0.0, 1.0, d["depth"], d["top_k"], d["tree_budget"], max_new_tokens, 0,
-            "auto", False, precision] + VIEW + ["this run"]
+    precision = initial_precision("auto", cuda_available(), cpu_bf16_units())
+    values = {**settings.defaults(APP_SETTINGS), **d, "max_new_tokens": max_new_tokens, "precision": precision}
+    return [prompt, False, preset, lanes] + [values[n] for n in APP_SETTINGS] + VIEW + ["this run"]
 
 
 def _status(frame) -> str:

@@ -63,12 +63,13 @@ def main(argv: list[str] | None = None) -> int:
     from poss_core import compare, saved_runs
     from poss_core.errors import PossError
     from poss_core.methods import preset_methods
+    from poss_core.models.hardware import cpu_bf16_units, cuda_available
     from poss_core.models.presets import get_preset
 
     torch.set_num_threads(cpu_threads(args.threads))
     preset = get_preset(args.preset)
     d = ui_defaults(preset)
-    precision = initial_precision(args.dtype, compare.cuda_available(), compare.cpu_bf16_units())
+    precision = initial_precision(args.dtype, cuda_available(), cpu_bf16_units())
     lanes = [m for m in DEFAULT_METHODS if m in preset_methods(preset)]
     chosen = [int(x) - 1 for x in args.only.split(",") if x.strip()] or list(range(len(EXAMPLES)))
     bad = [i + 1 for i in chosen if not 0 <= i < len(EXAMPLES)]

@@ -247,7 +247,7 @@ def test_cli_reports_a_broken_decoder_loudly(tiny_target, eval_files, tmp_path, 
 
     monkeypatch.setattr(runner, "make_lanes", with_broken)
     out = tmp_path / "res"
-    rc = cli.main(["--preset", "tiny-random", "--methods", "ar", "--data", str(eval_files / "qa.jsonl"),
+    rc = cli.main(["--preset", "tiny-random", "--methods", "plain", "--data", str(eval_files / "qa.jsonl"),
                      "--max-new-tokens", "16", "--runs", "1", "--tree-budget", "8", "--no-progress",
                      "--no-hf-generate", "--out", str(out)])
     assert rc == 3
@@ -263,7 +263,7 @@ def test_cli_reports_a_broken_decoder_loudly(tiny_target, eval_files, tmp_path, 
 @pytest.mark.slow  # the benchmark CLI end to end
 def test_cli_on_tiny_random_writes_spec_bench_jsonl(eval_files, tmp_path):
     out = tmp_path / "res"
-    rc = cli.main(["--preset", "tiny-random", "--methods", "ar,eagle,poss2", "--data", str(eval_files / "*.jsonl"),
+    rc = cli.main(["--preset", "tiny-random", "--methods", "plain,eagle,poss2", "--data", str(eval_files / "*.jsonl"),
                      "--limit", "1", "--max-new-tokens", "12", "--runs", "2", "--tree-budget", "8",
                      "--no-progress", "--plotlyjs", "cdn", "--out", str(out)])
     assert rc == 0
@@ -304,7 +304,7 @@ def test_tree_budget_auto_on_tiny_random(eval_files, tmp_path, monkeypatch):
     out = tmp_path / "res"
     prompts = tmp_path / "my_prompts.txt"
     prompts.write_text("Name three rivers in Europe.\nWrite a haiku about rain.\n")
-    args = ["--preset", "tiny-random", "--methods", "ar,poss2", "--data", str(eval_files / "qa.jsonl"),
+    args = ["--preset", "tiny-random", "--methods", "plain,poss2", "--data", str(eval_files / "qa.jsonl"),
             "--max-new-tokens", "12", "--runs", "1", "--tree-budget", "auto", "--calibration-prompts", "1",
             "--calibration-data", str(prompts),
             "--calibration-tokens", "12", "--max-tree-budget", "24", "--no-progress", "--no-hf-generate", "--plotlyjs", "cdn", "--out", str(out)]

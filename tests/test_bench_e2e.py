@@ -46,7 +46,7 @@ def test_bench_limit_2_on_the_default_preset(tmp_path):
     for name, rows in EVAL.items():
         (data / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = tmp_path / "results"
-    cmd = [sys.executable, "-m", "poss_core.bench", "--preset", "smollm2-135m", "--methods", "ar,eagle,poss2",
+    cmd = [sys.executable, "-m", "poss_core.bench", "--preset", "smollm2-135m", "--methods", "plain,eagle,poss2",
            "--data", str(data / "mt_bench.jsonl"), str(data / "gsm8k.jsonl"), "--limit", "2",
            "--max-new-tokens", "12", "--runs", "1", "--tree-budget", "16", "--warmup-tokens", "4",
            "--plotlyjs", "cdn", "--out", str(out)]

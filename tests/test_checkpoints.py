@@ -220,7 +220,7 @@ def test_bad_draft_configs_are_refused_before_any_allocation(tmp_path, tiny_targ
 
 
 def test_positions_per_specialist_argument_and_layer_count_are_bounded(tmp_path, tiny_target):
-    from poss_core.decoding.config import LIMITS
+    from poss_core.settings import LIMITS
     from poss_core.models import checkpoint
 
     assert checkpoint.MAX_POSITIONS_PER_SPECIALIST == LIMITS["depth"][1]

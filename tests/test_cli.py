@@ -27,9 +27,9 @@ def test_jsonl_rounds_then_summary():
 
 
 def test_plain_text_stream_and_summary_line():
-    r = run("--method", "ar", "--prompt", "Hello there", "--max-new-tokens", "8")
+    r = run("--method", "plain", "--prompt", "Hello there", "--max-new-tokens", "8")
     assert r.returncode == 0, r.stderr
-    assert "[ar] 8 tokens" in r.stderr and "tau 1.00" in r.stderr
+    assert "[plain] 8 tokens" in r.stderr and "tau 1.00" in r.stderr
     assert len(r.stdout) > 0
 
 

@@ -21,7 +21,7 @@ def smollm2():
 
 
 def test_cli_answers_the_capital_of_france_offline():
-    r = subprocess.run([sys.executable, "-m", "poss_core.generate", "--preset", "smollm2-135m", "--method", "ar",
+    r = subprocess.run([sys.executable, "-m", "poss_core.generate", "--preset", "smollm2-135m", "--method", "plain",
                         "--prompt", "What is the capital of France?", "--max-new-tokens", "20"],
                        cwd=ROOT, capture_output=True, text=True, timeout=600,
                        env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"})

@@ -13,7 +13,7 @@ from poss_core.models.tiny import tiny_target
 @pytest.mark.parametrize("field,value,needle", [
     ("top_k", 0, "top_k=0"), ("depth", 0, "depth=0"), ("tree_budget", 1, "tree_budget=1"),
     ("temperature", -0.5, "temperature=-0.5"), ("top_p", 0.0, "top_p=0.0"), ("top_p", 1.5, "top_p=1.5"),
-    ("max_new_tokens", 0, "max_new_tokens=0"), ("depth_stop", 1.0, "depth_stop=1.0"), ("head_rows", "some", "head_rows='some'"),
+    ("max_new_tokens", 0, "max_new_tokens=0"), ("depth_stop", 1.0, "depth_stop=1.0"), ("head_rows", "some", "head_rows='some': use one of read, all"),
 ])
 def test_config_errors_name_the_value_and_range(field, value, needle):
     with pytest.raises(ConfigError) as err:
@@ -51,8 +51,8 @@ def cli(*args):
     (["--preset", "tiny-random", "--draft", "poss2", "--prompt", "hi", "--top-k", "0"], "top_k=0"),
     (["--preset", "tiny-random", "--draft", "/no/such/draft", "--prompt", "hi"], "/no/such/draft"),
     (["--preset", "no-such-preset", "--prompt", "hi"], "no-such-preset"),
-    (["--preset", "tiny-random", "--method", "ar", "--prompt", "  "], "empty"),
-    (["--target", "/no/such/model", "--method", "ar", "--prompt", "hi", "--quantization", "none"], "/no/such/model"),
+    (["--preset", "tiny-random", "--method", "plain", "--prompt", "  "], "empty"),
+    (["--target", "/no/such/model", "--method", "plain", "--prompt", "hi", "--quantization", "none"], "/no/such/model"),
     # A device that is not on this machine is refused, never replaced by the CPU (cuda:99 exists nowhere).
     (["--preset", "tiny-random", "--method", "plain", "--prompt", "hi", "--device", "cuda:99"],
      "device 'cuda:99' is not available on this machine: use one of cpu"),

@@ -15,12 +15,12 @@ ROOT = Path(__file__).resolve().parents[1]
 # Bottom to top; a module belongs to the longest prefix that names it.
 LAYERS = [
     ["poss_core", "poss_core.errors", "poss_core.json_safe", "poss_core.paths"],
-    ["poss_core.events"],
+    ["poss_core.events", "poss_core.settings", "poss_core.call_budget"],
     ["poss_core.metrics", "poss_core.prompt_files", "poss_core.explain"],
     ["poss_core.models"],
     ["poss_core.decoding"],
     ["poss_core.autobudget"],
-    ["poss_core.methods"],
+    ["poss_core.methods", "poss_core.model_cache"],
     ["poss_core.compare", "poss_core.saved_runs"],
     ["poss_core.bench", "poss_core.generate"],
     ["poss_core.training"],

@@ -14,7 +14,8 @@ from helpers import run_main
 from app import api, handlers, render, state
 from poss_core import compare
 from poss_core.decoding import config as config_module
-from poss_core.decoding.config import LIMITS, DecodeConfig
+from poss_core.decoding.config import DecodeConfig
+from poss_core.settings import LIMITS
 from poss_core.errors import ConfigError, PromptError
 from poss_core.generate import main as generate_main
 

@@ -50,12 +50,13 @@ def test_the_lane_header_badge_follows_the_trained_flag():
     assert "untrained" not in render.lane_head_html(lanes[0], comp, running=False)
 
 
-def test_plain_decoding_has_one_name_and_its_old_spelling_is_read():
-    assert methods.canonical("ar") == "plain" and methods.canonical("ar-hf") == "plain-hf"
-    assert methods.canonical("ar-float32") == "plain-float32" and methods.canonical("eagle") == "eagle"
-    assert methods.is_plain("ar") and methods.is_plain("plain-bfloat16") and not methods.is_plain("poss2")
-    assert compare.RunSpec("hi", ["ar", "eagle"], "tiny-random").methods == ["plain", "eagle"]
-    assert runner.parse_methods("ar,eagle,ar-float32") == ["plain", "plain-hf", "eagle", "plain-float32"]
+def test_plain_decoding_has_one_name_and_its_old_spelling_is_read_only_from_old_files():
+    assert methods.migrated("ar") == "plain" and methods.migrated("ar-hf") == "plain-hf"
+    assert methods.migrated("ar-float32") == "plain-float32" and methods.migrated("eagle") == "eagle"
+    assert methods.is_plain("plain-bfloat16") and not methods.is_plain("ar") and not methods.is_plain("poss2")
+    with pytest.raises(ConfigError, match="'ar' is not available"):  # a new run names plain decoding `plain`
+        compare.RunSpec("hi", ["ar", "eagle"], "tiny-random").check()
+    assert runner.parse_methods("eagle,plain-float32") == ["plain", "plain-hf", "eagle", "plain-float32"]
     old = TurnRecord(run=0, method="ar", dataset="d", question_id=1, category="", turn=0, token_ids=[1], text="",
                      stop_reason="eos", wall_time=0.1)
     assert old.method == "plain" and TurnRecord.from_json(old.to_json()).method == "plain"

@@ -10,13 +10,13 @@ from .cost_model import (CANDIDATE_BUDGETS, DEFAULT_MISS, DEFAULT_POS_ACC, DEFAU
                          AcceptanceProfile, BudgetChoice, accept_len_at_budget, accepted_ranks, best_scores_by_depth,
                          choose_budget, default_profile, draft_ms_at, draft_ms_by_depth, head_ms, head_reads_by_budget,
                          max_useful_budget, profile_from_events)
-from .timing import ForwardCurve, curve_key, device_description, machine_busy, measure_forward_curve, non_decreasing
+from .timing import ForwardCurve, curve_key, machine_busy, measure_forward_curve, non_decreasing
 
 __all__ = [
     "AcceptanceProfile", "BudgetChoice", "CALIBRATION_PROMPTS", "CANDIDATE_BUDGETS", "DEFAULT_MISS", "DEFAULT_POS_ACC",
     "DEFAULT_TAIL", "DEPTH_STOPS", "ForwardCurve", "MAX_BUDGET", "accept_len_at_budget", "accepted_ranks",
     "auto_tree_budget", "best_scores_by_depth", "cached_budget_choice", "calibrate", "choice_cache_path",
-    "choose_budget", "curve_cache_path", "curve_key", "default_profile", "device_description", "draft_ms_at",
+    "choose_budget", "curve_cache_path", "curve_key", "default_profile", "draft_ms_at",
     "draft_ms_by_depth", "head_ms", "head_reads_by_budget", "known_budget_choice", "load_or_measure_curve",
     "machine_busy", "max_useful_budget", "measure_forward_curve", "non_decreasing", "profile_from_events",
     "read_store", "write_store",

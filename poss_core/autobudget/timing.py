@@ -4,7 +4,6 @@ with the LM head's cost per row read, and what identifies the hardware and model
 from __future__ import annotations
 
 import os
-import platform
 import random
 import statistics
 import time
@@ -15,6 +14,7 @@ from datetime import datetime, timezone
 import torch
 
 from ..errors import CallStopped
+from ..models.hardware import device_description
 from ..models.target import TargetModel, causal_allowed, truncate_cache_layer
 from .cost_model import CANDIDATE_BUDGETS
 
@@ -79,19 +79,6 @@ def non_decreasing(values: Sequence[float]) -> list[float]:
             (m1, c1), (m2, c2) = blocks[-2], blocks[-1]
             blocks[-2:] = [[(m1 * c1 + m2 * c2) / (c1 + c2), c1 + c2]]
     return [m for m, c in blocks for _ in range(int(c))]
-
-
-def device_description(device: torch.device) -> str:
-    """The hardware a timing belongs to: GPU name, or CPU model, core count and torch threads."""
-    if device.type == "cuda":
-        return f"cuda:{torch.cuda.get_device_name(device)}"
-    name = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            name = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), name)
-    except OSError:
-        pass
-    return f"{device.type}:{name}, {os.cpu_count()} cores, {torch.get_num_threads()} torch threads"
 
 
 # What a curve measures; a curve cached under another version measured something else and is measured again.

@@ -8,7 +8,7 @@
     python -m poss_core.bench report results/ [--limit N --out DIR]   # tables and charts again from records.jsonl
     python -m poss_core.bench evidence results/ [--out FILE]   # the Evidence tab's summary (results/evidence.json)
 
-`plain` is plain decoding (`ar`, its older name, is read too), timed two ways: the project's PlainDecoder (`plain`)
+`plain` is plain decoding, timed two ways: the project's PlainDecoder (`plain`)
 and transformers' `generate` (`plain-hf`); speed-ups are against the faster of the two on the same run and dataset.
 `pld` and `assisted` are transformers' own speculative `generate` (prompt lookup; a smaller model of the preset):
 speculative decoding without a trained draft, measured beside EAGLE and POSS (τ and acceptance from accept lengths).
@@ -33,11 +33,12 @@ from pathlib import Path
 import torch
 import transformers
 
-from .. import methods
-from ..autobudget import device_description
-from ..decoding.config import LIMITS, DecodeConfig
+from .. import methods, settings
+from ..decoding.config import DecodeConfig
+from ..settings import LIMITS
 from ..errors import ConfigError, PossError, run_cli
-from ..models.loading import add_dtype_argument, load_preset_target, parse_dtype
+from ..models.hardware import device_description
+from ..models.loading import load_preset_target, parse_dtype
 from ..models.numerics import plain_margin
 from ..models.presets import Preset, get_preset
 from ..paths import project_root
@@ -58,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--preset", default="smollm2-135m", help="smollm2-135m (default), tiny-random, llama3-8b-instruct, "
                                                             "llama2-13b-chat")
     p.add_argument("--methods", default=DEFAULT_METHODS,
-                   help=f"comma-separated: plain (plain decoding; ar is read too), the preset's drafts, oracle "
+                   help=f"comma-separated: plain (plain decoding), the preset's drafts, oracle "
                         f"(the ceiling), pld (transformers' prompt-lookup decoding, no draft model), assisted "
                         f"(transformers' assisted generation with the preset's smaller model, where it names one), "
                         f"and optionally plain-float32 / plain-bfloat16 / plain-float16 (plain decoding of a second copy "
@@ -66,24 +67,12 @@ def build_parser() -> argparse.ArgumentParser:
                         f"plain-float32) (default {DEFAULT_METHODS})")
     p.add_argument("--data", nargs="+", required=True, help="eval JSONL files or globs; the dataset is the file stem")
     p.add_argument("--limit", type=int, default=None, help="first N questions of each dataset")
-    p.add_argument("--max-new-tokens", type=int, default=256)
     p.add_argument("--runs", type=int, default=3, help="timed runs; tables show mean ± std over runs")
-    p.add_argument("--temperature", type=float, default=0.0)
-    p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--depth", type=int, default=None, help="draft positions per round (default: the preset's)")
-    p.add_argument("--top-k", type=int, default=None, help="default: the preset's")
-    p.add_argument("--tree-budget", default=None,
-                   help="tokens verified per round, root included, or 'auto' (measure and choose per draft); "
-                        "default: the preset's")
+    # The decoding settings, the quantization and --dtype; auto chooses the depth stop and head rows unless given.
+    settings.add_flags(p, settings.BENCH, defaults={"max_new_tokens": 256, "depth_stop": None, "head_rows": None},
+                       tree_budget={"type": str, "help": "nodes verified per round, root included, or 'auto' "
+                                                         "(measure and choose per draft); default: the preset's"})
     p.add_argument("--max-tree-budget", type=int, default=96, help="largest budget 'auto' considers")
-    p.add_argument("--depth-stop", type=float, default=None,
-                   help="dynamic depth: stop drafting deeper once the best path's draft probability is below this "
-                        "(0 = never; default 0, and with 'auto' the stop auto chooses)")
-    p.add_argument("--head-rows", choices=["read", "all"], default=None,
-                   help="tree slots the target's LM head reads: the ones verification needs (a leaf's row in a "
-                        "second call when acceptance ends there), or all of them in one call (default: read, or "
-                        "what 'auto' finds cheaper)")
     p.add_argument("--calibration-prompts", type=int, default=6,
                    help="'auto': how many calibration prompts to decode (the first N of --calibration-data, else "
                         "of the 6 built-in ones; never the evaluation sets, so the budget is not tuned on what is "
@@ -97,8 +86,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--remeasure", action="store_true", help="'auto': measure the forward-time curve again")
     p.add_argument("--no-hf-generate", action="store_true", help="time plain decoding with PlainDecoder only")
     p.add_argument("--warmup-tokens", type=int, default=16)
-    p.add_argument("--quantization", choices=["auto", "none", "8bit", "4bit"], default="auto")
-    add_dtype_argument(p)
     p.add_argument("--device", default=None)
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--plotlyjs", choices=["inline", "cdn"], default="inline",
@@ -166,7 +153,7 @@ def run_benchmark(args, argv: Sequence[str]) -> int:
             f"timings will be slow and noisy; with other work running, --threads 1 avoids thread contention.")
     say(f"loading {preset.name} ...")
     target = load_preset_target(preset.target, quantization=args.quantization, device=args.device,
-                                dtype=parse_dtype(args.dtype))
+                                dtype=parse_dtype(args.precision))
     lanes = runner.make_lanes(args, preset, target, names, base_cfg, say, calibration)
     tokens = min(args.warmup_tokens, args.max_new_tokens)
     warm_up(lanes, runner.warm_up_prompt(target, questions, args.max_new_tokens), tokens)
@@ -218,10 +205,9 @@ def tree_budget_arg(args) -> int | str:
 
 def base_config(args, preset: Preset, budget: int | str) -> DecodeConfig:
     """Every lane's settings before `auto` fits a draft's: the flags, else the preset's tree."""
-    return methods.decode_config(preset, depth=args.depth or None, top_k=args.top_k or None,
-                                 tree_budget=budget if isinstance(budget, int) else None,
-                                 temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens,
-                                 seed=args.seed, depth_stop=args.depth_stop or 0.0, head_rows=args.head_rows or "read")
+    values = settings.decoding(settings.from_flags(args, settings.BENCH))
+    values["tree_budget"] = budget if isinstance(budget, int) else None  # auto: the preset's until a fit
+    return methods.decode_config(preset, **values)
 
 
 def check_methods(names: Sequence[str], preset: Preset) -> None:

@@ -19,7 +19,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from .. import metrics
-from ..decoding.config import LIMITS
+from ..settings import LIMITS
 from ..errors import ConfigError
 from ..json_safe import clean_json
 from ..methods import ORACLE, color_of, is_plain, label_of, short_of

@@ -164,7 +164,7 @@ def overhead_main(argv: Sequence[str]) -> int:
         # A tiny target with room for a long decode: the default tiny one has 512 positions.
         target = tiny_target(seed=0, max_positions=8192)
     cfg = methods.decode_config(preset, depth=args.depth, top_k=args.top_k, tree_budget=args.tree_budget)
-    names = [methods.canonical(args.draft)] + ([] if args.no_oracle or args.draft == methods.ORACLE
+    names = [args.draft] + ([] if args.no_oracle or args.draft == methods.ORACLE
                                                 else [methods.ORACLE])
     for name in names:
         method = methods.get_method(preset, name)

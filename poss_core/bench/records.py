@@ -32,7 +32,7 @@ class TurnRecord:
     prompt_ids: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.method = methods.canonical(self.method)  # records written when plain decoding was called `ar`
+        self.method = methods.migrated(self.method)  # records written when plain decoding was called `ar`
 
     @property
     def new_tokens(self) -> int:
@@ -188,11 +188,11 @@ def read_summary(path: Path) -> dict[str, Any]:
     meta = summary.get("meta", {})
     for key in ("labels", "budgets", "budget_choices"):
         if isinstance(meta.get(key), dict):
-            meta[key] = {methods.canonical(m): v for m, v in meta[key].items()}
+            meta[key] = {methods.migrated(m): v for m, v in meta[key].items()}
     identity = summary.get("identity")
     if identity:
         if identity.get("reference"):
-            identity["reference"] = methods.canonical(identity["reference"])
+            identity["reference"] = methods.migrated(identity["reference"])
         for row in (identity.get("mismatches") or []) + (identity.get("near_ties") or []):
-            row["method"] = methods.canonical(row["method"])
+            row["method"] = methods.migrated(row["method"])
     return summary

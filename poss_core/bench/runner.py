@@ -86,9 +86,8 @@ def load_questions(patterns: Sequence[str], limit: int | None = None) -> list[Qu
 
 
 def parse_methods(text: str, hf_generate: bool = True) -> list[str]:
-    """Registry names of --methods (older spellings such as `ar` accepted), plain decoding always first: speed-ups and
-    the identity check need it."""
-    names = [methods.canonical(m.strip()) for m in text.split(",") if m.strip()]
+    """The method names of --methods, plain decoding always first: speed-ups and the identity check need it."""
+    names = [m.strip() for m in text.split(",") if m.strip()]
     names = [n for n in names if n not in (methods.PLAIN, methods.PLAIN_HF)]
     plain = [methods.PLAIN, methods.PLAIN_HF] if hf_generate else [methods.PLAIN]
     return plain + list(dict.fromkeys(names))

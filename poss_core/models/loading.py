@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from .. import settings
 from ..errors import CheckpointError, ConfigError, ModelLoadError
 from .draft import DraftModel, DraftSpec, draft_config_from_target
 from .target import TargetModel
@@ -78,13 +79,11 @@ def _allocates(dev: torch.device) -> bool:
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def add_dtype_argument(parser, what: str = "the target's precision", default: str = "auto") -> None:
-    """The one `--dtype` option every CLI shares (auto = fp32 on CPU, bf16 on accelerators)."""
-    parser.add_argument("--dtype", default=default, choices=["auto", *DTYPES],
-                        help=f"{what}: auto (fp32 on CPU, bf16 on GPUs) or a dtype; on Intel CPUs with AMX, "
-                             f"bfloat16 makes verifying a 16-token tree cost about what one plain step costs, so "
-                             f"speculative decoding gains more (its outputs may then differ from plain decoding's at "
-                             f"rounding near-ties)")
+def add_dtype_argument(parser, what: str = "", default: str = "auto") -> None:
+    """The one `--dtype` option every CLI shares: the precision setting's flag (settings.SETTINGS), for `what`."""
+    s = settings.SETTINGS["precision"]
+    parser.add_argument(s.option, default=default, choices=list(s.choices),
+                        help=f"{what}: {s.help.split(': ', 1)[1]}" if what else s.help)
 
 
 def parse_dtype(name: str | None) -> torch.dtype | None:

@@ -316,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def check_args(args) -> None:
     """Every numeric flag in its range before the target loads (ConfigError names the flag)."""
-    from ..decoding.config import LIMITS
+    from ..settings import LIMITS
 
     def integer(flag: str, lo: int, hi: int) -> None:
         value = getattr(args, flag)

@@ -1,0 +1,145 @@
+"""The targets, drafts, assistants and tree-budget fits every comparison shares: loaded once per process, one load
+per model at a time, at most a few targets kept (their drafts evicted with them)."""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Any
+
+from . import methods
+from .autobudget import cached_budget_choice, known_budget_choice
+from .decoding.config import DecodeConfig
+from .errors import CallStopped, ModelLoadError, PossError
+from .models import loading
+from .models.presets import Preset
+
+
+class ModelCache:
+    """Targets and drafts loaded once and shared by every session; one lock per model so sessions loading
+    different models do not wait on each other. Keeps at most `max_targets` targets (and their drafts)."""
+
+    def __init__(self, max_targets: int = 2) -> None:
+        self.max_targets = max_targets
+        self._lock = threading.Lock()
+        self._key_locks: dict[tuple, threading.Lock] = {}
+        self._targets: OrderedDict[tuple, Any] = OrderedDict()
+        self._drafts: dict[tuple, Any] = {}
+        self._fitting: set[tuple] = set()  # budget fits under way (e.g. the app's start-up fit)
+        self.startup_fit = threading.Event()  # set while the app's start-up loads and fits (see prefit_budgets)
+        self.dtype = None  # the precision "auto" stands for (None: the device's default)
+
+    def _target_key(self, preset: Preset, quantization: str, precision: str) -> tuple:
+        dtype = self.dtype if precision in (None, "", "auto") else loading.parse_dtype(precision)
+        return (preset.target, quantization, dtype)
+
+    def _key_lock(self, key: tuple) -> threading.Lock:
+        with self._lock:
+            return self._key_locks.setdefault(key, threading.Lock())
+
+    def target(self, preset: Preset, quantization: str = "auto", precision: str = "auto"):
+        key = self._target_key(preset, quantization, precision)
+        with self._key_lock(key):
+            with self._lock:
+                if key in self._targets:
+                    self._targets.move_to_end(key)
+                    return self._targets[key]
+            try:
+                target = loading.load_preset_target(preset.target, quantization=quantization, dtype=key[2])
+            except PossError:
+                raise
+            except Exception as err:  # out of memory, missing packages, broken files: one readable line
+                raise ModelLoadError(f"could not load {preset.name!r}: {type(err).__name__}: "
+                                     f"{str(err).splitlines()[0] if str(err) else ''}") from err
+            with self._lock:
+                self._targets[key] = target
+                while len(self._targets) > self.max_targets:
+                    old, _ = self._targets.popitem(last=False)
+                    for dk in [k for k in self._drafts if k[:3] == old]:
+                        del self._drafts[dk]
+            return target
+
+    def draft(self, preset: Preset, method: str, target, quantization: str = "auto", precision: str = "auto"):
+        m = methods.get_method(preset, method)
+        ref = m.draft
+        key = (*self._target_key(preset, quantization, precision), ref.source, preset.depth,
+               ref.positions_per_specialist)
+        return self._beside_target(key, lambda: methods.load_draft(m, target, preset.depth),
+                                   f"draft {method!r} of {preset.name!r}")
+
+    def assistant(self, preset: Preset, method: str, target, quantization: str = "auto", precision: str = "auto"):
+        """The assisted method's smaller model, loaded once per target and kept (and evicted) with its drafts."""
+        m = methods.get_method(preset, method)
+        key = (*self._target_key(preset, quantization, precision), "assistant", m.assistant)
+        return self._beside_target(key, lambda: methods.load_assistant(m, target, quantization),
+                                   f"the assistant {m.assistant!r} of {preset.name!r}")
+
+    def _beside_target(self, key: tuple, load, what: str):
+        """A model that belongs to a loaded target (its key starts with the target's): loaded once, one load per
+        key at a time, evicted with the target; a failure becomes one readable line."""
+        with self._key_lock(key):
+            with self._lock:
+                if key in self._drafts:
+                    return self._drafts[key]
+            try:
+                model = load()
+            except PossError:
+                raise
+            except Exception as err:
+                raise ModelLoadError(f"could not load {what}: {type(err).__name__}: "
+                                     f"{str(err).splitlines()[0] if str(err) else ''}") from err
+            with self._lock:
+                self._drafts[key] = model
+            return model
+
+    def budget(self, target, draft, config: DecodeConfig, log=None, cancel: threading.Event | None = None):
+        """The tree budget fitted to this machine for `draft` at the config's depth and top_k (calibrated once per
+        machine and cached on disk; one calibration at a time per draft). With `cancel` (a call's budget), waiting
+        for another fit and the fit itself stop within one round once it is set (CallStopped; nothing is cached)."""
+        key = self._budget_key(draft, config)
+        with self._lock:
+            self._fitting.add(key)
+        lock = self._key_lock(key)
+        try:
+            while not lock.acquire(timeout=0.1):
+                if cancel is not None and cancel.is_set():
+                    raise CallStopped("waiting for another tree-budget fit")
+            try:
+                return cached_budget_choice(target, draft, config, log=log, cancel=cancel)
+            finally:
+                lock.release()
+        finally:
+            with self._lock:
+                self._fitting.discard(key)
+
+    def fit_budgets_in_turn(self, target, drafts: list, config: DecodeConfig) -> None:
+        """Fit each draft's budget, one after another, all counting as under way from the start (`fitting_elsewhere`
+        is then true for every one of them until its own fit is cached)."""
+        keys = {self._budget_key(d, config) for d in drafts}
+        with self._lock:
+            self._fitting.update(keys)
+        try:
+            for draft in drafts:
+                self.budget(target, draft, config)
+        finally:
+            with self._lock:
+                self._fitting.difference_update(keys)
+
+    @staticmethod
+    def _budget_key(draft, config: DecodeConfig) -> tuple:
+        # Drafts are shared objects of this cache, so their identity names them (no need to hash the weights).
+        return ("budget", id(draft), config.depth, config.top_k)
+
+    def fitting_elsewhere(self, target, draft, config: DecodeConfig) -> bool:
+        """True while another thread fits this draft's budget and no choice is cached yet: a run that should not
+        wait for it (the app's first Run during its start-up fit) uses the default budget instead."""
+        with self._lock:
+            busy = self._budget_key(draft, config) in self._fitting or self.startup_fit.is_set()
+        return busy and known_budget_choice(target, draft, config) is None
+
+    def loaded_targets(self) -> list:
+        with self._lock:
+            return list(self._targets.values())
+
+
+MODELS = ModelCache()

@@ -1,0 +1,52 @@
+"""What this machine has: a GPU or not, the CPU's bf16 units, and the hardware a run or a timing belongs to (what the
+app's header, saved runs, the benchmark's report and the tree-budget cache record)."""
+
+from __future__ import annotations
+
+import os
+import platform
+
+import torch
+
+
+def cuda_available() -> bool:
+    try:
+        return bool(torch.cuda.is_available())
+    except Exception:  # noqa: BLE001 - no torch build with CUDA is just "no GPU"
+        return False
+
+
+def cpu_bf16_units() -> str | None:
+    """The CPU's native bf16 instructions ("AMX" or "AVX-512 BF16"), or None: where bf16 is faster than fp32 here."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+    except OSError:  # not Linux: no cheap way to tell, so make no claim
+        return None
+    if "amx_bf16" in flags:
+        return "AMX"
+    return "AVX-512 BF16" if "avx512_bf16" in flags else None
+
+
+def device_description(device: torch.device) -> str:
+    """The hardware a timing belongs to: GPU name, or CPU model, core count and torch threads."""
+    if device.type == "cuda":
+        return f"cuda:{torch.cuda.get_device_name(device)}"
+    name = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            name = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), name)
+    except OSError:
+        pass
+    return f"{device.type}:{name}, {os.cpu_count()} cores, {torch.get_num_threads()} torch threads"
+
+
+def hardware_info(target) -> dict[str, str]:
+    device = str(target.device)
+    if target.device.type == "cuda":
+        device += f" ({torch.cuda.get_device_name(target.device)})"
+    else:
+        device += f" ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+    return {"model": str(target.name), "device": device, "dtype": str(target.dtype).replace("torch.", ""),
+            "quantization": str(target.quantization), "context": str(target.max_context),
+            "torch": torch.__version__}
