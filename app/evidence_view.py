@@ -18,9 +18,9 @@ from typing import Any
 import gradio as gr
 
 from poss_core import methods
-from poss_core.bench import figures
-from poss_core.bench.analysis import OVERALL
-from poss_core.bench.evidence import Evidence, load_evidence
+from poss_core.views import figures
+from poss_core.results.analysis import OVERALL
+from poss_core.results.evidence import Evidence, load_evidence
 from poss_core.errors import ConfigError, PossError
 from poss_core.models.presets import get_preset, presets
 from poss_core.paths import assets_dir, project_root
@@ -314,7 +314,7 @@ def _loader() -> Any:
             method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
             ctx = multiprocessing.get_context(method)
             if method == "forkserver":
-                ctx.set_forkserver_preload(["poss_core.bench.evidence"])
+                ctx.set_forkserver_preload(["poss_core.results.evidence"])
             _LOADER = ctx.Pool(processes=1, maxtasksperchild=1)
         return _LOADER
 

@@ -11,7 +11,7 @@ from typing import Any
 import gradio as gr
 
 from poss_core import compare, methods, metrics
-from poss_core.bench import figures
+from poss_core.views import figures
 from poss_core.compare import MAX_LANES, Comparison, Lane, TokenRecord
 from poss_core.model_cache import MODELS
 from poss_core.models.hardware import hardware_info

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from poss_core import methods, settings
-from poss_core.bench.records import light_event, pool_events
+from poss_core.views.pooling import light_event, pool_events
 from poss_core.call_budget import CallBudget
 from poss_core.compare import Comparison, Lane, RunSpec
 from poss_core.models.hardware import cpu_bf16_units

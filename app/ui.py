@@ -9,7 +9,7 @@ from typing import Any
 import gradio as gr
 
 from poss_core import compare, methods, saved_runs
-from poss_core.bench import figures
+from poss_core.views import figures
 from poss_core.decoding.config import MAX_PROMPT_CHARS
 from poss_core import settings
 from poss_core.settings import LIMITS, PRECISIONS

@@ -60,7 +60,7 @@ def quantized_table(out: str) -> str:
     """τ (mean of datasets, 95% interval), speed-up and tokens/s (pooled), per quantization and method, with each
     run's identity check, as a Markdown table."""
     sys.path.insert(0, str(ROOT))
-    from poss_core.bench.evidence import OVERALL, load_evidence
+    from poss_core.results.evidence import OVERALL, load_evidence
 
     rows = ["| target | method | τ, mean of datasets (95% interval) | speed-up | tokens/s | identity with plain |",
             "|---|---|---|---|---|---|"]

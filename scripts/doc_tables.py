@@ -32,8 +32,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run as a file from anywhere: the package is beside
 
-from poss_core.bench.analysis import OVERALL  # noqa: E402
-from poss_core.bench.evidence import Evidence, load_evidence  # noqa: E402
+from poss_core.results.analysis import OVERALL  # noqa: E402
+from poss_core.results.evidence import Evidence, load_evidence  # noqa: E402
 
 PRESET = "smollm2-135m"
 PAPER = ROOT / "assets" / "evidence" / f"{PRESET}.json"

@@ -1,6 +1,6 @@
 """What loading a large results file costs the Evidence tab: builds a synthetic records.jsonl (by default 16 methods x
 2,000 questions, one run, a prefill and two rounds each: about 12 MB, inside every size limit of `load_evidence`) and times
-`poss_core.bench.evidence.load_evidence` on it, wall clock and CPU seconds of this process, with the split between
+`poss_core.results.evidence.load_evidence` on it, wall clock and CPU seconds of this process, with the split between
 parsing the rows and building the summary (the bootstrap intervals among it). With --compare PRESET it also times a
 small comparison (plain and EAGLE at RunSpec's default tree, --compare-tokens new tokens) alone, then while
 the load runs in another thread of the same process, then while it runs in the app's worker process (`load_apart`):
@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file from anywhere: the package is beside
 
-from poss_core.bench import evidence  # noqa: E402
+from poss_core.results import evidence  # noqa: E402
 
 BASE_METHODS = ["plain", "plain-hf", "eagle", "poss1", "poss2", "poss3", "matched", "oracle", "pld"]
 

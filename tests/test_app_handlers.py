@@ -16,7 +16,7 @@ import torch
 
 from app import api, handlers, render, state
 from poss_core import compare, methods, metrics, saved_runs
-from poss_core.bench import figures
+from poss_core.views import figures
 from poss_core.events import DecodeSummary, DraftNode, FeatureDeviation, RoundEvent
 from poss_core.errors import ModelLoadError
 

@@ -8,7 +8,9 @@ import pytest
 from helpers import run_main
 
 from poss_core.autobudget import CALIBRATION_PROMPTS
-from poss_core.bench import analysis, cli, overhead, records as bench_records, report, runner
+from poss_core.bench import cli, overhead, report, runner
+from poss_core.results import analysis, records as bench_records
+from poss_core.views import pooling
 from poss_core.decoding import decoder as decoder_module
 from poss_core.decoding.config import DecodeConfig
 from poss_core.decoding.decoder import PlainDecoder, SpeculativeDecoder
@@ -62,7 +64,7 @@ def known_records():
 
 def test_pool_events_keeps_counting_tokens():
     a, b = events([1, 2], 1.0), events([0], 3.0)
-    pooled = bench_records.pool_events([a, b])
+    pooled = pooling.pool_events([a, b])
     assert [e.new_tokens for e in pooled] == [1, 3, 6, 7, 8]
     assert [e.round for e in pooled] == list(range(5))
     from poss_core import metrics
@@ -161,7 +163,7 @@ def test_light_events_keep_the_accepted_path_and_every_depth():
              DraftNode(13, 0, 2, -0.2, 0.9, 1), DraftNode(14, 3, 3, -0.4, 0.8, 2)]
     e = RoundEvent(round=1, nodes=nodes, accepted=[1], bonus=3, target_probs=[0.1, 0.2, 0.3, 0.4, 0.5],
                    feature_deviation=[FeatureDeviation(1.0, 0.1)], draft_ms=1, verify_ms=1, new_tokens=3, wall_ms=3)
-    light = bench_records.light_event(e)
+    light = pooling.light_event(e)
     assert [n.token for n in light.nodes] == [11, 12, 14]  # the path (node 1), then the first node of depths 2, 3
     assert light.accepted == [0] and light.accept_len == 1 and light.target_probs == [0.2, 0.3, 0.5]
     assert [n.parent for n in light.nodes] == [-1, 0, -1]

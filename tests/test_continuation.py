@@ -119,7 +119,7 @@ def test_no_continuation_for_the_oracle_or_a_stopped_decode(tiny_target, trained
 
 def test_deviation_kinds_pool_by_position_with_their_slot_counts(tiny_target, trained_drafts):
     from poss_core import metrics
-    from poss_core.bench.records import TurnRecord
+    from poss_core.results.records import TurnRecord
 
     cfg = DecodeConfig(max_new_tokens=30, depth=4, top_k=4, tree_budget=16)
     ids = encode_prompt(tiny_target.tokenizer, "one two three four")

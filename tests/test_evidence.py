@@ -14,7 +14,9 @@ from test_bench import DEPTH, known_records
 
 from app import evidence_view
 from poss_core import metrics
-from poss_core.bench import analysis, cli, evidence, figures
+from poss_core.bench import cli
+from poss_core.results import analysis, evidence
+from poss_core.views import figures
 from poss_core.errors import ConfigError
 from poss_core.methods import label_of
 from poss_core.models.presets import get_preset

@@ -12,7 +12,8 @@ from test_bench import DEPTH, known_records
 
 from app import evidence_view
 from app.ui import build_demo, launch_kwargs
-from poss_core.bench import evidence, report
+from poss_core.bench import report
+from poss_core.results import evidence
 
 ROOT = Path(__file__).resolve().parents[1]
 SCREENSHOT = ROOT / "screenshots" / "evidence.png"

@@ -1,5 +1,6 @@
 """The import picture flows one way: folders are the layers, and a module imports only from its own layer or below.
-The engine (`poss_core`) never imports gradio or the app; plotly only in the benchmark's figures module."""
+The engine (`poss_core`) never imports gradio or the app; plotly only in
+the views' figures module; the app and the benchmark are siblings (neither imports the other)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ LAYERS = [
     ["poss_core.autobudget"],
     ["poss_core.methods", "poss_core.model_cache"],
     ["poss_core.compare", "poss_core.saved_runs"],
+    ["poss_core.views"],  # what the app and the benchmark both draw
+    ["poss_core.results"],  # what a benchmark run leaves: records, tables, the evidence summary
     ["poss_core.bench", "poss_core.generate"],
     ["poss_core.training"],
     ["poss_core.space"],  # stages the app, engine and drafts for a Space
@@ -32,7 +35,7 @@ LAYERS = [
     ["app.launch"],
     ["app_entry"],  # app.py
 ]
-PLOTLY_ALLOWED = {"poss_core.bench.figures"}
+PLOTLY_ALLOWED = {"poss_core.views.figures"}
 
 
 def layer_of(module: str) -> int | None:
@@ -107,3 +110,11 @@ def test_importing_the_whole_engine_loads_neither_gradio_nor_the_app():
             "assert not bad, bad\n")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if m == "app_entry" or m.startswith("app")))
+def test_the_app_is_a_sibling_of_the_benchmark_and_never_imports_it(module):
+    """What both draw lives in poss_core.views and poss_core.results; the benchmark is a command line beside the app."""
+    bench = [f"line {line}: {name}" for name, line in imports_of(module, MODULES[module])
+             if name == "poss_core.bench" or name.startswith("poss_core.bench.")]
+    assert bench == [], f"{module} imports the benchmark: {bench}"

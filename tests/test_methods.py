@@ -10,7 +10,7 @@ import pytest
 from app import render, state
 from poss_core import compare, methods
 from poss_core.bench import runner
-from poss_core.bench.records import TurnRecord
+from poss_core.results.records import TurnRecord
 from poss_core.decoding.config import DecodeConfig
 from poss_core.decoding.decoder import PlainDecoder, SpeculativeDecoder
 from poss_core.decoding.hf_generate import HFGenerateDecoder

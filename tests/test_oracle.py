@@ -9,7 +9,8 @@ from helpers import greedy_reference
 from test_bench import eval_files, events, known_records, rec  # noqa: F401 (eval_files: a fixture)
 
 from poss_core import compare, methods
-from poss_core.bench import analysis, cli, overhead, report, runner
+from poss_core.bench import cli, overhead, report, runner
+from poss_core.results import analysis
 from poss_core.decoding.config import DecodeConfig
 from poss_core.decoding.decoder import encode_prompt
 from poss_core.decoding.oracle import OracleDecoder, oracle_tree

@@ -43,10 +43,10 @@ from ..models.numerics import plain_margin
 from ..models.presets import Preset, get_preset
 from ..paths import project_root
 from . import runner
-from .analysis import classify_mismatches, first_divergences, identity_check, subset_identity
-from .evidence import evidence_main
+from ..results.analysis import classify_mismatches, first_divergences, identity_check, subset_identity
+from ..results.evidence import evidence_main
 from .overhead import linear_main, overhead_main
-from .records import first_questions, read_records, read_summary, records_in
+from ..results.records import first_questions, read_records, read_summary, records_in
 from .report import identity_banner, write_outputs
 from .runner import calibration_texts, decode_turn, load_questions, parse_methods, run_questions
 
@@ -281,7 +281,7 @@ def run_meta(args, argv: Sequence[str], preset: Preset, target, lanes: Sequence[
         "budgets": {m.name: m.budget for m in lanes if m.budget is not None},
         "budget_choices": {m.name: m.budget_choice.to_json() for m in lanes if m.budget_choice is not None},
         "skipped": skipped, "notes": notes,
-        # The same facts as values, for the evidence summary (poss_core.bench.evidence).
+        # The same facts as values, for the evidence summary (poss_core.results.evidence).
         "dtype": str(target.dtype).replace("torch.", ""), "threads": torch.get_num_threads(),
         "git_commit": _git_commit(),
         "run_settings": {"depth": base_cfg.depth, "top_k": base_cfg.top_k, "tree_budget": budget,

@@ -24,7 +24,7 @@ from ..errors import ConfigError
 from ..models.loading import load_preset_target, parse_dtype
 from ..models.presets import get_preset
 from ..models.target import TargetModel
-from .records import TurnRecord, read_records, records_in
+from ..results.records import TurnRecord, read_records, records_in
 
 
 def roots_of(record: TurnRecord) -> list[int]:

@@ -14,11 +14,11 @@ from typing import Any
 from ..events import RoundEvent
 from ..json_safe import clean_json
 from ..methods import PLAIN, TRAINING_FREE, color_of, is_plain, label_of
-from . import figures
-from .analysis import (OVERALL, aggregate, auto_expectations, identity_check, pooled_events_by_method)
-from .evidence import FILE_NAME as EVIDENCE_FILE
-from .evidence import Evidence, build_evidence, load_evidence, write_evidence
-from .records import TurnRecord, spec_bench_rows
+from ..views import figures
+from ..results.analysis import (OVERALL, aggregate, auto_expectations, identity_check, pooled_events_by_method)
+from ..results.evidence import FILE_NAME as EVIDENCE_FILE
+from ..results.evidence import Evidence, build_evidence, load_evidence, write_evidence
+from ..results.records import TurnRecord, spec_bench_rows
 
 def identity_banner(identity: dict[str, Any]) -> str:
     n = len(identity["mismatches"])

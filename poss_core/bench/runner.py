@@ -25,7 +25,8 @@ from ..errors import ConfigError, PromptError
 from ..events import DecodeSummary
 from ..models.loading import load_preset_target, parse_dtype
 from ..prompt_files import read_prompts
-from .records import TurnRecord, light_event
+from ..results.records import TurnRecord
+from ..views.pooling import light_event
 
 
 @dataclass

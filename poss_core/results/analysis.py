@@ -2,7 +2,7 @@
 changes against EAGLE with a bootstrap interval; the identity check against plain decoding; what `auto` expected.
 
 Every statistic is computed by `poss_core.metrics` from events. A question's turns are pooled into one event stream
-(`records.pool_events`, which keeps `new_tokens` cumulative), so pooled τ, pos-acc, histograms, feature deviation,
+(`views.pooling.pool_events`, which keeps `new_tokens` cumulative), so pooled τ, pos-acc, histograms, feature deviation,
 time split and tokens/s over a dataset are the same functions applied to more rounds. Timings are aggregated per run
 and shown as mean ± sample std over runs (never the fastest run)."""
 
@@ -17,7 +17,8 @@ from .. import metrics
 from ..events import RoundEvent
 from ..methods import ORACLE, OTHER_PRECISION_PLAIN, PLAIN, PLAIN_HF, is_plain
 from ..models.numerics import first_difference
-from .records import TurnRecord, pool_events
+from ..views.pooling import pool_events
+from .records import TurnRecord
 
 OVERALL = "overall"
 
