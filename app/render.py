@@ -166,8 +166,8 @@ STAT_LABELS = {"tokens_per_s": "tokens/s", "tau": "τ", "rounds": "rounds", "tok
 
 def stat_line(items: list[tuple[str, str]]) -> str:
     """(key, value) pairs as "<b>value</b> label" spans, each carrying its key (STAT_LABELS) as `data-stat`."""
-    return '<div class="poss-stats">' + "".join(
-        f'<span data-stat="{k}"><b>{html.escape(v)}</b> {html.escape(STAT_LABELS[k])}</span>' for k, v in items) + "</div>"
+    spans = (f'<span data-stat="{k}"><b>{html.escape(v)}</b> {html.escape(STAT_LABELS[k])}</span>' for k, v in items)
+    return '<div class="poss-stats">' + "".join(spans) + "</div>"
 
 
 def status_html(message: str, kind: str = "info") -> str:

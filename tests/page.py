@@ -102,10 +102,9 @@ class _Tokens(HTMLParser):
             return
         classes = tuple((a.get("class") or "").split())
         rejected = "rej" in classes
-        if rejected:
-            source = "draft"
-        else:
-            source = "draft" if "draft" in classes else next(c for c in classes if c not in ("tok", "target", "special"))
+        # A draft (accepted or rejected) has its shade classes; the target's own token names how it came.
+        own = [c for c in classes if c not in ("tok", "target", "special")]
+        source = "draft" if rejected or "draft" in classes else own[0]
         shade = {c[0]: int(c[1:]) for c in classes if c[:1] in ("p", "s") and c[1:].isdigit()}
         self._open = Token(source, int(a["data-round"]), a.get("title") or "", "", shade.get("p"), shade.get("s"),
                            rejected, classes)

@@ -495,7 +495,8 @@ def test_compare_api_returns_texts_and_summaries():
     assert out["settings"]["methods"] == ["plain", "eagle"]
     with pytest.raises(gr.Error) as refused:  # Gradio's error for the client, raised from the PromptError
         api.compare_api("", ["plain"], preset="tiny-random")
-    assert isinstance(refused.value.__cause__, PromptError) and wording.says(refused.value.message, wording.PROMPT_EMPTY)
+    assert isinstance(refused.value.__cause__, PromptError)
+    assert wording.says(refused.value.message, wording.PROMPT_EMPTY)
 
 
 def test_saved_run_file_format(tmp_path):

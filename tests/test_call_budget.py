@@ -9,7 +9,9 @@ import threading
 import time
 
 import gradio as gr
+import page
 import pytest
+import wording
 from app_settings import req, run_settings
 
 from app import api, handlers, render, state
@@ -87,9 +89,9 @@ def test_stop_ends_a_run_while_the_oracle_prepares(slow_forward):
     stopped = []
     frames = interrupted_oracle_run(slow_forward, "stop-oracle", lambda: stopped.append(
         handlers.stop_handler(VIEW, request=req("stop-oracle"))))
-    assert "Stopping" in render.outputs_dict(stopped[0])["status"]
-    status = render.outputs_dict(frames[-1])["status"]
-    assert "Stopped while preparing the Oracle" in status, status
+    assert wording.says(stopped[0], wording.STOPPING)
+    status = page.status(frames[-1])
+    assert wording.says_stopped_preparing(status, "Oracle"), status
 
 
 def test_a_fit_counts_against_the_cap_and_caches_nothing(slow_forward, fresh_fits, monkeypatch):
@@ -97,8 +99,8 @@ def test_a_fit_counts_against_the_cap_and_caches_nothing(slow_forward, fresh_fit
     t0 = time.monotonic()
     frames = list(handlers.run_handler(run_settings(auto_budget=True), VIEW, request=req("fit-cap")))
     took = time.monotonic() - t0
-    status = render.outputs_dict(frames[-1])["status"]
-    assert "limit of 0.3 s per call while" in status and "tree budget" in status, status
+    status = page.status(frames[-1])
+    assert wording.says_call_limit(status, 0.3, doing="tree budget"), status
     assert took < 1.5, took
     assert not fresh_fits.exists() or fresh_fits.read_text().strip() in ("", "{}")  # a cut-short fit is not kept
 
@@ -114,11 +116,10 @@ def test_without_call_fits_a_lane_uses_the_default_budget_and_says_so(fresh_fits
     eagle = out["lanes"][1]
     assert eagle["budget_auto"] is False and eagle["tree_budget"] == state.ui_defaults(
         compare.get_preset("tiny-random"))["tree_budget"]
-    assert "only at start-up" in eagle["budget_note"]
+    assert wording.says(eagle["budget_note"], wording.FITS_AT_START_ONLY)
     frames = list(handlers.run_handler(run_settings(auto_budget=True), VIEW, request=req("no-fits")))
-    statuses = [render.outputs_dict(f)["status"] for f in frames]
-    assert any("starts on the default tree budget" in s and "only at start-up" in s for s in statuses)
-    assert "Done" in statuses[-1]
+    assert any(wording.says(f, wording.DEFAULT_BUDGET, wording.FITS_AT_START_ONLY) for f in frames)
+    assert wording.says_done(frames[-1])
 
 
 def test_a_run_whose_client_left_stops_its_start_within_a_round(slow_forward):

@@ -157,8 +157,9 @@ def says_queued(said: Any, place: int, running: int | None = None, slots: int | 
     return f"{nth} in line" in words and queue in words and re.search(r"about \d+ s to go", words) is not None
 
 
-def says_in_line(said: Any) -> bool:
-    return " in line" in text(said)
+def queue_full(waiting: int) -> str:
+    """A live run refused because the line is full."""
+    return f"{waiting} live runs are already waiting"
 
 
 def estimate_basis(runs: int) -> str:
@@ -251,6 +252,20 @@ def says_no_draft_rounds(fig: Any) -> bool:
 def chart_n(fig: Any) -> dict[str, int]:
     """A chart's sample sizes as its subtitle gives them: {"EAGLE": 3, ...} from "EAGLE n=3, ..."."""
     return {label.strip(): int(n) for label, n in re.findall(r"([^,:;\n<>]+?) n=(\d+)", fig.layout.title.text)}
+
+
+def n_of(fig: Any, label: str) -> int:
+    """The sample size a chart states for `label`."""
+    found = chart_n(fig)
+    assert label in found, fig.layout.title.text
+    return found[label]
+
+
+def pooled_speeds(fig: Any) -> dict[str, tuple[int, int]]:
+    """The class pool's tokens/s panel: {label: (tokens, runs)} from "EAGLE 12.3 (1,234 tokens, 5 runs)"."""
+    said = fig.layout.annotations[0].text if fig.layout.annotations else ""
+    return {label.strip(): (int(tokens.replace(",", "")), int(runs))
+            for label, tokens, runs in re.findall(r"([^:·]+?) [\d.]+ \(([\d,]+) tokens, (\d+) runs\)", said)}
 
 
 def pool_note(fig: Any) -> str:
