@@ -14,7 +14,7 @@ import pytest
 import wording
 from app_settings import req, run_settings
 
-from app import api, handlers, render, state
+from app import api, handlers, state
 from poss_core import compare
 from poss_core.autobudget import cache, calibration
 from poss_core.errors import CallStopped

@@ -8,10 +8,9 @@ import time
 import page
 import pytest
 import wording
-
 from app_settings import req, run_settings
 
-from app import handlers, render, state
+from app import handlers, state
 from poss_core import compare
 
 VIEW = state.View()
@@ -22,10 +21,6 @@ def store(monkeypatch):
     small = state.SessionStore(capacity=2, idle_s=60.0)
     monkeypatch.setattr(handlers, "SESSIONS", small)
     return small
-
-
-def status(frame):
-    return render.outputs_dict(frame)["status"]
 
 
 def test_evicting_a_running_tab_stops_its_run_and_its_lock_holds(store):

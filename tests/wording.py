@@ -71,9 +71,11 @@ def says_stopped(said: Any) -> bool:
     return text(said).startswith("Stopped") and STOPPED in text(said)
 
 
+RUNNING = "Running: round"  # a live run's streaming status: "Running: round N…"
+
+
 def says_running(said: Any) -> bool:
-    """A live run's streaming status: "Running: round N…"."""
-    return re.match(r"Running: round \d+", text(said)) is not None
+    return re.match(RUNNING + r" \d+", text(said)) is not None
 
 
 def says_stepped(said: Any, round_: int) -> bool:
@@ -231,10 +233,15 @@ def says_probs(tooltip: str, draft: float, target: float) -> bool:
 
 
 def tree_title(fig: Any) -> tuple[str, int]:
-    """A lane's tree figure: (the lane's short name, the round shown)."""
-    m = re.match(r"(.+): draft tree, round (\d+)", fig.layout.title.text)
-    assert m, fig.layout.title.text
+    """A lane's tree figure (or its title as a page shows it): (the lane's short name, the round shown)."""
+    title = fig if isinstance(fig, str) else fig.layout.title.text
+    m = re.search(r"(\S.*): draft tree, round (\d+)", title)
+    assert m, title
     return m.group(1), int(m.group(2))
+
+
+def tree_round(fig: Any) -> int:
+    return tree_title(fig)[1]
 
 
 def says_prefill_tree(fig: Any) -> bool:
@@ -268,16 +275,25 @@ def pooled_speeds(fig: Any) -> dict[str, tuple[int, int]]:
             for label, tokens, runs in re.findall(r"([^:·]+?) [\d.]+ \(([\d,]+) tokens, (\d+) runs\)", said)}
 
 
+POS_ACC_TITLE = "Position-wise acceptance"  # the pos-acc chart's title
+POOLED = "All my runs"  # the pooled charts' subtitle opening
+
+
+def pooled(runs: int) -> str:
+    """How the pooled charts say how many runs they pool."""
+    return f"{POOLED}: {runs} run{'s' if runs != 1 else ''} pooled"
+
+
 def pool_note(fig: Any) -> str:
     """The pooled charts' second subtitle line (render.pool_note's words; "" when the chart is not pooled)."""
     title = fig.layout.title.text or ""
-    m = re.search(r"All my runs: [^<\n]*", title)
+    m = re.search(POOLED + r": [^<\n]*", title)
     return m.group(0) if m else ""
 
 
 def pooled_runs(fig: Any) -> int | None:
     """How many runs "All my runs" pooled, as the chart says (None: not pooled, or per method)."""
-    m = re.search(r"All my runs: (\d+) runs? pooled", fig.layout.title.text or "")
+    m = re.search(POOLED + r": (\d+) runs? pooled", fig.layout.title.text or "")
     return int(m.group(1)) if m else None
 
 
@@ -292,10 +308,13 @@ def says_capped(fig: Any, rounds: int) -> bool:
 
 # ---------------------------------------------------------------- a round told in words (poss_core/explain.py)
 
+def proposed(round_: int, candidates: int | None = None) -> str:
+    """How a drafting round's account opens: the round and how many candidates the draft proposed."""
+    return f"Round {round_}: the draft proposed" + (f" {candidates} candidate tokens" if candidates else "")
+
+
 def says_proposed(account: str, round_: int, candidates: int | None = None) -> bool:
-    """A drafting round's account opens with the round and how many candidates the draft proposed."""
-    head = f"Round {round_}: the draft proposed" + (f" {candidates} candidate tokens" if candidates else "")
-    return head in html.unescape(account)
+    return proposed(round_, candidates) in html.unescape(account)
 
 
 def says_kept(account: str, n: int, first: str, target_p: float) -> bool:
@@ -309,6 +328,9 @@ def says_top_candidate(account: str, token: str, draft_p: float) -> bool:
 
 def says_sampling_draw(account: str) -> bool:
     return "accept/reject draw" in account
+
+
+TIME_SPLIT = "Time: draft"  # an account's time split (draft, verify)
 
 
 def says_one_forward_pass(account: str) -> bool:
