@@ -22,7 +22,7 @@ class Status:
 
 
 _STATUS = re.compile(r'<div class="poss-status (\w+)">(.*)</div>\Z', re.S)
-_ICONS = {"error": "⚠ ", "busy": "⏳ "}  # render.status_html's icon per kind
+ICONS = {"error": "⚠ ", "busy": "⏳ "}  # render.status_html's icon per kind
 
 
 def status(frame: Any) -> Status:
@@ -34,7 +34,7 @@ def status(frame: Any) -> Status:
     m = _STATUS.match(frame)
     assert m, f"not a status line: {frame!r}"
     kind, text = m.group(1), html.unescape(m.group(2))
-    return Status(kind, text.removeprefix(_ICONS.get(kind, "")))
+    return Status(kind, text.removeprefix(ICONS.get(kind, "")))
 
 
 def stats(head: str) -> dict[str, str]:

@@ -265,12 +265,12 @@ def test_browser_token_click_picks_a_round_and_all_my_runs_pools(server):
         assert slider.input_value() == "2"
 
         second = run(page, "Name three colours.")
-        assert wording.POOLED not in page.locator("#poss-chart-pos-acc .gtitle").text_content()
+        assert not wording.says_pooled(page.locator("#poss-chart-pos-acc .gtitle").text_content())
         page.locator("#poss-charts-from label", has_text="all my runs").click()
         wait_for_title(page, "pos-acc", wording.pooled(2), f"EAGLE n={first + second}")
         page.locator("#poss-charts-from label", has_text="this run").click()
         wait_for_title(page, "pos-acc", f"EAGLE n={second}")
-        assert "pooled" not in page.locator("#poss-chart-pos-acc .gtitle").text_content()
+        assert not wording.says_pooled(page.locator("#poss-chart-pos-acc .gtitle").text_content())
 
 
 def test_the_served_app_runs_the_training_free_lanes_identical_to_plain(server):

@@ -17,7 +17,7 @@ from app_settings import req, run_settings
 from app import api, handlers, state
 from poss_core import compare
 from poss_core.autobudget import cache, calibration
-from poss_core.errors import CallStopped
+from poss_core.errors import CallStopped, ConfigError
 from poss_core.models.target import TargetModel
 
 VIEW = state.View()
@@ -62,9 +62,10 @@ def test_the_oracle_reference_decode_counts_against_the_cap(slow_forward, monkey
     # Its reference decode (400 tokens, at least 4 s here) ran in the comparison's start, before the cap's clock.
     monkeypatch.setattr(state, "CALL_LIMIT_S", 0.3)
     t0 = time.monotonic()
-    with pytest.raises(gr.Error, match="limit of 0.3 s per call while preparing the Oracle"):
+    with pytest.raises(gr.Error) as stopped:
         api.compare_api("Hello", ["plain", "oracle"], preset="tiny-random", max_new_tokens=400, depth=4, top_k=4,
                         tree_budget=16)
+    assert wording.says_call_limit(stopped.value.message, 0.3, doing="preparing the Oracle")
     assert time.monotonic() - t0 < 1.5
     assert slow_forward[0] < 100
 
@@ -168,6 +169,8 @@ def test_closing_the_tab_ends_a_run_while_the_oracle_prepares(slow_forward):
 
 
 def test_a_refused_compare_call_logs_no_traceback():
-    with pytest.raises(gr.Error, match="depth=20 is out of range") as refused:
+    with pytest.raises(gr.Error) as refused:
         api.compare_api("Hello", ["plain", "eagle"], preset="tiny-random", depth=20, quiet_refusals=True)
+    assert isinstance(refused.value.__cause__, ConfigError)
+    assert wording.says(refused.value.message, wording.out_of_range("depth", 20))
     assert refused.value.print_exception is False  # Gradio prints a traceback for a gr.Error unless told not to

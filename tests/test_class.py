@@ -280,11 +280,13 @@ def test_a_compressed_run_is_bounded_once_decompressed(tmp_path, monkeypatch):
 
     broken = tmp_path / "broken.jsonl.gz"
     broken.write_bytes(b"not gzip at all")
-    with pytest.raises(saved_runs.RunFileError, match="could not read the saved run 'broken.jsonl.gz'"):
+    with pytest.raises(saved_runs.RunFileError) as unreadable:
         saved_runs.load_run(broken)
+    assert wording.says(str(unreadable.value), wording.BAD_RUN_FILE, "'broken.jsonl.gz'")
     monkeypatch.setattr(saved_runs, "MAX_RUN_BYTES", 1000)
     big = tmp_path / "big.jsonl.gz"
     with gzip.open(big, "wt") as f:
         f.write("{}\n" * 1000)  # 3000 bytes once decompressed, a few dozen on disk
-    with pytest.raises(saved_runs.RunFileError, match="more than 0 MB once decompressed"):
+    with pytest.raises(saved_runs.RunFileError) as too_big:
         saved_runs.load_run(big)
+    assert wording.says(str(too_big.value), wording.run_too_big(0))

@@ -13,7 +13,7 @@ from typing import Any
 
 from app import handlers, render
 
-from page import Badge, Status, status
+from page import ICONS, Badge, Status, status
 
 
 def text(said: Any) -> str:
@@ -29,7 +29,10 @@ def text(said: Any) -> str:
     if layout is not None:
         title = layout.title.text or ""
         return title + "\n" + "\n".join(a.text or "" for a in layout.annotations)
-    return html.unescape(str(said))
+    words = html.unescape(str(said))
+    for icon in ICONS.values():  # a status line as a browser shows it: its icon first
+        words = words.removeprefix(icon)
+    return words
 
 
 def says(said: Any, *phrases: str) -> bool:
@@ -118,6 +121,11 @@ def says_forgot(said: Any, rounds: int) -> bool:
 
 
 # ---------------------------------------------------------------- refused inputs (each names the bad value)
+
+def run_too_big(mb: int) -> str:
+    """A saved run refused for what it would take once decompressed."""
+    return f"more than {mb} MB once decompressed"
+
 
 PROMPT_EMPTY = "the prompt is empty"
 NO_METHOD = "no method chosen"
@@ -282,6 +290,11 @@ POOLED = "All my runs"  # the pooled charts' subtitle opening
 def pooled(runs: int) -> str:
     """How the pooled charts say how many runs they pool."""
     return f"{POOLED}: {runs} run{'s' if runs != 1 else ''} pooled"
+
+
+def says_pooled(title: str) -> bool:
+    """Whether a chart's title says it pools runs ("All my runs", or everyone's)."""
+    return "pooled" in title or POOLED in title
 
 
 def pool_note(fig: Any) -> str:
