@@ -43,14 +43,13 @@ def says(said: Any, *phrases: str) -> bool:
 
 # ---------------------------------------------------------------- the status line: how a call ended
 
-DONE = handlers.DONE + ":"  # a run (or Step) finished: new tokens per lane
+DONE = handlers.DONE + ":"  # a run finished: new tokens per lane
 REPLAY_DONE = handlers.REPLAY_DONE + ":"
 STOPPED = "every lane was cancelled cleanly"
 STOPPING = "Stopping"
 LOADING = "Loading"
 LOADED = "Loaded a saved run"
-TAB_BUSY = handlers.TAB_BUSY  # a Run or Step while the tab runs (Replay says it in fewer words: REPLAY_BUSY)
-REPLAY_BUSY = "already running"
+TAB_BUSY = handlers.TAB_BUSY  # a Run or Step while the tab runs
 NEEDS_GPU = "needs a GPU"
 BAD_RUN_FILE = "could not read the saved run"
 FITTING = "Fitting the tree budget of"
@@ -356,9 +355,6 @@ def says_prefill_round(account: str) -> bool:
 
 def says_plain_round(account: str) -> bool:
     return "(plain decoding)" in account
-
-
-EXPLAIN_EMPTY = render.EXPLAIN_EMPTY  # the account before any round
 
 
 def conversation_empty() -> str:
