@@ -39,6 +39,11 @@ QUEUE_FRAME_S = 1.0  # while a live run waits for its slot, its status (place, e
 QUEUE_POLL_S = 0.1  # how often a waiting run checks for its slot
 MAX_PACE_S = 3.0  # a replay at its recorded timing waits at most this long between two turns
 
+# How the final status line opens (tests/wording.py reads these rather than copying them).
+DONE = "Done"
+REPLAY_DONE = "Replay finished"
+TAB_BUSY = "This tab is already running a comparison: press Stop first."
+
 
 def _remember_turn(session: Session, comp: Comparison) -> None:
     """After a live run: the conversation now ends with this turn's answer (the plain lane's, else the first)."""
@@ -59,7 +64,7 @@ def _final_status(comp: Comparison, note: str = "") -> tuple[str, str]:
                 f"Ask for fewer new tokens or a smaller tree.", "info")
     if comp.cancelled or any(lane.stop_reason == "cancelled" for lane in comp.lanes):
         return "Stopped: every lane was cancelled cleanly. Run again whenever you like.", "info"
-    what = "Replay finished" if comp.replay else "Done"
+    what = REPLAY_DONE if comp.replay else DONE
     tokens = ", ".join(f"{lane.short} {metrics.total_new_tokens(lane.events)}" for lane in comp.lanes)
     return (f"{what}: new tokens {tokens}. Hover tokens for details; scrub the trees with the round sliders."
             f"{' ' + note if note else ''}", "info")
@@ -216,7 +221,7 @@ def run_handler(settings: RunSettings, view: View, request: gr.Request | None = 
     """Run a comparison: one lane per method on the same prompt and seed, streamed round by round."""
     session = SESSIONS.get(request)
     if not session.lock.acquire(blocking=False):
-        yield skip_all(session, ("This tab is already running a comparison: press Stop first.", "error"))
+        yield skip_all(session, (TAB_BUSY, "error"))
         return
     # Stop reaches the call from now on; the cap's clock starts with its live slot (_queue_wait): waiting in line is
     # not decoding, and loads and fits count.
@@ -261,7 +266,7 @@ def step_handler(settings: RunSettings, view: View, request: gr.Request | None =
     """Advance every lane by one round (starting a new comparison, or a loaded run's replay, if none is paused)."""
     session = SESSIONS.get(request)
     if not session.lock.acquire(blocking=False):
-        return skip_all(session, ("This tab is already running a comparison: press Stop first.", "error"))
+        return skip_all(session, (TAB_BUSY, "error"))
     ticket = None
     try:
         def body():

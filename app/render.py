@@ -129,10 +129,12 @@ def legend_html(color_by: str = "position", depth: int = 6, specialists: int = 3
             f'it (or Tab to it and press Enter) for its round\'s tree</span></div>')
 
 
-def badge_html(text: str, kind: str = "neutral", title: str = "") -> str:
-    """A small pill: kind is "ok", "bad" or "neutral"; `title` is its tooltip."""
+def badge_html(text: str, kind: str = "neutral", title: str = "", name: str = "") -> str:
+    """A small pill: kind is "ok", "bad" or "neutral"; `title` is its tooltip; `name` (`data-badge`) says which badge
+    it is, for readers that must not depend on its wording."""
     tip = f' title="{html.escape(title)}"' if title else ""
-    return f'<span class="poss-badge {kind}"{tip}>{html.escape(text)}</span>'
+    which = f' data-badge="{name}"' if name else ""
+    return f'<span class="poss-badge {kind}"{which}{tip}>{html.escape(text)}</span>'
 
 
 def identity_badge(tokens: list[int], plain_tokens: list[int] | None, greedy: bool, finished: bool,
@@ -141,26 +143,33 @@ def identity_badge(tokens: list[int], plain_tokens: list[int] | None, greedy: bo
     where it did not, why (a rounding near-tie with plain's logit margin, or a real mismatch), the full reason in
     the tooltip."""
     if not greedy:
-        return badge_html("sampling: same distribution as plain, not the same text", "neutral")
+        return badge_html("sampling: same distribution as plain, not the same text", "neutral", name="identity")
     if plain_tokens is None:
-        return badge_html("add the Plain lane to check identity", "neutral")
+        return badge_html("add the Plain lane to check identity", "neutral", name="identity")
     if divergence is not None:
         at = f"differs from plain decoding at token {divergence.index + 1}"
         margin = "" if divergence.margin is None else f"plain's logit margin {divergence.margin:.2g}"
         if divergence.kind == NEAR_TIE:
             why = f"{margin} ≤ {divergence.tolerance:g}" if margin else "margin not measured"
-            return badge_html(f"≈ {at}: {divergence.tie} ({why})", "neutral", divergence.reason)
+            return badge_html(f"≈ {at}: {divergence.tie} ({why})", "neutral", divergence.reason, "identity")
         return badge_html(f"✗ {at}: " + (f"{margin}, not a near-tie" if margin else "not expected here (margin not "
-                                                                                 "measured)"), "bad", divergence.reason)
+                                                                                 "measured)"), "bad", divergence.reason,
+                          "identity")
     n = min(len(tokens), len(plain_tokens))
     if finished and len(tokens) != len(plain_tokens):
-        return badge_html(f"compared {n} tokens: identical so far", "ok")
-    return badge_html("✓ identical to plain decoding" + ("" if finished else " so far"), "ok")
+        return badge_html(f"compared {n} tokens: identical so far", "ok", name="identity")
+    return badge_html("✓ identical to plain decoding" + ("" if finished else " so far"), "ok", name="identity")
+
+
+# A lane header's figures: key (its `data-stat`, what readers go by) and the label the page shows.
+STAT_LABELS = {"tokens_per_s": "tokens/s", "tau": "τ", "rounds": "rounds", "tokens": "tokens", "budget": "budget",
+               "depth_stop": "depth stop", "vs_plain": "vs plain"}
 
 
 def stat_line(items: list[tuple[str, str]]) -> str:
-    return '<div class="poss-stats">' + "".join(
-        f'<span><b>{html.escape(v)}</b> {html.escape(k)}</span>' for k, v in items) + "</div>"
+    """(key, value) pairs as "<b>value</b> label" spans, each carrying its key (STAT_LABELS) as `data-stat`."""
+    spans = (f'<span data-stat="{k}"><b>{html.escape(v)}</b> {html.escape(STAT_LABELS[k])}</span>' for k, v in items)
+    return '<div class="poss-stats">' + "".join(spans) + "</div>"
 
 
 def status_html(message: str, kind: str = "info") -> str:
@@ -193,14 +202,14 @@ def lane_head_html(lane: Lane, comp: Comparison, running: bool) -> str:
     ev = lane.events
     tps = metrics.tokens_per_s(ev) if ev else math.nan
     plain = comp.lane(methods.PLAIN)
-    items = [("tokens/s", _fmt(tps)), ("τ", _fmt(metrics.tau(ev), ".2f")),
+    items = [("tokens_per_s", _fmt(tps)), ("tau", _fmt(metrics.tau(ev), ".2f")),
              ("rounds", str(len(metrics.draft_rounds(ev)))), ("tokens", str(metrics.total_new_tokens(ev)))]
     if lane.budget is not None:
         items.append(("budget", f"{lane.budget} auto" if lane.budget_auto else str(lane.budget)))
     if lane.depth_stop:
-        items.append(("depth stop", f"p < {lane.depth_stop:g}"))
+        items.append(("depth_stop", f"p < {lane.depth_stop:g}"))
     if plain is not None and not lane.plain and plain.events and ev:
-        items.append(("vs plain", "×" + _fmt(metrics.speedup(tps, metrics.tokens_per_s(plain.events)), ".2f")))
+        items.append(("vs_plain", "×" + _fmt(metrics.speedup(tps, metrics.tokens_per_s(plain.events)), ".2f")))
     badges = []
     if not lane.plain:
         greedy = float(comp.spec.temperature) == 0.0
@@ -213,14 +222,16 @@ def lane_head_html(lane: Lane, comp: Comparison, running: bool) -> str:
         reason = lane.stop_reason or ""
         nice = {"eos": "finished (end of answer)", "max_new_tokens": "finished (max new tokens)",
                 "context_limit": "stopped at the context limit", "cancelled": "stopped"}.get(reason, reason)
-        state = f'<span class="poss-note">{html.escape(nice)}</span>'
+        state = f'<span class="poss-note" data-lane-state="{html.escape(reason)}">{html.escape(nice)}</span>'
     else:
-        state = f'<span class="poss-note">{"running…" if running else "paused (Step for the next round)"}</span>'
+        now = "running" if running else "paused"
+        state = (f'<span class="poss-note" data-lane-state="{now}">'
+                 f'{"running…" if running else "paused (Step for the next round)"}</span>')
     if comp.replay:
-        badges.append('<span class="poss-badge neutral">replay</span>')
+        badges.append(badge_html("replay", name="replay"))
     if not lane.trained:
-        badges.insert(0, '<span class="poss-badge bad" title="No trained checkpoint is bundled for this draft yet: '
-                         'it is a random draft, so almost nothing gets accepted.">untrained draft</span>')
+        badges.insert(0, badge_html("untrained draft", "bad", "No trained checkpoint is bundled for this draft yet: it "
+                                    "is a random draft, so almost nothing gets accepted.", "untrained"))
     return (f'<div class="poss-lane-head"><h3>{html.escape(lane.label)}</h3>{stat_line(items)}'
             f'<div>{"".join(badges)} {state}</div></div>')
 

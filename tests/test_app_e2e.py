@@ -4,13 +4,16 @@ saves a screenshot to screenshots/app.png."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import threading
 from contextlib import contextmanager
 from pathlib import Path
 
+import page as lane_page
 import pytest
+import wording
 
 from app.ui import build_demo, launch_kwargs
 
@@ -58,6 +61,22 @@ def status_of(frame) -> str:
     return frame[0]
 
 
+def lane_heads(frame) -> list[str]:
+    """The lane headers among a frame's outputs (lanes on show)."""
+    return [v for v in frame if isinstance(v, str) and v.startswith('<div class="poss-lane-head">')]
+
+
+def identity_kinds(frame) -> list[str]:
+    """Each speculative lane's identity badge kind ("ok": it reproduced plain decoding)."""
+    return [lane_page.identity(h).kind for h in lane_heads(frame) if "identity" in lane_page.badges(h)]
+
+
+def wait_for_status(tab, phrase: str, timeout: int = 120_000) -> None:
+    """Until the tab's status line holds `phrase` (a tests/wording.py phrase)."""
+    tab.wait_for_function(f"document.querySelector('#poss-status').innerText.includes({json.dumps(phrase)})",
+                          timeout=timeout)
+
+
 def test_client_run_streams_and_stop_cancels(server):
     c = client(server)
     api = c.view_api(return_format="dict", print_info=False)["named_endpoints"]
@@ -65,31 +84,34 @@ def test_client_run_streams_and_stop_cancels(server):
 
     job = c.submit(*run_args(max_new_tokens=16), api_name="/run")
     frames = list(job)
-    assert "Loading" in status_of(frames[0])
-    assert any("Running: round" in status_of(f) for f in frames)  # it streamed while the lanes ran
+    assert wording.says(status_of(frames[0]), wording.LOADING)
+    assert any(wording.says_running(status_of(f)) for f in frames)  # it streamed while the lanes ran
     final = job.outputs()[-1]
-    assert "Done" in status_of(final), status_of(final)
+    assert wording.says_done(status_of(final)), status_of(final)
     html = " ".join(v for v in final if isinstance(v, str))
-    assert 'class="tok ' in html and "✓ identical to plain decoding" in html
+    assert 'class="tok ' in html and identity_kinds(final) == ["ok", "ok"]
 
     # Stop: a long run, cancelled after its first live frames, ends cleanly, and the next run works.
     job = c.submit(*run_args(max_new_tokens=500), api_name="/run")
     seen = threading.Event()
     for frame in job:
-        if "Running" in status_of(frame):
+        if wording.says_running(status_of(frame)):
             seen.set()
             c.predict(*VIEW, api_name="/stop")
             break
     assert seen.is_set()
     job.result(timeout=120)
     final = job.outputs()[-1]
-    assert "Stopped" in status_of(final), status_of(final)
-    assert "stopped" in " ".join(v for v in final if isinstance(v, str))
+    assert wording.says_stopped(status_of(final)), status_of(final)
+    assert [lane_page.lane_state(h) for h in lane_heads(final)] == ["cancelled"] * 3
     again = c.predict(*run_args(methods=("plain",), max_new_tokens=4), api_name="/run")
-    assert "Done" in status_of(again)
+    assert wording.says_done(status_of(again))
 
 
 def test_client_compare_api_and_two_sessions(server):
+    from poss_core import methods
+    from poss_core.models.presets import get_preset
+
     a, b = client(server), client(server)
     ref_a = a.predict("Good morning", ["plain", "poss1"], "tiny-random", 10, api_name="/compare")
     assert ref_a["lanes"][1]["identical_to_plain"] is True
@@ -103,7 +125,9 @@ def test_client_compare_api_and_two_sessions(server):
     texts_b = [v for v in outs["b"] if isinstance(v, str)]
     assert ref_a["lanes"][0]["text"] in texts_a and ref_b["lanes"][0]["text"] in texts_b
     assert ref_a["lanes"][0]["text"] != ref_b["lanes"][0]["text"]
-    assert sum("POSS-1" in t for t in texts_a) >= 1 and not any("POSS-1" in t for t in texts_b)
+    titles = {name: [lane_page.lane_title(h) for h in lane_heads(out)] for name, out in outs.items()}
+    poss1 = methods.label_of("poss1", get_preset("tiny-random"))
+    assert titles == {"a": [methods.label_of("plain"), poss1], "b": [methods.label_of("plain")]}
 
 
 @contextmanager
@@ -129,8 +153,7 @@ def test_browser_shows_tokens_tree_and_charts(server):
     with app_page(server) as page:
         page.fill("#poss-prompt textarea", "Hello, how are you?")
         page.click("#poss-run")
-        page.wait_for_function("document.querySelector('#poss-status').innerText.includes('Done')",
-                               timeout=120_000)
+        wait_for_status(page, wording.DONE)
         # Coloured tokens: accepted draft tokens have a tint, the target's tokens an underline; all have tooltips.
         drafts = page.locator(".poss-tokens .tok.draft")
         assert drafts.count() > 0
@@ -138,18 +161,18 @@ def test_browser_shows_tokens_tree_and_charts(server):
         assert tint not in ("rgba(0, 0, 0, 0)", "transparent")
         target = page.locator("#poss-lane1-tokens .tok.target").first
         assert "inset" in target.evaluate("e => getComputedStyle(e).boxShadow")
-        assert "round" in target.get_attribute("title")
+        assert target.get_attribute("data-round") is not None and target.get_attribute("title")
         assert page.locator("#poss-lane0-tokens .tok").count() > 5
         assert page.locator(".poss-badge.ok").count() == 2  # both speculative lanes match plain decoding
         # The draft tree of a speculative lane and the four charts are drawn by plotly.
         assert page.locator("#poss-lane1-tree .main-svg .scatterlayer .trace").count() >= 3
         # Under the tree, the shown round told in words.
         account = page.locator("#poss-lane1-explain .poss-round-account").inner_text()
-        assert "Round" in account and "one forward pass" in account and "Time: draft" in account
+        assert wording.says_one_forward_pass(account) and wording.says(account, wording.TIME_SPLIT)
         for chart in ("pos-acc", "deviation", "hist", "tps"):
             assert page.locator(f"#poss-chart-{chart} .main-svg").count() > 0, chart
         assert page.locator("#poss-chart-tps .scatterlayer .trace").count() == 3
-        assert "Position-wise acceptance" in page.locator("#poss-chart-pos-acc").inner_text()
+        assert wording.says(page.locator("#poss-chart-pos-acc").inner_text(), wording.POS_ACC_TITLE)
         assert "bfloat16" in page.locator("#poss-precision").inner_text()
         SCREENSHOT.parent.mkdir(exist_ok=True)
         page.screenshot(path=str(SCREENSHOT), full_page=True)
@@ -221,7 +244,7 @@ def test_browser_token_click_picks_a_round_and_all_my_runs_pools(server):
         page.fill("#poss-prompt textarea", prompt)
         page.click("#poss-run")
         n = eagle_rounds(prompt)
-        page.wait_for_function("document.querySelector('#poss-status').innerText.includes('Done')", timeout=60_000)
+        wait_for_status(page, wording.DONE, timeout=60_000)
         wait_for_title(page, "pos-acc", f"EAGLE n={n}")
         return n
 
@@ -230,24 +253,24 @@ def test_browser_token_click_picks_a_round_and_all_my_runs_pools(server):
         slider = page.locator("#poss-lane1-round input[type=number]")
         assert int(slider.input_value()) >= 3
         page.locator('#poss-lane1-tokens .tok[data-round="1"]').first.click()
-        page.wait_for_function("document.querySelector('#poss-lane1-explain').innerText.includes('Round 1:')",
-                               timeout=20_000)
+        page.wait_for_function(f"document.querySelector('#poss-lane1-explain').innerText.includes("
+                               f"{json.dumps(wording.proposed(1))})", timeout=20_000)
         assert slider.input_value() == "1"
-        assert "round 1" in page.locator("#poss-lane1-tree .gtitle").text_content()
+        assert wording.tree_round(page.locator("#poss-lane1-tree .gtitle").text_content()) == 1
         # Keyboard: the first token of each round is a tab stop; Enter picks its round.
         page.locator('#poss-lane1-tokens [data-round="2"][tabindex="0"]').focus()
         page.keyboard.press("Enter")
-        page.wait_for_function("document.querySelector('#poss-lane1-explain').innerText.includes('Round 2:')",
-                               timeout=20_000)
+        page.wait_for_function(f"document.querySelector('#poss-lane1-explain').innerText.includes("
+                               f"{json.dumps(wording.proposed(2))})", timeout=20_000)
         assert slider.input_value() == "2"
 
         second = run(page, "Name three colours.")
-        assert "All my runs" not in page.locator("#poss-chart-pos-acc .gtitle").text_content()
+        assert not wording.says_pooled(page.locator("#poss-chart-pos-acc .gtitle").text_content())
         page.locator("#poss-charts-from label", has_text="all my runs").click()
-        wait_for_title(page, "pos-acc", "All my runs: 2 runs pooled", f"EAGLE n={first + second}")
+        wait_for_title(page, "pos-acc", wording.pooled(2), f"EAGLE n={first + second}")
         page.locator("#poss-charts-from label", has_text="this run").click()
         wait_for_title(page, "pos-acc", f"EAGLE n={second}")
-        assert "pooled" not in page.locator("#poss-chart-pos-acc .gtitle").text_content()
+        assert not wording.says_pooled(page.locator("#poss-chart-pos-acc .gtitle").text_content())
 
 
 def test_the_served_app_runs_the_training_free_lanes_identical_to_plain(server):
@@ -259,7 +282,7 @@ def test_the_served_app_runs_the_training_free_lanes_identical_to_plain(server):
     assert pld["text"] == plain["text"] == assisted["text"]
     frames = c.submit(*run_args(prompt="abc abc abc abc", methods=("plain", "pld")), api_name="/run").result(
         timeout=180)
-    assert any("identical" in v for v in frames if isinstance(v, str))
+    assert identity_kinds(frames) == ["ok"]
 
 
 @pytest.mark.slow
@@ -276,21 +299,18 @@ def test_browser_example_replays_at_once_while_another_tab_runs_and_the_class_po
         live.fill("#poss-prompt textarea", "Tell me a long story about a lighthouse keeper.")
         live.locator("#poss-max-new input[type=number]").fill("2000")
         live.click("#poss-run")
-        live.wait_for_function("document.querySelector('#poss-status').innerText.includes('Running')",
-                               timeout=60_000)
+        wait_for_status(live, wording.RUNNING, timeout=60_000)
         t0 = time.monotonic()
         other.get_by_text("chat: Hi! I'm visiting Lisbon").first.click()
         other.wait_for_selector("#poss-lane0-tokens .tok", timeout=60_000)
         took = time.monotonic() - t0
         print(f"\n[e2e] an example's first replayed tokens {took:.2f} s after the click, while another tab ran live")
-        assert "Replaying a recording of smollm2-135m, made on" in other.locator("#poss-status").inner_text()
+        assert wording.says_replaying_recording(other.locator("#poss-status").inner_text(), "smollm2-135m", "")
         # It did not wait for the live run (the goal is 2 s; a busy shared machine can starve the browser and the
         # server, so the bound here is that the live run is still going).
-        assert "Running" in live.locator("#poss-status").inner_text(), took
+        assert wording.says_running(live.locator("#poss-status").inner_text()), took
         live.click("#poss-stop")
-        live.wait_for_function("document.querySelector('#poss-status').innerText.includes('Stopped')",
-                               timeout=120_000)
-        other.wait_for_function("document.querySelector('#poss-status').innerText.includes('Replay finished')",
-                                timeout=120_000)
+        wait_for_status(live, wording.STOPPED)
+        wait_for_status(other, wording.REPLAY_DONE)
         other.locator("#poss-charts-from label", has_text="everyone on this server").click()
-        wait_for_title(other, "pos-acc", "Everyone on this server (tiny-random)", "EAGLE n=")
+        wait_for_title(other, "pos-acc", wording.class_pool_title("tiny-random"), "EAGLE n=")

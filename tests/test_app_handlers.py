@@ -11,14 +11,18 @@ import threading
 from pathlib import Path
 from types import SimpleNamespace
 
+import page
+import gradio as gr
 import pytest
 import torch
+import wording
 
 from app import api, handlers, render, state
 from poss_core import compare, methods, metrics, saved_runs
 from poss_core.views import figures
 from poss_core.events import DecodeSummary, DraftNode, FeatureDeviation, RoundEvent
-from poss_core.errors import ModelLoadError
+from poss_core.errors import ModelLoadError, PromptError
+from poss_core.models.presets import get_preset
 
 ROOT = Path(__file__).resolve().parents[1]
 VIEW = (state.View.from_controls("draft position", True, "conditional"),)
@@ -104,13 +108,18 @@ def test_tokens_html_escapes_and_colours():
     recs = [r for e, p, lab in zip(SPEC_EVENTS, PIECES, LABELS) for r in compare.round_records(e, p, lab)]
     out = render.tokens_html(recs, "position", show_rejected=True)
     assert "<c>" not in out and "&lt;c&gt;" in out and "&amp;" in out  # token text is escaped
-    assert out.count('class="tok draft p1 s1"') == 2 and out.count('class="tok draft p2 s2"') == 2
-    assert out.count('class="tok target corrected"') == 3 and out.count('class="rej"') == 3
-    assert 'title="round 1 · accepted draft token' in out
-    assert "draft p 0.800 · target p 0.900" in out
+    toks = page.tokens(out)
+    assert [t.text for t in toks] == [p for pieces in PIECES for p in pieces]
+    assert [(t.source, t.position, t.specialist) for t in toks] == [
+        ("prefill", None, None), ("draft", 1, 1), ("draft", 2, 2), ("corrected", None, None),
+        ("corrected", None, None), ("draft", 1, 1), ("draft", 2, 2), ("corrected", None, None)]
+    assert [t.round for t in toks] == [0, 1, 1, 1, 2, 3, 3, 3]
+    assert [(t.round, t.text) for t in page.tokens(out, rejected=True) if t.rejected] == [(1, "q"), (2, "y"), (3, "q")]
+    assert [t.title for t in toks] == [render.tooltip(r) for r in recs]  # each token's tooltip is its record's
+    assert wording.says_accepted_draft(toks[1].title, 1) and wording.says_probs(toks[1].title, 0.8, 0.9)
     assert '<span class="nl">↵</span>' in out  # a newline token stays visible
     by_spec = render.tokens_html(recs, "specialist", show_rejected=False)
-    assert "poss-tokens by-specialist hide-rej" in by_spec
+    assert page.view_classes(by_spec) == {"by-specialist", "hide-rej"}
 
 
 def test_lane_update_for_a_known_event_stream():
@@ -128,41 +137,39 @@ def test_lane_update_for_a_known_event_stream():
     out = render.outputs_dict(render.render(session, state.View(show_rejected=True)))
     head = out["lane1_head"]
     tps = metrics.tokens_per_s(SPEC_EVENTS)  # 8 tokens over 32 ms
-    assert f"<b>{tps:.1f}</b> tokens/s" in head
-    assert f"<b>{metrics.tau(SPEC_EVENTS):.2f}</b> τ" in head  # (3 + 1 + 3) / 3
-    assert "<b>3</b> rounds" in head and "<b>8</b> tokens" in head
     speedup = metrics.speedup(tps, metrics.tokens_per_s(comp.lanes[0].events))
-    assert f"×{speedup:.2f}" in head
-    assert "✓ identical to plain decoding" in head and "finished (end of answer)" in head
+    assert page.stats(head) == {"tokens_per_s": f"{tps:.1f}", "tau": f"{metrics.tau(SPEC_EVENTS):.2f}",  # (3+1+3)/3
+                                "rounds": "3", "tokens": "8", "vs_plain": f"×{speedup:.2f}"}
+    assert page.identity(head).kind == "ok" and wording.says_identical(page.identity(head))
+    assert page.lane_state(head) == "eos"
     assert out["lane1_tokens"].count("tok draft") == 4
     assert out["lane1_text"] == "".join(e.text for e in SPEC_EVENTS)
     tree = out["lane1_tree"]
-    assert tree.layout.title.text.startswith("EAGLE: draft tree, round 3")
+    assert wording.tree_title(tree) == ("EAGLE", 3)
     assert out["lane1_slider"].maximum == 3 and out["lane1_slider"].value == 3
     assert out["lane2_col"].visible is False and out["lane0_col"].visible is True
 
 
 def test_identity_badge_reports_the_first_difference():
     comp = known_comparison(plain_tokens=[40, 10, 99, 50, 21, 10, 12, 50])
-    head = render.lane_head_html(comp.lanes[1], comp, running=False)  # a replay-like comparison: no margin probe
-    assert "differs from plain decoding at token 3" in head and "poss-badge bad" in head
-    assert "token 3: not expected here (margin not measured)" in head  # fp32 on a CPU promises exact identity
+    badge = page.identity(render.lane_head_html(comp.lanes[1], comp, running=False))  # replay-like: no margin probe
+    assert badge.kind == "bad" and wording.says_differs(badge, at=3)  # fp32 on a CPU promises exact identity
 
     def margin_of(want, index, got):
         assert index == 2 and got != want[2]
         return margin
 
-    for dtype, margin, kind, words in [("bfloat16", 0.3, "neutral", "a rounding near-tie (plain's logit margin 0.3 ≤ 0.5)"),
-                                       ("bfloat16", 2.0, "bad", "plain's logit margin 2, not a near-tie"),
-                                       ("float32", 0.004, "neutral", "a rounding near-tie (plain's logit margin 0.004 ≤ 0.01)"),
-                                       ("bfloat16", None, "neutral", "a rounding near-tie (margin not measured)")]:
+    for dtype, margin, kind, tolerance in [("bfloat16", 0.3, "neutral", 0.5), ("bfloat16", 2.0, "bad", None),
+                                           ("float32", 0.004, "neutral", 0.01), ("bfloat16", None, "neutral", None)]:
         comp = known_comparison(plain_tokens=[40, 10, 99, 50, 21, 10, 12, 50])
         comp.hardware["dtype"] = dtype
         comp.margin_probe = None if margin is None else margin_of
-        head = html.unescape(render.lane_head_html(comp.lanes[1], comp, running=False))
-        assert f"differs from plain decoding at token 3: {words}" in head and f"poss-badge {kind}" in head
+        badge = page.identity(render.lane_head_html(comp.lanes[1], comp, running=False))
+        assert badge.kind == kind
+        assert wording.says_differs(badge, at=3, margin=margin, tolerance=tolerance, near_tie=kind == "neutral")
     sampled = known_comparison(temperature=0.7)
-    assert "sampling" in render.lane_head_html(sampled.lanes[1], sampled, running=False)
+    badge = page.identity(render.lane_head_html(sampled.lanes[1], sampled, running=False))
+    assert badge.kind == "neutral" and wording.says_sampling(badge)
 
 
 def test_tree_figure_data():
@@ -185,8 +192,8 @@ def test_tree_figure_data():
     assert list(bonus.x) == [3.0] and list(bonus.text) == ["t"]
     # Rejected edges are the faded ones: node 1 (from root) and nodes 3, 4 (from node 2).
     assert list(traces["edges"].x) == [0.0, 1.0, None, 2.0, 3.0, None, 2.0, 3.0, None]
-    assert "Prefill" in figures.tree_figure(SPEC_EVENTS[0]).layout.annotations[0].text
-    assert "Plain decoding" in figures.tree_figure(plain_round(1, 3)).layout.annotations[0].text
+    assert wording.says_prefill_tree(figures.tree_figure(SPEC_EVENTS[0]))
+    assert wording.says_plain_tree(figures.tree_figure(plain_round(1, 3)))
 
 
 def test_chart_figures_data():
@@ -199,21 +206,21 @@ def test_chart_figures_data():
     assert hist == [1, 0, 2, 0]
     assert metrics.pos_acc(SPEC_EVENTS) == pytest.approx([2 / 3, 1.0, 0.0])
     assert list(lines[0].y) == pytest.approx(metrics.pos_acc(SPEC_EVENTS))
-    assert "EAGLE n=3" in fig.layout.title.text
+    assert wording.chart_n(fig) == {"EAGLE": 3}
     band = next(t for t in fig.data if t.type == "heatmap")
     assert [list(row) for row in band.z] == [[0, 1, 1]]  # specialist per position, read off the nodes
     unc = figures.pos_acc_figure(runs_, conditional=False, specialist_bands=None)
     assert list(unc.data[0].y) == pytest.approx(metrics.pos_rate(SPEC_EVENTS))
     assert all(t.type != "heatmap" for t in unc.data)
     dev = figures.feature_deviation_figure(runs_)
-    assert list(dev.data[0].y) == [1.0, 3.0] and "EAGLE n=2" in dev.layout.title.text
+    assert list(dev.data[0].y) == [1.0, 3.0] and wording.chart_n(dev) == {"EAGLE": 2}
     assert list(figures.feature_deviation_figure(runs_, metric="cosine").data[0].y) == pytest.approx([0.1, 0.3])
     bars = figures.accept_hist_figure(runs_)
     assert list(bars.data[0].y) == pytest.approx([1 / 3, 0, 2 / 3, 0])
     tps = figures.tokens_per_s_figure(runs_)
     assert [t.name for t in tps.data] == ["EAGLE", "Plain"]
     assert list(tps.data[0].y) == pytest.approx([y for _, y in metrics.tokens_per_s_series(SPEC_EVENTS)])
-    assert "No draft rounds" in figures.pos_acc_figure({"Plain": plain}).layout.annotations[0].text
+    assert wording.says_no_draft_rounds(figures.pos_acc_figure({"Plain": plain}))
 
 
 # ---------------------------------------------------------------- handlers on the tiny model
@@ -222,14 +229,14 @@ def test_run_streams_three_lanes_identical_to_plain():
     frames = list(handlers.run_handler(*settings(max_new_tokens=16), request=req("run")))
     assert len(frames) >= 3  # loading, at least one live frame, the final one
     out = render.outputs_dict(frames[-1])
-    assert "Done" in out["status"], out["status"]
+    assert page.status(out).kind == "info" and wording.says_done(out), out["status"]
     for i in range(3):
         assert out[f"lane{i}_col"].visible is True
-        assert "<b>16</b> tokens" in out[f"lane{i}_head"]
-    for i in (1, 2):
-        assert "✓ identical to plain decoding" in out[f"lane{i}_head"]
+        assert page.stats(out[f"lane{i}_head"])["tokens"] == "16"
     comp = handlers.SESSIONS.get(req("run")).comparison
-    assert comp.lanes[1].token_ids == comp.lanes[0].token_ids
+    for i in (1, 2):
+        assert page.identity(out[f"lane{i}_head"]).kind == "ok"
+        assert comp.lanes[i].token_ids == comp.lanes[0].token_ids
     assert out["lane0_text"] == comp.lanes[0].summary["text"]
     assert [t.name for t in out["tokens_per_s"].data] == ["Plain", "EAGLE", "POSS-2"]
 
@@ -238,16 +245,21 @@ def test_prompt_lookup_and_assisted_lanes_get_the_identity_badge_draft_colours_a
     frames = list(handlers.run_handler(*settings("abc abc abc abc abc", methods=("plain", "pld", "assisted"),
                                                  max_new_tokens=24), request=req("peer")))
     out = render.outputs_dict(frames[-1])
-    assert "Prompt lookup (no draft model)" in out["lane1_head"] and "Assisted (smaller model:" in out["lane2_head"]
+    comp = handlers.SESSIONS.get(req("peer")).comparison
+    assert [page.lane_title(out[f"lane{i}_head"]) for i in (1, 2)] == [lane.label for lane in comp.lanes[1:]]
+    offered = methods.lane_methods(get_preset("tiny-random"))
+    assert [lane.label for lane in comp.lanes[1:]] == [offered["pld"].label, offered["assisted"].label]
     for i in (1, 2):
-        assert "✓ identical to plain decoding" in out[f"lane{i}_head"]
-    lane = handlers.SESSIONS.get(req("peer")).comparison.lanes[1]
-    assert 'class="tok draft p1' in out["lane1_tokens"]  # accepted candidates shaded like draft tokens
-    assert "not observable through transformers" in out["lane1_tokens"]  # their tooltip says what is unknown
+        assert page.identity(out[f"lane{i}_head"]).kind == "ok"
+        assert comp.lanes[i].token_ids == comp.lanes[0].token_ids
+    lane = comp.lanes[1]
+    candidates = [t for t in page.tokens(out["lane1_tokens"]) if t.source == "draft"]
+    assert candidates and {t.position for t in candidates} >= {1}  # accepted candidates shaded like draft tokens
+    assert all(t.specialist == 1 and wording.UNOBSERVABLE in t.title for t in candidates)  # tooltip: what is unknown
     r = next(i for i, e in enumerate(lane.events) if e.accepted and not e.prefill)
     tree = render.lane_tree(lane, r)
-    assert "not observable" in tree.layout.title.text and len(tree.data) >= 3
-    assert "not observable" in render.lane_explain(lane, r).lower()
+    assert wording.says(tree, wording.UNOBSERVABLE) and len(tree.data) >= 3
+    assert wording.says(render.lane_explain(lane, r).lower(), wording.UNOBSERVABLE)
 
 
 def test_the_default_run_gives_every_draft_lane_the_same_full_depth_tree():
@@ -277,43 +289,45 @@ def test_auto_budget_fits_each_draft_lane_once_then_reads_the_cache(tmp_path, mo
     monkeypatch.setattr(cache, "curve_cache_path", lambda: tmp_path / "curves.json")
     frames = list(handlers.run_handler(*settings(max_new_tokens=8, auto_budget=True), request=req("auto")))
     statuses = [render.outputs_dict(f)["status"] for f in frames]
-    assert len({s for s in statuses if "Fitting the tree budget of" in s}) == 2  # once per draft lane
+    assert len({s for s in statuses if wording.says(s, wording.FITTING)}) == 2  # once per draft lane
     comp = handlers.SESSIONS.get(req("auto")).comparison
     plain, eagle, poss2 = comp.lanes
     assert plain.budget is None and eagle.budget_auto and poss2.budget_auto
     assert all(2 <= lane.budget <= autobudget.MAX_BUDGET for lane in (eagle, poss2))
     assert eagle.token_ids == plain.token_ids  # any budget is lossless
-    assert f"<b>{eagle.budget} auto</b> budget" in render.outputs_dict(frames[-1])["lane1_head"]
+    assert page.stats(render.outputs_dict(frames[-1])["lane1_head"])["budget"] == f"{eagle.budget} auto"
     # The fit's dynamic depth stop travels with its budget, and the lane header names it when there is one.
     fitted = json.loads((tmp_path / "choices.json").read_text()).values()
     assert sorted((c["budget"], c["depth_stop"]) for c in fitted) == sorted(
         (lane.budget, lane.depth_stop) for lane in (eagle, poss2))
     for i, lane in ((1, eagle), (2, poss2)):
-        assert ("depth stop" in render.outputs_dict(frames[-1])[f"lane{i}_head"]) == bool(lane.depth_stop)
+        shown = page.stats(render.outputs_dict(frames[-1])[f"lane{i}_head"])
+        assert shown.get("depth_stop") == (f"p < {lane.depth_stop:g}" if lane.depth_stop else None)
 
     def no_calibration(*a, **k):
         raise AssertionError("the cached choice should be used")
 
     monkeypatch.setattr(calibration, "auto_tree_budget", no_calibration)
     frames = list(handlers.run_handler(*settings(max_new_tokens=4, auto_budget=True), request=req("auto")))
-    assert not any("Fitting" in render.outputs_dict(f)["status"] for f in frames)
+    assert not any(wording.says(f, wording.FITTING) for f in frames)
     again = handlers.SESSIONS.get(req("auto")).comparison
     assert [lane.budget for lane in again.lanes] == [None, eagle.budget, poss2.budget]
 
 
 @pytest.mark.parametrize("change,message", [
-    (dict(prompt="   "), "the prompt is empty"),
-    (dict(methods=[]), "no method chosen"),
-    (dict(methods=["plain", "eagle", "poss1", "poss2"]), "at most 3 lanes"),
-    (dict(tree_budget=1), "tree_budget=1 is out of range"),
-    (dict(top_p=0.0), "top_p=0.0 is out of range"),
-    (dict(methods=["plain", "hass"]), "method 'hass' is not available"),
-    (dict(prompt="word " * 200), "context window is 512"),
-    (dict(precision="int4"), "precision='int4': use one of auto, float32"),
+    (dict(prompt="   "), wording.PROMPT_EMPTY),
+    (dict(methods=[]), wording.NO_METHOD),
+    (dict(methods=["plain", "eagle", "poss1", "poss2"]), wording.too_many_lanes(compare.MAX_LANES)),
+    (dict(tree_budget=1), wording.out_of_range("tree_budget", 1)),
+    (dict(top_p=0.0), wording.out_of_range("top_p", 0.0)),
+    (dict(methods=["plain", "hass"]), wording.method_unavailable("hass")),
+    (dict(prompt="word " * 200), wording.over_context(512)),
+    (dict(precision="int4"), wording.not_one_of("precision", "int4", "auto", "float32")),
 ])
 def test_bad_inputs_show_a_message_not_a_traceback(change, message):
     out = render.outputs_dict(list(handlers.run_handler(*settings(**change), request=req("bad")))[-1])
-    assert "poss-status error" in out["status"] and message in out["status"], out["status"]
+    status = page.status(out)
+    assert status.kind == "error" and wording.says(status, message), status
     assert "Traceback" not in out["status"]
 
 
@@ -321,17 +335,17 @@ def test_gpu_preset_on_cpu_and_failing_model_load(monkeypatch):
     if not compare.cuda_available():
         out = render.outputs_dict(list(handlers.run_handler(*settings(preset="llama3-8b-instruct", methods=["plain"]),
                                                   request=req("gpu")))[-1])
-        assert "needs a GPU" in out["status"]
+        assert page.status(out).kind == "error" and wording.says(out, wording.NEEDS_GPU)
 
     def broken(*a, **k):
         raise ModelLoadError("could not load target 'x': disk on fire")
 
     monkeypatch.setattr(compare.MODELS, "target", broken)
     out = render.outputs_dict(list(handlers.run_handler(*settings(), request=req("broken")))[-1])
-    assert "disk on fire" in out["status"]
+    assert page.status(out) == page.Status("error", "could not load target 'x': disk on fire")  # the error, as raised
     monkeypatch.undo()
     out = render.outputs_dict(list(handlers.run_handler(*settings(max_new_tokens=4), request=req("broken")))[-1])
-    assert "Done" in out["status"]  # the app keeps serving
+    assert wording.says_done(out)  # the app keeps serving
 
 
 def test_unexpected_errors_are_contained(monkeypatch):
@@ -340,24 +354,25 @@ def test_unexpected_errors_are_contained(monkeypatch):
 
     monkeypatch.setattr(compare, "start", boom)
     out = render.outputs_dict(list(handlers.run_handler(*settings(), request=req("boom")))[-1])
-    assert "Something went wrong (RuntimeError: kaboom)" in out["status"]
+    assert page.status(out).kind == "error" and wording.says_crashed(out, "RuntimeError", "kaboom")
     assert not handlers.SESSIONS.get(req("boom")).lock.locked()
 
 
 def test_step_then_stop_then_run_again():
     r = req("step")
     out = render.outputs_dict(handlers.step_handler(*settings(max_new_tokens=40), request=r))
-    assert "prefill" in out["status"]
+    assert wording.says_stepped(out, 0)
     comp = handlers.SESSIONS.get(r).comparison
     assert [len(lane.events) for lane in comp.lanes] == [1, 1, 1]
-    handlers.step_handler(*settings(max_new_tokens=40), request=r)
+    assert wording.says_stepped(handlers.step_handler(*settings(max_new_tokens=40), request=r), 1)
     assert [len(lane.events) for lane in comp.lanes] == [2, 2, 2]
-    assert "paused" in render.outputs_dict(handlers.view_handler(*VIEW, request=r))["lane1_head"]
+    assert page.lane_state(render.outputs_dict(handlers.view_handler(*VIEW, request=r))["lane1_head"]) == "paused"
     out = render.outputs_dict(handlers.stop_handler(*VIEW, request=r))
-    assert "Stopped" in out["status"]
+    assert wording.says_stopped(out)
     assert all(lane.stop_reason == "cancelled" and lane.source is None for lane in comp.lanes)
+    assert all(page.lane_state(out[f"lane{i}_head"]) == "cancelled" for i in range(3))
     out = render.outputs_dict(list(handlers.run_handler(*settings(max_new_tokens=6), request=r))[-1])
-    assert "Done" in out["status"]
+    assert wording.says_done(out)
 
 
 def test_stop_cancels_a_running_comparison():
@@ -365,9 +380,10 @@ def test_stop_cancels_a_running_comparison():
     gen = handlers.run_handler(*settings(max_new_tokens=400), request=r)
     next(gen)  # loading
     next(gen)  # first live frame
-    assert "Stopping" in render.outputs_dict(handlers.stop_handler(*VIEW, request=r))["status"]
+    stopping = page.status(handlers.stop_handler(*VIEW, request=r))
+    assert stopping.kind == "busy" and wording.says(stopping, wording.STOPPING)
     rest = list(gen)
-    assert "Stopped" in render.outputs_dict(rest[-1])["status"]
+    assert wording.says_stopped(rest[-1])
     comp = handlers.SESSIONS.get(r).comparison
     assert all(lane.stop_reason == "cancelled" for lane in comp.lanes)
     assert all(metrics.total_new_tokens(lane.events) < 400 for lane in comp.lanes)
@@ -394,15 +410,16 @@ def test_save_load_replay_without_a_model(tmp_path, monkeypatch):
     monkeypatch.setattr(compare.MODELS, "target", lambda *a, **k: pytest.fail("replay must not load a model"))
     other = req("load")
     out = render.outputs_dict(handlers.load_handler(path, *VIEW, request=other))
-    assert "Loaded a saved run" in out["status"]
+    assert wording.says(out, wording.LOADED)
     loaded = handlers.SESSIONS.get(other).comparison
     for a, b in zip(live.lanes, loaded.lanes):
         assert a.token_ids == b.token_ids and a.text == b.text
         assert [e.to_json() for e in a.events] == [e.to_json() for e in b.events]
         assert render.tokens_html(a.records) == render.tokens_html(b.records)
-    assert out["lane1_head"].count("tokens/s") == 1
+    assert page.stats(out["lane1_head"])["tokens_per_s"] == f"{metrics.tokens_per_s(loaded.lanes[1].events):.1f}"
+    assert out["lane1_head"].count('data-stat="tokens_per_s"') == 1
     frames = list(handlers.replay_handler(*VIEW, request=other))
-    assert "Replay finished" in render.outputs_dict(frames[-1])["status"]
+    assert wording.says_replay_done(frames[-1])
     replayed = handlers.SESSIONS.get(other).comparison
     assert replayed.replay and [lane.token_ids for lane in replayed.lanes] == [lane.token_ids for lane in live.lanes]
     # Step goes through a freshly loaded run round by round.
@@ -411,8 +428,8 @@ def test_save_load_replay_without_a_model(tmp_path, monkeypatch):
     assert [len(lane.events) for lane in handlers.SESSIONS.get(other).comparison.lanes] == [1, 1]
     bad = tmp_path / "bad.jsonl"
     bad.write_text("{not json\n")
-    assert "could not read the saved run" in render.outputs_dict(handlers.load_handler(str(bad), *VIEW, request=other))[
-        "status"]
+    refused = page.status(handlers.load_handler(str(bad), *VIEW, request=other))
+    assert refused.kind == "error" and wording.says(refused, wording.BAD_RUN_FILE, repr(bad.name))
 
 
 def test_sessions_do_not_mix():
@@ -434,7 +451,8 @@ def test_multi_turn_continues_the_conversation():
                         request=r))
     spec = handlers.SESSIONS.get(r).comparison.spec
     assert [m["content"] for m in spec.prompt][:3] == ["Hi", first[1]["content"], "And then?"]
-    assert "Single turn" in handlers.new_conversation_handler(request=r)
+    assert handlers.new_conversation_handler(request=r) == wording.conversation_empty()
+    assert handlers.SESSIONS.get(r).history == []
 
 
 def test_tree_slider_scrubs_back_and_follows_again():
@@ -442,9 +460,9 @@ def test_tree_slider_scrubs_back_and_follows_again():
     list(handlers.run_handler(*settings(methods=["eagle"], max_new_tokens=6), request=r))
     lane = handlers.SESSIONS.get(r).comparison.lanes[0]
     fig, account = handlers.tree_handler(0, 1, request=r)
-    assert "round 1" in fig.layout.title.text and handlers.SESSIONS.get(r).pins == {0: 1}
+    assert wording.tree_title(fig) == ("EAGLE", 1) and handlers.SESSIONS.get(r).pins == {0: 1}
     assert [t.name for t in fig.data][:2] == ["edges", "accepted path"]
-    assert "Round 1: the draft proposed" in account and "one forward pass" in account
+    assert wording.says_proposed(account, 1) and wording.says_one_forward_pass(account)
     handlers.tree_handler(0, len(lane.events) - 1, request=r)
     assert handlers.SESSIONS.get(r).pins == {}
 
@@ -455,17 +473,17 @@ def test_picking_a_round_tells_it_in_words_escaped(temperature):
     session = handlers.SESSIONS.get(r)
     session.comparison = known_comparison(temperature=temperature)
     fig, account = handlers.tree_handler(1, 1, request=r)
-    assert "round 1" in fig.layout.title.text
-    assert account.startswith('<div class="poss-round-account"><p>Round 1: the draft proposed 5 candidate tokens')
+    assert wording.tree_title(fig) == ("EAGLE", 1)
+    assert account.startswith('<div class="poss-round-account"><p>') and wording.says_proposed(account, 1, 5)
     # Token texts are escaped: node 2 is "<c>", the target's token is "t".
     assert "&quot;&lt;c&gt;&quot;" in account and "<c>" not in account
-    assert "It kept 2 drafted tokens, in order: &quot;b&quot; (target p 0.90), &quot;&lt;c&gt;&quot;" in account
-    assert "top candidate &quot;q&quot; (draft p 0.50)" in account and "&quot;t&quot;" in account
-    assert ("accept/reject draw" in account) == (temperature > 0)
+    assert wording.says_kept(account, 2, "b", 0.9) and '(target p 0.90), "<c>"' in html.unescape(account)
+    assert wording.says_top_candidate(account, "q", 0.5) and "&quot;t&quot;" in account
+    assert wording.says_sampling_draw(account) == (temperature > 0)
     out = render.outputs_dict(render.render(session, *VIEW))
-    assert "Round 1: the draft proposed" in out["lane1_explain"]  # the pinned round, on a repaint too
-    assert "Round 0 (prefill)" in handlers.tree_handler(0, 0, request=r)[1]
-    assert "(plain decoding)" in handlers.tree_handler(0, 2, request=r)[1]
+    assert wording.says_proposed(out["lane1_explain"], 1)  # the pinned round, on a repaint too
+    assert wording.says_prefill_round(handlers.tree_handler(0, 0, request=r)[1])
+    assert wording.says_plain_round(handlers.tree_handler(0, 2, request=r)[1])
     handlers.SESSIONS.drop(r)
 
 
@@ -475,8 +493,10 @@ def test_compare_api_returns_texts_and_summaries():
     assert plain["text"] == eagle["text"] and eagle["identical_to_plain"] is True
     assert eagle["summary"]["new_tokens"] == 8 and eagle["summary"]["tau"] >= 1.0
     assert out["settings"]["methods"] == ["plain", "eagle"]
-    with pytest.raises(Exception, match="prompt is empty"):
+    with pytest.raises(gr.Error) as refused:  # Gradio's error for the client, raised from the PromptError
         api.compare_api("", ["plain"], preset="tiny-random")
+    assert isinstance(refused.value.__cause__, PromptError)
+    assert wording.says(refused.value.message, wording.PROMPT_EMPTY)
 
 
 def test_saved_run_file_format(tmp_path):
@@ -547,9 +567,10 @@ def test_precision_setting_loads_its_own_target_and_badges_say_what_identity_mea
     out = render.outputs_dict(list(handlers.run_handler(*settings(max_new_tokens=8, precision="bfloat16"),
                                                           request=req("bf16")))[-1])
     assert "bfloat16" in out["hardware"]
-    assert "✓ identical" in out["lane1_head"] or "near-tie" in out["lane1_head"]
-    assert "✗" not in out["lane1_head"]
-    assert "precision=" not in out["status"]
+    badge = page.identity(out["lane1_head"])  # identical, or a rounding near-tie: never a mismatch
+    assert (badge.kind == "ok" and wording.says_identical(badge)) or (badge.kind == "neutral"
+                                                                        and wording.says_near_tie(badge))
+    assert wording.says_done(out) and "precision=" not in out["status"]
     note = state.precision_note(gpu=False)
     assert "float32" in note and "bfloat16" in note
     # `python app.py` starts in bf16 only on a CPU with bf16 units, and only when --dtype is auto.
@@ -570,7 +591,7 @@ def test_preset_switch_and_app_flags():
     smol = get_preset(DEFAULT_PRESET)
     note = render.draft_note(smol)
     untrained = [n for n, ref in smol.drafts.items() if "untrained" in ref.label]
-    assert ("untrained" in note) == bool(untrained)
+    assert wording.says_untrained_drafts(note) == bool(untrained)
     assert state.ui_defaults(smol)["tree_budget"] <= smol.tree_budget
     spec = importlib.util.spec_from_file_location("app_entry", ROOT / "app.py")
     entry = importlib.util.module_from_spec(spec)
@@ -588,7 +609,7 @@ def test_stop_during_a_stepped_replay_ends_every_lane(tmp_path):
     handlers.load_handler(str(path), *VIEW, request=r)
     handlers.step_handler(*settings(), request=r)
     out = render.outputs_dict(handlers.stop_handler(*VIEW, request=r))
-    assert "Stopped" in out["status"]
+    assert wording.says_stopped(out)
     comp = handlers.SESSIONS.get(r).comparison
     assert comp.replay and all(lane.stop_reason == "cancelled" for lane in comp.lanes)
     assert [len(lane.events) for lane in comp.lanes] == [1, 1]
@@ -607,15 +628,16 @@ def test_untrained_drafts_are_flagged_in_the_lane_header(tmp_path, monkeypatch):
     for lane, name in zip(comp.lanes, ("poss2", "poss1")):
         lane.method, lane.label, lane.trained = name, offered[name].label, offered[name].trained
     head = render.lane_head_html(comp.lanes[1], comp, running=False)
-    assert "<h3>POSS-1 (6 specialists)</h3>" in head and "untrained draft</span>" in head
-    assert "untrained" not in render.lane_head_html(comp.lanes[0], comp, running=False)
+    assert page.lane_title(head) == "POSS-1 (6 specialists)" == offered["poss1"].label
+    assert page.badges(head)["untrained"].kind == "bad"
+    assert "untrained" not in page.badges(render.lane_head_html(comp.lanes[0], comp, running=False))
 
 
 def test_sampling_runs_are_reproducible_with_a_seed():
     r = req("sample")
     args = settings(methods=["plain", "eagle"], max_new_tokens=6, temperature=0.8, top_p=0.9, seed=7)
     out = render.outputs_dict(list(handlers.run_handler(*args, request=r))[-1])
-    assert "Done" in out["status"] and "sampling" in out["lane1_head"]
+    assert wording.says_done(out) and wording.says_sampling(page.identity(out["lane1_head"]))
     first = [lane.token_ids for lane in handlers.SESSIONS.get(r).comparison.lanes]
     list(handlers.run_handler(*args, request=r))
     assert [lane.token_ids for lane in handlers.SESSIONS.get(r).comparison.lanes] == first

@@ -7,7 +7,9 @@ import re
 from types import SimpleNamespace
 
 import pytest
+import wording
 from app_settings import req, run_settings
+from wording import n_of
 from test_app_handlers import LABELS, PIECES, SPEC_EVENTS, known_comparison
 
 from app import handlers, render, state
@@ -18,20 +20,13 @@ ALL_RUNS = state.View.from_controls("draft position", False, "conditional", stat
 THREE = ["plain", "eagle", "poss2"]
 
 
-def n_of(fig, label: str) -> int:
-    """The sample size a chart states for `label` ("EAGLE n=12")."""
-    found = re.search(rf"{re.escape(label)} n=(\d+)", fig.layout.title.text)
-    assert found, fig.layout.title.text
-    return int(found.group(1))
-
-
 def charts(request, view) -> dict:
     return render.outputs_dict(handlers.view_handler(view, request=request))
 
 
 def run(request, **kw) -> compare.Comparison:
     frames = list(handlers.run_handler(run_settings(**kw), THIS_RUN, request=request))
-    assert "Done" in render.outputs_dict(frames[-1])["status"]
+    assert wording.says_done(frames[-1])
     return handlers.SESSIONS.get(request).comparison
 
 
@@ -50,15 +45,15 @@ def test_all_my_runs_pools_every_round_of_three_runs():
     every = {label: sum(len(lane.events) for c in runs for lane in c.lanes if lane.short == label)
              for label in ("Plain", "EAGLE", "POSS-2")}
     assert {label: n_of(out["tokens_per_s"], label) for label in every} == every  # prefill rounds included
-    assert "All my runs: 3 runs pooled" in out["pos_acc"].layout.title.text
-    assert "settings varied" not in out["pos_acc"].layout.title.text  # only the prompt and length changed
+    assert wording.pooled_runs(out["pos_acc"]) == 3
+    assert not wording.says_settings_varied(out["pos_acc"])  # only the prompt and length changed
     # The pooled stream keeps counting tokens across runs: tokens/s is every token over every round's time.
     pool = handlers.SESSIONS.get(r).pools["tiny-random"]["plain"]
     assert metrics.total_new_tokens(pool.events()) == 6 + 9 + 5
     # "This run": the last run alone, no pooled note.
     out = charts(r, THIS_RUN)
     assert n_of(out["pos_acc"], "EAGLE") == rounds_by_lane(runs[-1])["EAGLE"]
-    assert "All my runs" not in out["pos_acc"].layout.title.text
+    assert wording.pool_note(out["pos_acc"]) == ""
 
 
 def test_step_runs_count_as_they_go_once_and_replays_never(tmp_path):
@@ -90,16 +85,16 @@ def test_varied_settings_are_said_and_forget_clears_the_pool():
     r = req("pool-forget")
     run(r, methods=["plain", "eagle"], depth=4)
     run(r, methods=["plain", "eagle"], depth=3, temperature=0.5)
-    title = charts(r, ALL_RUNS)["pos_acc"].layout.title.text
-    assert "settings varied across runs (temperature, depth)" in title
+    assert wording.says_settings_varied(charts(r, ALL_RUNS)["pos_acc"], "temperature", "depth")
+    pooled = sum(p.rounds for p in handlers.SESSIONS.get(r).pools["tiny-random"].values())
     out = render.outputs_dict(handlers.forget_handler(ALL_RUNS, request=r))
-    assert "Forgot" in out["status"] and handlers.SESSIONS.get(r).pools == {}
-    assert "No draft rounds" in out["pos_acc"].layout.annotations[0].text  # the finished run went in already
+    assert wording.says_forgot(out, pooled) and handlers.SESSIONS.get(r).pools == {}
+    assert wording.says_no_draft_rounds(out["pos_acc"])  # the finished run went in already
     assert n_of(charts(r, THIS_RUN)["pos_acc"], "EAGLE") > 0  # "this run" still draws it
     last = run(r, methods=["plain", "eagle"])
     out = charts(r, ALL_RUNS)
     assert n_of(out["pos_acc"], "EAGLE") == rounds_by_lane(last)["EAGLE"]
-    assert "All my runs: 1 run pooled" in out["pos_acc"].layout.title.text
+    assert wording.pooled_runs(out["pos_acc"]) == 1
 
 
 def test_pools_are_kept_per_preset():
@@ -125,8 +120,8 @@ def test_the_pool_keeps_the_latest_rounds_up_to_its_cap(monkeypatch):
     pool = handlers.SESSIONS.get(r).pools["tiny-random"]["plain"]
     assert pool.rounds == 10 and pool.dropped == 6 and len(pool.runs) == 2
     assert metrics.total_new_tokens(pool.events()) == 10  # the cut run counts on from the first round it keeps
-    title = charts(r, ALL_RUNS)["tokens_per_s"].layout.title.text
-    assert "Plain n=10" in title and "capped: the latest 10 rounds per method" in title
+    tps = charts(r, ALL_RUNS)["tokens_per_s"]
+    assert n_of(tps, "Plain") == 10 and wording.says_capped(tps, 10)
     # Pooled rounds are light: the accepted path and one node per other depth, no token ids.
     eagle = state.MethodPool("EAGLE").added(state.PooledRun([state.pooled_event(e) for e in SPEC_EVENTS], {}))
     assert [len(e.nodes) for e in eagle.events()] == [0, 3, 1, 3] and all(not e.tokens for e in eagle.events())
@@ -156,7 +151,7 @@ def test_clicking_a_token_picks_its_round():
     assert [e.round for e in lane.events] == list(range(len(lane.events)))  # a record's round is its index
     slider, fig, account = handlers.round_pick_for(1)(SimpleNamespace(_data={"round": 1}), request=r)
     assert slider.value == 1 and slider.maximum == len(lane.events) - 1
-    assert "round 1" in fig.layout.title.text and "Round 1" in account
+    assert wording.tree_title(fig) == ("EAGLE", 1) and wording.says_proposed(account, 1)
     assert handlers.SESSIONS.get(r).pins == {1: 1}
     last = len(lane.events) - 1
     handlers.round_pick_handler(1, last, request=r)  # the latest round follows the live one again

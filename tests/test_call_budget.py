@@ -9,13 +9,15 @@ import threading
 import time
 
 import gradio as gr
+import page
 import pytest
+import wording
 from app_settings import req, run_settings
 
-from app import api, handlers, render, state
+from app import api, handlers, state
 from poss_core import compare
 from poss_core.autobudget import cache, calibration
-from poss_core.errors import CallStopped
+from poss_core.errors import CallStopped, ConfigError
 from poss_core.models.target import TargetModel
 
 VIEW = state.View()
@@ -60,9 +62,10 @@ def test_the_oracle_reference_decode_counts_against_the_cap(slow_forward, monkey
     # Its reference decode (400 tokens, at least 4 s here) ran in the comparison's start, before the cap's clock.
     monkeypatch.setattr(state, "CALL_LIMIT_S", 0.3)
     t0 = time.monotonic()
-    with pytest.raises(gr.Error, match="limit of 0.3 s per call while preparing the Oracle"):
+    with pytest.raises(gr.Error) as stopped:
         api.compare_api("Hello", ["plain", "oracle"], preset="tiny-random", max_new_tokens=400, depth=4, top_k=4,
                         tree_budget=16)
+    assert wording.says_call_limit(stopped.value.message, 0.3, doing="preparing the Oracle")
     assert time.monotonic() - t0 < 1.5
     assert slow_forward[0] < 100
 
@@ -87,9 +90,9 @@ def test_stop_ends_a_run_while_the_oracle_prepares(slow_forward):
     stopped = []
     frames = interrupted_oracle_run(slow_forward, "stop-oracle", lambda: stopped.append(
         handlers.stop_handler(VIEW, request=req("stop-oracle"))))
-    assert "Stopping" in render.outputs_dict(stopped[0])["status"]
-    status = render.outputs_dict(frames[-1])["status"]
-    assert "Stopped while preparing the Oracle" in status, status
+    assert wording.says(stopped[0], wording.STOPPING)
+    status = page.status(frames[-1])
+    assert wording.says_stopped_preparing(status, "Oracle"), status
 
 
 def test_a_fit_counts_against_the_cap_and_caches_nothing(slow_forward, fresh_fits, monkeypatch):
@@ -97,8 +100,8 @@ def test_a_fit_counts_against_the_cap_and_caches_nothing(slow_forward, fresh_fit
     t0 = time.monotonic()
     frames = list(handlers.run_handler(run_settings(auto_budget=True), VIEW, request=req("fit-cap")))
     took = time.monotonic() - t0
-    status = render.outputs_dict(frames[-1])["status"]
-    assert "limit of 0.3 s per call while" in status and "tree budget" in status, status
+    status = page.status(frames[-1])
+    assert wording.says_call_limit(status, 0.3, doing="tree budget"), status
     assert took < 1.5, took
     assert not fresh_fits.exists() or fresh_fits.read_text().strip() in ("", "{}")  # a cut-short fit is not kept
 
@@ -114,11 +117,10 @@ def test_without_call_fits_a_lane_uses_the_default_budget_and_says_so(fresh_fits
     eagle = out["lanes"][1]
     assert eagle["budget_auto"] is False and eagle["tree_budget"] == state.ui_defaults(
         compare.get_preset("tiny-random"))["tree_budget"]
-    assert "only at start-up" in eagle["budget_note"]
+    assert wording.says(eagle["budget_note"], wording.FITS_AT_START_ONLY)
     frames = list(handlers.run_handler(run_settings(auto_budget=True), VIEW, request=req("no-fits")))
-    statuses = [render.outputs_dict(f)["status"] for f in frames]
-    assert any("starts on the default tree budget" in s and "only at start-up" in s for s in statuses)
-    assert "Done" in statuses[-1]
+    assert any(wording.says(f, wording.DEFAULT_BUDGET, wording.FITS_AT_START_ONLY) for f in frames)
+    assert wording.says_done(frames[-1])
 
 
 def test_a_run_whose_client_left_stops_its_start_within_a_round(slow_forward):
@@ -167,6 +169,8 @@ def test_closing_the_tab_ends_a_run_while_the_oracle_prepares(slow_forward):
 
 
 def test_a_refused_compare_call_logs_no_traceback():
-    with pytest.raises(gr.Error, match="depth=20 is out of range") as refused:
+    with pytest.raises(gr.Error) as refused:
         api.compare_api("Hello", ["plain", "eagle"], preset="tiny-random", depth=20, quiet_refusals=True)
+    assert isinstance(refused.value.__cause__, ConfigError)
+    assert wording.says(refused.value.message, wording.out_of_range("depth", 20))
     assert refused.value.print_exception is False  # Gradio prints a traceback for a gr.Error unless told not to

@@ -4,17 +4,20 @@ run's numbers per preset and method, resettable only with the launch key. Tiny-r
 
 from __future__ import annotations
 
-import re
 import threading
 import time
 from pathlib import Path
 
+import page
 import pytest
+import wording
 from app_settings import req, run_settings
+from wording import n_of
 
 from app import api, handlers, launch, recordings, render, share, state
 from app.class_pool import CLASS, ClassPool
 from poss_core import compare, metrics, saved_runs
+from poss_core.errors import ConfigError
 
 THIS_RUN = state.View()
 EVERYONE = state.View.from_controls("draft position", False, "conditional", state.CLASS_VIEW)
@@ -22,15 +25,9 @@ THREE = ["plain", "eagle", "poss2"]
 KEY = "teacher-key"
 
 
-def n_of(fig, label: str) -> int:
-    found = re.search(rf"{re.escape(label)} n=(\d+)", fig.layout.title.text)
-    assert found, fig.layout.title.text
-    return int(found.group(1))
-
-
 def live_run(request, **kw) -> compare.Comparison:
     frames = list(handlers.run_handler(run_settings(**kw), THIS_RUN, request=request))
-    assert "Done" in render.outputs_dict(frames[-1])["status"], render.outputs_dict(frames[-1])["status"]
+    assert wording.says_done(frames[-1]), page.status(frames[-1])
     return handlers.SESSIONS.get(request).comparison
 
 
@@ -74,8 +71,9 @@ def test_everyone_pools_every_tabs_finished_runs_numbers_only(empty_class):
     out = render.outputs_dict(handlers.view_handler(EVERYONE, request=req("class-teacher")))
     draft_rounds = sum(len(metrics.draft_rounds(lane.events)) for c in runs for lane in c.lanes if lane.short == "EAGLE")
     assert n_of(out["pos_acc"], "EAGLE") == draft_rounds == n_of(out["accept_hist"], "EAGLE")
-    assert "Everyone on this server (tiny-random)" in out["pos_acc"].layout.title.text
-    assert "Plain" in out["tokens_per_s"].layout.annotations[0].text
+    assert wording.says(out["pos_acc"], wording.class_pool_title("tiny-random"))
+    speeds = wording.pooled_speeds(out["tokens_per_s"])
+    assert speeds == {e.label: (e.tokens, e.runs) for e in entries.values()} and speeds["Plain"][1] == 2
     shown = str([f.to_plotly_json() for f in (out["pos_acc"], out["feature_deviation"], out["accept_hist"])])
     assert "secret prompt" not in shown and "secret prompt" not in repr(entries)  # numbers only
 
@@ -110,9 +108,10 @@ def test_only_the_launch_key_resets_the_class_pool(empty_class):
     live_run(req("class-reset"), methods=["plain", "eagle"], max_new_tokens=5)
     r = req("class-reset-ui")
     out = handlers.class_reset_handler("not the key", THIS_RUN, request=r)
-    assert out[0] == "" and "not this server's reset key" in out[1] and len(CLASS) == 2
+    refused = page.status(out[1])
+    assert out[0] == "" and refused.kind == "error" and wording.says(refused, wording.RESET_REFUSED) and len(CLASS) == 2
     out = handlers.class_reset_handler(KEY, THIS_RUN, request=r)
-    assert "was reset" in out[1] and len(CLASS) == 0
+    assert page.status(out[1]).kind == "info" and wording.says(out[1], wording.RESET_DONE) and len(CLASS) == 0
     no_key = ClassPool()
     assert no_key.reset("") == no_key.reset(KEY) and not no_key.reset(KEY)[0]
 
@@ -142,16 +141,17 @@ def test_an_example_replays_its_recording_without_a_model_or_a_live_slot(recorde
     frames = handlers.example_handler(recordings.EXAMPLES[1]["prompt"], "smollm2-135m", THIS_RUN, request=r)
     first = render.outputs_dict(next(frames))
     assert time.monotonic() - t0 < 5.0
-    assert "Replaying a recording of tiny-random, made on Test CPU" in first["status"]
-    assert "a test machine" in first["status"] and "replay" in first["lane1_head"]
+    assert wording.says_replaying_recording(first, "tiny-random", "Test CPU")
+    assert "a test machine" in page.status(first).text  # the recording's own hardware note
+    assert page.badges(first["lane1_head"])["replay"].kind == "neutral"
     last = render.outputs_dict(list(frames)[-1])
-    assert "press ▶ Run to run this prompt live" in last["status"]
+    assert wording.says_replay_done(last) and wording.says(last, wording.RUN_LIVE)
     session = handlers.SESSIONS.get(r)
     assert session.loaded is not None and session.comparison.replay and session.pools == {}
     assert not session.lock.locked()
     out = render.outputs_dict(next(handlers.example_handler("a prompt of my own", "tiny-random", THIS_RUN,
                                                             request=r)))
-    assert "Run to run this prompt live" in out["status"]
+    assert page.status(out).kind == "info" and wording.says(out, wording.RUN_LIVE)
     share.LIVE.leave(busy)
 
 
@@ -188,15 +188,16 @@ def test_the_live_queue_is_first_come_first_served_with_places_and_estimates():
     assert q.place(a) == 0 and q.place(b) == 1 and q.place(c) == 2
     # a holds its slot about 20 x 0.5 s; b then holds it 10 x 0.5 s: the estimates add up in line.
     assert 9.0 < q.estimate_s(b) <= 10.0 and q.estimate_s(c) == pytest.approx(q.estimate_s(b) + 5.0, abs=0.2)
-    assert "2nd in line" in q.status(c) and "1 of 1 slot decoding, 2 waiting" in q.status(c)
+    assert wording.says_queued(q.status(c), place=2, running=1, slots=1, waiting=2)
     d = q.join()
-    with pytest.raises(share.QueueFull, match="3 live runs are already waiting"):
+    with pytest.raises(share.QueueFull) as full:
         q.join()
+    assert wording.says(str(full.value), wording.queue_full(3))
     q.leave(d)
     assert not q.try_start(c)  # b came first
     q.leave(a)
     assert q.try_start(b) and q.rate() < 0.05  # a held its slot a moment for 20 units: the estimates follow
-    assert q.estimate_s(c) < 0.5 and "at the speed of the last 1 live run" in q.status(c)
+    assert q.estimate_s(c) < 0.5 and wording.says(q.status(c), wording.estimate_basis(1))
     q.leave(c)  # gave up waiting
     assert q.counts() == (1, 0)
 
@@ -208,12 +209,12 @@ def test_a_waiting_run_shows_its_place_and_stop_leaves_the_line(monkeypatch):
     assert share.LIVE.try_start(busy)
     r = req("class-wait")
     gen = handlers.run_handler(run_settings(), THIS_RUN, request=r)
-    status = render.outputs_dict(next(gen))["status"]
-    assert "1st in line" in status and "about" in status and "s to go" in status
+    status = page.status(next(gen))
+    assert status.kind == "busy" and wording.says_queued(status, place=1, running=1, slots=1, waiting=1)
     assert share.LIVE.counts() == (1, 1)
     handlers.stop_handler(THIS_RUN, request=r)
     out = render.outputs_dict(list(gen)[-1])
-    assert "Stopped while waiting in the queue" in out["status"]
+    assert wording.says(out, wording.QUEUE_STOPPED)
     assert share.LIVE.counts() == (1, 0) and not handlers.SESSIONS.get(r).lock.locked()
     # Once the slot is free the next run goes straight through.
     share.LIVE.leave(busy)
@@ -228,19 +229,20 @@ def test_a_waiting_run_starts_when_the_slot_frees_and_its_cap_starts_then(monkey
     share.LIVE.try_start(busy)
     threading.Timer(2.0, share.LIVE.leave, args=(busy,)).start()
     frames = list(handlers.run_handler(run_settings(max_new_tokens=4), THIS_RUN, request=req("class-turn")))
-    statuses = [render.outputs_dict(f)["status"] for f in frames]
-    assert any("in line" in s for s in statuses) and "Done" in statuses[-1]
+    assert any(wording.says_queued(f, place=1) for f in frames) and wording.says_done(frames[-1])
 
 
 def test_the_servers_token_limit_is_checked_before_queueing(monkeypatch):
     monkeypatch.setattr(state, "MAX_NEW_TOKENS", 16)
     out = render.outputs_dict(list(handlers.run_handler(run_settings(max_new_tokens=17), THIS_RUN,
                                                         request=req("class-limit")))[-1])
-    assert "max_new_tokens=17 is more than this server gives one run (16" in out["status"]
+    assert page.status(out).kind == "error" and wording.says(out, wording.over_token_limit(17, 16))
     import gradio as gr
 
-    with pytest.raises(gr.Error, match="more than this server gives one run"):
+    with pytest.raises(gr.Error) as refused:
         api.api_spec("Hi", ["plain"], "tiny-random", max_new_tokens=17, quiet_refusals=True)
+    assert isinstance(refused.value.__cause__, ConfigError)
+    assert wording.says(refused.value.message, wording.over_token_limit(17, 16))
 
 
 def test_launch_defaults_for_a_two_vcpu_space():
@@ -278,11 +280,13 @@ def test_a_compressed_run_is_bounded_once_decompressed(tmp_path, monkeypatch):
 
     broken = tmp_path / "broken.jsonl.gz"
     broken.write_bytes(b"not gzip at all")
-    with pytest.raises(saved_runs.RunFileError, match="could not read the saved run 'broken.jsonl.gz'"):
+    with pytest.raises(saved_runs.RunFileError) as unreadable:
         saved_runs.load_run(broken)
+    assert wording.says(str(unreadable.value), wording.BAD_RUN_FILE, "'broken.jsonl.gz'")
     monkeypatch.setattr(saved_runs, "MAX_RUN_BYTES", 1000)
     big = tmp_path / "big.jsonl.gz"
     with gzip.open(big, "wt") as f:
         f.write("{}\n" * 1000)  # 3000 bytes once decompressed, a few dozen on disk
-    with pytest.raises(saved_runs.RunFileError, match="more than 0 MB once decompressed"):
+    with pytest.raises(saved_runs.RunFileError) as too_big:
         saved_runs.load_run(big)
+    assert wording.says(str(too_big.value), wording.run_too_big(0))

@@ -6,7 +6,9 @@ from __future__ import annotations
 import gc
 import weakref
 
+import page
 import pytest
+import wording
 from app_settings import req, run_settings
 
 from app import handlers, render, state
@@ -57,10 +59,10 @@ def test_an_idle_tab_lets_go_of_its_finished_and_loaded_runs(store, tmp_path, mo
     assert finished() is None and loaded() is None, "an idle tab still holds its runs"
     assert session.comparison is None and loader.loaded is None and loader.comparison is None
     assert sum(p.rounds for pools in session.pools.values() for p in pools.values()) == pooled > 0
-    status = render.outputs_dict(handlers.view_handler(VIEW, request=req("idle-finished")))["status"]
-    assert "cleared to free memory" in status
+    status = page.status(handlers.view_handler(VIEW, request=req("idle-finished")))
+    assert status.kind == "info" and wording.says(status, wording.RUN_CLEARED)
     out = render.outputs_dict(list(handlers.run_handler(run_settings(), VIEW, request=req("idle-finished")))[-1])
-    assert "Done" in out["status"]  # the tab works as before
+    assert wording.says_done(out)  # the tab works as before
 
 
 def test_a_client_gets_its_share_of_the_queue_and_no_more():
@@ -69,9 +71,9 @@ def test_a_client_gets_its_share_of_the_queue_and_no_more():
     share = ClientShare(per_client=2, per_address=3, pending_ttl_s=60.0)
     assert share.join("a", "10.0.0.1") is None and share.join("a", "10.0.0.1") is None
     refused = share.join("a", "10.0.0.1")
-    assert refused and "already has 2 calls waiting or running" in refused
+    assert refused and wording.says_share_used(refused, 2)
     assert share.join("b", "10.0.0.1") is None  # another tab at the same address
-    assert "your address" in share.join("c", "10.0.0.1")  # the address's share (3) is used up
+    assert wording.says_share_used(share.join("c", "10.0.0.1"), 3, by_address=True)  # the address's share is used up
     with share.running("a", "10.0.0.1"):  # a waiting call starts: still held until it ends
         assert share.held("a", "10.0.0.1") == (2, 3)
     assert share.held("a", "10.0.0.1") == (1, 2)
@@ -112,7 +114,7 @@ def test_the_queue_middleware_refuses_a_join_past_the_share_with_a_message():
 
     assert join(7)[0] == 200 and join(3)[0] == 200  # an uncounted event (a view toggle) always passes
     status, body = join(7)
-    assert status == 422 and "already has 1 call waiting or running" in body.decode()
+    assert status == 422 and wording.says_share_used(body.decode(), 1)
     assert [d["fn_index"] for d in seen] == [7, 3]  # the refused join never reached Gradio
 
 
@@ -133,5 +135,5 @@ def test_a_call_its_handler_refuses_at_once_stops_counting(store):
     session = store.get(req("double-click"))
     with session.lock:  # the tab is busy: this Run is refused at once
         out = list(handlers.run_handler(run_settings(), VIEW, request=req("double-click")))
-    assert "already running" in render.outputs_dict(out[-1])["status"]
+    assert page.status(out[-1]) == page.Status("error", wording.TAB_BUSY)
     assert share.SHARE.held("double-click", None)[0] == 0

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import time
 
+import page
 import pytest
-
+import wording
 from app_settings import req, run_settings
 
-from app import handlers, render, state
+from app import handlers, state
 from poss_core import compare
 
 VIEW = state.View()
@@ -20,10 +21,6 @@ def store(monkeypatch):
     small = state.SessionStore(capacity=2, idle_s=60.0)
     monkeypatch.setattr(handlers, "SESSIONS", small)
     return small
-
-
-def status(frame):
-    return render.outputs_dict(frame)["status"]
 
 
 def test_evicting_a_running_tab_stops_its_run_and_its_lock_holds(store):
@@ -41,12 +38,12 @@ def test_evicting_a_running_tab_stops_its_run_and_its_lock_holds(store):
     again = store.get(a)
     assert again is not old and again.lock is old.lock
     refused = list(handlers.run_handler(run_settings(), VIEW, request=a))
-    assert "already running" in status(refused[-1])
+    assert page.status(refused[-1]) == page.Status("error", wording.TAB_BUSY)
     rest = list(gen)
-    assert "Stopped" in status(rest[-1])
+    assert wording.says_stopped(rest[-1])
     assert all(lane.stop_reason == "cancelled" and len(lane.events) < 50 for lane in comp.lanes)
     assert comp not in compare.live_comparisons()
-    assert "Done" in status(list(handlers.run_handler(run_settings(), VIEW, request=a))[-1])  # the tab works again
+    assert wording.says_done(list(handlers.run_handler(run_settings(), VIEW, request=a))[-1])  # the tab works again
 
 
 def test_evicting_a_paused_step_session_frees_its_decoders(store):
@@ -60,7 +57,7 @@ def test_evicting_a_paused_step_session_frees_its_decoders(store):
     assert all(lane.source is None for lane in comp.lanes) and comp not in compare.live_comparisons()
     assert all(lane.stop_reason == "cancelled" for lane in comp.lanes)
     out = handlers.step_handler(run_settings(max_new_tokens=40), VIEW, request=a)  # the tab starts over
-    assert "prefill" in status(out)
+    assert wording.says_stepped(out, 0)
 
 
 def test_an_idle_paused_step_session_releases_its_decoders_and_says_so(store):
@@ -75,13 +72,13 @@ def test_an_idle_paused_step_session_releases_its_decoders_and_says_so(store):
     assert comp not in compare.live_comparisons() and all(lane.source is None for lane in comp.lanes)
     assert [len(lane.events) for lane in comp.lanes] == events  # what the lanes show stays
     assert session.comparison is comp and not session.stepping
-    assert "1 minute" in session.status[0]  # a redraw says why
+    assert wording.says_memory_freed(session.status, wording.idle_for(store.idle_s / 60))  # a redraw says why
     out = handlers.step_handler(run_settings(max_new_tokens=40), VIEW, request=a)
-    text = status(out)
-    assert "memory freed" in text and "more than 1 minute" in text and "prefill" in text, text
+    said = page.status(out)
+    assert wording.says_memory_freed(said, wording.idle_for(1)) and wording.says_stepped(said, 0), said
     assert not session.lock.locked()
     out = handlers.step_handler(run_settings(max_new_tokens=40), VIEW, request=a)
-    assert "memory freed" not in status(out)  # said once
+    assert not wording.says_memory_freed(out) and wording.says_stepped(out, 1)  # said once
 
 
 def test_the_reaper_leaves_a_streaming_run_alone_and_dropping_a_tab_ends_its_work(store):
@@ -93,7 +90,7 @@ def test_the_reaper_leaves_a_streaming_run_alone_and_dropping_a_tab_ends_its_wor
     assert store.reap(now=time.monotonic() + store.idle_s + 1) == 0 and not comp.cancelled
     store.drop(a)
     assert comp.cancelled
-    assert "Stopped" in status(list(gen)[-1])
+    assert wording.says_stopped(list(gen)[-1])
     b = req("drop-step")
     handlers.step_handler(run_settings(max_new_tokens=40), VIEW, request=b)
     paused = store.get(b).comparison
