@@ -11,7 +11,7 @@ recalibrated), two timed runs over two questions per set: the wall-clock speed-u
 demo: the Demo tab's default tree (depth 6, top-k 8, 32 nodes, no depth stop, every lane the same) in bf16, two
 timed runs over three questions per set: the speed-up a class sees; its `--evidence` goes to PRESET-demo.json.
 Anything after `--` goes to `python -m poss_core.bench` unchanged. `--drafts DIR` measures other drafts than the
-bundled ones (e.g. runs/smollm2-135m/stage-14/drafts). Progress, tables and charts come from the benchmark itself.
+bundled ones (e.g. runs/smollm2-135m/teacher-forced-t0/drafts). Progress, tables and charts come from the benchmark itself.
 `--evidence` then writes the run's evidence summary to assets/evidence/PRESET.json (what the app's Evidence tab
 shows): `python scripts/benchmark.py paper --evidence` is the command that refreshes the bundled drafts' one.
 quantized: the paper's tree (fp32 compute, 128 new tokens, two questions per set) with the target in full precision,

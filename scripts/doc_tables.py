@@ -170,9 +170,10 @@ def heldout_table(drafts: Path = DRAFTS) -> str:
         card = json.loads((folder / "model_card.json").read_text())
         top1 = card.get("heldout_top1_by_position_decoding") or []
         depth = max(depth, len(top1))
-        values = [f"{v:.3f}" for v in top1] or ["not measured (its card has no held-out figures)"]
-        rows.append([card.get("label", folder.name), str(card.get("steps", "")), *values])
-    head = ["draft", "last phase's steps", *[f"k={k}" for k in range(1, depth + 1)]]
+        values = [f"{v:.3f}" for v in top1] or ["not measured yet (null in its card)"]
+        steps = (card.get("lineage") or {}).get("total_steps", card.get("steps", ""))
+        rows.append([card.get("label", folder.name), f"{steps:,}" if isinstance(steps, int) else str(steps), *values])
+    head = ["draft", "optimizer steps (lineage)", *[f"k={k}" for k in range(1, depth + 1)]]
     return _table(head, [r + [""] * (len(head) - len(r)) for r in rows]) + \
         f"\n\nFrom `{drafts.relative_to(ROOT)}/*/model_card.json` (`heldout_top1_by_position_decoding`)."
 

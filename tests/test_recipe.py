@@ -13,7 +13,8 @@ import pytest
 
 from poss_core.errors import ConfigError, PossError
 from poss_core.training.data import pack_token_ids, read_token_ids, token_ids_card
-from poss_core.training.recipe import load_recipe, main as recipe_main, resolve, train_command
+from poss_core.training.recipe import (card_lineage, export_dir, lineage, load_recipe, main as recipe_main,
+                                       train_command)
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "configs" / "drafts" / "smollm2-135m.toml"
@@ -22,33 +23,18 @@ HASS_STEPS = BUNDLED_STEPS + 800  # the hass control: the bundled EAGLE layer, t
 
 
 def lineage_steps(recipe, method: str) -> int:
-    """Optimizer steps behind `method` in the recipe's last stage: walk init references back to a fresh start."""
-    def steps_into(stage_i: int, method: str, ref_phase=None) -> int:
-        for i in range(stage_i, -1, -1):
-            stage = recipe.stages[i]
-            phases = [p for p in stage.phases if method in p.methods]
-            if ref_phase is not None:
-                phases = [p for p in phases if p.key == ref_phase]
-                ref_phase = None
-            if not phases:
-                continue
-            phase = phases[-1]
-            return phase.steps + steps_from(i, phase, method)
-        raise AssertionError(f"{method} is never trained")
-
-    def steps_from(stage_i: int, phase, method: str) -> int:
-        ref, who = (phase.init, method) if phase.init else (phase.specialists_from, "eagle")
-        if not ref:
-            return 0
-        if ref == "previous":
-            return steps_into(stage_i - 1, who)
-        if ref == "bundled":  # the committed drafts: what the recipe's stages before this one made
-            return steps_into(stage_i - 1, who)
-        if "/" in ref:
-            return steps_into(recipe.stage_index(ref.split("/")[0]), who, ref_phase=ref)
-        return steps_into(recipe.stage_index(ref), who)
-
-    return steps_into(len(recipe.stages) - 1, method)
+    """Optimizer steps behind `method`'s last step: follow init (the same method) and specialists_from (the EAGLE
+    layer) back to a fresh start, by step name."""
+    by_name = {s.name: s for s in recipe.steps}
+    step, who, total = [s for s in recipe.steps if method in s.methods][-1], method, 0
+    while step is not None:
+        assert who in step.methods, (step.name, who)
+        total += step.steps
+        if step.specialists_from:
+            who = "eagle"
+        ref = step.init or step.specialists_from
+        step = by_name[ref] if ref else None
+    return total
 
 
 def test_committed_recipe_resolves_and_gives_every_bundled_draft_its_steps():
@@ -58,13 +44,19 @@ def test_committed_recipe_resolves_and_gives_every_bundled_draft_its_steps():
     for method in bundled:
         assert lineage_steps(recipe, method) == (HASS_STEPS if method == "hass" else BUNDLED_STEPS), method
         card = json.loads((ROOT / recipe.bundle / method / "model_card.json").read_text())
-        last = [p for s in recipe.stages for p in s.phases if method in p.methods][-1]
+        last = [s for s in recipe.steps if method in s.methods][-1]
         assert (last.steps, last.flags.get("batch_seed")) == (card["steps"], card["batch_seed"])
+        measured = card["heldout_top1_by_position_decoding"]
+        assert (measured is None) == (method == "hass")  # hass's held-out figures are not measured yet
+        assert card["lineage"] == card_lineage(recipe, method, measured=bool(measured)), "run recipe cards --write"
+        assert card["lineage"]["total_steps"] == lineage_steps(recipe, method)
+    ancestors = {s.name for m in bundled for s, _ in lineage(recipe, m)}
+    assert ancestors == {s.name for s in recipe.steps}, "a step no bundled draft descends from"
     for d in recipe.data:  # every committed token file is there and readable
         if d.tokens:
             assert read_token_ids(ROOT / d.tokens), d.name
     assert {d.name for d in recipe.data if d.heldout} == {"smollm2-135m-selfeval", "smollm2-135m-longeval"}
-    trained_on = {n for s in recipe.stages for p in s.phases for n in p.data}
+    trained_on = {n for s in recipe.steps for n in s.data}
     assert not trained_on & {d.name for d in recipe.data if d.heldout}, "a held-out slice is trained on"
 
 
@@ -95,12 +87,15 @@ def test_damaged_token_id_files_are_refused(tmp_path):
 
 
 @pytest.mark.parametrize("body, message", [
-    ('[[stage]]\nname="s"\n[[stage.phase]]\nmethods=["eagle"]\ndata=["nope"]\nsteps=1\n', "not a \\[\\[data\\]\\]"),
-    ('[[data]]\nname="d"\nargs=["--prompts","x"]\n[[stage]]\nname="s"\n[[stage.phase]]\nmethods=["eagle"]\n'
-     'data=["d"]\nsteps=1\ninit="previous"\n', "first stage"),
-    ('[[data]]\nname="d"\nargs=["--prompts","x"]\n[[stage]]\nname="s"\n[[stage.phase]]\nmethods=["eagle"]\n'
-     'data=["d"]\nsteps=1\ninit="t"\n[[stage]]\nname="t"\n[[stage.phase]]\nmethods=["eagle"]\ndata=["d"]\nsteps=1\n',
-     "not earlier"),
+    ('[[step]]\nname="s"\nmethods=["eagle"]\ndata=["nope"]\nsteps=1\n', "not a \\[\\[data\\]\\]"),
+    ('[[data]]\nname="d"\nargs=["--prompts","x"]\n[[step]]\nname="s"\nmethods=["eagle"]\n'
+     'data=["d"]\nsteps=1\ninit="s"\n', "no earlier step"),
+    ('[[data]]\nname="d"\nargs=["--prompts","x"]\n[[step]]\nname="s"\nmethods=["eagle"]\n'
+     'data=["d"]\nsteps=1\ninit="t"\n[[step]]\nname="t"\nmethods=["eagle"]\ndata=["d"]\nsteps=1\n',
+     "no earlier step"),
+    ('[[data]]\nname="d"\nargs=["--prompts","x"]\n[[step]]\nname="s"\nmethods=["poss2"]\ndata=["d"]\nsteps=1\n'
+     '[[step]]\nname="t"\nmethods=["poss2"]\ndata=["d"]\nsteps=1\nspecialists_from="s"\n', "does not train eagle"),
+    ('[[data]]\nname="d"\nargs=["--prompts","x"]\n[[stage]]\nname="stage-1"\n', "\\[\\[stage\\]\\] tables"),
     ('[train]\nout="x"\n', "sets out"),
     ('[[data]]\nname="d"\n', "neither tokens nor args"),
     ('this is = = not toml', "not valid TOML"),
@@ -112,15 +107,14 @@ def test_bad_recipes_say_what_is_wrong(tmp_path, body, message):
         load_recipe(path)
 
 
-def test_phase_commands_resolve_their_starting_drafts():
+def test_step_commands_resolve_their_starting_drafts():
     recipe = load_recipe(RECIPE)
     runs = Path("runs/x")
-    i = recipe.stage_index("stage-14")
-    poss = next(p for p in recipe.stages[i].phases if "poss2" in p.methods)
-    cmd = train_command(recipe, runs, i, poss, "poss2", max_steps=3)
-    assert cmd[cmd.index("--specialists-from") + 1] == str(resolve(recipe, runs, i, "stage-13/a"))
+    poss = recipe.step("poss2-unroll-300")
+    cmd = train_command(recipe, runs, poss, "poss2", max_steps=3)
+    assert cmd[cmd.index("--specialists-from") + 1] == str(export_dir(runs, "teacher-forced-greedy-self-3"))
     assert cmd[cmd.index("--steps") + 1] == "3" and cmd[cmd.index("--final-eval") + 1] == "none"
-    assert cmd[cmd.index("--export") + 1] == str(runs / "stage-14" / poss.name / "export")
+    assert cmd[cmd.index("--export") + 1] == str(runs / "poss2-unroll-300" / "export")
 
 
 TINY_RECIPE = """
@@ -140,33 +134,29 @@ tokens = "{root}/ids.npz"
 name = "held"
 tokens = "{root}/ids.npz"
 heldout = true
-[[stage]]
-name = "stage-1"
-[[stage.phase]]
-name = "a"
+[[step]]
+name = "eagle-start"
 methods = ["eagle"]
 data = ["ids"]
 steps = 2
-[[stage]]
-name = "stage-2"
-[[stage.phase]]
-name = "a"
+[[step]]
+name = "eagle-more"
 methods = ["eagle"]
 data = ["ids"]
 steps = 2
-init = "previous"
-[[stage.phase]]
-name = "b"
+init = "eagle-start"
+[[step]]
+name = "poss2-from-eagle"
 methods = ["poss2"]
 data = ["ids"]
 steps = 1
-specialists_from = "stage-2/a"
+specialists_from = "eagle-more"
 unroll = "decoding"
 """
 
 
 @pytest.mark.slow
-def test_a_tiny_recipe_builds_its_data_trains_two_stages_and_scores_the_drafts(tmp_path, capsys):
+def test_a_tiny_recipe_builds_its_data_trains_three_steps_and_scores_the_drafts(tmp_path, capsys):
     tokens = tmp_path / "tokens"
     tokens.mkdir()
     rng = np.random.default_rng(0)
@@ -178,15 +168,15 @@ def test_a_tiny_recipe_builds_its_data_trains_two_stages_and_scores_the_drafts(t
     assert recipe_main(["data", "--config", str(config)]) == 0
     assert (tmp_path / "data" / "ids" / "shard-00000.safetensors").is_file()
     assert recipe_main(["train", "--config", str(config)]) == 0
-    drafts = tmp_path / "runs" / "stage-2" / "drafts"
+    drafts = tmp_path / "runs" / "poss2-from-eagle" / "drafts"
     assert sorted(p.name for p in drafts.iterdir()) == ["eagle", "poss2"]
     card = json.loads((drafts / "poss2" / "model_card.json").read_text())
-    assert card["steps"] == 1 and "stage-2/a/export" in card["init"]
+    assert card["steps"] == 1 and "eagle-more/export" in card["init"]
     eagle = json.loads((drafts / "eagle" / "model_card.json").read_text())
-    assert "stage-1/drafts" in eagle["init"]
+    assert "eagle-start/export" in eagle["init"]
     capsys.readouterr()
-    assert recipe_main(["train", "--config", str(config)]) == 0  # a rerun finds every stage done
-    assert capsys.readouterr().out.count(": done (") == 2
+    assert recipe_main(["train", "--config", str(config)]) == 0  # a rerun finds every step done
+    assert capsys.readouterr().out.count(": done (") == 3
     out = tmp_path / "heldout"
     assert recipe_main(["heldout", "--config", str(config), "--drafts", str(drafts), "--methods", "eagle,poss2",
                         "--threads", "1", "--out", str(out)]) == 0
@@ -204,22 +194,34 @@ def test_train_refuses_to_start_without_its_data(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_the_committed_recipe_rebuilds_data_and_trains_from_a_fresh_start(tmp_path):
-    """On the real default target: the data command rebuilds the first stage's folders (one shard each) and the
-    training command starts stage 1 and takes steps, as on a fresh clone."""
+    """On the real default target: the data command rebuilds the first step's folders (one shard each) and the
+    training command starts the first step and takes optimizer steps, as on a fresh clone."""
     recipe = load_recipe(RECIPE)
     text = RECIPE.read_text().replace('data_root = "data"', f'data_root = "{tmp_path}/data"')
     config = tmp_path / "recipe.toml"
     config.write_text(text.replace(f'runs = "{recipe.runs}"', f'runs = "{tmp_path}/runs"'))
-    stage1 = recipe.stages[0].phases[0].data
+    first = recipe.steps[0]
     run = [sys.executable, "-m", "poss_core.training.recipe"]
-    subprocess.run(run + ["data", "--config", str(config), "--only", *stage1, "--max-shards", "1"], cwd=ROOT,
+    subprocess.run(run + ["data", "--config", str(config), "--only", *first.data, "--max-shards", "1"], cwd=ROOT,
                    check=True, timeout=900)
-    for name in stage1:
+    for name in first.data:
         assert len(list((tmp_path / "data" / name).glob("shard-*.safetensors"))) == 1, name
-    done = subprocess.run(run + ["train", "--config", str(config), "--until", "stage-1", "--max-steps", "2"],
+    done = subprocess.run(run + ["train", "--config", str(config), "--until", first.name, "--max-steps", "2"],
                           cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-2000:]
-    drafts = tmp_path / "runs-max-steps-2" / "stage-1" / "drafts"
-    assert sorted(p.name for p in drafts.iterdir()) == sorted(recipe.stages[0].phases[0].methods)
-    log = (tmp_path / "runs-max-steps-2" / "stage-1" / "a" / "run" / "eagle" / "loss_log.jsonl").read_text()
+    drafts = tmp_path / "runs-max-steps-2" / first.name / "drafts"
+    assert sorted(p.name for p in drafts.iterdir()) == sorted(first.methods)
+    log = (tmp_path / "runs-max-steps-2" / first.name / "run" / "eagle" / "loss_log.jsonl").read_text()
     assert len(log.splitlines()) == 2
+
+
+def test_until_names_a_step_and_older_numbered_run_folders_are_named_not_read(tmp_path, capsys):
+    config = tmp_path / "tiny.toml"
+    config.write_text(TINY_RECIPE.format(root=tmp_path))
+    (tmp_path / "runs" / "stage-2" / "drafts").mkdir(parents=True)
+    assert recipe_main(["train", "--config", str(config), "--until", "eagle-more", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "stage-2" in out and "earlier numbered layout" in out
+    assert "eagle-start eagle" in out and "eagle-more eagle" in out and "poss2-from-eagle" not in out
+    assert recipe_main(["train", "--config", str(config), "--until", "stage-2", "--dry-run"]) == 2
+    assert "no step named 'stage-2'" in capsys.readouterr().err

@@ -1,17 +1,20 @@
-"""Recipes: the data, stages and phases that produce a preset's drafts, run as one resumable command each.
+"""Recipes: the data and the named training steps that produce a preset's drafts, run as one resumable command each.
 
     python -m poss_core.training.recipe data    --config configs/drafts/smollm2-135m.toml   # rebuild the data folders
-    python -m poss_core.training.recipe train   --config configs/drafts/smollm2-135m.toml   # every stage, resumable
+    python -m poss_core.training.recipe train   --config configs/drafts/smollm2-135m.toml   # every step, resumable
     python -m poss_core.training.recipe heldout --config configs/drafts/smollm2-135m.toml \\
         --drafts assets/drafts/smollm2-135m                                                  # score on held-out slices
     python -m poss_core.training.recipe show    --config configs/drafts/smollm2-135m.toml   # the commands, nothing run
+    python -m poss_core.training.recipe cards   --config configs/drafts/smollm2-135m.toml   # each draft's lineage
 
 A recipe (TOML) lists data folders (`[[data]]`: the committed token ids they rebuild from, or the
-`poss_core.training.data` flags that make them) and stages (`[[stage]]`, each with phases `[[stage.phase]]`: the
-methods a phase trains and the `poss_core.training.train` flags it uses, over the `[train]` defaults). A stage's
-drafts are the previous stage's, overlaid by every method its phases trained (later phases win), and land in
-RUNS/STAGE/drafts/METHOD. Every step runs the package's own CLI in a subprocess (its progress bar shows) and is
-skipped when its output exists, so an interrupted run resumes where it stopped."""
+`poss_core.training.data` flags that make them), named data mixes (`[mix]`: lists of folders, or of earlier mixes)
+and training steps (`[[step]]`, in order: a name, the methods it trains, its data, its steps, where it starts
+(`init` or `specialists_from`: an earlier step's name) and any `poss_core.training.train` flags over the `[train]`
+defaults). A step trains each method in RUNS/STEP/run/METHOD and exports it to RUNS/STEP/export/METHOD; after the last
+step run, RUNS/STEP/drafts holds every method's latest draft. Every training runs the package's own CLI in a
+subprocess (its progress bar shows) and is skipped when its export exists, so an interrupted run resumes where it
+stopped."""
 
 from __future__ import annotations
 
@@ -28,12 +31,14 @@ from pathlib import Path
 from ..errors import ConfigError, PossError, run_cli
 
 TRAIN_MODULE = "poss_core.training.train"
-BUNDLED = "bundled"  # an init reference: the recipe's committed drafts (`bundle`), e.g. the shipped EAGLE layer
 DATA_MODULE = "poss_core.training.data"
 EVAL_MODULE = "poss_core.training.evaluate"
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]
-# Flags the recipe sets itself: a phase or [train] table naming one is a mistake worth a clear error.
-RESERVED = {"methods", "out", "export", "init_from", "specialists_from", "data", "preset"}
+# Flags the recipe sets itself: a step or [train] table naming one is a mistake worth a clear error.
+RESERVED = {"methods", "out", "export", "init_from", "data", "preset"}
+STEP_KEYS = {"name", "methods", "data", "steps", "init", "specialists_from", "note"}
+TEACHER_FORCED = {"eagle", "matched"}  # methods trained on the target's true features at one position
+LAYER_SOURCE = "eagle"  # specialists_from copies this method's trained layer
 
 
 @dataclass
@@ -49,26 +54,16 @@ class DataFolder:
 
 
 @dataclass
-class Phase:
-    """One training run per method, all from the same initial drafts, on the same data and batches."""
-    stage: str
+class Step:
+    """One training run per method, all from the same starting drafts, on the same data and batches."""
     name: str
     methods: list[str]
     data: list[str]
     steps: int
+    mix: str = ""  # the [mix] the data was named by, if any
     init: str = ""
     specialists_from: str = ""
     flags: dict = field(default_factory=dict)
-
-    @property
-    def key(self) -> str:
-        return f"{self.stage}/{self.name}"
-
-
-@dataclass
-class Stage:
-    name: str
-    phases: list[Phase]
     note: str = ""
 
 
@@ -80,7 +75,8 @@ class Recipe:
     runs: Path
     bundle: Path
     data: list[DataFolder]
-    stages: list[Stage]
+    steps: list[Step]
+    mixes: dict[str, list[str]] = field(default_factory=dict)
 
     def folder(self, name: str) -> DataFolder:
         for d in self.data:
@@ -89,11 +85,15 @@ class Recipe:
         raise ConfigError(f"{self.path}: data folder {name!r} is not a [[data]] entry "
                           f"(known: {', '.join(d.name for d in self.data)}).")
 
-    def stage_index(self, name: str) -> int:
-        for i, s in enumerate(self.stages):
+    def step_index(self, name: str) -> int:
+        for i, s in enumerate(self.steps):
             if s.name == name:
                 return i
-        raise ConfigError(f"{self.path}: no stage named {name!r} (stages: {', '.join(s.name for s in self.stages)}).")
+        raise ConfigError(f"{self.path}: no step named {name!r} (python -m poss_core.training.recipe show lists them: "
+                          f"{', '.join(s.name for s in self.steps)}).")
+
+    def step(self, name: str) -> Step:
+        return self.steps[self.step_index(name)]
 
 
 # ----- reading a recipe ----------------------------------------------------------------------------------------------
@@ -108,13 +108,51 @@ def _str_list(value, where: str) -> list[str]:
 def _flags(table: dict, where: str) -> dict:
     bad = sorted(set(table) & RESERVED)
     if bad:
-        raise ConfigError(f"{where} sets {', '.join(bad)}: the recipe sets those itself (use the phase's methods, "
+        raise ConfigError(f"{where} sets {', '.join(bad)}: the recipe sets those itself (use the step's methods, "
                           "data, init and specialists_from keys).")
     return table
 
 
+def _expand(names: list[str], mixes: dict[str, list[str]]) -> list[str]:
+    """Data names with every mix replaced by its folders, in order, each folder once."""
+    out: list[str] = []
+    for n in names:
+        for folder in mixes.get(n, [n]):
+            if folder not in out:
+                out.append(folder)
+    return out
+
+
+def _read_mixes(raw: dict, path: Path) -> dict[str, list[str]]:
+    """[mix] NAME = [folders or earlier mixes]: each expanded to its folders."""
+    mixes: dict[str, list[str]] = {}
+    for name, value in raw.get("mix", {}).items():
+        mixes[name] = _expand(_str_list(value, f"{path} mix {name}"), mixes)
+    return mixes
+
+
+def _read_step(s: dict, i: int, defaults: dict, mixes: dict[str, list[str]], path: Path) -> Step:
+    name = str(s.get("name") or "")
+    if not name:
+        raise ConfigError(f"{path}: [[step]] {i + 1} has no name: name it by what it does.")
+    flags = _flags({k: v for k, v in s.items() if k not in STEP_KEYS}, f"{path} step {name}")
+    if "steps" not in s:
+        raise ConfigError(f"{path}: step {name!r} has no steps.")
+    data = _str_list(s.get("data", []), f"step {name} data")
+    step = Step(name=name, methods=_str_list(s.get("methods", []), f"step {name} methods"),
+                data=_expand(data, mixes), steps=int(s["steps"]),
+                mix=data[0] if len(data) == 1 and data[0] in mixes else "",
+                init=s.get("init", ""), specialists_from=s.get("specialists_from", ""),
+                flags={**defaults, **flags}, note=s.get("note", ""))
+    if not step.methods:
+        raise ConfigError(f"{path}: step {name!r} trains no methods.")
+    if step.init and step.specialists_from:
+        raise ConfigError(f"{path}: step {name!r} sets both init and specialists_from: a step starts from one.")
+    return step
+
+
 def load_recipe(path: str | Path) -> Recipe:
-    """Parse and check a recipe file: every reference (data names, init stages) must resolve."""
+    """Parse and check a recipe file: every reference (data names, starting steps) must resolve."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"recipe {path} does not exist (the bundled one is configs/drafts/smollm2-135m.toml).")
@@ -122,8 +160,10 @@ def load_recipe(path: str | Path) -> Recipe:
         raw = tomllib.loads(path.read_text())
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise ConfigError(f"{path} is not valid TOML: {e}") from e
+    if "stage" in raw:
+        raise ConfigError(f"{path} uses [[stage]] tables: write each phase as a [[step]] with a name saying what it "
+                          "does, and init / specialists_from naming the step it starts from.")
     defaults = _flags(dict(raw.get("train", {})), f"{path} [train]")
-    default_data = _str_list(defaults.pop("data", []), "[train] data") if "data" in defaults else []
     data = []
     for i, d in enumerate(raw.get("data", [])):
         if "name" not in d:
@@ -135,78 +175,148 @@ def load_recipe(path: str | Path) -> Recipe:
                                note=d.get("note", "")))
         if not data[-1].tokens and not data[-1].args:
             raise ConfigError(f"{path}: data {d['name']!r} has neither tokens nor args: say how it is built.")
-    stages = []
-    for s in raw.get("stage", []):
-        name = s.get("name") or f"stage-{len(stages) + 1}"
-        phases = []
-        for p in s.get("phase", []):
-            known = {"name", "methods", "data", "steps", "init", "specialists_from", "note"}
-            flags = _flags({k: v for k, v in p.items() if k not in known}, f"{path} {name} phase {p.get('name')}")
-            if "steps" not in p and "steps" not in defaults:
-                raise ConfigError(f"{path}: {name} phase {p.get('name')!r} has no steps.")
-            phases.append(Phase(stage=name, name=str(p.get("name", len(phases) + 1)),
-                                methods=_str_list(p.get("methods", []), f"{name} methods"),
-                                data=_str_list(p.get("data", default_data), f"{name} data"),
-                                steps=int(p.get("steps", defaults.get("steps", 0))),
-                                init=p.get("init", ""), specialists_from=p.get("specialists_from", ""),
-                                flags={**{k: v for k, v in defaults.items() if k != "steps"}, **flags}))
-            if not phases[-1].methods:
-                raise ConfigError(f"{path}: {name} phase {phases[-1].name!r} trains no methods.")
-        stages.append(Stage(name=name, phases=phases, note=s.get("note", "")))
+    mixes = _read_mixes(raw, path)
+    steps = [_read_step(s, i, defaults, mixes, path) for i, s in enumerate(raw.get("step", []))]
     recipe = Recipe(path=path, preset=raw.get("preset", "smollm2-135m"), data_root=Path(raw.get("data_root", "data")),
                     runs=Path(raw.get("runs", f"runs/{path.stem}")), bundle=Path(raw.get("bundle", "")),
-                    data=data, stages=stages)
+                    data=data, steps=steps, mixes=mixes)
     check_references(recipe)
     return recipe
 
 
 def check_references(recipe: Recipe) -> None:
-    """Every phase's data names exist, and every init reference points back in the recipe (never forward)."""
-    seen_phases: set[str] = set()
-    for i, stage in enumerate(recipe.stages):
-        for phase in stage.phases:
-            for name in phase.data:
-                recipe.folder(name)
-            for ref in (phase.init, phase.specialists_from):
-                if not ref:
-                    continue
-                if ref == BUNDLED:
-                    if not recipe.bundle or str(recipe.bundle) in ("", "."):
-                        raise ConfigError(f"{recipe.path}: {phase.key} starts from the bundle, but the recipe names "
-                                          "no bundle folder.")
-                elif ref == "previous":
-                    if i == 0:
-                        raise ConfigError(f"{recipe.path}: {phase.key} starts from 'previous' but is in the first "
-                                          "stage.")
-                elif "/" in ref:
-                    if ref not in seen_phases:
-                        raise ConfigError(f"{recipe.path}: {phase.key} starts from {ref!r}, which is no earlier "
-                                          "phase.")
-                elif recipe.stage_index(ref) >= i:
-                    raise ConfigError(f"{recipe.path}: {phase.key} starts from stage {ref!r}, which is not earlier.")
-            seen_phases.add(phase.key)
+    """Step names are unique, every data name exists, and every step starts from an earlier step that trained what
+    it needs (its own methods for init, the EAGLE layer for specialists_from)."""
+    earlier: dict[str, Step] = {}
+    for step in recipe.steps:
+        if step.name in earlier:
+            raise ConfigError(f"{recipe.path}: two steps are named {step.name!r}.")
+        for name in step.data:
+            recipe.folder(name)
+        for ref, needs in ((step.init, step.methods), (step.specialists_from, [LAYER_SOURCE])):
+            if not ref:
+                continue
+            if ref not in earlier:
+                raise ConfigError(f"{recipe.path}: step {step.name!r} starts from {ref!r}, which is no earlier step.")
+            missing = [m for m in needs if m not in earlier[ref].methods]
+            if missing:
+                raise ConfigError(f"{recipe.path}: step {step.name!r} starts from {ref!r}, which does not train "
+                                  f"{', '.join(missing)}.")
+        earlier[step.name] = step
 
 
 # ----- paths ---------------------------------------------------------------------------------------------------------
-def phase_dir(runs: Path, phase: Phase) -> Path:
-    return runs / phase.stage / phase.name
+def step_dir(runs: Path, step: Step | str) -> Path:
+    return runs / (step if isinstance(step, str) else step.name)
 
 
-def stage_drafts(runs: Path, stage: str) -> Path:
-    return runs / stage / "drafts"
+def export_dir(runs: Path, step: Step | str) -> Path:
+    """The folder holding one subfolder per method that the step trained."""
+    return step_dir(runs, step) / "export"
 
 
-def resolve(recipe: Recipe, runs: Path, stage_i: int, ref: str) -> Path:
-    """A phase's init reference as the folder holding one subfolder per method: "previous" (the stage before),
-    "STAGE" (its drafts), "STAGE/PHASE" (that phase's export) or "bundled" (the recipe's committed drafts)."""
-    if ref == BUNDLED:
-        return recipe.bundle
-    if ref == "previous":
-        return stage_drafts(runs, recipe.stages[stage_i - 1].name)
-    if "/" in ref:
-        stage, phase = ref.split("/", 1)
-        return runs / stage / phase / "export"
-    return stage_drafts(runs, ref)
+def older_layout(runs: Path) -> list[Path]:
+    """Run folders of the earlier numbered layout (RUNS/stage-N/...), which nothing reads any more."""
+    return sorted(runs.glob("stage-[0-9]*")) if runs.is_dir() else []
+
+
+# ----- lineage -------------------------------------------------------------------------------------------------------
+def lineage(recipe: Recipe, method: str, until: str | None = None) -> list[tuple[Step, str]]:
+    """The steps behind `method`'s latest draft as of step `until` (default: the last), oldest first, each with the
+    method whose weights it trained: init continues the same method, specialists_from copies the EAGLE layer."""
+    last = recipe.step_index(until) if until else len(recipe.steps) - 1
+    trained = [s for s in recipe.steps[: last + 1] if method in s.methods]
+    if not trained:
+        raise ConfigError(f"{recipe.path}: no step up to {recipe.steps[last].name!r} trains {method!r}.")
+    chain, step, who = [], trained[-1], method
+    while True:
+        chain.append((step, who))
+        if step.init:
+            step = recipe.step(step.init)
+        elif step.specialists_from:
+            step, who = recipe.step(step.specialists_from), LAYER_SOURCE
+        else:
+            return chain[::-1]
+
+
+def step_record(step: Step, who: str) -> dict:
+    """One step of a lineage as a model card records it."""
+    f = step.flags
+    start = (f"continues {step.init}" if step.init else
+             f"every layer a copy of {step.specialists_from}'s EAGLE layer" if step.specialists_from else
+             f"a fresh initial layer (seed {f.get('seed', 0)})")
+    forced = who in TEACHER_FORCED
+    return {"step": step.name, "method": who, "steps": step.steps, "start": start, "data": step.mix or step.data,
+            "objective": "teacher-forced" if forced else "unrolled", "unroll": None if forced else f.get("unroll"),
+            "loss": f.get("loss"), "lr": f.get("lr"), "batch_seed": f.get("batch_seed", f.get("seed", 0)),
+            "max_len": f.get("max_len")}
+
+
+def card_lineage(recipe: Recipe, method: str, measured: bool = True) -> dict:
+    """What a bundled draft's model card says of where it came from: data, steps, objective and unroll, step by
+    step, from the recipe; `measured` says whether the card has held-out figures."""
+    chain = lineage(recipe, method)
+    return {"recipe": _repo_path(recipe.path), "total_steps": sum(s.steps for s, _ in chain),
+            "heldout": HELDOUT_NOTE if measured else HELDOUT_MISSING,
+            "data_mixes": {s.mix: s.data for s, _ in chain if s.mix},
+            "steps": [step_record(s, who) for s, who in chain]}
+
+
+def _repo_path(path: Path) -> str:
+    """`path` as the repository names it (relative to its root) when it lies inside it."""
+    try:
+        return path.resolve().relative_to(PACKAGE_ROOT).as_posix()
+    except ValueError:
+        return path.as_posix()
+
+
+HELDOUT_NOTE = ("heldout_top1_by_position_decoding: top-1 agreement with the target by draft position on the "
+                "training sequences held out of every draft's training (seed 0's split), decoding unroll")
+HELDOUT_MISSING = ("heldout_top1_by_position_decoding is null: not measured yet (python -m "
+                   "poss_core.training.evaluate on the last step's held-out split, or the step with final_eval)")
+
+
+def card_text(card: dict) -> str:
+    """A model card as JSON, each lineage step and data mix on one line so the chain reads top to bottom."""
+    lin = card.get("lineage")
+    if not lin:
+        return json.dumps(card, indent=2) + "\n"
+    inline = {f"@{i}@": v for i, v in enumerate([*lin["data_mixes"].values(), *lin["steps"]])}
+    marks = iter(inline)
+    shown = {**card, "lineage": {**lin, "data_mixes": {k: next(marks) for k in lin["data_mixes"]},
+                                 "steps": [next(marks) for _ in lin["steps"]]}}
+    text = json.dumps(shown, indent=2)
+    for mark, value in inline.items():
+        text = text.replace(json.dumps(mark), json.dumps(value))
+    return text + "\n"
+
+
+def _with_heldout_slot(card: dict) -> dict:
+    """The card with its held-out figures' key present (null when not measured), where the trainer puts it."""
+    if "heldout_top1_by_position_decoding" in card:
+        return card
+    out = {}
+    for key, value in card.items():
+        out[key] = value
+        if key == "seconds_this_run":
+            out["heldout_top1_by_position_decoding"] = None
+    return {**out, "heldout_top1_by_position_decoding": None} if len(out) == len(card) else out
+
+
+def cards(recipe: Recipe, root: Path, write: bool) -> list[str]:
+    """Each bundled draft's model card with its "lineage" from the recipe; with `write`, the cards updated in place
+    (a card without held-out figures records them as missing: null). Returns the methods whose card differs."""
+    stale = []
+    for folder in sorted(p for p in (root / recipe.bundle).iterdir() if (p / "model_card.json").is_file()):
+        path = folder / "model_card.json"
+        card = json.loads(path.read_text())
+        measured = bool(card.get("heldout_top1_by_position_decoding"))
+        new = {**_with_heldout_slot(card), "lineage": card_lineage(recipe, folder.name, measured)}
+        if card_text(new) != path.read_text():
+            stale.append(folder.name)
+            if write:
+                path.write_text(card_text(new))
+    return stale
 
 
 # ----- commands ------------------------------------------------------------------------------------------------------
@@ -251,19 +361,18 @@ def _dtype_of(args: list[str]) -> list[str]:
     return ["--dtype", args[args.index("--dtype") + 1]] if "--dtype" in args else []
 
 
-def train_command(recipe: Recipe, runs: Path, stage_i: int, phase: Phase, method: str, max_steps: int = 0) -> list[str]:
-    where = phase_dir(runs, phase)
-    flags = dict(phase.flags)
-    steps = min(phase.steps, max_steps) if max_steps else phase.steps
+def train_command(recipe: Recipe, runs: Path, step: Step, method: str, max_steps: int = 0) -> list[str]:
+    flags = dict(step.flags)
+    steps = min(step.steps, max_steps) if max_steps else step.steps
     if max_steps:
         flags["final_eval"] = "none"  # a smoke run checks that training starts, not what it scores
     cmd = [sys.executable, "-m", TRAIN_MODULE, "--preset", recipe.preset, "--methods", method,
-           "--data", *[str(recipe.data_root / n) for n in phase.data], "--steps", str(steps),
-           *flag_args(flags), "--out", str(where / "run"), "--export", str(where / "export")]
-    if phase.init:
-        cmd += ["--init-from", str(resolve(recipe, runs, stage_i, phase.init))]
-    if phase.specialists_from:
-        cmd += ["--specialists-from", str(resolve(recipe, runs, stage_i, phase.specialists_from))]
+           "--data", *[str(recipe.data_root / n) for n in step.data], "--steps", str(steps),
+           *flag_args(flags), "--out", str(step_dir(runs, step) / "run"), "--export", str(export_dir(runs, step))]
+    if step.init:
+        cmd += ["--init-from", str(export_dir(runs, step.init))]
+    if step.specialists_from:
+        cmd += ["--specialists-from", str(export_dir(runs, step.specialists_from))]
     return cmd
 
 
@@ -282,10 +391,10 @@ def run_step(cmd: list[str], label: str, dry_run: bool) -> None:
         raise PossError(f"{label} failed (exit {code}); rerun the same command to resume from where it stopped.")
 
 
-# ----- the three procedures ------------------------------------------------------------------------------------------
+# ----- the procedures ------------------------------------------------------------------------------------------------
 def needed_data(recipe: Recipe, until: str | None) -> list[str]:
-    last = recipe.stage_index(until) if until else len(recipe.stages) - 1
-    return sorted({n for s in recipe.stages[: last + 1] for p in s.phases for n in p.data})
+    last = recipe.step_index(until) if until else len(recipe.steps) - 1
+    return sorted({n for s in recipe.steps[: last + 1] for n in s.data})
 
 
 def build_data(recipe: Recipe, only: list[str], max_shards: int, dry_run: bool, tokens_only: bool = False) -> None:
@@ -300,48 +409,43 @@ def build_data(recipe: Recipe, only: list[str], max_shards: int, dry_run: bool, 
                  f"data {i}/{len(todo)} {d.name}", dry_run)
 
 
-def assemble_stage(recipe: Recipe, runs: Path, stage_i: int) -> Path:
-    """RUNS/STAGE/drafts: the previous stage's drafts with this stage's trained methods laid over them."""
-    stage = recipe.stages[stage_i]
-    out = stage_drafts(runs, stage.name)
+def assemble_drafts(recipe: Recipe, runs: Path, last: int) -> Path:
+    """RUNS/STEP/drafts for step `last`: every method's latest export up to and including that step."""
+    out = step_dir(runs, recipe.steps[last]) / "drafts"
     tmp = out.with_name("drafts.partial")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    if stage_i > 0:
-        prev = stage_drafts(runs, recipe.stages[stage_i - 1].name)
-        for m in sorted(prev.iterdir()) if prev.is_dir() else []:
-            shutil.copytree(m, tmp / m.name)
-    for phase in stage.phases:
-        for method in phase.methods:
-            shutil.rmtree(tmp / method, ignore_errors=True)
-            shutil.copytree(phase_dir(runs, phase) / "export" / method, tmp / method)
+    latest = {m: s for s in recipe.steps[: last + 1] for m in s.methods}  # later steps win
+    for method, step in sorted(latest.items()):
+        shutil.copytree(export_dir(runs, step) / method, tmp / method)
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
     return out
 
 
-def train_stages(recipe: Recipe, runs: Path, until: str | None, max_steps: int, dry_run: bool) -> Path | None:
-    """Each stage's phases, method by method, then the stage's drafts. A method whose export exists is done."""
-    last = recipe.stage_index(until) if until else len(recipe.stages) - 1
+def train_steps(recipe: Recipe, runs: Path, until: str | None, max_steps: int, dry_run: bool) -> Path | None:
+    """Each step in order, method by method (a method whose export exists is done), then the drafts as of the last
+    step run."""
+    last = recipe.step_index(until) if until else len(recipe.steps) - 1
     missing = [n for n in needed_data(recipe, until) if not list((recipe.data_root / n).glob("shard-*.safetensors"))]
     if missing and not dry_run:
         raise PossError(f"data folder(s) {', '.join(missing)} under {recipe.data_root}/ have no shards: run "
                         f"python -m poss_core.training.recipe data --config {recipe.path} first.")
-    out = None
-    for i, stage in enumerate(recipe.stages[: last + 1]):
-        if (stage_drafts(runs, stage.name)).is_dir():
-            print(f"[recipe] {stage.name}: done ({stage_drafts(runs, stage.name)})", flush=True)
-            out = stage_drafts(runs, stage.name)
-            continue
-        for phase in stage.phases:
-            for method in phase.methods:
-                if (phase_dir(runs, phase) / "export" / method / "config.json").is_file():
-                    continue
-                run_step(train_command(recipe, runs, i, phase, method, max_steps),
-                         f"{phase.key} {method} ({phase.steps} steps)", dry_run)
-        if not dry_run:
-            out = assemble_stage(recipe, runs, i)
-            print(f"[recipe] {stage.name}: drafts in {out}", flush=True)
+    old = older_layout(runs)
+    if old:
+        print(f"[recipe] note: {', '.join(p.name for p in old)} under {runs}/ follow the earlier numbered layout and "
+              "are not read; steps train under their names (recipe show lists them).", flush=True)
+    for step in recipe.steps[: last + 1]:
+        todo = [m for m in step.methods if not (export_dir(runs, step) / m / "config.json").is_file()]
+        if not todo:
+            print(f"[recipe] {step.name}: done ({export_dir(runs, step)})", flush=True)
+        for method in todo:
+            run_step(train_command(recipe, runs, step, method, max_steps),
+                     f"{step.name} {method} ({step.steps} steps)", dry_run)
+    if dry_run:
+        return None
+    out = assemble_drafts(recipe, runs, last)
+    print(f"[recipe] drafts as of {recipe.steps[last].name}: {out}", flush=True)
     return out
 
 
@@ -383,20 +487,26 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--tokens-only", action="store_true",
                    help="write the rows without the target's features: minutes instead of hours, and training "
                         "computes each batch's features as it uses them (worth it for a run of a few hundred steps)")
-    t = sub.add_parser("train", help="train every stage in order (resumable)")
+    t = sub.add_parser("train", help="run every training step in order (resumable)")
     common(t)
-    t.add_argument("--until", default=None, metavar="STAGE", help="stop after this stage (e.g. stage-1)")
+    t.add_argument("--until", default=None, metavar="STEP",
+                   help="stop after this step (a name that `show` lists, e.g. teacher-forced-from-scratch)")
     t.add_argument("--max-steps", type=int, default=0, metavar="N",
-                   help="cap every phase at N steps (a smoke run; it trains under RUNS-max-steps-N, never RUNS)")
-    t.add_argument("--runs", default=None, help="where the stages train (default: the recipe's runs)")
+                   help="cap every step at N optimizer steps (a smoke run; it trains under RUNS-max-steps-N, "
+                        "never RUNS)")
+    t.add_argument("--runs", default=None, help="where the steps train (default: the recipe's runs)")
     h = sub.add_parser("heldout", help="score drafts on the recipe's held-out slices")
     common(h)
     h.add_argument("--drafts", nargs="+", required=True, help="folders holding one subfolder per method")
     h.add_argument("--methods", default="eagle,poss2,poss3,matched")
     h.add_argument("--threads", type=int, default=2)
     h.add_argument("--out", default="results/heldout", help="folder for one JSON per held-out slice")
-    s = sub.add_parser("show", help="print the recipe's stages and the commands they run")
+    s = sub.add_parser("show", help="print the recipe's steps and the commands they run")
     common(s)
+    c = sub.add_parser("cards", help="print each bundled draft's lineage (data, steps, objective, unroll) from the "
+                                     "recipe; --write puts it in the drafts' model_card.json")
+    common(c)
+    c.add_argument("--write", action="store_true", help="update the bundled model cards' lineage in place")
     return run_cli(run, p.parse_args(argv))
 
 
@@ -412,13 +522,19 @@ def run(args) -> int:
         runs = Path(args.runs) if args.runs else recipe.runs
         if args.max_steps and not args.runs:
             runs = runs.with_name(f"{runs.name}-max-steps-{args.max_steps}")
-        out = train_stages(recipe, runs, args.until, args.max_steps, args.dry_run)
+        out = train_steps(recipe, runs, args.until, args.max_steps, args.dry_run)
         if out and not args.dry_run:
             print(json.dumps({"drafts": str(out)}))
     elif args.command == "heldout":
         paths = heldout(recipe, args.drafts, args.methods, Path(args.out), args.threads, args.dry_run)
         if not args.dry_run:
             print(heldout_table(paths))
+    elif args.command == "cards":
+        print_lineages(recipe)
+        stale = cards(recipe, Path.cwd(), write=args.write and not args.dry_run)
+        if stale:
+            print(f"{'updated' if args.write and not args.dry_run else 'differ from the recipe'}: "
+                  f"{', '.join(stale)}")
     else:
         print_recipe(recipe)
     return 0
@@ -439,17 +555,25 @@ def heldout_table(paths: list[Path]) -> str:
     return "\n".join(lines)
 
 
+def print_lineages(recipe: Recipe) -> None:
+    """Every method's chain of steps, with the optimizer steps behind it."""
+    for method in sorted({m for s in recipe.steps for m in s.methods}):
+        chain = lineage(recipe, method)
+        print(f"{method}: {sum(s.steps for s, _ in chain):,} steps")
+        for step, who in chain:
+            print(f"  {step.name} ({who}, {step.steps:,})")
+
+
 def print_recipe(recipe: Recipe) -> None:
-    print(f"recipe {recipe.path}: preset {recipe.preset}, data under {recipe.data_root}/, stages under {recipe.runs}/")
+    print(f"recipe {recipe.path}: preset {recipe.preset}, data under {recipe.data_root}/, steps under {recipe.runs}/")
     for d in recipe.data:
         how = f"from {d.tokens}" if d.tokens else "by its command"
         print(f"  data {d.name}{' (held out)' if d.heldout else ''}: {how}")
         print(f"    {show(data_command(recipe, d))}")
-    for i, stage in enumerate(recipe.stages):
-        print(f"  {stage.name}: {stage.note}")
-        for phase in stage.phases:
-            for method in phase.methods:
-                print(f"    {show(train_command(recipe, recipe.runs, i, phase, method))}")
+    for step in recipe.steps:
+        print(f"  {step.name}: {step.note}")
+        for method in step.methods:
+            print(f"    {show(train_command(recipe, recipe.runs, step, method))}")
 
 
 if __name__ == "__main__":
