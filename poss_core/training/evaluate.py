@@ -6,7 +6,7 @@
 Every draft is unrolled the same way (`--unroll predicted` by default: step j reads step j-1's predicted features)
 and compared with the target's real next token over the full vocabulary (a token outside a draft's vocabulary is a
 miss), so drafts with different vocabularies, and drafts before and after more training, are compared on equal
-terms. This is an offline proxy for the benchmark's pos-acc, cheap enough to run after every training stage; it
+terms. This is an offline proxy for the benchmark's pos-acc, cheap enough to run after every training step; it
 reads only the data folders given, so keep one made from prompts no draft trained on (a different --seed of
 --self-prompts, say).
 

@@ -151,6 +151,10 @@ def _read_step(s: dict, i: int, defaults: dict, mixes: dict[str, list[str]], pat
     return step
 
 
+# What a recipe file may hold (anything else is refused, naming it).
+RECIPE_KEYS = {"preset", "data_root", "runs", "bundle", "train", "data", "mix", "step"}
+
+
 def load_recipe(path: str | Path) -> Recipe:
     """Parse and check a recipe file: every reference (data names, starting steps) must resolve."""
     path = Path(path)
@@ -160,9 +164,10 @@ def load_recipe(path: str | Path) -> Recipe:
         raw = tomllib.loads(path.read_text())
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise ConfigError(f"{path} is not valid TOML: {e}") from e
-    if "stage" in raw:
-        raise ConfigError(f"{path} uses [[stage]] tables: write each phase as a [[step]] with a name saying what it "
-                          "does, and init / specialists_from naming the step it starts from.")
+    unknown = sorted(set(raw) - RECIPE_KEYS)
+    if unknown:
+        raise ConfigError(f"{path}: {unknown[0]!r} is not part of a recipe: use {', '.join(sorted(RECIPE_KEYS))} "
+                          f"(each phase of training is a [[step]] with a name saying what it does).")
     defaults = _flags(dict(raw.get("train", {})), f"{path} [train]")
     data = []
     for i, d in enumerate(raw.get("data", [])):
@@ -213,11 +218,6 @@ def step_dir(runs: Path, step: Step | str) -> Path:
 def export_dir(runs: Path, step: Step | str) -> Path:
     """The folder holding one subfolder per method that the step trained."""
     return step_dir(runs, step) / "export"
-
-
-def older_layout(runs: Path) -> list[Path]:
-    """Run folders of the earlier numbered layout (RUNS/stage-N/...), which nothing reads any more."""
-    return sorted(runs.glob("stage-[0-9]*")) if runs.is_dir() else []
 
 
 # ----- lineage -------------------------------------------------------------------------------------------------------
@@ -431,10 +431,6 @@ def train_steps(recipe: Recipe, runs: Path, until: str | None, max_steps: int, d
     if missing and not dry_run:
         raise PossError(f"data folder(s) {', '.join(missing)} under {recipe.data_root}/ have no shards: run "
                         f"python -m poss_core.training.recipe data --config {recipe.path} first.")
-    old = older_layout(runs)
-    if old:
-        print(f"[recipe] note: {', '.join(p.name for p in old)} under {runs}/ follow the earlier numbered layout and "
-              "are not read; steps train under their names (recipe show lists them).", flush=True)
     for step in recipe.steps[: last + 1]:
         todo = [m for m in step.methods if not (export_dir(runs, step) / m / "config.json").is_file()]
         if not todo:

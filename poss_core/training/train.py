@@ -221,7 +221,7 @@ def evaluate(draft: DraftModel, batches: list[RowBatch], positions: int,
 
 
 # What the final held-out evaluation measures (--final-eval): each unroll costs minutes on a CPU, the decoding one
-# the most, and an intermediate stage that a later one continues does not need either.
+# the most, and an intermediate step that a later one continues does not need either.
 FINAL_EVALS = {"both": ("predicted", "decoding"), "predicted": ("predicted",), "decoding": ("decoding",), "none": ()}
 EVAL_KEYS = {"predicted": "heldout_top1_by_position", "decoding": "heldout_top1_by_position_decoding"}
 
@@ -290,11 +290,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--heldout", type=float, default=0.03, help="fraction of training sequences held out")
     p.add_argument("--final-eval", choices=list(FINAL_EVALS), default="both",
                    help="held-out top-1 agreement after training, by unroll (recorded in the model card); none for "
-                        "an intermediate stage that a later one continues")
+                        "an intermediate step that a later one continues")
     p.add_argument("--save-every", type=int, default=50)
     p.add_argument("--seed", type=int, default=0, help="initialisation, held-out split and (by default) batch order")
     p.add_argument("--batch-seed", type=int, default=None,
-                   help="a different batch order for a later training stage, keeping --seed's held-out split")
+                   help="a different batch order for a later training step, keeping --seed's held-out split")
     p.add_argument("--out", required=True, help="run folder (resume state, logs, final drafts)")
     p.add_argument("--init-from", default=None, metavar="FOLDER",
                    help="continue training the drafts in FOLDER/<method> (e.g. the bundled ones) instead of a "
