@@ -1,7 +1,7 @@
-"""The About tab: speculative decoding, EAGLE and POSS for a class, one diagram, the metric definitions, the hardware."""
+"""The About tab: speculative decoding, EAGLE and POSS for a class, one diagram, the metric definitions, the
+hardware."""
 
 from __future__ import annotations
-
 
 INTRO = """
 ### Speculative decoding in one minute
@@ -89,8 +89,8 @@ target's arithmetic: a token's result must not depend on the other tokens in the
 decoding runs one token at a time and verification runs the whole tree at once.
 * **float32 on a CPU** has it (up to accumulation order, far below any margin seen): every lane is identical.
 * **bfloat16 / float16** round a batched and a one-token matrix product differently, so where the target's two best
-  tokens are within a fraction of a logit (0.5 in bf16) a lane can take the other one: a **rounding near-tie**. The badge
-  then gives the plain target's own logit margin there; a larger margin would be a real mismatch (a bug), and the
+  tokens are within a fraction of a logit (0.5 in bf16) a lane can take the other one: a **rounding near-tie**. The
+  badge then gives the plain target's own logit margin there; a larger margin would be a real mismatch (a bug), and the
   badge says that too.
 * **4-bit NF4** targets dequantize their weights and multiply in the compute dtype, so in float32 every lane is
   identical. (bitsandbytes' fused CPU kernel would round the activations to bfloat16, and a float32 target would
@@ -148,7 +148,7 @@ DIAGRAM = """
   <text class="s" x="470" y="178">+ one token of the target's own:</text>
   <text class="s" x="470" y="194">here 3 accepted + 1 = 4 tokens for one pass</text>
   <rect class="box" x="460" y="75" width="285" height="130"/>
-  <text class="s" x="10" y="235">Thick vermillion: the accepted path. Faded: rejected branches. Colours: which specialist drafted the node.</text>
+  <text class="s" x="10" y="235">Thick vermillion: the accepted path. Faded: rejected. Colour: the specialist.</text>
 </svg>
 </div>
 """

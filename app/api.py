@@ -30,22 +30,35 @@ QUEUE_POLL_S = 0.1  # how often a waiting /compare call checks for its live slot
 # max_new_tokens first (the order clients give them in positionally). A tree setting and max_new_tokens default to 0,
 # which means the app's default for the preset (state.ui_defaults); tree_budget 0 fits each draft's budget instead.
 API_SETTINGS = ("max_new_tokens",) + tuple(n for n in settings.offered_on(settings.API) if n != "max_new_tokens")
-API_DEFAULTS = {n: 0 if settings.SETTINGS[n].from_preset or n == "max_new_tokens" else settings.SETTINGS[n].default
-                for n in API_SETTINGS}
+API_DEFAULTS = {
+    n: 0 if settings.SETTINGS[n].from_preset or n == "max_new_tokens" else settings.SETTINGS[n].default
+    for n in API_SETTINGS
+}
 
 
 def api_signature() -> inspect.Signature:
     """The /compare endpoint's signature, from the settings table: what Gradio documents and clients call."""
     param = functools.partial(inspect.Parameter, kind=inspect.Parameter.POSITIONAL_OR_KEYWORD)
     return inspect.Signature(
-        [param("prompt", annotation=str), param("methods", annotation=list[str]),
-         param("preset", default="", annotation=str)]
+        [
+            param("prompt", annotation=str),
+            param("methods", annotation=list[str]),
+            param("preset", default="", annotation=str),
+        ]
         + [param(n, default=API_DEFAULTS[n], annotation=settings.SETTINGS[n].kind) for n in API_SETTINGS]
-        + [param("request", default=None, annotation=gr.Request)], return_annotation=dict)
+        + [param("request", default=None, annotation=gr.Request)],
+        return_annotation=dict,
+    )
 
 
-def compare_api(prompt: str, methods: list[str], preset: str = DEFAULT_PRESET, cancel: threading.Event | None = None,
-                quiet_refusals: bool = False, **values) -> dict:
+def compare_api(
+    prompt: str,
+    methods: list[str],
+    preset: str = DEFAULT_PRESET,
+    cancel: threading.Event | None = None,
+    quiet_refusals: bool = False,
+    **values,
+) -> dict:
     """Run one comparison (no streaming) and return each lane's text and summary.
 
     methods: two or three of plain, eagle, hass, poss1, poss2, poss3, matched (the preset's drafts), oracle, pld.
@@ -55,8 +68,9 @@ def compare_api(prompt: str, methods: list[str], preset: str = DEFAULT_PRESET, c
     uses the default budget where no fit is cached: the lane's "budget_note" says so).
     temperature, top_p, seed: sampling (temperature 0 is greedy). precision: auto (fp32 on a CPU, bf16 on a GPU),
     float32 or bfloat16, the target's dtype.
-    Returns {"preset", "settings", "lanes": [{"method", "label", "text", "stop_reason", "tree_budget", "identical_to_plain",
-    "speedup_vs_plain", "summary": {tau, pos_acc, pos_rate, accept_hist, tokens_per_s, new_tokens, rounds, ...}}],
+    Returns {"preset", "settings", "lanes": [{"method", "label", "text", "stop_reason", "tree_budget",
+    "identical_to_plain", "speedup_vs_plain", "summary": {tau, pos_acc, pos_rate, accept_hist, tokens_per_s,
+    new_tokens, rounds, ...}}],
     "timing", "timed_out"}. Lanes run in turns, one round each; tokens/s counts each lane's own compute. Every setting
     has the app's bounds (poss_core/settings.py); a call that runs past the server's per-call limit is stopped and
     says so ("timed_out": true, every lane's stop_reason "cancelled"); the limit's clock starts with the call, so
@@ -80,20 +94,40 @@ def compare_api(prompt: str, methods: list[str], preset: str = DEFAULT_PRESET, c
         summary = lane.summary or {}
         stats = metrics.summarize(lane.events)
         tps = stats["tokens_per_s"]
-        out_lanes.append({
-            "method": lane.method, "label": lane.label, "text": lane.text, "error": lane.error,
-            "stop_reason": summary.get("stop_reason"), "tree_budget": lane.budget, "budget_auto": lane.budget_auto,
-            "budget_note": _budget_note(comp, lane),
-            "identical_to_plain": (lane.token_ids == plain.token_ids) if plain is not None and not lane.plain
-            else None,
-            "speedup_vs_plain": metrics.speedup(tps, metrics.tokens_per_s(plain.events))
-            if plain is not None and not lane.plain else None,
-            "summary": stats})
-    return clean_json({"preset": name, "settings": comp.spec.to_json(), "lanes": out_lanes, "hardware": comp.hardware,
-                       "timing": "lanes run in turns, one round each; tokens/s counts each lane's own compute",
-                       "timed_out": comp.timed_out,
-                       **({"note": f"stopped at the server's limit of {state.CALL_LIMIT_S:g} s per call"}
-                          if comp.timed_out else {})})
+        out_lanes.append(
+            {
+                "method": lane.method,
+                "label": lane.label,
+                "text": lane.text,
+                "error": lane.error,
+                "stop_reason": summary.get("stop_reason"),
+                "tree_budget": lane.budget,
+                "budget_auto": lane.budget_auto,
+                "budget_note": _budget_note(comp, lane),
+                "identical_to_plain": (lane.token_ids == plain.token_ids)
+                if plain is not None and not lane.plain
+                else None,
+                "speedup_vs_plain": metrics.speedup(tps, metrics.tokens_per_s(plain.events))
+                if plain is not None and not lane.plain
+                else None,
+                "summary": stats,
+            }
+        )
+    return clean_json(
+        {
+            "preset": name,
+            "settings": comp.spec.to_json(),
+            "lanes": out_lanes,
+            "hardware": comp.hardware,
+            "timing": "lanes run in turns, one round each; tokens/s counts each lane's own compute",
+            "timed_out": comp.timed_out,
+            **(
+                {"note": f"stopped at the server's limit of {state.CALL_LIMIT_S:g} s per call"}
+                if comp.timed_out
+                else {}
+            ),
+        }
+    )
 
 
 def api_spec(prompt: str, methods: list[str], preset: str, quiet_refusals: bool = False, **values) -> compare.RunSpec:
@@ -118,8 +152,7 @@ def _budget_note(comp: compare.Comparison, lane: compare.Lane) -> str | None:
     """Why a draft lane that asked for an auto budget decodes on the default one (none needed otherwise)."""
     if not comp.spec.auto_budget or lane.budget_auto or lane.budget is None or lane.method == "oracle":
         return None
-    why = ("this server fits tree budgets only at start-up" if not state.CALL_FITS else
-           "the server was still fitting it")
+    why = "this server fits tree budgets only at start-up" if not state.CALL_FITS else "the server was still fitting it"
     return f"the default tree budget ({lane.budget}): {why}, and none is cached for this draft, depth and top-k"
 
 
@@ -157,8 +190,11 @@ def compare_endpoint(app_preset: str, wrap: Callable = lambda fn: fn):
                 while not share.LIVE.try_start(ticket):
                     if time.monotonic() - shown >= PROGRESS_EVERY_S:
                         shown = time.monotonic()
-                        yield {"queued": True, "place": share.LIVE.place(ticket),
-                               "wait_s": round(share.LIVE.estimate_s(ticket), 1)}
+                        yield {
+                            "queued": True,
+                            "place": share.LIVE.place(ticket),
+                            "wait_s": round(share.LIVE.estimate_s(ticket), 1),
+                        }
                     await asyncio.sleep(QUEUE_POLL_S)
                 began = time.monotonic()
                 answer = asyncio.get_running_loop().run_in_executor(None, call)

@@ -1,4 +1,4 @@
-""""Everyone on this server": the round statistics of every finished live run on this server (every tab and API
+""" "Everyone on this server": the round statistics of every finished live run on this server (every tab and API
 client), pooled per preset and method. Numbers only: a lane adds its `metrics.AcceptanceStats` (accept-length
 histogram by drafted depth, specialists, feature deviation by position) and its token and time totals, never its
 prompt or text. Memory is bounded: one entry per (preset, method), at most MAX_KEYS of them, each a fixed-size table
@@ -31,8 +31,9 @@ class ClassEntry:
     seconds: float = 0.0  # the lanes' own compute time, summed (tokens / seconds: pooled tokens/s)
 
     def added(self, stats: AcceptanceStats, tokens: int, seconds: float) -> "ClassEntry":
-        return ClassEntry(self.label, metrics.pooled([self.stats, stats]), self.runs + 1, self.tokens + tokens,
-                          self.seconds + seconds)
+        return ClassEntry(
+            self.label, metrics.pooled([self.stats, stats]), self.runs + 1, self.tokens + tokens, self.seconds + seconds
+        )
 
     @property
     def tokens_per_s(self) -> float:
@@ -56,9 +57,16 @@ class ClassPool:
         is not one of this server's); returns how many lanes went in."""
         if comp is None or comp.replay:
             return 0
-        parts = [(lane, metrics.acceptance_stats(lane.events, int(comp.spec.depth)),
-                  metrics.total_new_tokens(lane.events), metrics.wall_seconds(lane.events))
-                 for lane in comp.lanes if lane.events]
+        parts = [
+            (
+                lane,
+                metrics.acceptance_stats(lane.events, int(comp.spec.depth)),
+                metrics.total_new_tokens(lane.events),
+                metrics.wall_seconds(lane.events),
+            )
+            for lane in comp.lanes
+            if lane.events
+        ]
         added = 0
         with self._lock:
             for lane, stats, tokens, seconds in parts:
@@ -91,8 +99,10 @@ class ClassPool:
     def reset(self, key: str | None) -> tuple[bool, str]:
         """Empty the pool if `key` is the one the app was started with; (done, what to tell the user)."""
         if not self.reset_key:
-            return False, ("This server was started without --class-reset-key, so its class pool cannot be reset "
-                           "(restarting the app empties it).")
+            return False, (
+                "This server was started without --class-reset-key, so its class pool cannot be reset "
+                "(restarting the app empties it)."
+            )
         if not hmac.compare_digest(str(key or "").encode(), self.reset_key.encode()):
             return False, "That is not this server's reset key: the class pool was kept."
         with self._lock:

@@ -18,23 +18,37 @@ from typing import Any
 import gradio as gr
 
 from poss_core import methods
-from poss_core.views import figures
-from poss_core.results.analysis import OVERALL
-from poss_core.results.evidence import Evidence, load_evidence
 from poss_core.errors import ConfigError, PossError
 from poss_core.models.presets import get_preset, presets
 from poss_core.paths import assets_dir, project_root
+from poss_core.results.analysis import OVERALL
+from poss_core.results.evidence import Evidence, load_evidence
+from poss_core.views import figures
 
-OUTPUT_NAMES = ("message", "header", "table", "tau", "speedup", "speedup_demo", "pos_acc", "pos_rate", "deviation",
-                "heldout", "scope", "shown")
+OUTPUT_NAMES = (
+    "message",
+    "header",
+    "table",
+    "tau",
+    "speedup",
+    "speedup_demo",
+    "pos_acc",
+    "pos_rate",
+    "deviation",
+    "heldout",
+    "scope",
+    "shown",
+)
 ALL_DATASETS = "all datasets"  # the scope picker's label for the pooled scope (OVERALL)
 SCOPED = ("speedup", "pos_acc", "pos_rate", "deviation")  # the charts the scope picker redraws
 DEMO_SUFFIX = "-demo"  # assets/evidence/<preset>-demo.json: the same drafts with the Demo tab's default tree, bf16
 # The deviation picker: where the deviation is measured (metrics.DEVIATION_KINDS), the unbiased measure first.
-DEVIATION_CHOICES = [("along the target's continuation", "continuation"),
-                     ("tree nodes off the accepted path", "tree_off_path"),
-                     ("tree nodes on the accepted path", "tree_on_path"),
-                     ("accepted positions only (conditional)", "accepted")]
+DEVIATION_CHOICES = [
+    ("along the target's continuation", "continuation"),
+    ("tree nodes off the accepted path", "tree_off_path"),
+    ("tree nodes on the accepted path", "tree_on_path"),
+    ("accepted positions only (conditional)", "accepted"),
+]
 
 SPEED_WORDS = """**Why the paper's tree is slower than plain decoding here.** Every round the target verifies the whole
 tree (60 drafted tokens) in one forward pass. On a GPU that pass costs about as much as a one-token step, since a
@@ -61,9 +75,11 @@ position from their training; the speed-up over plain decoding with the paper's 
 position-wise acceptance with Wilson 95% intervals over the rounds that drafted each position; and feature deviation
 by position along the target's own continuation. Every chart states the sample it rests on."""
 
-FOLDER_NOTE = ("Reads only folders under the project's `results/` (or the folder `python app.py --results-dir DIR` "
-               f"or `{RESULTS_ENV}` names): a public app must not read other files on its server. A folder from "
-               "`python -m poss_core.bench ... --out results/NAME` is read as `results/NAME`.")
+FOLDER_NOTE = (
+    "Reads only folders under the project's `results/` (or the folder `python app.py --results-dir DIR` "
+    f"or `{RESULTS_ENV}` names): a public app must not read other files on its server. A folder from "
+    "`python -m poss_core.bench ... --out results/NAME` is read as `results/NAME`."
+)
 
 
 def evidence_dir() -> Path:
@@ -76,9 +92,11 @@ def refresh_command(preset: str) -> str:
     if preset == "smollm2-135m":
         return "python scripts/benchmark.py paper --evidence"
     drafts = ",".join(["plain", *get_preset(preset).drafts])
-    return (f"python -m poss_core.bench --preset {preset} --methods {drafts} --data ../shared/data/eval/*.jsonl "
-            f"--out results/{preset} && python -m poss_core.bench evidence results/{preset} "
-            f"--out assets/evidence/{preset}.json")
+    return (
+        f"python -m poss_core.bench --preset {preset} --methods {drafts} --data ../shared/data/eval/*.jsonl "
+        f"--out results/{preset} && python -m poss_core.bench evidence results/{preset} "
+        f"--out assets/evidence/{preset}.json"
+    )
 
 
 def results_roots() -> list[Path]:
@@ -110,23 +128,28 @@ def resolve_results_path(text: Any) -> Path:
         found = next((r for r in allowed if r.exists()), None)
         outside = any(c.exists() for c, _ in resolved)
     except (OSError, RuntimeError) as err:  # a link loop (RuntimeError), a name the system refuses
-        raise ConfigError(f"that path could not be followed ({type(err).__name__}: a link loop or a name the "
-                          f"system refuses).") from None
+        raise ConfigError(
+            f"that path could not be followed ({type(err).__name__}: a link loop or a name the system refuses)."
+        ) from None
     if found is not None:
         return found
     if not allowed or outside:
-        raise ConfigError(f"this app reads only folders under {_roots_text(roots)} (a public app must not read "
-                          f"other files on its server); copy the folder there, or start the app with --results-dir "
-                          f"DIR.")
+        raise ConfigError(
+            f"this app reads only folders under {_roots_text(roots)} (a public app must not read "
+            f"other files on its server); copy the folder there, or start the app with --results-dir "
+            f"DIR."
+        )
     raise ConfigError(f"no such folder under {_roots_text(roots)}.")
 
 
 def _roots_text(roots: list[Path]) -> str:
     """The allowed folders as a user knows them: relative to the project, else the --results-dir folder's name."""
+
     def shown(root: Path) -> str:
         if root.is_relative_to(project_root().resolve()):
             return f"{root.relative_to(project_root().resolve())}/"
         return f"the --results-dir folder ({root.name}/)"
+
     return " or ".join(shown(r) for r in roots)
 
 
@@ -157,24 +180,42 @@ def header_html(ev: Evidence, source: str) -> str:
     """Where the figures come from: the command, the hardware, the date, the settings and the sample sizes."""
     m = ev.meta
     questions = ev.questions()
-    rounds = ", ".join(f"{info.short} {ev.results[info.name].scopes[OVERALL].rounds}"
-                       for info in ev.draft_methods() if OVERALL in ev.results[info.name].scopes)
+    rounds = ", ".join(
+        f"{info.short} {ev.results[info.name].scopes[OVERALL].rounds}"
+        for info in ev.draft_methods()
+        if OVERALL in ev.results[info.name].scopes
+    )
     identity = ev.identity
-    check = (f"{identity.checked} turns compared with {identity.reference}: {identity.mismatches} mismatches, "
-             f"{identity.near_ties} rounding near-ties" if identity.reference else "not run")
-    facts = [("source", source), ("command", m.command), ("summary written by", m.summary_command
-                                                             if m.summary_command != m.command else ""),
-             ("hardware", m.hardware), ("software", m.software), ("target", m.target), ("date", m.date),
-             ("commit", m.git_commit or ""), ("settings", m.settings), ("tree budget", m.budget),
-             ("questions", f"{sum(questions.values())} ("
-                           + ", ".join(f"{d} {n}" for d, n in questions.items()) + ")"),
-             ("draft rounds", rounds), ("identity check", check)]
+    check = (
+        f"{identity.checked} turns compared with {identity.reference}: {identity.mismatches} mismatches, "
+        f"{identity.near_ties} rounding near-ties"
+        if identity.reference
+        else "not run"
+    )
+    facts = [
+        ("source", source),
+        ("command", m.command),
+        ("summary written by", m.summary_command if m.summary_command != m.command else ""),
+        ("hardware", m.hardware),
+        ("software", m.software),
+        ("target", m.target),
+        ("date", m.date),
+        ("commit", m.git_commit or ""),
+        ("settings", m.settings),
+        ("tree budget", m.budget),
+        ("questions", f"{sum(questions.values())} (" + ", ".join(f"{d} {n}" for d, n in questions.items()) + ")"),
+        ("draft rounds", rounds),
+        ("identity check", check),
+    ]
     commands = ("command", "summary written by")
-    rows = "".join(f"<li><b>{html.escape(k)}</b>: {_code(v) if k in commands else html.escape(v)}</li>"
-                   for k, v in facts if v)
+    rows = "".join(
+        f"<li><b>{html.escape(k)}</b>: {_code(v) if k in commands else html.escape(v)}</li>" for k, v in facts if v
+    )
     notes = "".join(f"<li>{html.escape(n)}</li>" for n in m.notes)
-    return (f'<div class="poss-evidence-header"><b>{html.escape(ev.preset)}</b>, depth {ev.depth}'
-            f"<ul>{rows}{notes}</ul></div>")
+    return (
+        f'<div class="poss-evidence-header"><b>{html.escape(ev.preset)}</b>, depth {ev.depth}'
+        f"<ul>{rows}{notes}</ul></div>"
+    )
 
 
 def _code(text: str) -> str:
@@ -183,9 +224,18 @@ def _code(text: str) -> str:
 
 def table_html(ev: Evidence) -> str:
     """One row per method: τ with 95% intervals, τ over EAGLE, speed-up and tokens/s over runs, the sample sizes."""
-    head = ["method", "τ, mean of datasets (95%)", "τ pooled (95%)", "τ vs EAGLE, mean of datasets (95%)",
-            "τ vs HASS control, mean of datasets (95%)", "speed-up (± std)", "tokens/s (± std)", "runs",
-            "draft rounds", "questions"]
+    head = [
+        "method",
+        "τ, mean of datasets (95%)",
+        "τ pooled (95%)",
+        "τ vs EAGLE, mean of datasets (95%)",
+        "τ vs HASS control, mean of datasets (95%)",
+        "speed-up (± std)",
+        "tokens/s (± std)",
+        "runs",
+        "draft rounds",
+        "questions",
+    ]
     rows = []
     for info in ev.methods:
         result = ev.results.get(info.name)
@@ -196,20 +246,29 @@ def table_html(ev: Evidence) -> str:
         speed_std, tps_std = speed.high - speed.value, tps.high - tps.value  # 0: a single run, no spread
         vs = result.tau_vs_eagle.estimate() if result.tau_vs_eagle else None
         vs_hass = result.tau_vs_hass.estimate() if result.tau_vs_hass else None
-        cells = [info.label if info.trained else f"{info.label} (untrained)",
-                 "1 (plain)" if info.plain else _interval_text(result.tau_mean_of_datasets.estimate()),
-                 "" if info.plain else _interval_text(cell.tau.estimate()),
-                 _interval_text(vs, pct=True) if vs else "",
-                 _interval_text(vs_hass, pct=True) if vs_hass else "",
-                 f"×{_fmt(speed.value)}" + (f" ± {_fmt(speed_std)}" if speed_std else ""),
-                 _fmt(tps.value, 1) + (f" ± {_fmt(tps_std, 1)}" if tps_std else ""),
-                 str(speed.n), "" if info.plain else str(cell.rounds), str(cell.questions)]
+        cells = [
+            info.label if info.trained else f"{info.label} (untrained)",
+            "1 (plain)" if info.plain else _interval_text(result.tau_mean_of_datasets.estimate()),
+            "" if info.plain else _interval_text(cell.tau.estimate()),
+            _interval_text(vs, pct=True) if vs else "",
+            _interval_text(vs_hass, pct=True) if vs_hass else "",
+            f"×{_fmt(speed.value)}" + (f" ± {_fmt(speed_std)}" if speed_std else ""),
+            _fmt(tps.value, 1) + (f" ± {_fmt(tps_std, 1)}" if tps_std else ""),
+            str(speed.n),
+            "" if info.plain else str(cell.rounds),
+            str(cell.questions),
+        ]
         swatch = f'<span style="color:{info.color}">■</span> '
-        rows.append("<tr>" + "".join(f"<td>{swatch if i == 0 else ''}{html.escape(c)}</td>"
-                                      for i, c in enumerate(cells)) + "</tr>")
+        rows.append(
+            "<tr>"
+            + "".join(f"<td>{swatch if i == 0 else ''}{html.escape(c)}</td>" for i, c in enumerate(cells))
+            + "</tr>"
+        )
     th = "".join(f"<th>{html.escape(h)}</th>" for h in head)
-    return (f'<table class="poss-evidence-table" style="border-collapse:collapse;font-size:0.9em">'
-            f"<tr>{th}</tr>{''.join(rows)}</table>")
+    return (
+        f'<table class="poss-evidence-table" style="border-collapse:collapse;font-size:0.9em">'
+        f"<tr>{th}</tr>{''.join(rows)}</table>"
+    )
 
 
 def scoped_charts(ev: Evidence, scope: str = OVERALL, kind: str = "continuation") -> dict[str, Any]:
@@ -223,8 +282,13 @@ def scoped_charts(ev: Evidence, scope: str = OVERALL, kind: str = "continuation"
     m = ev.meta
     tree = f"{m.run_settings.get('tree_budget', '?')}-node tree, depth {ev.depth}, {m.dtype or '?'}"
     return {
-        "speedup": figures.speedup_figure(speed, tps, colors=colors, note="; ".join(x for x in (tree, note) if x),
-                                          title="Speed-up with this run's tree"),
+        "speedup": figures.speedup_figure(
+            speed,
+            tps,
+            colors=colors,
+            note="; ".join(x for x in (tree, note) if x),
+            title="Speed-up with this run's tree",
+        ),
         "pos_acc": figures.pos_acc_figure(runs, conditional=True, colors=colors, note=note),
         "pos_rate": figures.pos_acc_figure(runs, conditional=False, specialist_bands=None, colors=colors, note=note),
         "deviation": figures.feature_deviation_figure(runs, colors=colors, note=note, kind=kind),
@@ -242,8 +306,10 @@ def demo_speed_chart(demo: Evidence | None) -> Any:
         return figures.empty_figure("Bundled for the preset's own drafts only.", 340, title)
     speed, tps = demo.speedups(OVERALL)
     m = demo.meta
-    note = f"{m.run_settings.get('tree_budget', '?')}-node tree, depth {demo.depth}, {m.dtype or '?'}; " \
-           f"{m.hardware.split(',')[0].removeprefix('cpu:')}"
+    note = (
+        f"{m.run_settings.get('tree_budget', '?')}-node tree, depth {demo.depth}, {m.dtype or '?'}; "
+        f"{m.hardware.split(',')[0].removeprefix('cpu:')}"
+    )
     return figures.speedup_figure(speed, tps, colors=demo.colors(), note=note, title=title)
 
 
@@ -259,13 +325,17 @@ def heldout_chart(preset: str | None, ev: Evidence | None) -> Any:
                     values = json.loads(card.read_text()).get("heldout_top1_by_position_decoding") or []
                 except (OSError, ValueError):
                     continue
-                top1[methods.short_of(name)] = [float(v) for v in values][: 16]
-    return figures.heldout_top1_figure(top1, colors=colors, sizes="sequences held out of every draft's training "
-                                                                  "data, decoding unroll (model_card.json)")
+                top1[methods.short_of(name)] = [float(v) for v in values][:16]
+    return figures.heldout_top1_figure(
+        top1,
+        colors=colors,
+        sizes="sequences held out of every draft's training data, decoding unroll (model_card.json)",
+    )
 
 
-def evidence_outputs(ev: Evidence, source: str, message: str = "", preset: str | None = None,
-                     demo: Evidence | None = None) -> list:
+def evidence_outputs(
+    ev: Evidence, source: str, message: str = "", preset: str | None = None, demo: Evidence | None = None
+) -> list:
     """Every output of the tab for one summary, in OUTPUT_NAMES order (the scope picker back on all datasets).
     `preset` and `demo` add what is bundled beside a preset's summary: its drafts' held-out figures and the
     speed-up with the Demo tab's tree."""
@@ -287,8 +357,13 @@ def evidence_outputs(ev: Evidence, source: str, message: str = "", preset: str |
 def empty_outputs(message: str, kind: str = "info") -> list:
     """The tab with nothing to show: the message says why and what to run."""
     blank = figures.empty_figure("No evidence summary loaded.", 300)
-    out = {"message": _message(message, kind), "header": "", "table": "",
-           "scope": gr.update(choices=[(ALL_DATASETS, OVERALL)], value=OVERALL, interactive=False), "shown": None}
+    out = {
+        "message": _message(message, kind),
+        "header": "",
+        "table": "",
+        "scope": gr.update(choices=[(ALL_DATASETS, OVERALL)], value=OVERALL, interactive=False),
+        "shown": None,
+    }
     return [out.get(name, blank) for name in OUTPUT_NAMES]
 
 
@@ -338,9 +413,11 @@ def run_apart(fn, *args) -> Any:
         return job.get(timeout=LOAD_SECONDS)
     except multiprocessing.TimeoutError:
         _end_loader()
-        raise ConfigError(f"building the summary took longer than {LOAD_SECONDS:g} s and was stopped: summarise "
-                          f"the results with `python -m poss_core.bench evidence FOLDER --out FILE` and load that "
-                          f"file.") from None
+        raise ConfigError(
+            f"building the summary took longer than {LOAD_SECONDS:g} s and was stopped: summarise "
+            f"the results with `python -m poss_core.bench evidence FOLDER --out FILE` and load that "
+            f"file."
+        ) from None
 
 
 def load_apart(path: Path, roots: list[Path] | None = None) -> Evidence:
@@ -359,8 +436,9 @@ def _guarded(load, source: str, preset: str | None = None, demo: Evidence | None
         return [_message(f"Could not load {source}: {err}", "error")] + [gr.skip()] * (len(OUTPUT_NAMES) - 1)
     except Exception as err:  # noqa: BLE001 - a hostile file must never take the app down
         traceback.print_exc(file=sys.stderr)
-        return [_message(f"Could not load {source}: {type(err).__name__} (see the server log).", "error")] + \
-            [gr.skip()] * (len(OUTPUT_NAMES) - 1)
+        return [_message(f"Could not load {source}: {type(err).__name__} (see the server log).", "error")] + [
+            gr.skip()
+        ] * (len(OUTPUT_NAMES) - 1)
 
 
 def bundled_handler(preset: str) -> list:
@@ -369,8 +447,9 @@ def bundled_handler(preset: str) -> list:
         return empty_outputs(f"preset={preset!r}: pick one of {', '.join(presets())}.", "error")
     path = evidence_dir() / f"{preset}.json"
     if not path.is_file():
-        return empty_outputs(f"No benchmark summary is bundled for {preset} yet. To make one, run: "
-                             f"{refresh_command(preset)}")
+        return empty_outputs(
+            f"No benchmark summary is bundled for {preset} yet. To make one, run: {refresh_command(preset)}"
+        )
     demo_path = evidence_dir() / f"{preset}{DEMO_SUFFIX}.json"
     try:
         demo = load_evidence(demo_path) if demo_path.is_file() else None
@@ -386,16 +465,20 @@ def upload_handler(file: Any) -> list:
         return [gr.skip()] * len(OUTPUT_NAMES)
     path = Path(file if isinstance(file, str) else getattr(file, "name", ""))
     if path.suffix not in (".json", ".jsonl"):
-        return [_message(f"{path.name}: load an evidence summary (.json) or a records.jsonl.", "error")] + \
-            [gr.skip()] * (len(OUTPUT_NAMES) - 1)
+        return [_message(f"{path.name}: load an evidence summary (.json) or a records.jsonl.", "error")] + [
+            gr.skip()
+        ] * (len(OUTPUT_NAMES) - 1)
     return _guarded(lambda: load_apart(path), f"the uploaded {path.name}")
 
 
 def scope_handler(ev: Evidence | None, scope: Any, kind: Any = "continuation") -> list:
     """The scoped charts for the dataset and deviation kind picked (the summary shown is kept in the session's
     state)."""
-    if not isinstance(ev, Evidence) or scope not in (OVERALL, *ev.datasets) or \
-            kind not in {v for _, v in DEVIATION_CHOICES}:
+    if (
+        not isinstance(ev, Evidence)
+        or scope not in (OVERALL, *ev.datasets)
+        or kind not in {v for _, v in DEVIATION_CHOICES}
+    ):
         return [gr.skip()] * len(SCOPED)
     charts = scoped_charts(ev, scope, kind)
     return [charts[name] for name in SCOPED]
@@ -430,23 +513,37 @@ def build_tab(demo: gr.Blocks, preset: str, preset_choices: list) -> None:
     with gr.Row():
         deviation = gr.Plot(show_label=False, elem_id="poss-evidence-deviation", scale=3)
         with gr.Column(scale=1):
-            scope = gr.Dropdown([(ALL_DATASETS, OVERALL)], value=OVERALL, label="Dataset (speed-up, acceptance and "
-                                "deviation charts)", interactive=False, elem_id="poss-evidence-scope")
-            dev_kind = gr.Radio(DEVIATION_CHOICES, value="continuation", label="Deviation measured",
-                                info="along the continuation: every round at every position (no survivor bias); "
-                                     "accepted only: conditional on acceptance", elem_id="poss-evidence-dev-kind")
+            scope = gr.Dropdown(
+                [(ALL_DATASETS, OVERALL)],
+                value=OVERALL,
+                label="Dataset (speed-up, acceptance and deviation charts)",
+                interactive=False,
+                elem_id="poss-evidence-scope",
+            )
+            dev_kind = gr.Radio(
+                DEVIATION_CHOICES,
+                value="continuation",
+                label="Deviation measured",
+                info="along the continuation: every round at every position (no survivor bias); "
+                "accepted only: conditional on acceptance",
+                elem_id="poss-evidence-dev-kind",
+            )
     shown = gr.State(None)  # the summary on screen, for the dataset picker
     with gr.Accordion("Load another summary or results folder (e.g. your own GPU run)", open=False):
         with gr.Row():
-            upload = gr.File(label="Evidence summary (.json) or records.jsonl", file_types=[".json", ".jsonl"],
-                             type="filepath")
+            upload = gr.File(
+                label="Evidence summary (.json) or records.jsonl", file_types=[".json", ".jsonl"], type="filepath"
+            )
             with gr.Column():
-                folder = gr.Textbox(label="Results folder on this server", placeholder="results/paper",
-                                    max_length=1000, elem_id="poss-evidence-folder")
+                folder = gr.Textbox(
+                    label="Results folder on this server",
+                    placeholder="results/paper",
+                    max_length=1000,
+                    elem_id="poss-evidence-folder",
+                )
                 folder_btn = gr.Button("Load folder", elem_id="poss-evidence-load")
         gr.Markdown(FOLDER_NOTE)
-    outputs = [message, header, table, tau, speedup, speedup_demo, pos_acc, pos_rate, deviation, heldout, scope,
-               shown]
+    outputs = [message, header, table, tau, speedup, speedup_demo, pos_acc, pos_rate, deviation, heldout, scope, shown]
     assert len(outputs) == len(OUTPUT_NAMES)
     light = {"api_visibility": "private", "show_progress": "hidden"}
     loads = {"concurrency_id": "evidence", "concurrency_limit": LOAD_CONCURRENCY, "show_progress": "minimal"}

@@ -26,8 +26,18 @@ from poss_core.models.presets import get_preset
 
 from . import recordings, share, state
 from .class_pool import CLASS
-from .render import (CHART_NAMES, chart_outputs, conversation_html, draft_note, lane_explain, lane_tree, render,
-                     round_slider, skip_all, status_html)
+from .render import (
+    CHART_NAMES,
+    chart_outputs,
+    conversation_html,
+    draft_note,
+    lane_explain,
+    lane_tree,
+    render,
+    round_slider,
+    skip_all,
+    status_html,
+)
 from .state import DEFAULT_METHODS, SESSIONS, RunSettings, Session, View, method_choices, ui_defaults
 
 UPDATE_EVERY_S = 0.35  # the most often a running comparison repaints (lanes run flat out in between)
@@ -60,14 +70,20 @@ def _final_status(comp: Comparison, note: str = "") -> tuple[str, str]:
     if errors:
         return "Some lanes failed: " + " | ".join(errors), "error"
     if comp.timed_out:
-        return (f"Stopped at this server's limit of {state.CALL_LIMIT_S:g} s per call: every lane ended cleanly. "
-                f"Ask for fewer new tokens or a smaller tree.", "info")
+        return (
+            f"Stopped at this server's limit of {state.CALL_LIMIT_S:g} s per call: every lane ended cleanly. "
+            f"Ask for fewer new tokens or a smaller tree.",
+            "info",
+        )
     if comp.cancelled or any(lane.stop_reason == "cancelled" for lane in comp.lanes):
         return "Stopped: every lane was cancelled cleanly. Run again whenever you like.", "info"
     what = REPLAY_DONE if comp.replay else DONE
     tokens = ", ".join(f"{lane.short} {metrics.total_new_tokens(lane.events)}" for lane in comp.lanes)
-    return (f"{what}: new tokens {tokens}. Hover tokens for details; scrub the trees with the round sliders."
-            f"{' ' + note if note else ''}", "info")
+    return (
+        f"{what}: new tokens {tokens}. Hover tokens for details; scrub the trees with the round sliders."
+        f"{' ' + note if note else ''}",
+        "info",
+    )
 
 
 def _turn_ms(comp: Comparison, before: list[int]) -> float:
@@ -76,8 +92,9 @@ def _turn_ms(comp: Comparison, before: list[int]) -> float:
     return sum(lane.events[-1].wall_ms for lane, n in zip(comp.lanes, before) if len(lane.events) > n)
 
 
-def _stream(session: Session, view: View, comp: Comparison, label: str, paced: bool = False,
-            note: str = "") -> Iterator[list]:
+def _stream(
+    session: Session, view: View, comp: Comparison, label: str, paced: bool = False, note: str = ""
+) -> Iterator[list]:
     """Turn the lanes until done, repainting at most every UPDATE_EVERY_S (and after the last round). `paced`: a
     replay keeps the timing it was recorded with (each turn waits for the previous turn's recorded compute, at most
     MAX_PACE_S), else a replayed round follows the last after REPLAY_DELAY_S; `note` ends the final status.
@@ -109,8 +126,14 @@ def _stream(session: Session, view: View, comp: Comparison, label: str, paced: b
             if now - last >= gap:
                 rounds = max(len(lane.events) for lane in comp.lanes)
                 heavy = now - last_charts >= CHARTS_EVERY_S
-                frame = render(session, view, (f"{label}: round {rounds}… (Stop cancels every lane)", "busy"),
-                               running=True, with_charts=heavy and not paced, with_trees=heavy or not paced)
+                frame = render(
+                    session,
+                    view,
+                    (f"{label}: round {rounds}… (Stop cancels every lane)", "busy"),
+                    running=True,
+                    with_charts=heavy and not paced,
+                    with_trees=heavy or not paced,
+                )
                 last = time.monotonic()
                 gap = max(UPDATE_EVERY_S, (last - now) / MAX_RENDER_SHARE)
                 if heavy:
@@ -195,24 +218,34 @@ def _guard(session: Session, view: View, fn) -> Iterator[list]:
         yield render(session, view, (str(err), "error"))
     except Exception as err:  # a bug must not take the app down or show a traceback to the user
         traceback.print_exc(file=sys.stderr)
-        yield render(session, view, (f"Something went wrong ({type(err).__name__}: {err}). The app is still "
-                                     f"running: try again or change the settings.", "error"))
+        yield render(
+            session,
+            view,
+            (
+                f"Something went wrong ({type(err).__name__}: {err}). The app is still "
+                f"running: try again or change the settings.",
+                "error",
+            ),
+        )
 
 
 def counted(handler):
     """`handler` with its call counted in its client's share of the queue (app/share.py) from its start to its end,
     early refusals included (a call the share let in stops counting as waiting when it starts)."""
     if inspect.isgeneratorfunction(handler):
+
         @functools.wraps(handler)
         def streamed(*args, request: gr.Request | None = None, **kwargs):
             with share.running(request):
                 yield from handler(*args, request=request, **kwargs)
+
         return streamed
 
     @functools.wraps(handler)
     def answered(*args, request: gr.Request | None = None, **kwargs):
         with share.running(request):
             return handler(*args, request=request, **kwargs)
+
     return answered
 
 
@@ -227,6 +260,7 @@ def run_handler(settings: RunSettings, view: View, request: gr.Request | None = 
     # not decoding, and loads and fits count.
     budget = session.call = CallBudget()
     try:
+
         def body():
             if session.comparison is not None:
                 session.comparison.stop()
@@ -247,9 +281,12 @@ def run_handler(settings: RunSettings, view: View, request: gr.Request | None = 
                 while (line := (yield from _waiting(budget, lambda: next(lines, None), loading))) is not None:
                     loading = skip_all(session, (line, "busy"))
                     yield loading
-                comp = yield from _waiting(budget, lambda: compare.start(spec, cancel=budget, wait_for_fits=False,
-                                                                         new_fits=state.CALL_FITS), loading,
-                                         discard=Comparison.close)
+                comp = yield from _waiting(
+                    budget,
+                    lambda: compare.start(spec, cancel=budget, wait_for_fits=False, new_fits=state.CALL_FITS),
+                    loading,
+                    discard=Comparison.close,
+                )
                 session.comparison, session.loaded = comp, None
                 yield from _stream(session, view, comp, "Running")
             finally:
@@ -269,6 +306,7 @@ def step_handler(settings: RunSettings, view: View, request: gr.Request | None =
         return skip_all(session, (TAB_BUSY, "error"))
     ticket = None
     try:
+
         def body():
             nonlocal ticket
             comp = session.comparison
@@ -284,8 +322,9 @@ def step_handler(settings: RunSettings, view: View, request: gr.Request | None =
                     session.loaded = None
                 else:
                     budget = session.call = CallBudget(state.CALL_LIMIT_S)  # Stop and the cap cover the start
-                    comp = compare.start(settings.spec(session.history), cancel=budget, wait_for_fits=False,
-                                         new_fits=state.CALL_FITS)
+                    comp = compare.start(
+                        settings.spec(session.history), cancel=budget, wait_for_fits=False, new_fits=state.CALL_FITS
+                    )
                     budget.seconds = None  # started: a paused Step's lanes wait for the next Step without a clock
                 session.comparison, session.stepping = comp, True
                 session.pins.clear()
@@ -295,15 +334,25 @@ def step_handler(settings: RunSettings, view: View, request: gr.Request | None =
                 session.stepping = False
                 session.pool_run(comp)
                 _remember_turn(session, comp)
-                yield render(session, view, ("Step mode: every lane has finished. " + _final_status(comp)[0],
-                                             "info"))
+                yield render(session, view, ("Step mode: every lane has finished. " + _final_status(comp)[0], "info"))
             else:
                 rounds = max(len(lane.events) - 1 for lane in comp.lanes)
                 what = "the prefill (the target reads the prompt)" if rounds == 0 else f"round {rounds}"
-                note = (f"The paused Step session was ended and its memory freed because {released}; this Step "
-                        f"started over. " if released else "")
-                yield render(session, view, (f"{note}Step mode: {what} done in every lane. Step again for the next "
-                                             f"round, Run to start over, Stop to end.", "info"))
+                note = (
+                    f"The paused Step session was ended and its memory freed because {released}; this Step "
+                    f"started over. "
+                    if released
+                    else ""
+                )
+                yield render(
+                    session,
+                    view,
+                    (
+                        f"{note}Step mode: {what} done in every lane. Step again for the next "
+                        f"round, Run to start over, Stop to end.",
+                        "info",
+                    ),
+                )
 
         return list(_guard(session, view, body))[-1]
     finally:
@@ -368,16 +417,23 @@ def example_handler(prompt: str, preset: str, view: View, request: gr.Request | 
         yield skip_all(session, ("Press ▶ Run to run this prompt live.", "info"))
         return
     if not session.lock.acquire(blocking=False):
-        yield skip_all(session, ("This tab is busy (a run waiting or going, a replay or a step): the example's "
-                                 "prompt is in the box; press Stop, then click the example again to watch its "
-                                 "recording.", "error"))
+        yield skip_all(
+            session,
+            (
+                "This tab is busy (a run waiting or going, a replay or a step): the example's "
+                "prompt is in the box; press Stop, then click the example again to watch its "
+                "recording.",
+                "error",
+            ),
+        )
         return
     try:
         try:
             recorded = recordings.recording_for(index, preset)
         except PossError as err:  # a damaged bundled file: say so, the tab keeps what it shows
-            yield skip_all(session, (f"The example's recording could not be read ({err}); press ▶ Run to run it "
-                                     f"live.", "error"))
+            yield skip_all(
+                session, (f"The example's recording could not be read ({err}); press ▶ Run to run it live.", "error")
+            )
             return
         if recorded is None:
             yield skip_all(session, ("No recording is bundled for this example: press ▶ Run to run it live.", "info"))
@@ -390,9 +446,18 @@ def example_handler(prompt: str, preset: str, view: View, request: gr.Request | 
         session.comparison, session.loaded, session.stepping = comp, recorded, False
         session.pins.clear()
         made = f"a recording of {recorded.spec.preset}, made on {recordings.hardware_line(recorded)}"
-        yield from _guard(session, view, lambda: _stream(
-            session, view, comp, f"Replaying {made}, at its recorded speed", paced=True,
-            note=f"That was {made}: press ▶ Run to run this prompt live."))
+        yield from _guard(
+            session,
+            view,
+            lambda: _stream(
+                session,
+                view,
+                comp,
+                f"Replaying {made}, at its recorded speed",
+                paced=True,
+                note=f"That was {made}: press ▶ Run to run this prompt live.",
+            ),
+        )
     finally:
         session.lock.release()
 
@@ -459,6 +524,7 @@ def round_pick_handler(lane_index: int, round_index: Any, request: gr.Request | 
 
 def round_pick_for(lane_index: int):
     """Lane `lane_index`'s token click (the tokens' `data-round`, sent by render.TOKEN_CLICK_JS)."""
+
     def handler(evt: gr.EventData, request: gr.Request = None) -> list:
         data = evt._data if isinstance(getattr(evt, "_data", None), dict) else {}
         return round_pick_handler(lane_index, data.get("round"), request)
@@ -467,11 +533,17 @@ def round_pick_for(lane_index: int):
 
 
 def forget_handler(view: View, request: gr.Request | None = None) -> list:
-    """"Forget my runs": empty this tab's pooled runs (every preset's) and redraw."""
+    """ "Forget my runs": empty this tab's pooled runs (every preset's) and redraw."""
     session = SESSIONS.get(request)
     rounds = session.forget_runs()
-    return render(session, view, (f"Forgot {rounds} pooled round{'s' if rounds != 1 else ''}: \"All my runs\" "
-                                  f"starts again with the next run.", "info"))
+    return render(
+        session,
+        view,
+        (
+            f'Forgot {rounds} pooled round{"s" if rounds != 1 else ""}: "All my runs" starts again with the next run.',
+            "info",
+        ),
+    )
 
 
 def drop_session(request: gr.Request = None) -> None:
@@ -514,8 +586,9 @@ def prune_saved_runs(folder: Path, keep: int | None = None, age_s: float | None 
     keep = SAVED_RUNS_KEPT if keep is None else keep
     age_s = SAVED_RUN_AGE_S if age_s is None else age_s
     try:
-        files = sorted((p for p in folder.glob("poss-run-*.jsonl") if p.is_file()), key=lambda p: p.stat().st_mtime,
-                       reverse=True)
+        files = sorted(
+            (p for p in folder.glob("poss-run-*.jsonl") if p.is_file()), key=lambda p: p.stat().st_mtime, reverse=True
+        )
     except OSError:
         return 0
     now, gone = time.time(), 0
@@ -550,9 +623,15 @@ def load_handler(file: Any, view: View, request: gr.Request | None = None) -> li
         session.comparison, session.loaded, session.stepping = comp, comp, False
         session.pins.clear()
         prompt = str(comp.spec.messages()[-1].get("content", ""))
-        return render(session, view, (f"Loaded a saved run ({comp.spec.preset}, prompt: {prompt[:60]!r}). Replay "
-                                      f"plays it back, Step goes through it round by round; no model needed.",
-                                      "info"))
+        return render(
+            session,
+            view,
+            (
+                f"Loaded a saved run ({comp.spec.preset}, prompt: {prompt[:60]!r}). Replay "
+                f"plays it back, Step goes through it round by round; no model needed.",
+                "info",
+            ),
+        )
     except Exception as err:  # noqa: BLE001 - whatever went wrong, the tab keeps what it showed before
         session.comparison, session.loaded, session.stepping = before[:3]
         session.pins.clear()
@@ -583,5 +662,8 @@ def preset_handler(preset_name: str) -> list:
     d = ui_defaults(preset)
     choices = method_choices(preset)
     keep = [m for m in DEFAULT_METHODS if m in dict((v, k) for k, v in choices)]
-    return ([gr.CheckboxGroup(choices=choices, value=keep)] + [gr.update(value=d[n]) for n in PRESET_SETTINGS]
-            + [draft_note(preset), gr.skip()])
+    return (
+        [gr.CheckboxGroup(choices=choices, value=keep)]
+        + [gr.update(value=d[n]) for n in PRESET_SETTINGS]
+        + [draft_note(preset), gr.skip()]
+    )

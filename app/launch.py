@@ -20,52 +20,111 @@ def build_parser() -> argparse.ArgumentParser:
     from poss_core.models.presets import DEFAULT_PRESET, presets
 
     p = argparse.ArgumentParser(prog="python app.py", description="POSS vs EAGLE speculative decoding demo (Gradio).")
-    p.add_argument("--preset", default=os.environ.get("POSS_PRESET", DEFAULT_PRESET), choices=list(presets()),
-                   help=f"model preset shown first (default {DEFAULT_PRESET}: runs offline on a CPU)")
-    p.add_argument("--host", default=None,
-                   help="interface to listen on (default 127.0.0.1, or $GRADIO_SERVER_NAME; 0.0.0.0 for a LAN)")
+    p.add_argument(
+        "--preset",
+        default=os.environ.get("POSS_PRESET", DEFAULT_PRESET),
+        choices=list(presets()),
+        help=f"model preset shown first (default {DEFAULT_PRESET}: runs offline on a CPU)",
+    )
+    p.add_argument(
+        "--host",
+        default=None,
+        help="interface to listen on (default 127.0.0.1, or $GRADIO_SERVER_NAME; 0.0.0.0 for a LAN)",
+    )
     p.add_argument("--port", type=int, default=None, help="port (default 7860, or $GRADIO_SERVER_PORT)")
     p.add_argument("--share", action="store_true", help="also open a public gradio.live link (off by default)")
-    p.add_argument("--concurrency", type=int, default=None,
-                   help="live runs decoding at once; more wait in line, each told its place and the estimated wait "
-                        "(default: half the cores over --threads, at least 1: one on a 2-vCPU Space)")
-    p.add_argument("--max-new-tokens", type=int,
-                   default=int(os.environ.get("POSS_MAX_NEW_TOKENS", "0")) or None,
-                   help="the most new tokens one live run may ask for (default: 256 on a machine without a GPU, so "
-                        "that a class on a free Space gets its turns; the settings' bound, 2048, with one; also "
-                        "POSS_MAX_NEW_TOKENS)")
-    p.add_argument("--class-reset-key", default=os.environ.get("POSS_CLASS_RESET_KEY") or None,
-                   help="a key that lets whoever knows it reset the class's pooled charts (\"everyone on this "
-                        "server\") from the Demo tab; without one they cannot be reset but by a restart (also "
-                        "POSS_CLASS_RESET_KEY, e.g. a Space secret)")
-    p.add_argument("--max-call-seconds", type=float, default=300.0,
-                   help="the most seconds one Run, Replay or /compare call decodes before it is stopped (default 300)")
-    p.add_argument("--no-call-fits", action="store_true", default=os.environ.get("POSS_NO_CALL_FITS") == "1",
-                   help="a Run or /compare call never starts a tree-budget fit: auto budgets come only from the fits "
-                        "made at start-up (or cached on disk), else the lane uses the default budget and says so "
-                        "(for a public server, also POSS_NO_CALL_FITS=1; without it a call may fit, within "
-                        "--max-call-seconds)")
-    p.add_argument("--queue-size", type=int, default=64,
-                   help="most requests waiting in Gradio's queue, and most live runs waiting for a slot (default 64)")
-    p.add_argument("--max-calls-per-client", type=int, default=2,
-                   help="decoding calls (Run, Step, Replay, /compare) one tab or API client may have waiting or "
-                        "running at once; more are refused with a message (default 2)")
-    p.add_argument("--max-calls-per-address", type=int, default=0,
-                   help="the same per client address (the first X-Forwarded-For hop behind a proxy); 0, the "
-                        "default, sets none (a class behind one NAT shares an address)")
-    p.add_argument("--cache-minutes", type=float, default=10.0,
-                   help="uploads and downloads in Gradio's cache are deleted once this old (default 10)")
-    p.add_argument("--idle-minutes", type=float, default=10.0,
-                   help="a tab idle this long has its paused Step ended and the runs it holds freed (default 10)")
-    p.add_argument("--threads", type=int, default=None,
-                   help="torch CPU threads (default: half the cores, at least 1, which leaves a core to the web "
-                        "server and the drawing; on a busy CPU it is also far faster than oversubscribing)")
-    add_dtype_argument(p, "the Precision setting's initial value (the target's dtype for every lane)", default=os.environ.get("POSS_DTYPE", "auto"))
-    p.add_argument("--results-dir", default=None,
-                   help="a folder the Evidence tab's path box may read results from, besides the project's results/ "
-                        "(default: $POSS_RESULTS_DIR)")
-    p.add_argument("--no-preload", action="store_true",
-                   help="do not load the preset's model in the background at start-up (the first Run loads it)")
+    p.add_argument(
+        "--concurrency",
+        type=int,
+        default=None,
+        help="live runs decoding at once; more wait in line, each told its place and the estimated wait "
+        "(default: half the cores over --threads, at least 1: one on a 2-vCPU Space)",
+    )
+    p.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=int(os.environ.get("POSS_MAX_NEW_TOKENS", "0")) or None,
+        help="the most new tokens one live run may ask for (default: 256 on a machine without a GPU, so "
+        "that a class on a free Space gets its turns; the settings' bound, 2048, with one; also "
+        "POSS_MAX_NEW_TOKENS)",
+    )
+    p.add_argument(
+        "--class-reset-key",
+        default=os.environ.get("POSS_CLASS_RESET_KEY") or None,
+        help="a key that lets whoever knows it reset the class's pooled charts (\"everyone on this "
+        'server") from the Demo tab; without one they cannot be reset but by a restart (also '
+        "POSS_CLASS_RESET_KEY, e.g. a Space secret)",
+    )
+    p.add_argument(
+        "--max-call-seconds",
+        type=float,
+        default=300.0,
+        help="the most seconds one Run, Replay or /compare call decodes before it is stopped (default 300)",
+    )
+    p.add_argument(
+        "--no-call-fits",
+        action="store_true",
+        default=os.environ.get("POSS_NO_CALL_FITS") == "1",
+        help="a Run or /compare call never starts a tree-budget fit: auto budgets come only from the fits "
+        "made at start-up (or cached on disk), else the lane uses the default budget and says so "
+        "(for a public server, also POSS_NO_CALL_FITS=1; without it a call may fit, within "
+        "--max-call-seconds)",
+    )
+    p.add_argument(
+        "--queue-size",
+        type=int,
+        default=64,
+        help="most requests waiting in Gradio's queue, and most live runs waiting for a slot (default 64)",
+    )
+    p.add_argument(
+        "--max-calls-per-client",
+        type=int,
+        default=2,
+        help="decoding calls (Run, Step, Replay, /compare) one tab or API client may have waiting or "
+        "running at once; more are refused with a message (default 2)",
+    )
+    p.add_argument(
+        "--max-calls-per-address",
+        type=int,
+        default=0,
+        help="the same per client address (the first X-Forwarded-For hop behind a proxy); 0, the "
+        "default, sets none (a class behind one NAT shares an address)",
+    )
+    p.add_argument(
+        "--cache-minutes",
+        type=float,
+        default=10.0,
+        help="uploads and downloads in Gradio's cache are deleted once this old (default 10)",
+    )
+    p.add_argument(
+        "--idle-minutes",
+        type=float,
+        default=10.0,
+        help="a tab idle this long has its paused Step ended and the runs it holds freed (default 10)",
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch CPU threads (default: half the cores, at least 1, which leaves a core to the web "
+        "server and the drawing; on a busy CPU it is also far faster than oversubscribing)",
+    )
+    add_dtype_argument(
+        p,
+        "the Precision setting's initial value (the target's dtype for every lane)",
+        default=os.environ.get("POSS_DTYPE", "auto"),
+    )
+    p.add_argument(
+        "--results-dir",
+        default=None,
+        help="a folder the Evidence tab's path box may read results from, besides the project's results/ "
+        "(default: $POSS_RESULTS_DIR)",
+    )
+    p.add_argument(
+        "--no-preload",
+        action="store_true",
+        help="do not load the preset's model in the background at start-up (the first Run loads it)",
+    )
     return p
 
 
@@ -88,12 +147,23 @@ def preload(preset_name: str, precision: str = "auto") -> None:
         print(f"[poss] loading {preset_name} in the background ...", file=sys.stderr, flush=True)
         methods = [m for m in DEFAULT_METHODS if m in preset_methods(preset)]
         # A two-token comparison loads the drafts and warms up the kernels, so the first real Run starts at once.
-        compare.run_to_end(compare.start(compare.RunSpec("Hello", methods, preset_name, max_new_tokens=2,
-                                                         precision=precision)))
+        compare.run_to_end(
+            compare.start(compare.RunSpec("Hello", methods, preset_name, max_new_tokens=2, precision=precision))
+        )
         print(f"[poss] {preset_name} ready; fitting the default lanes' tree budgets ...", file=sys.stderr, flush=True)
         d = ui_defaults(preset)
-        compare.prefit_budgets(compare.RunSpec("Hello", methods, preset_name, depth=d["depth"], top_k=d["top_k"],
-                                               tree_budget=d["tree_budget"], precision=precision, auto_budget=True))
+        compare.prefit_budgets(
+            compare.RunSpec(
+                "Hello",
+                methods,
+                preset_name,
+                depth=d["depth"],
+                top_k=d["top_k"],
+                tree_budget=d["tree_budget"],
+                precision=precision,
+                auto_budget=True,
+            )
+        )
         print(f"[poss] {preset_name}: tree budgets fitted.", file=sys.stderr, flush=True)
     except PossError as err:  # the UI shows the same message when someone presses Run
         print(f"[poss] could not preload {preset_name}: {err}", file=sys.stderr, flush=True)
@@ -147,19 +217,27 @@ def main(argv: list[str] | None = None) -> None:
     from poss_core.models.hardware import cpu_bf16_units, cuda_available
 
     precision = initial_precision(args.dtype, cuda_available(), cpu_bf16_units())
-    for flag, value in (("--max-call-seconds", args.max_call_seconds), ("--cache-minutes", args.cache_minutes),
-                        ("--idle-minutes", args.idle_minutes)):
+    for flag, value in (
+        ("--max-call-seconds", args.max_call_seconds),
+        ("--cache-minutes", args.cache_minutes),
+        ("--idle-minutes", args.idle_minutes),
+    ):
         if not 0 < value < float("inf"):
             build_parser().error(f"{flag}={value}: use a number > 0.")
-    for flag, value in (("--max-calls-per-client", args.max_calls_per_client),
-                        ("--max-calls-per-address", args.max_calls_per_address)):
+    for flag, value in (
+        ("--max-calls-per-client", args.max_calls_per_client),
+        ("--max-calls-per-address", args.max_calls_per_address),
+    ):
         if value < 0 or (flag == "--max-calls-per-client" and value < 1):
             build_parser().error(f"{flag}={value}: use a whole number >= {1 if 'client' in flag else 0}.")
     from poss_core.settings import LIMITS
 
     top = int(LIMITS["max_new_tokens"][1])
-    for flag, value, most in (("--concurrency", args.concurrency, 64), ("--max-new-tokens", args.max_new_tokens, top),
-                              ("--queue-size", args.queue_size, 10_000)):
+    for flag, value, most in (
+        ("--concurrency", args.concurrency, 64),
+        ("--max-new-tokens", args.max_new_tokens, top),
+        ("--queue-size", args.queue_size, 10_000),
+    ):
         if value is not None and not 1 <= value <= most:
             build_parser().error(f"{flag}={value}: use a whole number from 1 to {most}.")
     threads = cpu_threads(args.threads)
@@ -169,15 +247,23 @@ def main(argv: list[str] | None = None) -> None:
     share.SHARE.per_client, share.SHARE.per_address = args.max_calls_per_client, args.max_calls_per_address
     share.LIVE.max_waiting = args.queue_size
     CLASS.reset_key = args.class_reset_key
-    print(f"[poss] live runs: {concurrency} at once, at most {state.MAX_NEW_TOKENS} new tokens each, up to "
-          f"{args.queue_size} waiting; class pool reset {'by key' if CLASS.reset_key else 'off (no key)'}",
-          file=sys.stderr, flush=True)
-    demo = build_demo(preset=args.preset, concurrency=concurrency, precision=precision,
-                      call_limit_s=args.max_call_seconds, results_dir=args.results_dir,
-                      call_fits=not args.no_call_fits, cache_age_s=args.cache_minutes * 60.0)
+    print(
+        f"[poss] live runs: {concurrency} at once, at most {state.MAX_NEW_TOKENS} new tokens each, up to "
+        f"{args.queue_size} waiting; class pool reset {'by key' if CLASS.reset_key else 'off (no key)'}",
+        file=sys.stderr,
+        flush=True,
+    )
+    demo = build_demo(
+        preset=args.preset,
+        concurrency=concurrency,
+        precision=precision,
+        call_limit_s=args.max_call_seconds,
+        results_dir=args.results_dir,
+        call_fits=not args.no_call_fits,
+        cache_age_s=args.cache_minutes * 60.0,
+    )
     demo.queue(max_size=args.queue_size, default_concurrency_limit=concurrency)
     if not args.no_preload:
         prepare_target(args.preset)  # before the page is up: its first Run then only loads a prepared checkpoint
         threading.Thread(target=preload, args=(args.preset, precision), daemon=True, name="poss-preload").start()
     demo.launch(server_name=args.host, server_port=args.port, share=args.share, **launch_kwargs(demo))
-

@@ -10,14 +10,14 @@ from typing import Any
 
 import gradio as gr
 
-from poss_core import compare, methods, metrics
-from poss_core.views import figures
+from poss_core import methods, metrics
 from poss_core.compare import MAX_LANES, Comparison, Lane, TokenRecord
+from poss_core.explain import explain_round
 from poss_core.model_cache import MODELS
 from poss_core.models.hardware import hardware_info
-from poss_core.explain import explain_round
 from poss_core.models.numerics import NEAR_TIE, Divergence
 from poss_core.models.presets import DEFAULT_PRESET, Preset
+from poss_core.views import figures
 
 from . import about, state
 from .class_pool import CLASS, ClassEntry
@@ -33,19 +33,29 @@ def _p(value: float | None) -> str:
 def tooltip(rec: TokenRecord) -> str:
     head = f"round {rec.round}"
     if rec.from_draft and rec.specialist is None:  # a candidate of transformers' generate (prompt lookup, assisted)
-        return (f"{head} · accepted candidate token\ndraft position {rec.position}\nits draft probability and the "
-                f"candidates rejected after it are not observable through transformers' generate")
+        return (
+            f"{head} · accepted candidate token\ndraft position {rec.position}\nits draft probability and the "
+            f"candidates rejected after it are not observable through transformers' generate"
+        )
     if rec.from_draft:
-        return (f"{head} · accepted draft token\ndraft position {rec.position} · specialist S{(rec.specialist or 0) + 1}"
-                f"\ndraft p {_p(rec.draft_prob)} · target p {_p(rec.target_prob)}")
-    what = {"prefill": "the target's first token (prefill: nothing drafted)",
-            "plain": "the target's token (plain decoding)",
-            "bonus": f"the target's bonus token after {rec.position - 1} accepted",
-            "corrected": f"the target's token at position {rec.position}: it corrected the draft"}[rec.source]
+        return (
+            f"{head} · accepted draft token\ndraft position {rec.position} · specialist S{(rec.specialist or 0) + 1}"
+            f"\ndraft p {_p(rec.draft_prob)} · target p {_p(rec.target_prob)}"
+        )
+    what = {
+        "prefill": "the target's first token (prefill: nothing drafted)",
+        "plain": "the target's token (plain decoding)",
+        "bonus": f"the target's bonus token after {rec.position - 1} accepted",
+        "corrected": f"the target's token at position {rec.position}: it corrected the draft",
+    }[rec.source]
     lines = [f"{head} · {what}"]
     if rec.rejected:
-        lines.append("rejected drafts here: " + "; ".join(
-            f"{r.text!r} (draft p {_p(r.draft_prob)}, target p {_p(r.target_prob)})" for r in rec.rejected[:5]))
+        lines.append(
+            "rejected drafts here: "
+            + "; ".join(
+                f"{r.text!r} (draft p {_p(r.draft_prob)}, target p {_p(r.target_prob)})" for r in rec.rejected[:5]
+            )
+        )
     return "\n".join(lines)
 
 
@@ -55,8 +65,9 @@ def _shown(text: str) -> str:
     return escaped.replace("\n", '<span class="nl">↵</span>\n')
 
 
-def tokens_html(records: list[TokenRecord], color_by: str = "position", show_rejected: bool = False,
-                placeholder: str = "") -> str:
+def tokens_html(
+    records: list[TokenRecord], color_by: str = "position", show_rejected: bool = False, placeholder: str = ""
+) -> str:
     """The coloured token view. `color_by` is "position" (shade by draft position) or "specialist".
 
     Every token carries its round (`data-round`): clicking one picks that round in the lane's tree (TOKEN_CLICK_JS).
@@ -120,13 +131,15 @@ def legend_html(color_by: str = "position", depth: int = 6, specialists: int = 3
         chips = "".join(f'<span class="tok draft p{min(p, MAX_SHADES)}">{p}</span>' for p in range(1, depth + 1))
         what = "accepted draft token, by draft position"
         mode = "by-position"
-    return (f'<div class="poss-legend poss-tokens {mode}">'
-            f'<span class="item">{chips} {what}</span>'
-            f'<span class="item"><span class="tok target bonus">tok</span> the target\'s own token (bonus or '
-            f'correction; every token of plain decoding)</span>'
-            f'<span class="item"><s class="rej">tok</s> draft the target rejected there</span>'
-            f'<span class="item muted">hover a token for round, position, specialist and probabilities; click '
-            f'it (or Tab to it and press Enter) for its round\'s tree</span></div>')
+    return (
+        f'<div class="poss-legend poss-tokens {mode}">'
+        f'<span class="item">{chips} {what}</span>'
+        f'<span class="item"><span class="tok target bonus">tok</span> the target\'s own token (bonus or '
+        f"correction; every token of plain decoding)</span>"
+        f'<span class="item"><s class="rej">tok</s> draft the target rejected there</span>'
+        f'<span class="item muted">hover a token for round, position, specialist and probabilities; click '
+        f"it (or Tab to it and press Enter) for its round's tree</span></div>"
+    )
 
 
 def badge_html(text: str, kind: str = "neutral", title: str = "", name: str = "") -> str:
@@ -137,8 +150,13 @@ def badge_html(text: str, kind: str = "neutral", title: str = "", name: str = ""
     return f'<span class="poss-badge {kind}"{which}{tip}>{html.escape(text)}</span>'
 
 
-def identity_badge(tokens: list[int], plain_tokens: list[int] | None, greedy: bool, finished: bool,
-                   divergence: Divergence | None = None) -> str:
+def identity_badge(
+    tokens: list[int],
+    plain_tokens: list[int] | None,
+    greedy: bool,
+    finished: bool,
+    divergence: Divergence | None = None,
+) -> str:
     """At temperature 0 speculative decoding must reproduce plain decoding token for token: say whether it did, and
     where it did not, why (a rounding near-tie with plain's logit margin, or a real mismatch), the full reason in
     the tooltip."""
@@ -152,9 +170,12 @@ def identity_badge(tokens: list[int], plain_tokens: list[int] | None, greedy: bo
         if divergence.kind == NEAR_TIE:
             why = f"{margin} ≤ {divergence.tolerance:g}" if margin else "margin not measured"
             return badge_html(f"≈ {at}: {divergence.tie} ({why})", "neutral", divergence.reason, "identity")
-        return badge_html(f"✗ {at}: " + (f"{margin}, not a near-tie" if margin else "not expected here (margin not "
-                                                                                 "measured)"), "bad", divergence.reason,
-                          "identity")
+        return badge_html(
+            f"✗ {at}: " + (f"{margin}, not a near-tie" if margin else "not expected here (margin not measured)"),
+            "bad",
+            divergence.reason,
+            "identity",
+        )
     n = min(len(tokens), len(plain_tokens))
     if finished and len(tokens) != len(plain_tokens):
         return badge_html(f"compared {n} tokens: identical so far", "ok", name="identity")
@@ -162,8 +183,15 @@ def identity_badge(tokens: list[int], plain_tokens: list[int] | None, greedy: bo
 
 
 # A lane header's figures: key (its `data-stat`, what readers go by) and the label the page shows.
-STAT_LABELS = {"tokens_per_s": "tokens/s", "tau": "τ", "rounds": "rounds", "tokens": "tokens", "budget": "budget",
-               "depth_stop": "depth stop", "vs_plain": "vs plain"}
+STAT_LABELS = {
+    "tokens_per_s": "tokens/s",
+    "tau": "τ",
+    "rounds": "rounds",
+    "tokens": "tokens",
+    "budget": "budget",
+    "depth_stop": "depth stop",
+    "vs_plain": "vs plain",
+}
 
 
 def stat_line(items: list[tuple[str, str]]) -> str:
@@ -183,9 +211,11 @@ def status_html(message: str, kind: str = "info") -> str:
 LANE_PARTS = ("col", "head", "tokens", "text", "tree", "slider", "explain")
 
 
-OUTPUT_NAMES = (["status", "legend", "conversation"]
-                + [f"lane{i}_{part}" for i in range(MAX_LANES) for part in LANE_PARTS]
-                + ["pos_acc", "feature_deviation", "accept_hist", "tokens_per_s", "hardware"])
+OUTPUT_NAMES = (
+    ["status", "legend", "conversation"]
+    + [f"lane{i}_{part}" for i in range(MAX_LANES) for part in LANE_PARTS]
+    + ["pos_acc", "feature_deviation", "accept_hist", "tokens_per_s", "hardware"]
+)
 
 
 def outputs_dict(values: list) -> dict[str, Any]:
@@ -202,8 +232,12 @@ def lane_head_html(lane: Lane, comp: Comparison, running: bool) -> str:
     ev = lane.events
     tps = metrics.tokens_per_s(ev) if ev else math.nan
     plain = comp.lane(methods.PLAIN)
-    items = [("tokens_per_s", _fmt(tps)), ("tau", _fmt(metrics.tau(ev), ".2f")),
-             ("rounds", str(len(metrics.draft_rounds(ev)))), ("tokens", str(metrics.total_new_tokens(ev)))]
+    items = [
+        ("tokens_per_s", _fmt(tps)),
+        ("tau", _fmt(metrics.tau(ev), ".2f")),
+        ("rounds", str(len(metrics.draft_rounds(ev)))),
+        ("tokens", str(metrics.total_new_tokens(ev))),
+    ]
     if lane.budget is not None:
         items.append(("budget", f"{lane.budget} auto" if lane.budget_auto else str(lane.budget)))
     if lane.depth_stop:
@@ -213,27 +247,49 @@ def lane_head_html(lane: Lane, comp: Comparison, running: bool) -> str:
     badges = []
     if not lane.plain:
         greedy = float(comp.spec.temperature) == 0.0
-        badges.append(identity_badge(lane.token_ids, plain.token_ids if plain is not None else None, greedy,
-                                     lane.finished and plain is not None and plain.finished,
-                                     comp.divergence(lane) if greedy else None))
+        badges.append(
+            identity_badge(
+                lane.token_ids,
+                plain.token_ids if plain is not None else None,
+                greedy,
+                lane.finished and plain is not None and plain.finished,
+                comp.divergence(lane) if greedy else None,
+            )
+        )
     if lane.error:
         state = f'<div class="poss-lane-error">⚠ {html.escape(lane.error)}</div>'
     elif lane.finished:
         reason = lane.stop_reason or ""
-        nice = {"eos": "finished (end of answer)", "max_new_tokens": "finished (max new tokens)",
-                "context_limit": "stopped at the context limit", "cancelled": "stopped"}.get(reason, reason)
+        nice = {
+            "eos": "finished (end of answer)",
+            "max_new_tokens": "finished (max new tokens)",
+            "context_limit": "stopped at the context limit",
+            "cancelled": "stopped",
+        }.get(reason, reason)
         state = f'<span class="poss-note" data-lane-state="{html.escape(reason)}">{html.escape(nice)}</span>'
     else:
         now = "running" if running else "paused"
-        state = (f'<span class="poss-note" data-lane-state="{now}">'
-                 f'{"running…" if running else "paused (Step for the next round)"}</span>')
+        state = (
+            f'<span class="poss-note" data-lane-state="{now}">'
+            f"{'running…' if running else 'paused (Step for the next round)'}</span>"
+        )
     if comp.replay:
         badges.append(badge_html("replay", name="replay"))
     if not lane.trained:
-        badges.insert(0, badge_html("untrained draft", "bad", "No trained checkpoint is bundled for this draft yet: it "
-                                    "is a random draft, so almost nothing gets accepted.", "untrained"))
-    return (f'<div class="poss-lane-head"><h3>{html.escape(lane.label)}</h3>{stat_line(items)}'
-            f'<div>{"".join(badges)} {state}</div></div>')
+        badges.insert(
+            0,
+            badge_html(
+                "untrained draft",
+                "bad",
+                "No trained checkpoint is bundled for this draft yet: it "
+                "is a random draft, so almost nothing gets accepted.",
+                "untrained",
+            ),
+        )
+    return (
+        f'<div class="poss-lane-head"><h3>{html.escape(lane.label)}</h3>{stat_line(items)}'
+        f"<div>{''.join(badges)} {state}</div></div>"
+    )
 
 
 def lane_tree(lane: Lane, round_index: int | None) -> Any:
@@ -242,9 +298,14 @@ def lane_tree(lane: Lane, round_index: int | None) -> Any:
     r = len(lane.events) - 1 if round_index is None else max(0, min(int(round_index), len(lane.events) - 1))
     event = lane.events[r]
     root = lane.pieces[r - 1][-1] if r > 0 and lane.pieces[r - 1] else "root"
-    return figures.tree_figure(event, labels=lane.node_texts[r], root_label=root or "root",
-                              bonus_label=lane.bonus_texts[r], title=f"{lane.short}: draft tree, round {r}",
-                              height=360)
+    return figures.tree_figure(
+        event,
+        labels=lane.node_texts[r],
+        root_label=root or "root",
+        bonus_label=lane.bonus_texts[r],
+        title=f"{lane.short}: draft tree, round {r}",
+        height=360,
+    )
 
 
 EXPLAIN_EMPTY = '<div class="poss-round-account poss-note">Pick a round with the slider to read it in words.</div>'
@@ -286,8 +347,9 @@ def round_slider(lane: Lane | None, value: int | None) -> Any:
     """A lane's round slider (0 = the prefill), at `value` (the latest round when None)."""
     n = len(lane.events) if lane is not None else 0
     top = max(1, n - 1)
-    return gr.Slider(minimum=0, maximum=top, value=min(top, n - 1 if value is None else value) if n else 0,
-                     step=1, interactive=n > 1)
+    return gr.Slider(
+        minimum=0, maximum=top, value=min(top, n - 1 if value is None else value) if n else 0, step=1, interactive=n > 1
+    )
 
 
 def chart_runs(comp: Comparison | None) -> tuple[dict[str, list], dict[str, str]]:
@@ -332,15 +394,19 @@ def pooled_chart_runs(pools: Pools) -> tuple[dict[str, list], dict[str, str], st
 
 def conversation_html(history: list[dict]) -> str:
     if not history:
-        return ('<div class="poss-conversation poss-note">Single turn. After a run, tick Multi-turn to ask a '
-                'follow-up: the next Run then continues the conversation.</div>')
+        return (
+            '<div class="poss-conversation poss-note">Single turn. After a run, tick Multi-turn to ask a '
+            "follow-up: the next Run then continues the conversation.</div>"
+        )
     turns = []
     for m in history:
         who = "you" if m.get("role") == "user" else "model"
         text = str(m.get("content", ""))
         turns.append(f"<b>{who}:</b> {html.escape(text[:300] + ('…' if len(text) > 300 else ''))}")
-    return ('<div class="poss-conversation"><span class="poss-note">Conversation so far (continued when Multi-turn '
-            'is ticked):</span><br>' + "<br>".join(turns) + "</div>")
+    return (
+        '<div class="poss-conversation"><span class="poss-note">Conversation so far (continued when Multi-turn '
+        "is ticked):</span><br>" + "<br>".join(turns) + "</div>"
+    )
 
 
 def draft_note(preset: Preset) -> str:
@@ -348,13 +414,21 @@ def draft_note(preset: Preset) -> str:
     untrained = [m.short for m in methods.preset_methods(preset).values() if not m.trained]
     text = html.escape(preset.description)
     if untrained:
-        text += (f'<br>⚠ No trained draft is bundled for {", ".join(untrained)}:'
-                 f' those lanes use <b>untrained</b> random drafts, so almost nothing gets accepted.')
+        text += (
+            f"<br>⚠ No trained draft is bundled for {', '.join(untrained)}:"
+            f" those lanes use <b>untrained</b> random drafts, so almost nothing gets accepted."
+        )
     return f'<div class="poss-note">{text}</div>'
 
 
-def render(session: Session, view: View, status: tuple[str, str] | None = None, running: bool = False,
-           with_charts: bool = True, with_trees: bool = True) -> list:
+def render(
+    session: Session,
+    view: View,
+    status: tuple[str, str] | None = None,
+    running: bool = False,
+    with_charts: bool = True,
+    with_trees: bool = True,
+) -> list:
     """Every output the lanes, charts and status show, in OUTPUT_NAMES order (`with_charts=False` leaves the four
     charts as they are, `with_trees=False` each lane's tree, round slider and account)."""
     if status is not None:
@@ -374,9 +448,13 @@ def render(session: Session, view: View, status: tuple[str, str] | None = None, 
             lane = lanes_[i]
             out[p + "col"] = gr.Column(visible=True)
             out[p + "head"] = lane_head_html(lane, comp, running)
-            out[p + "tokens"] = ('<div class="poss-lane-tokens">'
-                                 + tokens_html(lane.records, view.color_by, view.show_rejected,
-                                               placeholder="waiting for the first round…") + "</div>")
+            out[p + "tokens"] = (
+                '<div class="poss-lane-tokens">'
+                + tokens_html(
+                    lane.records, view.color_by, view.show_rejected, placeholder="waiting for the first round…"
+                )
+                + "</div>"
+            )
             out[p + "text"] = lane.text
             pin = session.pins.get(i)
             if with_trees:
@@ -389,8 +467,11 @@ def render(session: Session, view: View, status: tuple[str, str] | None = None, 
             visible = comp is None and i < len(DEFAULT_METHODS)
             out[p + "col"] = gr.Column(visible=visible)
             out[p + "head"] = ""
-            out[p + "tokens"] = ('<div class="poss-lane-tokens">' + tokens_html(
-                [], placeholder="Press Run to stream this lane.") + "</div>")
+            out[p + "tokens"] = (
+                '<div class="poss-lane-tokens">'
+                + tokens_html([], placeholder="Press Run to stream this lane.")
+                + "</div>"
+            )
             out[p + "text"] = ""
             out[p + "tree"] = figures.empty_figure("The latest round's draft tree appears here.", 360, "Draft tree")
             out[p + "slider"] = round_slider(None, None)
@@ -417,10 +498,12 @@ def chart_outputs(session: Session, view: View) -> list:
     if view.everyone:
         return class_charts(session, view)
     runs_, colors, note = pooled_chart_runs(session.pool_view(comp)) if view.pooled else (*chart_runs(comp), "")
-    return [figures.pos_acc_figure(runs_, conditional=view.conditional, colors=colors, note=note),
-            figures.feature_deviation_figure(runs_, colors=colors, note=note),
-            figures.accept_hist_figure(runs_, colors=colors, note=note),
-            figures.tokens_per_s_figure(runs_, colors=colors, note=note)]
+    return [
+        figures.pos_acc_figure(runs_, conditional=view.conditional, colors=colors, note=note),
+        figures.feature_deviation_figure(runs_, colors=colors, note=note),
+        figures.accept_hist_figure(runs_, colors=colors, note=note),
+        figures.tokens_per_s_figure(runs_, colors=colors, note=note),
+    ]
 
 
 def class_preset(session: Session) -> str:
@@ -440,7 +523,7 @@ def class_note(preset: str, entries: dict[str, ClassEntry]) -> str:
 
 
 def class_charts(session: Session, view: View) -> list:
-    """"Everyone on this server": each method's pooled AcceptanceStats on the preset (numbers only) drawn by the
+    """ "Everyone on this server": each method's pooled AcceptanceStats on the preset (numbers only) drawn by the
     same chart code, n= on each chart; tokens/s as pooled totals (the pool keeps no per-round timeline)."""
     preset = class_preset(session)
     entries = CLASS.view(preset)
@@ -450,13 +533,22 @@ def class_charts(session: Session, view: View) -> list:
     colors = {e.label: methods.color_of(m) or methods.OKABE_ITO[i % 7] for i, (m, e) in enumerate(entries.items())}
     note = class_note(preset, entries)
     session.class_seen = (CLASS.version, view.conditional)
-    speeds = " · ".join(f"{e.label} {e.tokens_per_s:.1f} ({e.tokens:,} tokens, {e.runs} runs)"
-                        for e in entries.values() if e.seconds > 0)
-    tps = figures.empty_figure(f"Pooled tokens/s: {speeds}" if speeds else "No finished live run yet.", 340,
-                               "Tokens/s, everyone on this server (tokens over the lanes' own compute time)")
-    return [figures.pos_acc_figure(runs_, conditional=view.conditional, colors=colors, note=note),
-            figures.feature_deviation_figure(runs_, colors=colors, note=note),
-            figures.accept_hist_figure(runs_, colors=colors, note=note), tps]
+    speeds = " · ".join(
+        f"{e.label} {e.tokens_per_s:.1f} ({e.tokens:,} tokens, {e.runs} runs)"
+        for e in entries.values()
+        if e.seconds > 0
+    )
+    tps = figures.empty_figure(
+        f"Pooled tokens/s: {speeds}" if speeds else "No finished live run yet.",
+        340,
+        "Tokens/s, everyone on this server (tokens over the lanes' own compute time)",
+    )
+    return [
+        figures.pos_acc_figure(runs_, conditional=view.conditional, colors=colors, note=note),
+        figures.feature_deviation_figure(runs_, colors=colors, note=note),
+        figures.accept_hist_figure(runs_, colors=colors, note=note),
+        tps,
+    ]
 
 
 def loaded_hardware() -> dict[str, str] | None:

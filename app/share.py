@@ -49,8 +49,9 @@ def client_address(host: str | None, forwarded_for: str | None) -> str:
 class ClientShare:
     """Pending and running calls per client key ("session:HASH", "address:IP"), with a limit per kind."""
 
-    def __init__(self, per_client: int = PER_CLIENT, per_address: int = PER_ADDRESS,
-                 pending_ttl_s: float = 120.0) -> None:
+    def __init__(
+        self, per_client: int = PER_CLIENT, per_address: int = PER_ADDRESS, pending_ttl_s: float = 120.0
+    ) -> None:
         self.per_client = per_client
         self.per_address = per_address
         self.pending_ttl_s = pending_ttl_s
@@ -81,8 +82,10 @@ class ClientShare:
                 limit = self._limit(key)
                 if limit > 0 and self._held(key, now) >= limit:
                     who = "this tab (or API client)" if key.startswith("session:") else "your address"
-                    return (f"{who} already has {limit} call{'s' if limit != 1 else ''} waiting or running, the most "
-                            f"this server gives one client: wait for one to finish (or Stop it), then try again.")
+                    return (
+                        f"{who} already has {limit} call{'s' if limit != 1 else ''} waiting or running, the most "
+                        f"this server gives one client: wait for one to finish (or Stop it), then try again."
+                    )
             for key in self.keys(session, address):
                 self._pending[key].append(now)
         return None
@@ -140,8 +143,9 @@ class LiveQueue:
     wait is estimated by playing the line forward with each run holding its slot for its work times the seconds per
     unit of work that the last few runs took (`typical_s_per_unit` before any run ended)."""
 
-    def __init__(self, slots: int = 1, max_waiting: int = 64, typical_s_per_unit: float = TYPICAL_S_PER_UNIT,
-                 history: int = 8) -> None:
+    def __init__(
+        self, slots: int = 1, max_waiting: int = 64, typical_s_per_unit: float = TYPICAL_S_PER_UNIT, history: int = 8
+    ) -> None:
         self.slots = slots
         self.max_waiting = max_waiting
         self.typical_s_per_unit = typical_s_per_unit
@@ -156,8 +160,10 @@ class LiveQueue:
         """A ticket at the back of the line for a run of `work` units (QueueFull past `max_waiting`)."""
         with self._lock:
             if len(self._waiting) >= self.max_waiting:
-                raise QueueFull(f"{len(self._waiting)} live runs are already waiting, the most this server queues: "
-                                f"try again in a few minutes (the examples replay at once meanwhile).")
+                raise QueueFull(
+                    f"{len(self._waiting)} live runs are already waiting, the most this server queues: "
+                    f"try again in a few minutes (the examples replay at once meanwhile)."
+                )
             ticket = next(self._ids)
             self._waiting.append(ticket)
             self._work[ticket] = max(1.0, float(work))
@@ -169,7 +175,7 @@ class LiveQueue:
             if ticket in self._running:
                 return True
             free = self.slots - len(self._running)
-            if ticket in self._waiting[:max(0, free)]:
+            if ticket in self._waiting[: max(0, free)]:
                 self._waiting.remove(ticket)
                 self._running[ticket] = time.monotonic()
                 return True
@@ -211,10 +217,12 @@ class LiveQueue:
         with self._lock:
             if ticket not in self._waiting:
                 return 0.0
-            ahead = self._waiting[:self._waiting.index(ticket)]
+            ahead = self._waiting[: self._waiting.index(ticket)]
             # A run past its estimate is taken to end soon (a tenth of it), not never.
-            free_at = [max(rate * self._work[t] - (now - began), 0.1 * rate * self._work[t])
-                       for t, began in self._running.items()]
+            free_at = [
+                max(rate * self._work[t] - (now - began), 0.1 * rate * self._work[t])
+                for t, began in self._running.items()
+            ]
             holds = [rate * self._work[t] for t in ahead]
         free_at += [0.0] * max(0, self.slots - len(free_at))
         heapq.heapify(free_at)
@@ -227,11 +235,16 @@ class LiveQueue:
         place, (running, waiting) = self.place(ticket), self.counts()
         est, rate = self.estimate_s(ticket), self.rate()
         done = len(self._done)
-        basis = (f"at the speed of the last {done} live run{'s' if done != 1 else ''}" if done else
-                 f"no live run has finished yet: {rate * 3 * 64:.0f} s per 64-token three-lane run is assumed")
-        return (f"Waiting for a live slot: {_ordinal(place)} in line ({running} of {self.slots} slot"
-                f"{'s' if self.slots != 1 else ''} decoding, {waiting} waiting); about {est:.0f} s to go ({basis}). "
-                f"Stop leaves the queue; recorded examples replay at once meanwhile.")
+        basis = (
+            f"at the speed of the last {done} live run{'s' if done != 1 else ''}"
+            if done
+            else f"no live run has finished yet: {rate * 3 * 64:.0f} s per 64-token three-lane run is assumed"
+        )
+        return (
+            f"Waiting for a live slot: {_ordinal(place)} in line ({running} of {self.slots} slot"
+            f"{'s' if self.slots != 1 else ''} decoding, {waiting} waiting); about {est:.0f} s to go ({basis}). "
+            f"Stop leaves the queue; recorded examples replay at once meanwhile."
+        )
 
 
 LIVE = LiveQueue()
@@ -266,8 +279,11 @@ class QueueShareMiddleware:
         self.share = share or SHARE
 
     async def __call__(self, scope, receive, send) -> None:
-        if scope.get("type") != "http" or scope.get("method") != "POST" or not scope.get("path", "").endswith(
-                "/queue/join"):
+        if (
+            scope.get("type") != "http"
+            or scope.get("method") != "POST"
+            or not scope.get("path", "").endswith("/queue/join")
+        ):
             await self.app(scope, receive, send)
             return
         chunks, more = [], True
@@ -281,8 +297,15 @@ class QueueShareMiddleware:
         body = b"".join(chunks)
         refused = self._refusal(scope, body)
         if refused is not None:
-            await _send_json(send, 422, {"detail": [{"__type__": "validate", "is_valid": False,
-                                                     "parameter_name": "queue", "message": refused}]})
+            await _send_json(
+                send,
+                422,
+                {
+                    "detail": [
+                        {"__type__": "validate", "is_valid": False, "parameter_name": "queue", "message": refused}
+                    ]
+                },
+            )
             return
         replayed = False
 
@@ -310,6 +333,11 @@ class QueueShareMiddleware:
 
 async def _send_json(send, status: int, payload: dict) -> None:
     body = json.dumps(payload).encode()
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+        }
+    )
     await send({"type": "http.response.body", "body": body})

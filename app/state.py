@@ -12,14 +12,14 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from poss_core import methods, settings
-from poss_core.views.pooling import light_event, pool_events
 from poss_core.call_budget import CallBudget
 from poss_core.compare import Comparison, Lane, RunSpec
-from poss_core.models.hardware import cpu_bf16_units
 from poss_core.decoding.config import check_prompt_text
-from poss_core.events import RoundEvent
 from poss_core.errors import ConfigError, PromptError
+from poss_core.events import RoundEvent
+from poss_core.models.hardware import cpu_bf16_units
 from poss_core.models.presets import Preset, get_preset
+from poss_core.views.pooling import light_event, pool_events
 
 from .class_pool import CLASS
 
@@ -54,13 +54,17 @@ class View:
     everyone: bool = False  # the charts pool every finished live run on this server ("everyone on this server")
 
     @classmethod
-    def from_controls(cls, color_by: str, show_rejected: bool, pos_acc_mode: str,
-                      charts_from: str | bool = "this run") -> "View":
+    def from_controls(
+        cls, color_by: str, show_rejected: bool, pos_acc_mode: str, charts_from: str | bool = "this run"
+    ) -> "View":
         """From the view controls' values (radio labels and a checkbox)."""
-        return cls(color_by="specialist" if str(color_by).startswith("spec") else "position",
-                   show_rejected=bool(show_rejected), conditional=not str(pos_acc_mode).startswith("uncond"),
-                   pooled=charts_from is True or str(charts_from) == POOLED_VIEW,
-                   everyone=str(charts_from) == CLASS_VIEW)
+        return cls(
+            color_by="specialist" if str(color_by).startswith("spec") else "position",
+            show_rejected=bool(show_rejected),
+            conditional=not str(pos_acc_mode).startswith("uncond"),
+            pooled=charts_from is True or str(charts_from) == POOLED_VIEW,
+            everyone=str(charts_from) == CLASS_VIEW,
+        )
 
 
 APP_SETTINGS = settings.offered_on(settings.APP)  # the Run controls after the prompt, preset and methods
@@ -75,8 +79,9 @@ class RunSettings:
         self.values = values
 
     @classmethod
-    def from_controls(cls, prompt: str, multi_turn: bool, preset: str, methods: list[str],
-                      *values: Any) -> "RunSettings":
+    def from_controls(
+        cls, prompt: str, multi_turn: bool, preset: str, methods: list[str], *values: Any
+    ) -> "RunSettings":
         """From the controls' values in the order ui.py lists them (one per APP_SETTINGS name)."""
         return cls(prompt, multi_turn, preset, methods, **dict(zip(APP_SETTINGS, values)))
 
@@ -92,8 +97,9 @@ class RunSettings:
         if self.prompt is None or (isinstance(self.prompt, str) and not self.prompt.strip()):
             raise PromptError("the prompt is empty: type a question or instruction (or pick an example).")
         check_prompt_text(self.prompt)
-        if self.methods is not None and (not isinstance(self.methods, (list, tuple))
-                                         or not all(isinstance(m, str) for m in self.methods)):
+        if self.methods is not None and (
+            not isinstance(self.methods, (list, tuple)) or not all(isinstance(m, str) for m in self.methods)
+        ):
             raise ConfigError(f"methods={self.methods!r}: give a list of method names (e.g. plain, eagle, poss2).")
         if not isinstance(self.preset, str):
             raise ConfigError(f"preset={self.preset!r}: give a preset's name.")
@@ -102,11 +108,17 @@ class RunSettings:
         else:
             message = self.prompt
         asked = self.values.get("max_new_tokens")
-        if (MAX_NEW_TOKENS is not None and isinstance(asked, (int, float)) and not isinstance(asked, bool)
-                and asked > MAX_NEW_TOKENS):
-            raise ConfigError(f"max_new_tokens={asked:g} is more than this server gives one run "
-                              f"({MAX_NEW_TOKENS}, so that every visitor gets a turn): ask for {MAX_NEW_TOKENS} or "
-                              f"fewer.")
+        if (
+            MAX_NEW_TOKENS is not None
+            and isinstance(asked, (int, float))
+            and not isinstance(asked, bool)
+            and asked > MAX_NEW_TOKENS
+        ):
+            raise ConfigError(
+                f"max_new_tokens={asked:g} is more than this server gives one run "
+                f"({MAX_NEW_TOKENS}, so that every visitor gets a turn): ask for {MAX_NEW_TOKENS} or "
+                f"fewer."
+            )
         order = list(methods.lane_methods(get_preset(self.preset)))
         chosen = sorted(set(self.methods or []), key=lambda m: order.index(m) if m in order else len(order))
         # An unset choice (a radio Gradio sends as None) reads its default; anything else is checked as sent.
@@ -131,11 +143,21 @@ def pooled_event(e: RoundEvent) -> RoundEvent:
 def lane_settings(comp: Comparison, lane: Lane) -> dict[str, Any]:
     """The settings that move a lane's acceptance and speed (the prompt and seed are meant to vary)."""
     s = comp.spec
-    out: dict[str, Any] = {"precision": comp.hardware.get("dtype") or s.precision, "quantization": s.quantization,
-                           "temperature": s.temperature, "top-p": s.top_p}
+    out: dict[str, Any] = {
+        "precision": comp.hardware.get("dtype") or s.precision,
+        "quantization": s.quantization,
+        "temperature": s.temperature,
+        "top-p": s.top_p,
+    }
     if not lane.plain:
-        out.update({"depth": s.depth, "top-k": s.top_k, "depth stop": lane.depth_stop,
-                    "tree budget": lane.budget if lane.budget is not None else s.tree_budget})
+        out.update(
+            {
+                "depth": s.depth,
+                "top-k": s.top_k,
+                "depth stop": lane.depth_stop,
+                "tree budget": lane.budget if lane.budget is not None else s.tree_budget,
+            }
+        )
     return out
 
 
@@ -165,8 +187,9 @@ class MethodPool:
                 cut = len(first.events)
             else:
                 base = first.events[excess - 1].new_tokens
-                runs[0] = PooledRun([replace(e, new_tokens=e.new_tokens - base) for e in first.events[excess:]],
-                                    first.settings)
+                runs[0] = PooledRun(
+                    [replace(e, new_tokens=e.new_tokens - base) for e in first.events[excess:]], first.settings
+                )
                 cut = excess
             excess, dropped = excess - cut, dropped + cut
         return MethodPool(self.label, tuple(runs), dropped)
@@ -189,8 +212,16 @@ Pools = dict[str, MethodPool]  # method name -> its pool
 
 def _pooled_runs(comp: Comparison, light: bool) -> list[tuple[Lane, PooledRun]]:
     """Each lane with rounds, and its rounds as a pooled run (`light`: as the pool keeps them)."""
-    return [(lane, PooledRun([pooled_event(e) for e in lane.events] if light else list(lane.events),
-                             lane_settings(comp, lane))) for lane in comp.lanes if lane.events]
+    return [
+        (
+            lane,
+            PooledRun(
+                [pooled_event(e) for e in lane.events] if light else list(lane.events), lane_settings(comp, lane)
+            ),
+        )
+        for lane in comp.lanes
+        if lane.events
+    ]
 
 
 @dataclass
@@ -262,8 +293,11 @@ class Session:
                 comp.drain()
                 if self.stepping:
                     self.released = why
-                    self.status = (f"Step mode ended and its memory was freed because {why}. Step starts over, "
-                                   f"Run starts a new comparison.", "info")
+                    self.status = (
+                        f"Step mode ended and its memory was freed because {why}. Step starts over, "
+                        f"Run starts a new comparison.",
+                        "info",
+                    )
                 self.stepping = False
             finally:
                 self.lock.release()
@@ -279,8 +313,11 @@ class Session:
             self.pool_run(self.comparison)  # pooled once, whatever ended it
             self.comparison, self.loaded, self.stepping = None, None, False
             self.pins.clear()
-            self.status = (f"The run on show was cleared to free memory because {why}; your pooled runs are kept. "
-                           f"Run, or load a saved run, to see lanes again.", "info")
+            self.status = (
+                f"The run on show was cleared to free memory because {why}; your pooled runs are kept. "
+                f"Run, or load a saved run, to see lanes again.",
+                "info",
+            )
         finally:
             self.lock.release()
 
@@ -322,8 +359,7 @@ class SessionStore:
             self._sessions.move_to_end(key)
             session.last_seen = time.monotonic()
         for old in evicted:
-            old.end_work("this tab was evicted (the server serves at most "
-                         f"{self.capacity} tabs at once)")
+            old.end_work(f"this tab was evicted (the server serves at most {self.capacity} tabs at once)")
         if time.monotonic() - self._last_reap > min(10.0, self.idle_s):
             self.reap()
         return session
@@ -337,8 +373,13 @@ class SessionStore:
         self._last_reap = now
         with self._lock:
             # A tab streaming a Run holds its lock and is bounded by CALL_LIMIT_S: it is not reaped here.
-            idle = [s for s in self._sessions.values() if now - s.last_seen > self.idle_s and not s.lock.locked()
-                    and (s.comparison is not None or s.loaded is not None)]
+            idle = [
+                s
+                for s in self._sessions.values()
+                if now - s.last_seen > self.idle_s
+                and not s.lock.locked()
+                and (s.comparison is not None or s.loaded is not None)
+            ]
         minutes = self.idle_s / 60
         idle_for = f"{minutes:g} minute{'s' if minutes != 1 else ''}"
         for s in idle:
@@ -383,9 +424,13 @@ def ui_defaults(preset: Preset) -> dict[str, Any]:
     draft lane drafts the same tree by default (no fitted budget, no depth stop), so the lanes compare like for like
     and every specialist drafts every round; "Fastest tree for this machine" (`auto_budget`) is a choice."""
     cpu = preset.device == "cpu"
-    return {"depth": preset.depth, "top_k": min(preset.top_k, 8) if cpu else preset.top_k,
-            "tree_budget": min(preset.tree_budget, 32) if cpu else preset.tree_budget,
-            "max_new_tokens": 64 if cpu else 128, "auto_budget": False}
+    return {
+        "depth": preset.depth,
+        "top_k": min(preset.top_k, 8) if cpu else preset.top_k,
+        "tree_budget": min(preset.tree_budget, 32) if cpu else preset.tree_budget,
+        "max_new_tokens": 64 if cpu else 128,
+        "auto_budget": False,
+    }
 
 
 def initial_precision(requested: str, gpu: bool, bf16_units: str | None) -> str:
@@ -402,27 +447,38 @@ def precision_note(gpu: bool) -> str:
     if gpu:
         return "auto = bfloat16 on a GPU; float32 shows token-for-token identity with plain decoding"
     units = cpu_bf16_units()
-    speed = (f"this CPU has {units}, so bfloat16 is faster here" if units else
-             "this CPU has no native bf16 units, so bfloat16 may be slower here")
-    return (f"auto = float32 on a CPU: every lane identical to plain decoding, token for token. bfloat16: {speed}; "
-            f"a lane may then differ from plain at a rounding near-tie, and its badge says so")
+    speed = (
+        f"this CPU has {units}, so bfloat16 is faster here"
+        if units
+        else "this CPU has no native bf16 units, so bfloat16 may be slower here"
+    )
+    return (
+        f"auto = float32 on a CPU: every lane identical to plain decoding, token for token. bfloat16: {speed}; "
+        f"a lane may then differ from plain at a rounding near-tie, and its badge says so"
+    )
 
 
 def quantization_note(gpu: bool) -> str:
     """The Quantization setting's explanation, for this machine: what it costs here, said plainly."""
     if gpu:
-        return ("auto quantizes only when the target would not fit the GPU (8-bit, else 4-bit NF4); the drafts stay "
-                "unquantized, and every lane is verified by the quantized target itself (identical to its plain "
-                "decoding up to rounding near-ties, and int8's rounding noise in 8-bit)")
-    return ("auto = none on a CPU. 8-bit and 4-bit run the target through bitsandbytes, as a GPU short of memory "
-            "would: on a CPU they save memory but are slower (plain decoding at 0.6-0.7x float32's tokens/s), the "
-            "first run loads another copy of the target, and the drafts were trained on the full-precision target, "
-            "so acceptance changes (measured τ: 8-bit lower, 4-bit higher). 4-bit lanes stay identical to plain decoding of the same quantized target; 8-bit ones can "
-            "part from it where int8's rounding noise decides between two close tokens, and their badge says so")
+        return (
+            "auto quantizes only when the target would not fit the GPU (8-bit, else 4-bit NF4); the drafts stay "
+            "unquantized, and every lane is verified by the quantized target itself (identical to its plain "
+            "decoding up to rounding near-ties, and int8's rounding noise in 8-bit)"
+        )
+    return (
+        "auto = none on a CPU. 8-bit and 4-bit run the target through bitsandbytes, as a GPU short of memory "
+        "would: on a CPU they save memory but are slower (plain decoding at 0.6-0.7x float32's tokens/s), the "
+        "first run loads another copy of the target, and the drafts were trained on the full-precision target, "
+        "so acceptance changes (measured τ: 8-bit lower, 4-bit higher). 4-bit lanes stay identical to plain "
+        "decoding of the same quantized target; 8-bit ones can "
+        "part from it where int8's rounding noise decides between two close tokens, and their badge says so"
+    )
 
 
 def method_choices(preset: Preset) -> list[tuple[str, str]]:
     """(label, value) pairs for the methods a preset offers, plain decoding first: each method's label, with
     "(untrained)" after a draft that is a random stand-in (nothing trained is bundled for it yet)."""
-    return [(m.label if m.trained else f"{m.label} (untrained)", name)
-            for name, m in methods.lane_methods(preset).items()]
+    return [
+        (m.label if m.trained else f"{m.label} (untrained)", name) for name, m in methods.lane_methods(preset).items()
+    ]

@@ -8,19 +8,17 @@ from typing import Any
 
 import gradio as gr
 
-from poss_core import compare, methods, saved_runs
-from poss_core.views import figures
+from poss_core import compare, methods, saved_runs, settings
 from poss_core.decoding.config import MAX_PROMPT_CHARS
-from poss_core import settings
-from poss_core.settings import LIMITS, PRECISIONS
 from poss_core.models.hardware import cuda_available
 from poss_core.models.presets import DEFAULT_PRESET, get_preset, presets
+from poss_core.settings import LIMITS, PRECISIONS
+from poss_core.views import figures
 
 from . import about, evidence_view, handlers, recordings, share, state
 from .api import compare_endpoint
 from .render import OUTPUT_NAMES, TOKEN_CLICK_JS, conversation_html, draft_note, legend_html, status_html
-from .state import (DEFAULT_METHODS, RunSettings, View, method_choices, precision_note, quantization_note,
-                    ui_defaults)
+from .state import DEFAULT_METHODS, RunSettings, View, method_choices, precision_note, quantization_note, ui_defaults
 
 # Gradio's cache (uploaded runs, downloads it serves) is swept every CACHE_SWEEP_S seconds: files older than the
 # cache age (`python app.py --cache-minutes`, 10 by default) are deleted, so the temp folder does not grow.
@@ -32,14 +30,17 @@ REPLAY_CONCURRENCY = 64
 CLASS_REFRESH_S = 5.0  # how often a tab showing "everyone on this server" checks the class pool for new runs
 THREADS = 160  # Gradio's worker threads: a waiting live run and a replay each hold one while they sleep
 
-TIMING_NOTE = ("Lanes run **in turns, one round each**, in one thread: each lane's tokens/s counts only its own "
-               "rounds' compute time, i.e. the speed it would get alone on this machine.")
+TIMING_NOTE = (
+    "Lanes run **in turns, one round each**, in one thread: each lane's tokens/s counts only its own "
+    "rounds' compute time, i.e. the speed it would get alone on this machine."
+)
 
 ASSETS = recordings.ASSETS
 EXAMPLES = recordings.EXAMPLES
 CSS = (ASSETS / "app.css").read_text(encoding="utf-8")
 
 # ---------------------------------------------------------------- layout
+
 
 def _gpu(fn, duration: int = 120):
     """ZeroGPU's decorator where the `spaces` package is installed (it does nothing off a ZeroGPU Space)."""
@@ -56,9 +57,15 @@ A small draft guesses several tokens, the big model checks them in one pass and 
 side against plain decoding: coloured tokens came from the draft, underlined ones from the target."""
 
 
-def build_demo(preset: str = DEFAULT_PRESET, concurrency: int = 2, precision: str = "auto",
-               call_limit_s: float | None = None, results_dir: str | None = None,
-               call_fits: bool = True, cache_age_s: float = 600.0) -> gr.Blocks:
+def build_demo(
+    preset: str = DEFAULT_PRESET,
+    concurrency: int = 2,
+    precision: str = "auto",
+    call_limit_s: float | None = None,
+    results_dir: str | None = None,
+    call_fits: bool = True,
+    cache_age_s: float = 600.0,
+) -> gr.Blocks:
     """The whole app. `concurrency` caps how many live comparisons (runs, steps, API calls) decode at once, the
     slots of share.LIVE (the others wait in line, their status saying where and for how long); `precision`
     is the Precision setting's initial value (`python app.py --dtype`); `call_limit_s` the most seconds one call
@@ -88,78 +95,116 @@ def build_demo(preset: str = DEFAULT_PRESET, concurrency: int = 2, precision: st
     light = {"concurrency_limit": None, "show_progress": "hidden"}
 
     age = max(1, round(cache_age_s))
-    with gr.Blocks(title="POSS vs EAGLE: speculative decoding", fill_width=True, analytics_enabled=False,
-                   delete_cache=(min(CACHE_SWEEP_S, age), age)) as demo:
+    with gr.Blocks(
+        title="POSS vs EAGLE: speculative decoding",
+        fill_width=True,
+        analytics_enabled=False,
+        delete_cache=(min(CACHE_SWEEP_S, age), age),
+    ) as demo:
         gr.Markdown(HEADER)
         with gr.Tabs():
             with gr.Tab("Demo", id="demo"):
                 with gr.Row(equal_height=False):
                     with gr.Column(scale=3):
-                        prompt = gr.Textbox(label="Prompt", lines=3, max_lines=12, elem_id="poss-prompt",
-                                            max_length=MAX_PROMPT_CHARS,
-                                            placeholder="Ask something, or pick an example below.")
+                        prompt = gr.Textbox(
+                            label="Prompt",
+                            lines=3,
+                            max_lines=12,
+                            elem_id="poss-prompt",
+                            max_length=MAX_PROMPT_CHARS,
+                            placeholder="Ask something, or pick an example below.",
+                        )
                         with gr.Row():
                             run_btn = gr.Button("▶ Run", variant="primary", elem_id="poss-run")
                             step_btn = gr.Button("Step one round", elem_id="poss-step")
                             stop_btn = gr.Button("■ Stop", variant="stop", elem_id="poss-stop")
                             replay_btn = gr.Button("↻ Replay", elem_id="poss-replay")
                         with gr.Row():
-                            multi_turn = gr.Checkbox(label="Multi-turn: continue the conversation", value=False,
-                                                     scale=3)
+                            multi_turn = gr.Checkbox(
+                                label="Multi-turn: continue the conversation", value=False, scale=3
+                            )
                             new_conv = gr.Button("New conversation", size="sm", scale=1)
                         conversation = gr.HTML(conversation_html([]))
                         examples = gr.Examples(
-                            examples=[[e["prompt"]] for e in EXAMPLES], inputs=[prompt],
-                            example_labels=[f'{e["family"]}: {e["prompt"][:48]}…' for e in EXAMPLES],
-                            label="Examples: a click replays a recorded run at once; ▶ Run runs it live")
+                            examples=[[e["prompt"]] for e in EXAMPLES],
+                            inputs=[prompt],
+                            example_labels=[f"{e['family']}: {e['prompt'][:48]}…" for e in EXAMPLES],
+                            label="Examples: a click replays a recorded run at once; ▶ Run runs it live",
+                        )
                     with gr.Column(scale=2):
                         with gr.Accordion("Settings", open=True):
                             preset_dd = gr.Dropdown(preset_choices, value=preset, label="Model (preset)")
-                            method_boxes = gr.CheckboxGroup(method_choices(first), value=methods0,
-                                                            label=f"Methods to compare (lanes, at most "
-                                                                  f"{compare.MAX_LANES})",
-                                                       elem_id="poss-methods")
+                            method_boxes = gr.CheckboxGroup(
+                                method_choices(first),
+                                value=methods0,
+                                label=f"Methods to compare (lanes, at most {compare.MAX_LANES})",
+                                elem_id="poss-methods",
+                            )
                             note = gr.HTML(draft_note(first))
                             controls = run_controls(d, gpu, precision)
-                status = gr.HTML(status_html("Type a prompt (or pick an example) and press Run."),
-                                 elem_id="poss-status")
+                status = gr.HTML(
+                    status_html("Type a prompt (or pick an example) and press Run."), elem_id="poss-status"
+                )
                 with gr.Row():
-                    color_by = gr.Radio(["draft position", "specialist"], value="draft position",
-                                        label="Colour accepted draft tokens by", scale=2)
-                    show_rejected = gr.Checkbox(value=False, scale=1,
-                                                label="Show rejected drafts inline (struck through; always in the "
-                                                      "tooltip of the target's token)")
+                    color_by = gr.Radio(
+                        ["draft position", "specialist"],
+                        value="draft position",
+                        label="Colour accepted draft tokens by",
+                        scale=2,
+                    )
+                    show_rejected = gr.Checkbox(
+                        value=False,
+                        scale=1,
+                        label="Show rejected drafts inline (struck through; always in the "
+                        "tooltip of the target's token)",
+                    )
                 legend = gr.HTML(legend_html("position"), elem_id="poss-legend")
                 gr.Markdown(TIMING_NOTE)
                 lane_parts: list[list[Any]] = []
                 with gr.Row(equal_height=False):
                     for i in range(compare.MAX_LANES):
-                        with gr.Column(visible=i < len(methods0), min_width=320,
-                                       elem_classes="poss-lane") as col:
+                        with gr.Column(visible=i < len(methods0), min_width=320, elem_classes="poss-lane") as col:
                             head = gr.HTML(elem_classes="poss-lane-head-box")
-                            toks = gr.HTML('<div class="poss-lane-tokens"></div>', elem_id=f"poss-lane{i}-tokens",
-                                           js_on_load=TOKEN_CLICK_JS)
+                            toks = gr.HTML(
+                                '<div class="poss-lane-tokens"></div>',
+                                elem_id=f"poss-lane{i}-tokens",
+                                js_on_load=TOKEN_CLICK_JS,
+                            )
                             with gr.Accordion("Plain text (copy)", open=False):
-                                text = gr.Textbox(show_label=False, lines=5, max_lines=20, buttons=["copy"],
-                                                  interactive=False)
+                                text = gr.Textbox(
+                                    show_label=False, lines=5, max_lines=20, buttons=["copy"], interactive=False
+                                )
                             tree = gr.Plot(show_label=False, elem_id=f"poss-lane{i}-tree")
-                            slider = gr.Slider(0, 1, value=0, step=1, interactive=False,
-                                               label="Round (scrub the tree back, or click a token)",
-                                               elem_id=f"poss-lane{i}-round")
+                            slider = gr.Slider(
+                                0,
+                                1,
+                                value=0,
+                                step=1,
+                                interactive=False,
+                                label="Round (scrub the tree back, or click a token)",
+                                elem_id=f"poss-lane{i}-round",
+                            )
                             explain = gr.HTML(elem_id=f"poss-lane{i}-explain")
                         lane_parts.append([col, head, toks, text, tree, slider, explain])
                 gr.Markdown("### Charts (POSS and EAGLE on the same axes; each states its sample size)")
                 with gr.Row(equal_height=False):
-                    pos_acc_mode = gr.Radio(["conditional (POSS pos-acc)", "unconditional (share of rounds that drafted k)"],
-                                            value="conditional (POSS pos-acc)", label="Position-wise acceptance",
-                                            scale=2)
-                    charts_from = gr.Radio(["this run", state.POOLED_VIEW, state.CLASS_VIEW], value="this run",
-                                           label="Charts show",
-                                           info="all my runs: every round of every run in this tab on this preset, "
-                                                "per method; everyone on this server: every finished live run of "
-                                                "every visitor, pooled per method (numbers only, never prompts or "
-                                                "text). Replays and loaded runs are never added",
-                                           elem_id="poss-charts-from", scale=2)
+                    pos_acc_mode = gr.Radio(
+                        ["conditional (POSS pos-acc)", "unconditional (share of rounds that drafted k)"],
+                        value="conditional (POSS pos-acc)",
+                        label="Position-wise acceptance",
+                        scale=2,
+                    )
+                    charts_from = gr.Radio(
+                        ["this run", state.POOLED_VIEW, state.CLASS_VIEW],
+                        value="this run",
+                        label="Charts show",
+                        info="all my runs: every round of every run in this tab on this preset, "
+                        "per method; everyone on this server: every finished live run of "
+                        "every visitor, pooled per method (numbers only, never prompts or "
+                        "text). Replays and loaded runs are never added",
+                        elem_id="poss-charts-from",
+                        scale=2,
+                    )
                     forget_btn = gr.Button("Forget my runs", size="sm", scale=1, elem_id="poss-forget")
                 class_timer = gr.Timer(CLASS_REFRESH_S, active=False)
                 with gr.Row():
@@ -168,21 +213,28 @@ def build_demo(preset: str = DEFAULT_PRESET, concurrency: int = 2, precision: st
                 with gr.Row():
                     hist_plot = gr.Plot(show_label=False, elem_id="poss-chart-hist")
                     tps_plot = gr.Plot(show_label=False, elem_id="poss-chart-tps")
-                gr.Markdown(f"Conditional: {figures.POS_ACC_FORMULA}; unconditional: {figures.POS_RATE_FORMULA}. "
-                            "A round whose tree stopped before position k counts at neither. Feature deviation: "
-                            "the draft's predicted feature vs the target's true one for the same token, with the "
-                            "draft rolled forward over the text the target went on to write (measured once a lane "
-                            "finishes, outside its timing; until then the chart shows accepted positions only, "
-                            "which is conditional on acceptance). The strip under the acceptance chart shows which "
-                            "specialist drafts each position and in what share of the rounds.")
-                with gr.Accordion("Reset the class's pooled charts (the key the app was started with)",
-                                  open=False):
+                gr.Markdown(
+                    f"Conditional: {figures.POS_ACC_FORMULA}; unconditional: {figures.POS_RATE_FORMULA}. "
+                    "A round whose tree stopped before position k counts at neither. Feature deviation: "
+                    "the draft's predicted feature vs the target's true one for the same token, with the "
+                    "draft rolled forward over the text the target went on to write (measured once a lane "
+                    "finishes, outside its timing; until then the chart shows accepted positions only, "
+                    "which is conditional on acceptance). The strip under the acceptance chart shows which "
+                    "specialist drafts each position and in what share of the rounds."
+                )
+                with gr.Accordion("Reset the class's pooled charts (the key the app was started with)", open=False):
                     with gr.Row():
-                        class_key = gr.Textbox(type="password", show_label=False, scale=3, max_length=200,
-                                               placeholder="python app.py --class-reset-key KEY",
-                                               elem_id="poss-class-key")
-                        class_reset_btn = gr.Button("Reset everyone's pooled runs", size="sm", scale=1,
-                                                    elem_id="poss-class-reset")
+                        class_key = gr.Textbox(
+                            type="password",
+                            show_label=False,
+                            scale=3,
+                            max_length=200,
+                            placeholder="python app.py --class-reset-key KEY",
+                            elem_id="poss-class-key",
+                        )
+                        class_reset_btn = gr.Button(
+                            "Reset everyone's pooled runs", size="sm", scale=1, elem_id="poss-class-reset"
+                        )
                 with gr.Accordion("Save or load a run (replay without a model)", open=False):
                     with gr.Row():
                         save_btn = gr.Button("Save this run (JSONL)")
@@ -196,8 +248,11 @@ def build_demo(preset: str = DEFAULT_PRESET, concurrency: int = 2, precision: st
                 gr.Markdown(about.METRICS)
                 hardware = gr.Markdown(about.hardware_markdown(None))
 
-        outputs = [status, legend, conversation] + [c for parts in lane_parts for c in parts] + [
-            pos_acc_plot, dev_plot, hist_plot, tps_plot, hardware]
+        outputs = (
+            [status, legend, conversation]
+            + [c for parts in lane_parts for c in parts]
+            + [pos_acc_plot, dev_plot, hist_plot, tps_plot, hardware]
+        )
         assert len(outputs) == len(OUTPUT_NAMES)
         # The Run settings (RunSettings.from_controls): prompt, Multi-turn, preset, methods, then one control per
         # setting the app offers, in the table's order; then the view toggles (View.from_controls).
@@ -207,52 +262,106 @@ def build_demo(preset: str = DEFAULT_PRESET, concurrency: int = 2, precision: st
         step = gathered(handlers.step_handler, settings=True)
 
         run_btn.click(_gpu(run), settings + view, outputs, api_name="run", **live, show_progress="minimal")
-        prompt.submit(_gpu(run), settings + view, outputs, api_visibility="undocumented", **live,
-                      show_progress="minimal")
+        prompt.submit(
+            _gpu(run), settings + view, outputs, api_visibility="undocumented", **live, show_progress="minimal"
+        )
         step_btn.click(_gpu(step), settings + view, outputs, api_name="step", **decode, show_progress="minimal")
         stop_btn.click(gathered(handlers.stop_handler), view, outputs, api_name="stop", **light)
-        replay_btn.click(gathered(handlers.replay_handler), view, outputs, api_name="replay", **replays,
-                         show_progress="minimal")
-        examples.load_input_event.then(gathered(handlers.example_handler, leading=2), [prompt, preset_dd] + view,
-                                       outputs, api_name="example", **replays, show_progress="minimal")
+        replay_btn.click(
+            gathered(handlers.replay_handler), view, outputs, api_name="replay", **replays, show_progress="minimal"
+        )
+        examples.load_input_event.then(
+            gathered(handlers.example_handler, leading=2),
+            [prompt, preset_dd] + view,
+            outputs,
+            api_name="example",
+            **replays,
+            show_progress="minimal",
+        )
         for control in view:
             control.change(gathered(handlers.view_handler), view, outputs, api_visibility="private", **light)
-        charts_from.change(lambda source: gr.Timer(active=source == state.CLASS_VIEW), charts_from, class_timer,
-                           api_visibility="private", **light)
-        class_timer.tick(gathered(handlers.class_tick_handler), view, [pos_acc_plot, dev_plot, hist_plot, tps_plot],
-                         api_visibility="private", **light)
-        class_reset_btn.click(gathered(handlers.class_reset_handler, leading=1), [class_key] + view,
-                              [class_key] + outputs, api_name="class_reset", **light)
+        charts_from.change(
+            lambda source: gr.Timer(active=source == state.CLASS_VIEW),
+            charts_from,
+            class_timer,
+            api_visibility="private",
+            **light,
+        )
+        class_timer.tick(
+            gathered(handlers.class_tick_handler),
+            view,
+            [pos_acc_plot, dev_plot, hist_plot, tps_plot],
+            api_visibility="private",
+            **light,
+        )
+        class_reset_btn.click(
+            gathered(handlers.class_reset_handler, leading=1),
+            [class_key] + view,
+            [class_key] + outputs,
+            api_name="class_reset",
+            **light,
+        )
         forget_btn.click(gathered(handlers.forget_handler), view, outputs, api_visibility="private", **light)
         for i, parts in enumerate(lane_parts):
             for trigger in (parts[5].input, parts[5].release):  # dragging, and the number box
-                trigger(handlers.tree_for(i), parts[5], [parts[4], parts[6]], api_visibility="private",
-                        trigger_mode="always_last", **light)
+                trigger(
+                    handlers.tree_for(i),
+                    parts[5],
+                    [parts[4], parts[6]],
+                    api_visibility="private",
+                    trigger_mode="always_last",
+                    **light,
+                )
             # A clicked token picks its round: the slider, tree and account move there.
-            parts[2].click(handlers.round_pick_for(i), None, [parts[5], parts[4], parts[6]],
-                           api_visibility="private", trigger_mode="always_last", **light)
-        preset_dd.change(handlers.preset_handler, preset_dd,
-                         [method_boxes] + [controls[n] for n in handlers.PRESET_SETTINGS] + [note, status],
-                         api_visibility="private",
-                         **light)
+            parts[2].click(
+                handlers.round_pick_for(i),
+                None,
+                [parts[5], parts[4], parts[6]],
+                api_visibility="private",
+                trigger_mode="always_last",
+                **light,
+            )
+        preset_dd.change(
+            handlers.preset_handler,
+            preset_dd,
+            [method_boxes] + [controls[n] for n in handlers.PRESET_SETTINGS] + [note, status],
+            api_visibility="private",
+            **light,
+        )
         new_conv.click(handlers.new_conversation_handler, None, conversation, api_visibility="private", **light)
         save_btn.click(handlers.save_handler, None, saved, api_name="save_run", **light)
-        upload.upload(gathered(handlers.load_handler, leading=1), [upload] + view, outputs, api_name="load_run",
-                      concurrency_id="load", concurrency_limit=LOAD_CONCURRENCY, show_progress="hidden")
+        upload.upload(
+            gathered(handlers.load_handler, leading=1),
+            [upload] + view,
+            outputs,
+            api_name="load_run",
+            concurrency_id="load",
+            concurrency_limit=LOAD_CONCURRENCY,
+            show_progress="hidden",
+        )
         # Also /view: the outputs for a view (the load tool reads the class charts through it).
-        demo.load(gathered(handlers.view_handler), view, outputs, api_name="view", api_visibility="undocumented",
-                  **light)
+        demo.load(
+            gathered(handlers.view_handler), view, outputs, api_name="view", api_visibility="undocumented", **light
+        )
         demo.unload(handlers.drop_session)
         gr.api(compare_endpoint(preset, wrap=_gpu), api_name="compare", **live)
     return demo
 
 
 # How the app's settings (state.APP_SETTINGS) are laid out: one row each, in the table's order within a row.
-CONTROL_ROWS = (("temperature", "top_p"), ("depth", "top_k", "tree_budget"), ("auto_budget",),
-                ("max_new_tokens", "seed"), ("precision",), ("quantization",))
-AUTO_BUDGET_INFO = ("off (default): every draft lane drafts the same tree, the sliders' depth and budget, to the full "
-                    "depth, so the lanes compare like for like; on: fitted once per machine and draft (tens of seconds "
-                    "on a CPU, then cached), and each lane's header states its budget and depth stop")
+CONTROL_ROWS = (
+    ("temperature", "top_p"),
+    ("depth", "top_k", "tree_budget"),
+    ("auto_budget",),
+    ("max_new_tokens", "seed"),
+    ("precision",),
+    ("quantization",),
+)
+AUTO_BUDGET_INFO = (
+    "off (default): every draft lane drafts the same tree, the sliders' depth and budget, to the full "
+    "depth, so the lanes compare like for like; on: fitted once per machine and draft (tens of seconds "
+    "on a CPU, then cached), and each lane's header states its budget and depth stop"
+)
 
 
 def run_controls(start: dict[str, Any], gpu: bool, precision: str) -> dict[str, gr.components.Component]:
@@ -264,8 +373,11 @@ def run_controls(start: dict[str, Any], gpu: bool, precision: str) -> dict[str, 
     # What differs from the declaration here: this machine's words and offers, and this server's cap.
     special: dict[str, dict[str, Any]] = {
         "max_new_tokens": {"maximum": top_tokens, "value": min(start["max_new_tokens"], top_tokens), "info": None},
-        "precision": {"choices": [p for p in PRECISIONS if gpu or p != "float16" or p == precision],
-                      "value": precision, "info": precision_note(gpu)},
+        "precision": {
+            "choices": [p for p in PRECISIONS if gpu or p != "float16" or p == precision],
+            "value": precision,
+            "info": precision_note(gpu),
+        },
         "quantization": {"info": quantization_note(gpu)},
         "auto_budget": {"info": AUTO_BUDGET_INFO},
         "temperature": {"info": "0 = greedy: every lane must match plain decoding"},
@@ -274,8 +386,9 @@ def run_controls(start: dict[str, Any], gpu: bool, precision: str) -> dict[str, 
     for row in CONTROL_ROWS:
         with gr.Row():
             for name in row:
-                controls[name] = setting_control(settings.SETTINGS[name], **{"value": start.get(name),
-                                                                            **special.get(name, {})})
+                controls[name] = setting_control(
+                    settings.SETTINGS[name], **{"value": start.get(name), **special.get(name, {})}
+                )
     return controls
 
 
@@ -283,8 +396,12 @@ def setting_control(s: settings.Setting, value: Any = None, **kwargs: Any) -> gr
     """A setting's Gradio control: a radio for choices, a checkbox for a switch, a slider for a range a slider can
     span, else a number box; its label from the declaration, and its help as the info of a radio or checkbox (a
     slider's label says enough), unless `kwargs` says otherwise."""
-    common = {"label": s.label, "info": s.help if s.choices or s.kind is bool else None,
-              "elem_id": "poss-" + s.name.replace("_", "-"), "value": s.default if value is None else value}
+    common = {
+        "label": s.label,
+        "info": s.help if s.choices or s.kind is bool else None,
+        "elem_id": "poss-" + s.name.replace("_", "-"),
+        "value": s.default if value is None else value,
+    }
     common.update(kwargs)
     if s.choices:
         return gr.Radio(list(common.pop("choices", s.choices)), **common)
@@ -308,19 +425,24 @@ def gathered(handler, settings: bool = False, leading: int = 0):
         return lead + ([RunSettings.from_controls(*rest[:n])] if settings else []) + [View.from_controls(*rest[n:])]
 
     if inspect.isgeneratorfunction(handler):
+
         def streamed(request: gr.Request, *controls):
             yield from handler(*values(controls), request=request)
+
         return streamed
 
     def answered(request: gr.Request, *controls):
         return handler(*values(controls), request=request)
+
     return answered
 
 
 def theme() -> gr.themes.Base:
     """Gradio's default look with system fonts: nothing is fetched from a font CDN, so the page works offline."""
-    return gr.themes.Default(font=["ui-sans-serif", "system-ui", "Segoe UI", "Roboto", "sans-serif"],
-                             font_mono=["ui-monospace", "SFMono-Regular", "Menlo", "Consolas", "monospace"])
+    return gr.themes.Default(
+        font=["ui-sans-serif", "system-ui", "Segoe UI", "Roboto", "sans-serif"],
+        font_mono=["ui-monospace", "SFMono-Regular", "Menlo", "Consolas", "monospace"],
+    )
 
 
 def decoding_events(demo: gr.Blocks) -> set[int]:
@@ -333,11 +455,16 @@ def launch_kwargs(demo: gr.Blocks | None = None) -> dict[str, Any]:
     """What `launch()` needs besides host and port: CSS and theme (Gradio 6 takes them at launch), the largest
     upload (a saved run; Gradio refuses bigger files before they reach a handler) and, given the demo, the middleware
     that gives each client its share of the queue."""
-    kwargs: dict[str, Any] = {"css": CSS, "theme": theme(), "max_file_size": saved_runs.MAX_RUN_BYTES,
-                              "max_threads": THREADS}
+    kwargs: dict[str, Any] = {
+        "css": CSS,
+        "theme": theme(),
+        "max_file_size": saved_runs.MAX_RUN_BYTES,
+        "max_threads": THREADS,
+    }
     if demo is not None:
         from starlette.middleware import Middleware
 
-        kwargs["app_kwargs"] = {"middleware": [Middleware(share.QueueShareMiddleware,
-                                                          fn_indexes=decoding_events(demo))]}
+        kwargs["app_kwargs"] = {
+            "middleware": [Middleware(share.QueueShareMiddleware, fn_indexes=decoding_events(demo))]
+        }
     return kwargs

@@ -49,8 +49,10 @@ class CallBudget(threading.Event):
 
     def stopped(self, doing: str) -> CallStopped:
         if self.timed_out:
-            return CallStopped(f"Stopped at this server's limit of {self.seconds:g} s per call while {doing}: ask "
-                               f"for fewer new tokens, a smaller tree or a fixed tree budget.")
+            return CallStopped(
+                f"Stopped at this server's limit of {self.seconds:g} s per call while {doing}: ask "
+                f"for fewer new tokens, a smaller tree or a fixed tree budget."
+            )
         return CallStopped(f"Stopped while {doing}: nothing was kept. Run again whenever you like.")
 
 

@@ -90,11 +90,13 @@ class RunSpec:
             if m == methods.ASSISTED:
                 methods.get_method(preset, m)  # where the preset has no smaller model: why, and what to use
             if m not in offered:
-                raise ConfigError(f"method {m!r} is not available for preset {preset.name!r}: use "
-                                  f"{', '.join(offered)}.")
+                raise ConfigError(
+                    f"method {m!r} is not available for preset {preset.name!r}: use {', '.join(offered)}."
+                )
         if preset.device == "gpu" and not cuda_available():
-            raise ConfigError(f"preset {preset.name!r} needs a GPU and this machine has none: use smollm2-135m "
-                              f"(CPU) or tiny-random.")
+            raise ConfigError(
+                f"preset {preset.name!r} needs a GPU and this machine has none: use smollm2-135m (CPU) or tiny-random."
+            )
         return self
 
     def resolve(self) -> "Resolved":
@@ -110,8 +112,12 @@ class RunSpec:
     def from_json(cls, obj: dict[str, Any]) -> "RunSpec":
         """A spec from what `to_json` wrote: settings it lacks read their defaults, names it no longer has are
         dropped."""
-        return cls(obj.get("prompt"), obj.get("methods"), obj.get("preset"),
-                   **{k: v for k, v in obj.items() if k in settings.RUN})
+        return cls(
+            obj.get("prompt"),
+            obj.get("methods"),
+            obj.get("preset"),
+            **{k: v for k, v in obj.items() if k in settings.RUN},
+        )
 
 
 @dataclass(frozen=True)
@@ -167,12 +173,19 @@ def rejected_at_end(event: RoundEvent, labels: list[str]) -> list[Rejected]:
     parent = event.accepted[-1] if event.accepted else -1
     kids = [i for i, n in enumerate(event.nodes) if n.parent == parent]
     kids.sort(key=lambda i: -event.nodes[i].score)
-    return [Rejected(labels[i] if i < len(labels) else str(event.nodes[i].token), event.nodes[i].draft_prob,
-                     event.target_probs[i] if i < len(event.target_probs) else math.nan) for i in kids]
+    return [
+        Rejected(
+            labels[i] if i < len(labels) else str(event.nodes[i].token),
+            event.nodes[i].draft_prob,
+            event.target_probs[i] if i < len(event.target_probs) else math.nan,
+        )
+        for i in kids
+    ]
 
 
-def round_records(event: RoundEvent, pieces: list[str], labels: list[str],
-                  special_ids: set[int] | frozenset[int] = frozenset()) -> list[TokenRecord]:
+def round_records(
+    event: RoundEvent, pieces: list[str], labels: list[str], special_ids: set[int] | frozenset[int] = frozenset()
+) -> list[TokenRecord]:
     """The records of a round's emitted tokens: accepted draft tokens first, then the target's token.
 
     `pieces` is each emitted token's text in context, `labels` each drafted node's own text (for rejected tokens)."""
@@ -185,17 +198,29 @@ def round_records(event: RoundEvent, pieces: list[str], labels: list[str],
             a = event.accepted[i]
             node = event.nodes[a]
             seen = event.draft_observed  # transformers' generate shows accepted candidates, not who drafted them how
-            out.append(TokenRecord(text, event.round, "draft", i + 1, node.specialist if seen else None,
-                                   node.draft_prob if seen else None,
-                                   event.target_probs[a] if a < len(event.target_probs) else None, special))
+            out.append(
+                TokenRecord(
+                    text,
+                    event.round,
+                    "draft",
+                    i + 1,
+                    node.specialist if seen else None,
+                    node.draft_prob if seen else None,
+                    event.target_probs[a] if a < len(event.target_probs) else None,
+                    special,
+                )
+            )
         elif event.prefill:
             out.append(TokenRecord(text, event.round, "prefill", special=special))
         elif not event.nodes:
             out.append(TokenRecord(text, event.round, "plain", special=special))
         else:
             rejected = rejected_at_end(event, labels)
-            out.append(TokenRecord(text, event.round, "corrected" if rejected else "bonus", k + 1, special=special,
-                                   rejected=rejected))
+            out.append(
+                TokenRecord(
+                    text, event.round, "corrected" if rejected else "bonus", k + 1, special=special, rejected=rejected
+                )
+            )
     return out
 
 
@@ -380,8 +405,13 @@ class Comparison:
         return self._divergences[key]
 
 
-def start(spec: RunSpec, models: ModelCache = MODELS, cancel: threading.Event | None = None,
-          wait_for_fits: bool = True, new_fits: bool = True) -> Comparison:
+def start(
+    spec: RunSpec,
+    models: ModelCache = MODELS,
+    cancel: threading.Event | None = None,
+    wait_for_fits: bool = True,
+    new_fits: bool = True,
+) -> Comparison:
     """Load what the spec needs (from the shared cache), encode the prompt and open one generator per lane. With
     `wait_for_fits=False`, a draft lane whose auto budget another thread is still fitting uses the default budget;
     with `new_fits=False`, so does one whose fit is not cached yet (a public server offers only the fits it has).
@@ -406,14 +436,29 @@ def start(spec: RunSpec, models: ModelCache = MODELS, cancel: threading.Event | 
         for lane in lanes:
             lane.close()
         raise
-    comparison = Comparison(spec, lanes, budget, hardware_info(target), prompt_tokens=len(ids),
-                            margin_probe=functools.partial(plain_margin, target, ids))
+    comparison = Comparison(
+        spec,
+        lanes,
+        budget,
+        hardware_info(target),
+        prompt_tokens=len(ids),
+        margin_probe=functools.partial(plain_margin, target, ids),
+    )
     _LIVE.add(comparison)
     return comparison
 
 
-def _open_lane(run: Resolved, name: str, models: ModelCache, target, ids: list[int], special: set[int],
-               budget: CallBudget, wait_for_fits: bool, new_fits: bool) -> Lane:
+def _open_lane(
+    run: Resolved,
+    name: str,
+    models: ModelCache,
+    target,
+    ids: list[int],
+    special: set[int],
+    budget: CallBudget,
+    wait_for_fits: bool,
+    new_fits: bool,
+) -> Lane:
     """One lane of `start`: its models (loaded or fitted under the call's budget) and its decoder's generator."""
     spec, method, config = run.spec, run.offered[name], run.config
     lane_budget, lane_config, draft, assistant, auto = None, config, None, None, False
@@ -437,13 +482,23 @@ def _open_lane(run: Resolved, name: str, models: ModelCache, target, ids: list[i
     decoder = methods.build_decoder(method, target, lane_config, draft, assistant)
     source = decoder.generate(ids, cancel=budget)  # the oracle's reference decode runs here, under the budget
     budget.check(f"preparing the {method.label} lane")
-    return Lane(name, method.label, method.trained, special_ids=special, budget=lane_budget,
-                depth_stop=lane_config.depth_stop, budget_auto=auto and lane_budget is not None, source=source,
-                detok=Detokenizer(target.tokenizer), token_text=TokenTexts(target.tokenizer))
+    return Lane(
+        name,
+        method.label,
+        method.trained,
+        special_ids=special,
+        budget=lane_budget,
+        depth_stop=lane_config.depth_stop,
+        budget_auto=auto and lane_budget is not None,
+        source=source,
+        detok=Detokenizer(target.tokenizer),
+        token_text=TokenTexts(target.tokenizer),
+    )
 
 
-def fit_offered(models: ModelCache, target, draft, config: DecodeConfig, wait_for_fits: bool = True,
-                new_fits: bool = True) -> bool:
+def fit_offered(
+    models: ModelCache, target, draft, config: DecodeConfig, wait_for_fits: bool = True, new_fits: bool = True
+) -> bool:
     """Whether a draft lane asking for an auto budget gets one now: a cached fit always; a new fit only with
     `new_fits` and, without `wait_for_fits`, when no other thread is fitting it (else: the default budget)."""
     if known_budget_choice(target, draft, config) is not None:
@@ -461,8 +516,13 @@ def live_comparisons() -> list[Comparison]:
     return [c for c in list(_LIVE) if any(lane.source is not None for lane in c.lanes)]
 
 
-def fit_budgets(spec: RunSpec, models: ModelCache = MODELS, wait_for_fits: bool = True, new_fits: bool = True,
-                cancel: threading.Event | None = None) -> Iterator[str]:
+def fit_budgets(
+    spec: RunSpec,
+    models: ModelCache = MODELS,
+    wait_for_fits: bool = True,
+    new_fits: bool = True,
+    cancel: threading.Event | None = None,
+) -> Iterator[str]:
     """Before `start` with auto_budget: load the models and fit each draft lane's budget, yielding a status line
     before each step that may take a while (the first calibration of a draft on a CPU takes tens of seconds; later
     ones read the cache). With `wait_for_fits=False`, a fit another thread has under way is not waited for, and with
@@ -480,11 +540,15 @@ def fit_budgets(spec: RunSpec, models: ModelCache = MODELS, wait_for_fits: bool 
         if known_budget_choice(target, draft, config) is not None:
             continue
         if not new_fits:
-            yield (f"{label} starts on the default tree budget ({config.tree_budget}): this server fits tree budgets "
-                   f"only at start-up, and none is cached for depth {config.depth} and top-k {config.top_k}.")
+            yield (
+                f"{label} starts on the default tree budget ({config.tree_budget}): this server fits tree budgets "
+                f"only at start-up, and none is cached for depth {config.depth} and top-k {config.top_k}."
+            )
         elif not wait_for_fits and models.fitting_elsewhere(target, draft, config):
-            yield (f"{label} starts on the default tree budget ({config.tree_budget}) while the app fits tree budgets "
-                   f"to this machine in the background; later runs use the fit.")
+            yield (
+                f"{label} starts on the default tree budget ({config.tree_budget}) while the app fits tree budgets "
+                f"to this machine in the background; later runs use the fit."
+            )
         else:
             yield f"Fitting the tree budget of {label} to this machine (once per draft and setting, then cached)…"
             try:

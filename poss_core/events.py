@@ -135,8 +135,10 @@ class RoundEvent:
             draft_ms_by_depth=[float(m) for m in obj.get("draft_ms_by_depth", [])],
             bonus_prob=None if obj.get("bonus_prob") is None else float(obj["bonus_prob"]),
             draft_observed=bool(obj.get("draft_observed", True)),
-            tree_deviation=[TreeDeviation(int(d["k"]), bool(d["on_path"]), float(d["l2"]), float(d["cosine"]),
-                                          int(d.get("n", 1))) for d in obj.get("tree_deviation", [])],
+            tree_deviation=[
+                TreeDeviation(int(d["k"]), bool(d["on_path"]), float(d["l2"]), float(d["cosine"]), int(d.get("n", 1)))
+                for d in obj.get("tree_deviation", [])
+            ],
             continuation_deviation=[FeatureDeviation(**d) for d in obj.get("continuation_deviation", [])],
         )
 

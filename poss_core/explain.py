@@ -38,8 +38,12 @@ def _time_split(event: RoundEvent) -> str:
     return "Time: " + ", ".join(parts) + "."
 
 
-def explain_round(event: RoundEvent, token_text: Callable[[int], str],
-                  specialist_label: Callable[[int], str] | None = None, sampling: bool = False) -> str:
+def explain_round(
+    event: RoundEvent,
+    token_text: Callable[[int], str],
+    specialist_label: Callable[[int], str] | None = None,
+    sampling: bool = False,
+) -> str:
     """A few lines (one sentence each, "- " bullets after the first) telling what round `event` did.
 
     `token_text(id)` is a token's own text; `specialist_label(k)` names specialist k (default "S{k+1}");
@@ -50,38 +54,59 @@ def explain_round(event: RoundEvent, token_text: Callable[[int], str],
     if not event.draft_observed:
         return _unobserved_round(event, token_text, bonus, sampling)
     if event.prefill:
-        return "\n".join([
-            f"Round {event.round} (prefill): the target read the whole prompt in one forward pass and picked the "
-            f"first token {bonus}" + (f" (its probability {bonus_p})" if bonus_p else "") + ". Nothing was drafted.",
-            f"- Time: {event.verify_ms:.1f} ms."])
+        return "\n".join(
+            [
+                f"Round {event.round} (prefill): the target read the whole prompt in one forward pass and picked the "
+                f"first token {bonus}"
+                + (f" (its probability {bonus_p})" if bonus_p else "")
+                + ". Nothing was drafted.",
+                f"- Time: {event.verify_ms:.1f} ms.",
+            ]
+        )
     if not event.nodes:
-        return "\n".join([
-            f"Round {event.round} (plain decoding): nothing was drafted; the target ran one forward pass and "
-            + ("drew" if sampling else "picked") + f" one token, {bonus}"
-            + (f" (its probability {bonus_p})" if bonus_p else "") + ".",
-            f"- {_time_split(event)}"])
+        return "\n".join(
+            [
+                f"Round {event.round} (plain decoding): nothing was drafted; the target ran one forward pass and "
+                + ("drew" if sampling else "picked")
+                + f" one token, {bonus}"
+                + (f" (its probability {bonus_p})" if bonus_p else "")
+                + ".",
+                f"- {_time_split(event)}",
+            ]
+        )
 
     nodes = event.nodes
     lines = []
     by_spec: dict[int, list[int]] = {}
     for n in nodes:
         by_spec.setdefault(n.specialist, []).append(n.depth)
-    who = "; ".join(f"specialist {label(s)} drafted {len(ds)} at {_positions(ds)}"
-                    for s, ds in sorted(by_spec.items(), key=lambda kv: min(kv[1])))
-    lines.append(f"Round {event.round}: the draft proposed {len(nodes)} candidate tokens at "
-                 f"{_positions([n.depth for n in nodes])} ({who}).")
-    lines.append(f"- The target checked all {len(nodes)} in one forward pass ({event.verify_ms:.1f} ms), "
-                 + ("drawing accept or reject for each candidate down the tree." if sampling
-                    else "keeping a drafted token only where it is the target's own top choice."))
+    who = "; ".join(
+        f"specialist {label(s)} drafted {len(ds)} at {_positions(ds)}"
+        for s, ds in sorted(by_spec.items(), key=lambda kv: min(kv[1]))
+    )
+    lines.append(
+        f"Round {event.round}: the draft proposed {len(nodes)} candidate tokens at "
+        f"{_positions([n.depth for n in nodes])} ({who})."
+    )
+    lines.append(
+        f"- The target checked all {len(nodes)} in one forward pass ({event.verify_ms:.1f} ms), "
+        + (
+            "drawing accept or reject for each candidate down the tree."
+            if sampling
+            else "keeping a drafted token only where it is the target's own top choice."
+        )
+    )
 
     def tp(i: int) -> str | None:
         return _p(event.target_probs[i]) if i < len(event.target_probs) else None
 
     if event.accepted:
-        kept = ", ".join(_q(token_text(nodes[a].token)) + (f" (target p {tp(a)})" if tp(a) else "")
-                         for a in event.accepted)
-        lines.append(f"- It kept {len(event.accepted)} drafted token{'s' if len(event.accepted) > 1 else ''}, "
-                     f"in order: {kept}.")
+        kept = ", ".join(
+            _q(token_text(nodes[a].token)) + (f" (target p {tp(a)})" if tp(a) else "") for a in event.accepted
+        )
+        lines.append(
+            f"- It kept {len(event.accepted)} drafted token{'s' if len(event.accepted) > 1 else ''}, in order: {kept}."
+        )
     else:
         lines.append("- It kept none of the drafted tokens.")
 
@@ -100,19 +125,27 @@ def explain_round(event: RoundEvent, token_text: Callable[[int], str],
                 f"{_p(nodes[top].draft_prob)}){others} lost an accept/reject draw. The rule accepts a candidate with "
                 f"probability min(1, p_target/p_draft); this draft proposes its candidates outright (p_draft = 1 in "
                 f"the rule, its probability only ranks them), so {cand} was accepted with probability p_target"
-                + (f" = {cand_tp}" if cand_tp else "") + " and the draw said no. Rejected candidates are taken out "
+                + (f" = {cand_tp}" if cand_tp else "")
+                + " and the draw said no. Rejected candidates are taken out "
                 f"of the target's distribution and the target drew its own token {bonus}"
-                + (f" (target p {bonus_p})" if bonus_p else "") + " from what remained.")
+                + (f" (target p {bonus_p})" if bonus_p else "")
+                + " from what remained."
+            )
         else:
             lines.append(
                 f"- Position {at} was the first rejected: the draft's top candidate {cand} (draft p "
                 f"{_p(nodes[top].draft_prob)}){others} lost to {choice}"
-                + (f"; the target gave {cand} only {cand_tp}" if cand_tp else "") + ".")
+                + (f"; the target gave {cand} only {cand_tp}" if cand_tp else "")
+                + "."
+            )
     else:
         lines.append(f"- Nothing was drafted at position {at} after the kept tokens, so nothing there was rejected.")
-    lines.append(f"- Bonus: the target added its own token {bonus}" + (f" (p {bonus_p})" if bonus_p else "")
-                 + f", so this round emitted {len(event.accepted) + 1} token{'s' if event.accepted else ''}"
-                 f" for one target pass.")
+    lines.append(
+        f"- Bonus: the target added its own token {bonus}"
+        + (f" (p {bonus_p})" if bonus_p else "")
+        + f", so this round emitted {len(event.accepted) + 1} token{'s' if event.accepted else ''}"
+        f" for one target pass."
+    )
     lines.append(f"- {_time_split(event)}")
     return "\n".join(lines)
 
@@ -122,19 +155,31 @@ def _unobserved_round(event: RoundEvent, token_text: Callable[[int], str], bonus
     account says what was kept and what cannot be seen, and claims nothing about rejected candidates."""
     kept = [_q(token_text(event.nodes[a].token)) for a in event.accepted]
     where = "read the whole prompt and " if event.prefill else ""
-    lines = [f"Round {event.round}{' (prefill)' if event.prefill else ''}: transformers' generate proposed candidate "
-             f"tokens and the target {where}checked them in one forward pass."]
+    lines = [
+        f"Round {event.round}{' (prefill)' if event.prefill else ''}: transformers' generate proposed candidate "
+        f"tokens and the target {where}checked them in one forward pass."
+    ]
     if kept:
-        lines.append(f"- It kept {len(kept)} candidate token{'s' if len(kept) > 1 else ''}, in order: "
-                     f"{', '.join(kept)}.")
+        lines.append(
+            f"- It kept {len(kept)} candidate token{'s' if len(kept) > 1 else ''}, in order: {', '.join(kept)}."
+        )
     else:
-        lines.append("- It kept no candidate: either none matched the target's choice or none was proposed (prompt "
-                     "lookup proposes nothing when the latest words do not occur earlier).")
-    lines.append(f"- The target {'drew' if sampling else 'picked'} its own token {bonus}, so this round emitted "
-                 f"{len(kept) + 1} token{'s' if kept else ''} for one target pass.")
-    lines.append("- Not observable through generate's streamer: how many candidates were proposed, which were "
-                 "rejected, and their probabilities.")
-    split = (f"of which {event.draft_ms:.1f} ms in the assistant model's forward passes" if event.draft_ms > 0
-             else "drafting and verifying are not timed apart")
+        lines.append(
+            "- It kept no candidate: either none matched the target's choice or none was proposed (prompt "
+            "lookup proposes nothing when the latest words do not occur earlier)."
+        )
+    lines.append(
+        f"- The target {'drew' if sampling else 'picked'} its own token {bonus}, so this round emitted "
+        f"{len(kept) + 1} token{'s' if kept else ''} for one target pass."
+    )
+    lines.append(
+        "- Not observable through generate's streamer: how many candidates were proposed, which were "
+        "rejected, and their probabilities."
+    )
+    split = (
+        f"of which {event.draft_ms:.1f} ms in the assistant model's forward passes"
+        if event.draft_ms > 0
+        else "drafting and verifying are not timed apart"
+    )
     lines.append(f"- Time: {event.wall_ms:.1f} ms for the round ({split}).")
     return "\n".join(lines)

@@ -1,6 +1,6 @@
 """Command line: generate with a target and a draft (or plain decoding), streaming text or one JSON object per round.
 
-    python -m poss_core.generate --target PATH_OR_ID --draft random:poss2 --prompt "..." [--jsonl]
+python -m poss_core.generate --target PATH_OR_ID --draft random:poss2 --prompt "..." [--jsonl]
 """
 
 from __future__ import annotations
@@ -20,23 +20,38 @@ from .models.presets import DraftRef, get_preset, resolve_draft_name
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m poss_core.generate", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--preset", default=None,
-                   help="smollm2-135m (offline CPU default), llama3-8b-instruct, llama2-13b-chat, tiny-random")
+    p = argparse.ArgumentParser(
+        prog="python -m poss_core.generate", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--preset",
+        default=None,
+        help="smollm2-135m (offline CPU default), llama3-8b-instruct, llama2-13b-chat, tiny-random",
+    )
     p.add_argument("--target", help="Hugging Face id or local folder of the target model (instead of a preset)")
-    p.add_argument("--draft", default=None,
-                   help="a preset's draft name (eagle, poss1, poss2, poss3, matched, ...), a checkpoint folder, "
-                        "hub:ID, or random:eagle|poss1|poss2|poss3|matched")
-    p.add_argument("--positions-per-specialist", type=int, default=None,
-                   help="n for a draft path that does not record it")
-    p.add_argument("--allow-other-target", action="store_true",
-                   help="use a draft whose recorded target fingerprint differs from the loaded target")
+    p.add_argument(
+        "--draft",
+        default=None,
+        help="a preset's draft name (eagle, poss1, poss2, poss3, matched, ...), a checkpoint folder, "
+        "hub:ID, or random:eagle|poss1|poss2|poss3|matched",
+    )
+    p.add_argument(
+        "--positions-per-specialist", type=int, default=None, help="n for a draft path that does not record it"
+    )
+    p.add_argument(
+        "--allow-other-target",
+        action="store_true",
+        help="use a draft whose recorded target fingerprint differs from the loaded target",
+    )
     p.add_argument("--prompt", required=True, help="the user's message")
-    p.add_argument("--method", choices=["spec", methods.PLAIN, methods.PLD, methods.ASSISTED], default="spec",
-                   help="spec = speculative decoding with --draft; plain = the target alone; "
-                        "pld = transformers' prompt lookup (no draft model); assisted = transformers' assisted "
-                        "generation with the preset's smaller model")
+    p.add_argument(
+        "--method",
+        choices=["spec", methods.PLAIN, methods.PLD, methods.ASSISTED],
+        default="spec",
+        help="spec = speculative decoding with --draft; plain = the target alone; "
+        "pld = transformers' prompt lookup (no draft model); assisted = transformers' assisted "
+        "generation with the preset's smaller model",
+    )
     settings.add_flags(p, settings.GENERATE)  # the decoding settings, the quantization and --dtype
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:1, mps (default: the best available)")
     p.add_argument("--no-chat-template", action="store_true", help="feed the prompt as raw text")
@@ -55,8 +70,12 @@ def make_decoder(args):
         if preset is None and args.method == methods.ASSISTED:
             raise PossError(f"--method {methods.ASSISTED} needs --preset: the preset names the assistant model.")
         free = methods.get_method(preset, args.method)
-    target = load_preset_target(args.target or preset.target, quantization=args.quantization, device=args.device,
-                                dtype=parse_dtype(args.precision))
+    target = load_preset_target(
+        args.target or preset.target,
+        quantization=args.quantization,
+        device=args.device,
+        dtype=parse_dtype(args.precision),
+    )
     if args.method == methods.PLAIN:
         return methods.build_decoder(methods.PLAIN_METHODS[methods.PLAIN], target, config), target
     if free is not None:
@@ -67,8 +86,13 @@ def make_decoder(args):
     if not ref.trained and not args.draft.startswith("random:"):
         print(f"[poss] note: {ref.label}", file=sys.stderr)
     method = methods.draft_method(args.draft, ref)
-    draft = methods.load_draft(method, target, config.depth, positions_per_specialist=args.positions_per_specialist,
-                               allow_other_target=args.allow_other_target)
+    draft = methods.load_draft(
+        method,
+        target,
+        config.depth,
+        positions_per_specialist=args.positions_per_specialist,
+        allow_other_target=args.allow_other_target,
+    )
     return methods.build_decoder(method, target, config, draft), target
 
 
@@ -83,9 +107,11 @@ def run(args) -> int:
                 print(json.dumps(clean_json(item.to_json())), flush=True)
             else:
                 s = item.stats
-                print(f"\n[{args.method}] {s['new_tokens']} tokens, {s['tokens_per_s']:.1f} "
-                      f"tokens/s, tau {s['tau']:.2f} over {s['rounds']} rounds, stop: {item.stop_reason}",
-                      file=sys.stderr)
+                print(
+                    f"\n[{args.method}] {s['new_tokens']} tokens, {s['tokens_per_s']:.1f} "
+                    f"tokens/s, tau {s['tau']:.2f} over {s['rounds']} rounds, stop: {item.stop_reason}",
+                    file=sys.stderr,
+                )
         elif args.jsonl:
             print(json.dumps(clean_json(item.to_json())), flush=True)
         else:

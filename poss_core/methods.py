@@ -39,10 +39,16 @@ PLAIN_COLOR = "#999999"
 # Okabe-Ito: distinguishable with the common colour-vision deficiencies; methods no table names take the next one.
 OKABE_ITO = ["#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#D55E00", "#CC79A7", "#999999"]
 _SHORT_AND_COLOR = {
-    "eagle": ("EAGLE", "#0072B2"), "poss1": ("POSS-1", "#E69F00"), "poss2": ("POSS-2", "#009E73"),
-    "poss3": ("POSS-3", "#CC79A7"), "matched": ("Matched", "#56B4E9"), "hass": ("HASS", "#8C6BB1"),
+    "eagle": ("EAGLE", "#0072B2"),
+    "poss1": ("POSS-1", "#E69F00"),
+    "poss2": ("POSS-2", "#009E73"),
+    "poss3": ("POSS-3", "#CC79A7"),
+    "matched": ("Matched", "#56B4E9"),
+    "hass": ("HASS", "#8C6BB1"),
     "eagle-reproduce": ("EAGLE (retrained)", "#F0E442"),
-    "oracle": ("Oracle", "#D55E00"), PLD: ("Prompt lookup", "#A6761D"), ASSISTED: ("Assisted", "#332288"),
+    "oracle": ("Oracle", "#D55E00"),
+    PLD: ("Prompt lookup", "#A6761D"),
+    ASSISTED: ("Assisted", "#332288"),
 }
 # The ceiling: a "draft" that is the target's own continuation (known from a plain run of the same prompt), so every
 # round accepts up to the depth. Offered with every preset beside its drafts (`lane_methods`), never trained.
@@ -70,10 +76,13 @@ class Method:
 
 PLAIN_METHODS = {
     PLAIN: Method(PLAIN, "Plain decoding (target only)", "Plain", PLAIN_COLOR),
-    PLAIN_HF: Method(PLAIN_HF, "Plain decoding (transformers generate)", "Plain (generate)", "#666666",
-                     hf_mode="plain"),
-    **{p: Method(p, f"Plain decoding ({p[6:]} copy of the target)", f"Plain ({p[6:]})", "#bbbbbb")
-       for p in OTHER_PRECISION_PLAIN},
+    PLAIN_HF: Method(
+        PLAIN_HF, "Plain decoding (transformers generate)", "Plain (generate)", "#666666", hf_mode="plain"
+    ),
+    **{
+        p: Method(p, f"Plain decoding ({p[6:]} copy of the target)", f"Plain ({p[6:]})", "#bbbbbb")
+        for p in OTHER_PRECISION_PLAIN
+    },
 }
 ORACLE_METHOD = Method(ORACLE, "Oracle (the target's own continuation)", "Oracle", "#D55E00", oracle=True)
 PLD_METHOD = Method(PLD, "Prompt lookup (no draft model)", *_SHORT_AND_COLOR[PLD], hf_mode="pld")
@@ -83,11 +92,18 @@ def assisted_method(preset: Preset) -> Method:
     """Assisted generation with the preset's smaller model; ConfigError (why, and what to use) where it has none."""
     if not preset.assistant:
         why = preset.assistant_note or "it names no smaller model with the target's tokenizer (Preset.assistant)"
-        raise ConfigError(f"method {ASSISTED!r} is not available for preset {preset.name!r}: {why}. Use {PLD} "
-                          f"(prompt lookup, no draft model) instead, or a preset with an assistant.")
+        raise ConfigError(
+            f"method {ASSISTED!r} is not available for preset {preset.name!r}: {why}. Use {PLD} "
+            f"(prompt lookup, no draft model) instead, or a preset with an assistant."
+        )
     name = preset.assistant.split(":", 1)[-1].rstrip("/").rsplit("/", 1)[-1]
-    return Method(ASSISTED, f"Assisted (smaller model: {name})", *_SHORT_AND_COLOR[ASSISTED], hf_mode="assisted",
-                  assistant=preset.assistant)
+    return Method(
+        ASSISTED,
+        f"Assisted (smaller model: {name})",
+        *_SHORT_AND_COLOR[ASSISTED],
+        hf_mode="assisted",
+        assistant=preset.assistant,
+    )
 
 
 def migrated(name: str) -> str:
@@ -165,41 +181,63 @@ def color_of(name: str) -> str | None:
     return _SHORT_AND_COLOR.get(name, (None, None))[1]
 
 
-def decode_config(preset: Preset | None, depth: int | None = None, top_k: int | None = None,
-                  tree_budget: int | None = None, **settings) -> DecodeConfig:
+def decode_config(
+    preset: Preset | None,
+    depth: int | None = None,
+    top_k: int | None = None,
+    tree_budget: int | None = None,
+    **settings,
+) -> DecodeConfig:
     """A DecodeConfig: the tree settings given, else the preset's (else DecodeConfig's defaults); `settings` are the
     rest (temperature, top_p, max_new_tokens, seed, depth_stop, head_rows). Checked against decoding.config.LIMITS,
     the bounds the app uses too (ConfigError names a bad field)."""
+
     def pick(value, name: str):
         if value is not None:
             return value
         return getattr(preset, name) if preset is not None else getattr(DecodeConfig, name)
 
-    return DecodeConfig.of(depth=pick(depth, "depth"), top_k=pick(top_k, "top_k"),
-                           tree_budget=pick(tree_budget, "tree_budget"), **settings)
+    return DecodeConfig.of(
+        depth=pick(depth, "depth"), top_k=pick(top_k, "top_k"), tree_budget=pick(tree_budget, "tree_budget"), **settings
+    )
 
 
-def load_draft(method: Method, target: TargetModel, depth: int, positions_per_specialist: int | None = None,
-               allow_other_target: bool = False) -> DraftModel:
+def load_draft(
+    method: Method,
+    target: TargetModel,
+    depth: int,
+    positions_per_specialist: int | None = None,
+    allow_other_target: bool = False,
+) -> DraftModel:
     """The draft of a draft method, for this target (a random draft of its kind while it is untrained)."""
     if method.draft is None:
         raise ConfigError(f"method {method.name!r} is plain decoding: it has no draft.")
     ref = method.draft
-    return load_draft_by_name(ref.source, target, depth=depth,
-                              positions_per_specialist=positions_per_specialist or ref.positions_per_specialist,
-                              allow_other_target=allow_other_target)
+    return load_draft_by_name(
+        ref.source,
+        target,
+        depth=depth,
+        positions_per_specialist=positions_per_specialist or ref.positions_per_specialist,
+        allow_other_target=allow_other_target,
+    )
 
 
 def load_assistant(method: Method, target: TargetModel, quantization: str = "auto") -> TargetModel:
     """The assisted method's smaller model, loaded as targets are, in the target's precision and on its device."""
     if not method.assistant:
         raise ConfigError(f"method {method.name!r} has no assistant model.")
-    return load_preset_target(method.assistant, quantization=quantization, device=str(target.device),
-                              dtype=target.dtype)
+    return load_preset_target(
+        method.assistant, quantization=quantization, device=str(target.device), dtype=target.dtype
+    )
 
 
-def build_decoder(method: Method, target: TargetModel, config: DecodeConfig, draft: DraftModel | None = None,
-                  assistant: TargetModel | None = None) -> PlainDecoder | SpeculativeDecoder | HFGenerateDecoder:
+def build_decoder(
+    method: Method,
+    target: TargetModel,
+    config: DecodeConfig,
+    draft: DraftModel | None = None,
+    assistant: TargetModel | None = None,
+) -> PlainDecoder | SpeculativeDecoder | HFGenerateDecoder:
     """The decoder every caller uses: plain decoding, the oracle, transformers' generate (plain, prompt lookup,
     assisted), or speculative decoding with the method's draft (draft and assistant loaded here unless given, e.g.
     from a cache)."""
@@ -223,5 +261,10 @@ def oracle_config(config: DecodeConfig) -> DecodeConfig:
 def with_budget_choice(config: DecodeConfig, choice) -> DecodeConfig:
     """`config` with what `--tree-budget auto` chose (a `BudgetChoice`): budget, depth if it chose one, depth stop
     and how verification reads the LM head."""
-    return replace(config, tree_budget=choice.budget, depth=choice.depth or config.depth,
-                   depth_stop=choice.depth_stop, head_rows=choice.head_rows)
+    return replace(
+        config,
+        tree_budget=choice.budget,
+        depth=choice.depth or config.depth,
+        depth_stop=choice.depth_stop,
+        head_rows=choice.head_rows,
+    )

@@ -77,12 +77,13 @@ def _resampled_totals(datasets: Sequence[np.ndarray], resamples: int, rng: np.ra
         for start in range(0, resamples, step):
             picks = rng.integers(0, n, size=(min(step, resamples - start), n))
             for c in range(values.shape[1]):
-                out[start:start + len(picks), d, c] = values[:, c][picks].sum(axis=1)
+                out[start : start + len(picks), d, c] = values[:, c][picks].sum(axis=1)
     return out
 
 
-def _stratified_bootstrap(datasets: Sequence[Sequence[Any]], statistic, resamples: int, level: float,
-                          seed: int) -> dict[str, tuple[float, float, float]]:
+def _stratified_bootstrap(
+    datasets: Sequence[Sequence[Any]], statistic, resamples: int, level: float, seed: int
+) -> dict[str, tuple[float, float, float]]:
     """A percentile bootstrap over questions, stratified by dataset: each resample draws every dataset's questions
     again with replacement (so the mix of datasets stays fixed). `statistic` maps (resamples, datasets, columns)
     summed rows to the two `STATISTICS`, one value per resample; returns {name: (point estimate, low, high)} at
@@ -105,8 +106,9 @@ def _stratified_bootstrap(datasets: Sequence[Sequence[Any]], statistic, resample
     return out
 
 
-def bootstrap_tau_change(datasets: Sequence[Sequence[tuple[TauTotals, TauTotals]]], resamples: int = 2000,
-                         level: float = 0.95, seed: int = 0) -> dict[str, tuple[float, float, float]]:
+def bootstrap_tau_change(
+    datasets: Sequence[Sequence[tuple[TauTotals, TauTotals]]], resamples: int = 2000, level: float = 0.95, seed: int = 0
+) -> dict[str, tuple[float, float, float]]:
     """How sure a τ difference between two drafts on the same questions is: a paired bootstrap over questions.
     `datasets` holds, per dataset, one ((sum, rounds) of the method, (sum, rounds) of the base) pair per question
     (`tau_totals`); a resample keeps the pairing. Returns {"pooled": (change, low, high), "mean_of_datasets": (...)},
@@ -114,8 +116,9 @@ def bootstrap_tau_change(datasets: Sequence[Sequence[tuple[TauTotals, TauTotals]
     return _stratified_bootstrap(datasets, _tau_change, resamples, level, seed)
 
 
-def bootstrap_tau(datasets: Sequence[Sequence[TauTotals]], resamples: int = 2000, level: float = 0.95,
-                  seed: int = 0) -> dict[str, tuple[float, float, float]]:
+def bootstrap_tau(
+    datasets: Sequence[Sequence[TauTotals]], resamples: int = 2000, level: float = 0.95, seed: int = 0
+) -> dict[str, tuple[float, float, float]]:
     """τ with a 95% interval from a bootstrap over questions: `datasets` holds, per dataset, one (sum, rounds) per
     question (`tau_totals` of its turns, runs included: at temperature 0 a question's runs repeat its rounds, so a
     question is the unit). Returns {"pooled": (τ, low, high), "mean_of_datasets": (...)}; with one dataset the two
@@ -387,8 +390,10 @@ class AcceptanceStats:
     def intervals(self, conditional: bool = True) -> list[tuple[float, float]]:
         """Wilson 95% interval of each rate (NaN where nothing was drafted or no round reached k−1)."""
         hits, n = self.counts(conditional)
-        return [wilson_interval(h, m) if k <= self.drafted_depth else (math.nan, math.nan)
-                for k, (h, m) in enumerate(zip(hits, n), 1)]
+        return [
+            wilson_interval(h, m) if k <= self.drafted_depth else (math.nan, math.nan)
+            for k, (h, m) in enumerate(zip(hits, n), 1)
+        ]
 
     def drafted_share(self) -> list[float]:
         """The share of rounds that drafted position k, k = 1..depth (1.0 everywhere when every round drafted the
@@ -419,8 +424,11 @@ def _pool_deviation(parts: Sequence[dict[str, list]]) -> dict[str, list]:
                 l2[k] += p["l2"][k] * n
                 cos[k] += p["cosine"][k] * n
                 count[k] += n
-    return {"l2": [s / n if n else math.nan for s, n in zip(l2, count)],
-            "cosine": [s / n if n else math.nan for s, n in zip(cos, count)], "count": count}
+    return {
+        "l2": [s / n if n else math.nan for s, n in zip(l2, count)],
+        "cosine": [s / n if n else math.nan for s, n in zip(cos, count)],
+        "count": count,
+    }
 
 
 def pooled(parts: Sequence[AcceptanceStats]) -> AcceptanceStats:
@@ -441,15 +449,27 @@ def pooled(parts: Sequence[AcceptanceStats]) -> AcceptanceStats:
             if specialists[k] < 0:
                 specialists[k] = s
     kinds = {kind for p in parts for kind in p.deviation}
-    deviation = {kind: _pool_deviation([p.deviation[kind] for p in parts if kind in p.deviation])
-                 for kind in DEVIATION_KINDS if kind in kinds}
-    return AcceptanceStats(hist=hist, drafted_depth=max((p.drafted_depth for p in parts), default=0),
-                           specialists=specialists, deviation=deviation, by_drafted=joint)
+    deviation = {
+        kind: _pool_deviation([p.deviation[kind] for p in parts if kind in p.deviation])
+        for kind in DEVIATION_KINDS
+        if kind in kinds
+    }
+    return AcceptanceStats(
+        hist=hist,
+        drafted_depth=max((p.drafted_depth for p in parts), default=0),
+        specialists=specialists,
+        deviation=deviation,
+        by_drafted=joint,
+    )
 
 
 def acceptance_stats(events: Iterable[RoundEvent], depth: int | None = None) -> AcceptanceStats:
     """An `AcceptanceStats` of these rounds (`depth`: the histogram's length at least, as `accept_hist`)."""
     events = list(events)
-    return AcceptanceStats(hist=accept_hist(events, depth), drafted_depth=max_depth(events),
-                           specialists=specialists_by_position(events), deviation=_deviations(events),
-                           by_drafted=accept_by_drafted(events, depth))
+    return AcceptanceStats(
+        hist=accept_hist(events, depth),
+        drafted_depth=max_depth(events),
+        specialists=specialists_by_position(events),
+        deviation=_deviations(events),
+        by_drafted=accept_by_drafted(events, depth),
+    )

@@ -49,8 +49,10 @@ class ModelCache:
             except PossError:
                 raise
             except Exception as err:  # out of memory, missing packages, broken files: one readable line
-                raise ModelLoadError(f"could not load {preset.name!r}: {type(err).__name__}: "
-                                     f"{str(err).splitlines()[0] if str(err) else ''}") from err
+                raise ModelLoadError(
+                    f"could not load {preset.name!r}: {type(err).__name__}: "
+                    f"{str(err).splitlines()[0] if str(err) else ''}"
+                ) from err
             with self._lock:
                 self._targets[key] = target
                 while len(self._targets) > self.max_targets:
@@ -62,17 +64,25 @@ class ModelCache:
     def draft(self, preset: Preset, method: str, target, quantization: str = "auto", precision: str = "auto"):
         m = methods.get_method(preset, method)
         ref = m.draft
-        key = (*self._target_key(preset, quantization, precision), ref.source, preset.depth,
-               ref.positions_per_specialist)
-        return self._beside_target(key, lambda: methods.load_draft(m, target, preset.depth),
-                                   f"draft {method!r} of {preset.name!r}")
+        key = (
+            *self._target_key(preset, quantization, precision),
+            ref.source,
+            preset.depth,
+            ref.positions_per_specialist,
+        )
+        return self._beside_target(
+            key, lambda: methods.load_draft(m, target, preset.depth), f"draft {method!r} of {preset.name!r}"
+        )
 
     def assistant(self, preset: Preset, method: str, target, quantization: str = "auto", precision: str = "auto"):
         """The assisted method's smaller model, loaded once per target and kept (and evicted) with its drafts."""
         m = methods.get_method(preset, method)
         key = (*self._target_key(preset, quantization, precision), "assistant", m.assistant)
-        return self._beside_target(key, lambda: methods.load_assistant(m, target, quantization),
-                                   f"the assistant {m.assistant!r} of {preset.name!r}")
+        return self._beside_target(
+            key,
+            lambda: methods.load_assistant(m, target, quantization),
+            f"the assistant {m.assistant!r} of {preset.name!r}",
+        )
 
     def _beside_target(self, key: tuple, load, what: str):
         """A model that belongs to a loaded target (its key starts with the target's): loaded once, one load per
@@ -86,8 +96,9 @@ class ModelCache:
             except PossError:
                 raise
             except Exception as err:
-                raise ModelLoadError(f"could not load {what}: {type(err).__name__}: "
-                                     f"{str(err).splitlines()[0] if str(err) else ''}") from err
+                raise ModelLoadError(
+                    f"could not load {what}: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+                ) from err
             with self._lock:
                 self._drafts[key] = model
             return model

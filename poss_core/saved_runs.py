@@ -1,8 +1,8 @@
 """Saved comparisons: every lane's events as JSONL plus the settings, loaded back and replayed without a model.
 
 Format (one JSON object per line):
-    {"type": "run", "version": 1, "settings": {...RunSpec}, "lanes": [{"method", "label", "trained", "special_ids", ...}],
-     "hardware": {...}}
+    {"type": "run", "version": 1, "settings": {...RunSpec}, "hardware": {...},
+     "lanes": [{"method", "label", "trained", "special_ids", ...}]}
     {"type": "event", "lane": i, "event": RoundEvent.to_json(), "pieces": [...], "node_texts": [...], "bonus_text": s}
     {"type": "summary", "lane": i, "text": ..., "stop_reason": ..., "stats": {...}, "error": null}
 Token texts are stored with the events, so a replay needs no tokenizer. A name ending in .gz is gzip-compressed (the
@@ -91,8 +91,9 @@ class _SettingsBase(_Model):
 
 
 # The saved settings: the prompt, methods and preset, then every run setting of the table (settings.RUN).
-_Settings = create_model("_Settings", __base__=_SettingsBase,
-                         **{name: _setting_field(settings.SETTINGS[name]) for name in settings.RUN})
+_Settings = create_model(
+    "_Settings", __base__=_SettingsBase, **{name: _setting_field(settings.SETTINGS[name]) for name in settings.RUN}
+)
 
 
 class _LaneHead(_Model):
@@ -109,8 +110,9 @@ class _Head(_Model):
     version: Literal[1]
     settings: _Settings
     lanes: Annotated[list[_LaneHead], Field(min_length=1, max_length=MAX_LANES)]
-    hardware: Annotated[dict[Annotated[str, Field(max_length=40)], Annotated[str, Field(max_length=200)]],
-                        Field(max_length=16)] = {}
+    hardware: Annotated[
+        dict[Annotated[str, Field(max_length=40)], Annotated[str, Field(max_length=200)]], Field(max_length=16)
+    ] = {}
     prompt_tokens: Annotated[int, Field(ge=0, le=MAX_PROMPT_TOKENS)] = 0
 
 
@@ -206,19 +208,43 @@ class RunFileError(PossError):
 
 
 def run_lines(comparison: Comparison) -> Iterator[dict[str, Any]]:
-    yield {"type": "run", "version": VERSION, "settings": comparison.spec.to_json(),
-           "lanes": [{"method": lane.method, "label": lane.label, "trained": lane.trained,
-                      "special_ids": sorted(lane.special_ids),
-                      "budget": lane.budget, "budget_auto": lane.budget_auto} for lane in comparison.lanes],
-           "hardware": comparison.hardware, "prompt_tokens": comparison.prompt_tokens}
+    yield {
+        "type": "run",
+        "version": VERSION,
+        "settings": comparison.spec.to_json(),
+        "lanes": [
+            {
+                "method": lane.method,
+                "label": lane.label,
+                "trained": lane.trained,
+                "special_ids": sorted(lane.special_ids),
+                "budget": lane.budget,
+                "budget_auto": lane.budget_auto,
+            }
+            for lane in comparison.lanes
+        ],
+        "hardware": comparison.hardware,
+        "prompt_tokens": comparison.prompt_tokens,
+    }
     for i, lane in enumerate(comparison.lanes):
         for event, pieces, labels, bonus in zip(lane.events, lane.pieces, lane.node_texts, lane.bonus_texts):
-            yield {"type": "event", "lane": i, "event": event.to_json(), "pieces": pieces, "node_texts": labels,
-                   "bonus_text": bonus}
+            yield {
+                "type": "event",
+                "lane": i,
+                "event": event.to_json(),
+                "pieces": pieces,
+                "node_texts": labels,
+                "bonus_text": bonus,
+            }
         summary = lane.summary or {}
-        yield {"type": "summary", "lane": i, "text": summary.get("text", lane.text),
-               "stop_reason": summary.get("stop_reason", "cancelled" if lane.error is None else "error"),
-               "stats": summary.get("stats", {}), "error": lane.error}
+        yield {
+            "type": "summary",
+            "lane": i,
+            "text": summary.get("text", lane.text),
+            "stop_reason": summary.get("stop_reason", "cancelled" if lane.error is None else "error"),
+            "stats": summary.get("stats", {}),
+            "error": lane.error,
+        }
 
 
 def _rounded(obj: Any, digits: int) -> Any:
@@ -272,8 +298,10 @@ def _read_text(path: Path) -> str:
     with gzip.open(path, "rb") as f:
         data = f.read(MAX_RUN_BYTES + 1)
     if len(data) > MAX_RUN_BYTES:
-        raise RunFileError(f"{path.name!r} holds more than {MAX_RUN_BYTES // 2**20} MB once decompressed: a saved "
-                           f"run may be at most that.")
+        raise RunFileError(
+            f"{path.name!r} holds more than {MAX_RUN_BYTES // 2**20} MB once decompressed: a saved "
+            f"run may be at most that."
+        )
     return data.decode("utf-8")
 
 
@@ -288,25 +316,29 @@ def load_run(path: str | Path) -> Comparison:
     try:
         size = path.stat().st_size
         if size > MAX_RUN_BYTES:
-            raise RunFileError(f"{path.name!r} is {size / 2**20:.1f} MB: a saved run may be at most "
-                               f"{MAX_RUN_BYTES // 2**20} MB.")
+            raise RunFileError(
+                f"{path.name!r} is {size / 2**20:.1f} MB: a saved run may be at most {MAX_RUN_BYTES // 2**20} MB."
+            )
         texts = [s for s in _read_text(path).splitlines() if s.strip()]
     except (OSError, UnicodeDecodeError, EOFError, zlib.error) as err:
         raise RunFileError(f"could not read the saved run {path.name!r}: {err}") from err
     if not texts:
-        raise RunFileError(f"{path.name!r} is empty: a saved run starts with a \"run\" line.")
+        raise RunFileError(f'{path.name!r} is empty: a saved run starts with a "run" line.')
     if len(texts) > 1 + MAX_LANES * (MAX_ROUNDS + 2):
-        raise RunFileError(f"{path.name!r} has {len(texts)} lines: a saved run has at most "
-                           f"{1 + MAX_LANES * (MAX_ROUNDS + 2)}.")
+        raise RunFileError(
+            f"{path.name!r} has {len(texts)} lines: a saved run has at most {1 + MAX_LANES * (MAX_ROUNDS + 2)}."
+        )
     lines = []
     for i, text in enumerate(texts, start=1):
         try:
             lines.append(json.loads(text))
         except (json.JSONDecodeError, RecursionError) as err:
-            raise RunFileError(f"could not read the saved run {path.name!r}: line {i} is not JSON "
-                               f"({getattr(err, 'msg', type(err).__name__)}).") from err
+            raise RunFileError(
+                f"could not read the saved run {path.name!r}: line {i} is not JSON "
+                f"({getattr(err, 'msg', type(err).__name__)})."
+            ) from err
     if not isinstance(lines[0], dict) or lines[0].get("type") != "run":
-        raise RunFileError(f"{path.name!r} is not a saved run (its first line should be a \"run\" object).")
+        raise RunFileError(f'{path.name!r} is not a saved run (its first line should be a "run" object).')
     try:
         head = _Head.model_validate(lines[0])
     except ValidationError as err:
@@ -320,13 +352,17 @@ def load_run(path: str | Path) -> Comparison:
         except ValidationError as err:
             raise _field_error(path.name, i, err) from err
         if line.lane >= len(head.lanes):
-            raise RunFileError(f"{path.name!r} is not a valid saved run: line {i}: lane: {line.lane} is not one of "
-                               f"the run's {len(head.lanes)} lanes (0 to {len(head.lanes) - 1}).")
+            raise RunFileError(
+                f"{path.name!r} is not a valid saved run: line {i}: lane: {line.lane} is not one of "
+                f"the run's {len(head.lanes)} lanes (0 to {len(head.lanes) - 1})."
+            )
         if kind == "event":
             rounds[line.lane] += 1
             if rounds[line.lane] > MAX_ROUNDS:
-                raise RunFileError(f"{path.name!r} is not a valid saved run: line {i}: lane {line.lane} has more "
-                                   f"than {MAX_ROUNDS} rounds.")
+                raise RunFileError(
+                    f"{path.name!r} is not a valid saved run: line {i}: lane {line.lane} has more "
+                    f"than {MAX_ROUNDS} rounds."
+                )
         body.append(line)
     return _build(head, body)
 
@@ -342,16 +378,16 @@ def _build(head: _Head, body: list) -> Comparison:
     for line in body:
         lane = lanes[line.lane]
         if line.type == "event":
-            lane.add(RoundEvent.from_json(line.event.model_dump()), list(line.pieces), list(line.node_texts),
-                     line.bonus_text)
+            lane.add(
+                RoundEvent.from_json(line.event.model_dump()), list(line.pieces), list(line.node_texts), line.bonus_text
+            )
         else:
             lane.summary = {"text": line.text, "stop_reason": line.stop_reason, "stats": dict(line.stats)}
             lane.error = line.error
     for lane in lanes:
         if lane.summary is None and lane.error is None:
             lane.summary = {"text": lane.text, "stop_reason": "cancelled", "stats": {}}
-    return Comparison(spec, lanes, CallBudget(), dict(head.hardware), replay=True,
-                      prompt_tokens=head.prompt_tokens)
+    return Comparison(spec, lanes, CallBudget(), dict(head.hardware), replay=True, prompt_tokens=head.prompt_tokens)
 
 
 def _saved_lane(d: dict[str, Any]) -> Lane:
@@ -360,9 +396,14 @@ def _saved_lane(d: dict[str, Any]) -> Lane:
     trained = d.get("trained")
     if trained is None:
         trained = " (untrained" not in label
-    return Lane(methods.migrated(d["method"]), label.split(" (untrained")[0], bool(trained),
-                special_ids={int(t) for t in d.get("special_ids") or []}, budget=d.get("budget"),
-                budget_auto=bool(d.get("budget_auto", False)))
+    return Lane(
+        methods.migrated(d["method"]),
+        label.split(" (untrained")[0],
+        bool(trained),
+        special_ids={int(t) for t in d.get("special_ids") or []},
+        budget=d.get("budget"),
+        budget_auto=bool(d.get("budget_auto", False)),
+    )
 
 
 def _replay_source(lane: Lane) -> Iterator:
@@ -375,10 +416,23 @@ def replay(comparison: Comparison) -> Comparison:
     """A fresh comparison that plays back the rounds of a finished one, one round per lane per turn."""
     lanes = []
     for lane in comparison.lanes:
-        fresh = Lane(lane.method, lane.label, lane.trained, special_ids=set(lane.special_ids),
-                     source=_replay_source(lane), budget=lane.budget, budget_auto=lane.budget_auto)
+        fresh = Lane(
+            lane.method,
+            lane.label,
+            lane.trained,
+            special_ids=set(lane.special_ids),
+            source=_replay_source(lane),
+            budget=lane.budget,
+            budget_auto=lane.budget_auto,
+        )
         if lane.error is not None and not lane.events:
             fresh.error = lane.error
         lanes.append(fresh)
-    return Comparison(comparison.spec, lanes, CallBudget(), dict(comparison.hardware), replay=True,
-                      prompt_tokens=comparison.prompt_tokens)
+    return Comparison(
+        comparison.spec,
+        lanes,
+        CallBudget(),
+        dict(comparison.hardware),
+        replay=True,
+        prompt_tokens=comparison.prompt_tokens,
+    )

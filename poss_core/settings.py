@@ -61,8 +61,10 @@ class Setting:
         kind = "an integer" if self.kind is int else "a number"
         lo, hi = (int(b) if self.kind is int else f"{b:g}" for b in self.bounds)
         if self.open_low or self.open_high:
-            return (f"{kind} {'above' if self.open_low else 'from'} {lo} and "
-                    f"{'below' if self.open_high else 'at most'} {hi}")
+            return (
+                f"{kind} {'above' if self.open_low else 'from'} {lo} and "
+                f"{'below' if self.open_high else 'at most'} {hi}"
+            )
         return f"{kind} from {lo} to {hi}"
 
     def typed(self, value: Any) -> Any:
@@ -120,35 +122,108 @@ PRECISIONS = ("auto", "float32", "bfloat16", "float16")
 # The upper bounds keep one call's work and memory bounded: the tree verified per round grows with depth, top_k and
 # tree_budget, and a round's cost with the tokens already in the cache. In the app's order.
 _ALL = (
-    Setting("temperature", float, 0.0, "Temperature", "0 = greedy: every lane must match plain decoding; above 0, "
-            "lossless sampling", bounds=(0.0, 2.0), step=0.05),
-    Setting("top_p", float, 1.0, "Top-p", "nucleus sampling's mass (1 = the whole distribution)", bounds=(0.0, 1.0),
-            open_low=True, always_capped=True, step=0.05),
-    Setting("depth", int, 6, "Depth (draft positions)", "draft positions per round (default: the preset's)",
-            bounds=(1, 10), from_preset=True),
-    Setting("top_k", int, 10, "Top-k per node", "children drafted per expanded node (default: the preset's)",
-            bounds=(1, 20), from_preset=True),
-    Setting("tree_budget", int, 60, "Tree budget (nodes verified, root included)",
-            "nodes verified per round, root included (default: the preset's)", bounds=(2, 256), from_preset=True),
+    Setting(
+        "temperature",
+        float,
+        0.0,
+        "Temperature",
+        "0 = greedy: every lane must match plain decoding; above 0, lossless sampling",
+        bounds=(0.0, 2.0),
+        step=0.05,
+    ),
+    Setting(
+        "top_p",
+        float,
+        1.0,
+        "Top-p",
+        "nucleus sampling's mass (1 = the whole distribution)",
+        bounds=(0.0, 1.0),
+        open_low=True,
+        always_capped=True,
+        step=0.05,
+    ),
+    Setting(
+        "depth",
+        int,
+        6,
+        "Depth (draft positions)",
+        "draft positions per round (default: the preset's)",
+        bounds=(1, 10),
+        from_preset=True,
+    ),
+    Setting(
+        "top_k",
+        int,
+        10,
+        "Top-k per node",
+        "children drafted per expanded node (default: the preset's)",
+        bounds=(1, 20),
+        from_preset=True,
+    ),
+    Setting(
+        "tree_budget",
+        int,
+        60,
+        "Tree budget (nodes verified, root included)",
+        "nodes verified per round, root included (default: the preset's)",
+        bounds=(2, 256),
+        from_preset=True,
+    ),
     Setting("max_new_tokens", int, 128, "Max new tokens", "the most tokens one answer may have", bounds=(1, 2048)),
     Setting("seed", int, 0, "Seed", "the sampling seed (every lane draws from the same one)", bounds=(0, 2**32 - 1)),
-    Setting("quantization", str, "auto", "Quantization (the target's weights)",
-            "the target's weights: auto (none unless the preset asks for it), none, or bitsandbytes 8bit / 4bit",
-            choices=QUANTIZATIONS, decode=False, offered=frozenset({APP, GENERATE, BENCH})),
-    Setting("auto_budget", bool, False, "Fastest tree for this machine: each draft lane gets its own fitted budget "
-            "and depth stop", "fit each draft lane's tree budget and depth stop to this machine (tree_budget is then "
-            "ignored)", decode=False, offered=frozenset({APP})),
-    Setting("precision", str, "auto", "Precision (the target's dtype)",
-            "the target's precision: auto (fp32 on CPU, bf16 on GPUs) or a dtype; on Intel CPUs with AMX, bfloat16 "
-            "makes verifying a 16-token tree cost about what one plain step costs, so speculative decoding gains more "
-            "(its outputs may then differ from plain decoding's at rounding near-ties)", choices=PRECISIONS,
-            decode=False, flag="--dtype"),
-    Setting("depth_stop", float, 0.0, "Depth stop", "dynamic depth: stop drafting deeper once the best path's draft "
-            "probability is below this (0: every round drafts the full depth)", bounds=(0.0, 1.0), open_high=True,
-            always_capped=True, offered=COMMAND_LINES),
-    Setting("head_rows", str, "read", "LM head rows", "tree slots the target's LM head reads: the ones verification "
-            "needs (a leaf's row in a second call when acceptance ends there), or all of them in one call",
-            choices=("read", "all"), offered=frozenset({BENCH})),
+    Setting(
+        "quantization",
+        str,
+        "auto",
+        "Quantization (the target's weights)",
+        "the target's weights: auto (none unless the preset asks for it), none, or bitsandbytes 8bit / 4bit",
+        choices=QUANTIZATIONS,
+        decode=False,
+        offered=frozenset({APP, GENERATE, BENCH}),
+    ),
+    Setting(
+        "auto_budget",
+        bool,
+        False,
+        "Fastest tree for this machine: each draft lane gets its own fitted budget and depth stop",
+        "fit each draft lane's tree budget and depth stop to this machine (tree_budget is then ignored)",
+        decode=False,
+        offered=frozenset({APP}),
+    ),
+    Setting(
+        "precision",
+        str,
+        "auto",
+        "Precision (the target's dtype)",
+        "the target's precision: auto (fp32 on CPU, bf16 on GPUs) or a dtype; on Intel CPUs with AMX, bfloat16 "
+        "makes verifying a 16-token tree cost about what one plain step costs, so speculative decoding gains more "
+        "(its outputs may then differ from plain decoding's at rounding near-ties)",
+        choices=PRECISIONS,
+        decode=False,
+        flag="--dtype",
+    ),
+    Setting(
+        "depth_stop",
+        float,
+        0.0,
+        "Depth stop",
+        "dynamic depth: stop drafting deeper once the best path's draft "
+        "probability is below this (0: every round drafts the full depth)",
+        bounds=(0.0, 1.0),
+        open_high=True,
+        always_capped=True,
+        offered=COMMAND_LINES,
+    ),
+    Setting(
+        "head_rows",
+        str,
+        "read",
+        "LM head rows",
+        "tree slots the target's LM head reads: the ones verification "
+        "needs (a leaf's row in a second call when acceptance ends there), or all of them in one call",
+        choices=("read", "all"),
+        offered=frozenset({BENCH}),
+    ),
 )
 SETTINGS: dict[str, Setting] = {s.name: s for s in _ALL}
 DECODE = tuple(s.name for s in _ALL if s.decode)  # DecodeConfig's fields
@@ -182,8 +257,9 @@ def defaults(names: tuple[str, ...] = RUN) -> dict[str, Any]:
     return {name: SETTINGS[name].default for name in names}
 
 
-def add_flags(parser: argparse.ArgumentParser, surface: str, defaults: dict[str, Any] | None = None,
-              **overrides: dict[str, Any]) -> None:
+def add_flags(
+    parser: argparse.ArgumentParser, surface: str, defaults: dict[str, Any] | None = None, **overrides: dict[str, Any]
+) -> None:
     """The flags of the settings `surface` offers. A tree setting defaults to None (the preset's value); `defaults`
     gives a surface its own default (the benchmark answers 256 tokens); `overrides[name]` replaces argparse keywords
     of one flag (the benchmark's --tree-budget also takes 'auto')."""

@@ -29,8 +29,24 @@ from .errors import PossError, run_cli
 from .paths import project_root
 
 HUB_FILE_LIMIT = 10 * 1000 * 1000  # the Hub refuses plain (non-LFS/Xet) files over 10 MB
-BINARY_SUFFIXES = {".safetensors", ".bin", ".pt", ".pth", ".gguf", ".npz", ".npy", ".png", ".jpg", ".jpeg", ".gif",
-                   ".webp", ".ico", ".pdf", ".zip", ".gz"}
+BINARY_SUFFIXES = {
+    ".safetensors",
+    ".bin",
+    ".pt",
+    ".pth",
+    ".gguf",
+    ".npz",
+    ".npy",
+    ".png",
+    ".jpg",
+    ".jpeg",
+    ".gif",
+    ".webp",
+    ".ico",
+    ".pdf",
+    ".zip",
+    ".gz",
+}
 SKIP_NAMES = {"__pycache__", ".pytest_cache", ".ipynb_checkpoints", ".DS_Store"}
 SKIP_SUFFIXES = {".pyc", ".pyo", ".egg-info"}
 CARD_FILE = "model_card.json"
@@ -93,25 +109,28 @@ def check_space_config(root: Path) -> dict[str, Any]:
     """The README front matter a Gradio Space needs, checked against requirements.txt's gradio pin."""
     meta = front_matter(root / "README.md")
     if meta.get("sdk") != "gradio":
-        raise SpaceError(f"README.md front matter has sdk: {meta.get('sdk')!r}; the demo is a Gradio Space "
-                         f"(sdk: gradio).")
+        raise SpaceError(
+            f"README.md front matter has sdk: {meta.get('sdk')!r}; the demo is a Gradio Space (sdk: gradio)."
+        )
     app_file = meta.get("app_file")
     if app_file != "app.py" or not (root / "app.py").is_file():
-        raise SpaceError(f"README.md front matter has app_file: {app_file!r}; it must be app.py, the demo's "
-                         f"entry point.")
+        raise SpaceError(
+            f"README.md front matter has app_file: {app_file!r}; it must be app.py, the demo's entry point."
+        )
     pin = gradio_pin(root / "requirements.txt")
     version = str(meta.get("sdk_version", ""))
     if pin is None:
         raise SpaceError("requirements.txt does not pin gradio (gradio==X.Y.Z): the Space's sdk_version needs it.")
     if version != pin:
-        raise SpaceError(f"README.md front matter has sdk_version: {version or '(none)'} but requirements.txt pins "
-                         f"gradio=={pin}: make them agree (the Space installs sdk_version's gradio).")
+        raise SpaceError(
+            f"README.md front matter has sdk_version: {version or '(none)'} but requirements.txt pins "
+            f"gradio=={pin}: make them agree (the Space installs sdk_version's gradio)."
+        )
     return meta
 
 
 def _skipped(path: Path) -> bool:
-    return any(part in SKIP_NAMES or part.startswith(".") or Path(part).suffix in SKIP_SUFFIXES
-               for part in path.parts)
+    return any(part in SKIP_NAMES or part.startswith(".") or Path(part).suffix in SKIP_SUFFIXES for part in path.parts)
 
 
 def _is_binary(path: Path) -> bool:
@@ -146,8 +165,10 @@ def stage(out_dir: str | os.PathLike, root: str | os.PathLike | None = None) -> 
     root = Path(root or project_root())
     for need in ("app.py", "README.md", "requirements.txt", "app", "poss_core", "assets/drafts"):
         if not (root / need).exists():
-            raise SpaceError(f"{root} has no {need}: stage from a source checkout of the project (an installed "
-                             f"package does not carry the app).")
+            raise SpaceError(
+                f"{root} has no {need}: stage from a source checkout of the project (an installed "
+                f"package does not carry the app)."
+            )
     check_space_config(root)
     out = Path(out_dir)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
@@ -178,11 +199,15 @@ def _mb(n: int) -> str:
 
 def format_listing(files: list[StagedFile], out: Path, verb: str = "staged") -> str:
     lfs = [f for f in files if f.lfs]
-    lines = [f"{verb} {len(files)} files ({_mb(sum(f.size for f in files))}) into {out}:",
-             f"  {'size':>9}  {'upload':<8} path"]
+    lines = [
+        f"{verb} {len(files)} files ({_mb(sum(f.size for f in files))}) into {out}:",
+        f"  {'size':>9}  {'upload':<8} path",
+    ]
     lines += [f"  {_mb(f.size):>9}  {'LFS/Xet' if f.lfs else 'git':<8} {f.path}" for f in files]
-    lines.append(f"{len(lfs)} files ({_mb(sum(f.size for f in lfs))}) go through LFS/Xet (over 10 MB or binary); "
-                 f"the other {len(files) - len(lfs)} are plain text.")
+    lines.append(
+        f"{len(lfs)} files ({_mb(sum(f.size for f in lfs))}) go through LFS/Xet (over 10 MB or binary); "
+        f"the other {len(files) - len(lfs)} are plain text."
+    )
     return "\n".join(lines)
 
 
@@ -201,22 +226,31 @@ def resolve_token(token: str | None = None) -> str:
 
     token = token or os.environ.get("HF_TOKEN") or get_token()
     if not token:
-        raise SpaceError("no Hugging Face token: set HF_TOKEN (a write token from https://huggingface.co/settings/"
-                         "tokens) or run `hf auth login` first.")
+        raise SpaceError(
+            "no Hugging Face token: set HF_TOKEN (a write token from https://huggingface.co/settings/"
+            "tokens) or run `hf auth login` first."
+        )
     return token
 
 
 def _git_revision(root: Path) -> str:
     try:
-        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True,
-                             timeout=10)
+        rev = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10
+        )
         return rev.stdout.strip() if rev.returncode == 0 else ""
     except (OSError, subprocess.SubprocessError):
         return ""
 
 
-def deploy(repo: str, hardware: str | None = None, private: bool = False, token: str | None = None,
-           root: str | os.PathLike | None = None, api=None) -> str:
+def deploy(
+    repo: str,
+    hardware: str | None = None,
+    private: bool = False,
+    token: str | None = None,
+    root: str | os.PathLike | None = None,
+    api=None,
+) -> str:
     """Create (or reuse) the Gradio Space `repo`, upload a fresh staged snapshot so it mirrors it, and request
     `hardware` when given. Returns the Space's URL."""
     if not re.fullmatch(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*", repo or ""):
@@ -240,8 +274,13 @@ def deploy(repo: str, hardware: str | None = None, private: bool = False, token:
             api.create_repo(repo, repo_type="space", space_sdk="gradio", exist_ok=True, private=private or None)
             # delete_patterns="*": files of an earlier deploy that the snapshot no longer has are removed (the Hub
             # never deletes .gitattributes), so the Space mirrors the snapshot.
-            api.upload_folder(repo_id=repo, repo_type="space", folder_path=str(snapshot), delete_patterns="*",
-                              commit_message=f"Deploy the demo{f' from {rev}' if rev else ''} (poss_core.space)")
+            api.upload_folder(
+                repo_id=repo,
+                repo_type="space",
+                folder_path=str(snapshot),
+                delete_patterns="*",
+                commit_message=f"Deploy the demo{f' from {rev}' if rev else ''} (poss_core.space)",
+            )
             if hardware:
                 api.request_space_hardware(repo, hardware)
         except HfHubHTTPError as err:
@@ -261,8 +300,9 @@ def _read_json(path: Path) -> dict[str, Any]:
         raise SpaceError(f"{path} is not valid JSON ({err.msg}).") from err
 
 
-def card_metadata(draft_dir: Path, base_model: str | None = None, license: str | None = None,
-                  datasets: list[str] | None = None) -> dict[str, Any]:
+def card_metadata(
+    draft_dir: Path, base_model: str | None = None, license: str | None = None, datasets: list[str] | None = None
+) -> dict[str, Any]:
     """The card's YAML metadata: the flags, else model_card.json's own keys, else what is known of its target."""
     card, meta = _read_json(draft_dir / CARD_FILE), _read_json(draft_dir / "poss_draft.json")
     target = str(meta.get("target") or card.get("target") or "")
@@ -271,8 +311,10 @@ def card_metadata(draft_dir: Path, base_model: str | None = None, license: str |
         known = {"base_model": target}  # a Hugging Face id
     base = base_model or card.get("base_model") or known.get("base_model")
     if not base:
-        raise SpaceError(f"{draft_dir}: its target {target or '(not recorded)'!r} is not a Hugging Face id; give "
-                         f"--base-model ID (the target model this draft speeds up).")
+        raise SpaceError(
+            f"{draft_dir}: its target {target or '(not recorded)'!r} is not a Hugging Face id; give "
+            f"--base-model ID (the target model this draft speeds up)."
+        )
     method = str(meta.get("method") or card.get("method") or "")
     kind = {"eagle": ["eagle"], "poss": ["poss", "position-specialists"], "stacked": ["stacked-draft"]}
     tags = ["speculative-decoding", "draft-model", *kind.get(method, []), "safetensors"]
@@ -297,24 +339,37 @@ def model_card(draft_dir: str | os.PathLike, **overrides) -> str:
     label = card.get("label") or meta.get("label") or folder.name
     layers, n = meta.get("num_layers", "?"), meta.get("positions_per_specialist", "?")
     lines = [
-        "---", yaml.safe_dump(data, sort_keys=False, allow_unicode=True).strip(), "---", "",
-        f"# {label}: a draft model for speculative decoding of {data['base_model']}", "",
+        "---",
+        yaml.safe_dump(data, sort_keys=False, allow_unicode=True).strip(),
+        "---",
+        "",
+        f"# {label}: a draft model for speculative decoding of {data['base_model']}",
+        "",
         f"A draft head (method `{meta.get('method', '?')}`, {layers} layer(s), {n} draft position(s) per specialist) "
         f"that proposes a tree of tokens the target model then verifies, so generation is lossless and faster. "
         f"It reads the target's last hidden state and shares its embedding and LM head, which this checkpoint does "
-        f"not carry. It is loaded by the POSS vs EAGLE demo's `poss_core` package, not by `transformers`.", "",
-        "## Use", "", "```bash",
-        "python -m poss_core.generate --preset smollm2-135m --draft hub:OWNER/NAME --prompt \"Why is the sky blue?\"",
-        "```", "",
+        f"not carry. It is loaded by the POSS vs EAGLE demo's `poss_core` package, not by `transformers`.",
+        "",
+        "## Use",
+        "",
+        "```bash",
+        'python -m poss_core.generate --preset smollm2-135m --draft hub:OWNER/NAME --prompt "Why is the sky blue?"',
+        "```",
+        "",
         "`poss_draft.json` records the method, the draft vocabulary and a fingerprint of the target it was trained "
-        "for; loading refuses another target.", "",
+        "for; loading refuses another target.",
+        "",
     ]
     acc = card.get("heldout_top1_by_position_decoding")
     if acc:
-        lines += ["## Held-out top-1 agreement with the target, by draft position", "",
-                  "| " + " | ".join(f"k={i + 1}" for i in range(len(acc))) + " |",
-                  "|" + "---|" * len(acc),
-                  "| " + " | ".join(f"{a:.3f}" for a in acc) + " |", ""]
+        lines += [
+            "## Held-out top-1 agreement with the target, by draft position",
+            "",
+            "| " + " | ".join(f"k={i + 1}" for i in range(len(acc))) + " |",
+            "|" + "---|" * len(acc),
+            "| " + " | ".join(f"{a:.3f}" for a in acc) + " |",
+            "",
+        ]
     if "steps" in card or "data" in card:
         d = card.get("data") or {}
         init = f"; {card['init']}" if card.get("init") else ""
@@ -322,11 +377,15 @@ def model_card(draft_dir: str | os.PathLike, **overrides) -> str:
         def num(key: str) -> str:
             return f"{d[key]:,}" if isinstance(d.get(key), int) else "?"
 
-        lines += ["## Training", "",
-                  f"Self-distillation: the target wrote the answers to the training prompts. "
-                  f"{card.get('steps', '?')} steps this run{init}. {num('sequences')} sequences, "
-                  f"{num('answer_tokens')} answer tokens, a draft vocabulary of {num('draft_vocab')} tokens. "
-                  f"Every setting: `model_card.json`.", ""]
+        lines += [
+            "## Training",
+            "",
+            f"Self-distillation: the target wrote the answers to the training prompts. "
+            f"{card.get('steps', '?')} steps this run{init}. {num('sequences')} sequences, "
+            f"{num('answer_tokens')} answer tokens, a draft vocabulary of {num('draft_vocab')} tokens. "
+            f"Every setting: `model_card.json`.",
+            "",
+        ]
     return "\n".join(lines)
 
 
@@ -336,8 +395,12 @@ def write_model_card(draft_dir: str | os.PathLike, out: str | os.PathLike | None
     return path
 
 
-def export_hub(draft_dir: str | os.PathLike, out_dir: str | os.PathLike, max_shard_size: str | int = DEFAULT_SHARD_SIZE,
-               **card_overrides) -> list[StagedFile]:
+def export_hub(
+    draft_dir: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    max_shard_size: str | int = DEFAULT_SHARD_SIZE,
+    **card_overrides,
+) -> list[StagedFile]:
     """A Hub model-repo copy of a draft: config.json, weights sharded under `max_shard_size` (with the standard
     model.safetensors.index.json when more than one shard), our metadata files and the README.md model card."""
     from huggingface_hub import split_torch_state_dict_into_shards
@@ -352,8 +415,9 @@ def export_hub(draft_dir: str | os.PathLike, out_dir: str | os.PathLike, max_sha
         raise SpaceError(f"{out} exists and is not empty: export into a new folder.")
     readme = model_card(src, **card_overrides)  # fails early on a missing base model
     state = read_weights(src)
-    split = split_torch_state_dict_into_shards(state, filename_pattern="model{suffix}.safetensors",
-                                               max_shard_size=max_shard_size)
+    split = split_torch_state_dict_into_shards(
+        state, filename_pattern="model{suffix}.safetensors", max_shard_size=max_shard_size
+    )
     out.mkdir(parents=True, exist_ok=True)
     for filename, names in split.filename_to_tensors.items():
         save_file({k: state[k].contiguous() for k in names}, str(out / filename), metadata={"format": "pt"})
@@ -371,26 +435,36 @@ def export_hub(draft_dir: str | os.PathLike, out_dir: str | os.PathLike, max_sha
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m poss_core.space", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m poss_core.space", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = p.add_subparsers(dest="command", required=True)
     s = sub.add_parser("stage", help="write the Space's snapshot into OUT_DIR and list it (no token, no network)")
     s.add_argument("out_dir")
     d = sub.add_parser("deploy", help="stage into a temporary folder and upload it to a Gradio Space")
     d.add_argument("--repo", required=True, help="the Space, OWNER/NAME (created if missing)")
-    d.add_argument("--hardware", default=None,
-                   help="request this hardware after the upload: cpu-basic (free), cpu-upgrade, zero-a10g, t4-small, "
-                        "... (paid tiers need billing on the account); default: leave the Space's as it is")
-    d.add_argument("--private", action="store_true", help="create the Space private (an existing one keeps its "
-                                                          "visibility)")
-    for name, helptext in (("card", "print (or --out) the Hub model card README.md of a draft folder"),
-                           ("export-hub", "write a Hub model-repo copy of a draft folder, weights in shards")):
+    d.add_argument(
+        "--hardware",
+        default=None,
+        help="request this hardware after the upload: cpu-basic (free), cpu-upgrade, zero-a10g, t4-small, "
+        "... (paid tiers need billing on the account); default: leave the Space's as it is",
+    )
+    d.add_argument(
+        "--private", action="store_true", help="create the Space private (an existing one keeps its visibility)"
+    )
+    for name, helptext in (
+        ("card", "print (or --out) the Hub model card README.md of a draft folder"),
+        ("export-hub", "write a Hub model-repo copy of a draft folder, weights in shards"),
+    ):
         c = sub.add_parser(name, help=helptext)
         c.add_argument("draft_dir")
         if name == "export-hub":
             c.add_argument("out_dir")
-            c.add_argument("--max-shard-size", default=DEFAULT_SHARD_SIZE,
-                           help="largest shard, e.g. 9MB (default; the Hub's plain-file limit is 10 MB)")
+            c.add_argument(
+                "--max-shard-size",
+                default=DEFAULT_SHARD_SIZE,
+                help="largest shard, e.g. 9MB (default; the Hub's plain-file limit is 10 MB)",
+            )
         else:
             c.add_argument("--out", default=None, help="write the card here (e.g. DRAFT_DIR/README.md)")
         c.add_argument("--base-model", default=None, help="the target's Hugging Face id (default: from the draft)")
@@ -420,8 +494,10 @@ def _main(argv: list[str] | None) -> int:
         return 0
     files = export_hub(args.draft_dir, args.out_dir, args.max_shard_size, **overrides)
     print(format_listing(files, Path(args.out_dir), verb="wrote"))
-    print(f"upload it: huggingface_hub.HfApi().upload_folder(repo_id='OWNER/NAME', folder_path='{args.out_dir}') "
-          f"after create_repo('OWNER/NAME', exist_ok=True); then --draft hub:OWNER/NAME")
+    print(
+        f"upload it: huggingface_hub.HfApi().upload_folder(repo_id='OWNER/NAME', folder_path='{args.out_dir}') "
+        f"after create_repo('OWNER/NAME', exist_ok=True); then --draft hub:OWNER/NAME"
+    )
     return 0
 
 

@@ -28,17 +28,27 @@ from poss_core.models.presets import get_preset
 EXAMPLES = Path(__file__).resolve().parents[1] / "assets" / "examples" / "prompts.json"
 
 
-def measure(precision: str, prompts: list[str], methods: list[str], preset: str = "smollm2-135m",
-            fastest: bool = False) -> dict:
+def measure(
+    precision: str, prompts: list[str], methods: list[str], preset: str = "smollm2-135m", fastest: bool = False
+) -> dict:
     """One comparison per prompt (with `fastest`, calibrating the auto budgets first, untimed), pooled per lane."""
     d = ui_defaults(get_preset(preset))
-    spec0 = compare.RunSpec(prompts[0], methods, preset, depth=d["depth"], top_k=d["top_k"],
-                          tree_budget=d["tree_budget"], max_new_tokens=d["max_new_tokens"],
-                          auto_budget=fastest, precision=precision)
+    spec0 = compare.RunSpec(
+        prompts[0],
+        methods,
+        preset,
+        depth=d["depth"],
+        top_k=d["top_k"],
+        tree_budget=d["tree_budget"],
+        max_new_tokens=d["max_new_tokens"],
+        auto_budget=fastest,
+        precision=precision,
+    )
     for _ in compare.fit_budgets(spec0):  # the one-time calibration, before any timing
         pass
-    compare.run_to_end(compare.start(compare.RunSpec("Hello", methods, preset, max_new_tokens=4,
-                                               precision=precision)))  # warm-up
+    compare.run_to_end(
+        compare.start(compare.RunSpec("Hello", methods, preset, max_new_tokens=4, precision=precision))
+    )  # warm-up
     events = {m: [] for m in methods}
     tokens = {m: 0 for m in methods}
     seconds = {m: 0.0 for m in methods}
@@ -61,9 +71,14 @@ def measure(precision: str, prompts: list[str], methods: list[str], preset: str 
     rows = {}
     for m in methods:
         tps = tokens[m] / seconds[m]
-        rows[m] = {"tokens_per_s": round(tps, 1), "speedup": round(metrics.speedup(tps, plain_tps), 2),
-                   "tau": round(metrics.tau(events[m]), 2), "identical": f"{identical[m]}/{len(prompts)}",
-                   "budget": budgets[m][0], "depth_stop": budgets[m][1]}
+        rows[m] = {
+            "tokens_per_s": round(tps, 1),
+            "speedup": round(metrics.speedup(tps, plain_tps), 2),
+            "tau": round(metrics.tau(events[m]), 2),
+            "identical": f"{identical[m]}/{len(prompts)}",
+            "budget": budgets[m][0],
+            "depth_stop": budgets[m][1],
+        }
     return {"slowest_run_s": round(slowest_run, 1), "lanes": rows}
 
 
@@ -73,16 +88,31 @@ def main() -> None:
     ap.add_argument("--methods", default="plain,eagle,poss2")
     ap.add_argument("--preset", default="smollm2-135m")
     ap.add_argument("--threads", type=int, default=1, help="torch threads, as `python app.py` sets on 2 cores")
-    ap.add_argument("--tree", choices=["shared", "fastest"], default="shared",
-                    help="shared: the UI's default, one tree for every lane; fastest: each lane's fitted budget")
+    ap.add_argument(
+        "--tree",
+        choices=["shared", "fastest"],
+        default="shared",
+        help="shared: the UI's default, one tree for every lane; fastest: each lane's fitted budget",
+    )
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     prompts = [e["prompt"] for e in json.loads(EXAMPLES.read_text())]
     for precision in args.precisions.split(","):
         t0 = time.perf_counter()
         result = measure(precision, prompts, args.methods.split(","), args.preset, fastest=args.tree == "fastest")
-        print(json.dumps({"precision": precision, "tree": args.tree, "threads": args.threads, "prompts": len(prompts),
-                          "seconds": round(time.perf_counter() - t0, 1), **result}), flush=True)
+        print(
+            json.dumps(
+                {
+                    "precision": precision,
+                    "tree": args.tree,
+                    "threads": args.threads,
+                    "prompts": len(prompts),
+                    "seconds": round(time.perf_counter() - t0, 1),
+                    **result,
+                }
+            ),
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -11,7 +11,8 @@ recalibrated), two timed runs over two questions per set: the wall-clock speed-u
 demo: the Demo tab's default tree (depth 6, top-k 8, 32 nodes, no depth stop, every lane the same) in bf16, two
 timed runs over three questions per set: the speed-up a class sees; its `--evidence` goes to PRESET-demo.json.
 Anything after `--` goes to `python -m poss_core.bench` unchanged. `--drafts DIR` measures other drafts than the
-bundled ones (e.g. runs/smollm2-135m/teacher-forced-t0/drafts). Progress, tables and charts come from the benchmark itself.
+bundled ones (e.g. runs/smollm2-135m/teacher-forced-t0/drafts). Progress, tables and charts come from the benchmark
+itself.
 `--evidence` then writes the run's evidence summary to assets/evidence/PRESET.json (what the app's Evidence tab
 shows): `python scripts/benchmark.py paper --evidence` is the command that refreshes the bundled drafts' one.
 quantized: the paper's tree (fp32 compute, 128 new tokens, two questions per set) with the target in full precision,
@@ -31,15 +32,42 @@ ROOT = Path(__file__).resolve().parents[1]
 EVAL_GLOB = "../shared/data/eval/*.jsonl"
 
 SETTINGS = {
-    "paper": {"methods": "plain,eagle,hass,poss2,poss3,matched,pld", "limit": 3, "max_new_tokens": 64,
-              "flags": ["--runs", "1", "--depth", "6", "--top-k", "10", "--tree-budget", "60"]},
-    "auto": {"methods": "plain,plain-float32,eagle,poss2,poss3,pld", "limit": 2, "max_new_tokens": 64,
-             "flags": ["--runs", "2", "--tree-budget", "auto", "--dtype", "bfloat16", "--remeasure"]},
-    "demo": {"methods": "plain,eagle,hass,poss2,poss3,matched", "limit": 3, "max_new_tokens": 64,
-             "flags": ["--runs", "2", "--depth", "6", "--top-k", "8", "--tree-budget", "32", "--dtype", "bfloat16",
-                       "--no-hf-generate"]},
-    "quantized": {"methods": "plain,eagle,poss2", "limit": 2, "max_new_tokens": 128,
-                  "flags": ["--runs", "1", "--depth", "6", "--top-k", "10", "--tree-budget", "60", "--no-hf-generate"]},
+    "paper": {
+        "methods": "plain,eagle,hass,poss2,poss3,matched,pld",
+        "limit": 3,
+        "max_new_tokens": 64,
+        "flags": ["--runs", "1", "--depth", "6", "--top-k", "10", "--tree-budget", "60"],
+    },
+    "auto": {
+        "methods": "plain,plain-float32,eagle,poss2,poss3,pld",
+        "limit": 2,
+        "max_new_tokens": 64,
+        "flags": ["--runs", "2", "--tree-budget", "auto", "--dtype", "bfloat16", "--remeasure"],
+    },
+    "demo": {
+        "methods": "plain,eagle,hass,poss2,poss3,matched",
+        "limit": 3,
+        "max_new_tokens": 64,
+        "flags": [
+            "--runs",
+            "2",
+            "--depth",
+            "6",
+            "--top-k",
+            "8",
+            "--tree-budget",
+            "32",
+            "--dtype",
+            "bfloat16",
+            "--no-hf-generate",
+        ],
+    },
+    "quantized": {
+        "methods": "plain,eagle,poss2",
+        "limit": 2,
+        "max_new_tokens": 128,
+        "flags": ["--runs", "1", "--depth", "6", "--top-k", "10", "--tree-budget", "60", "--no-hf-generate"],
+    },
 }
 QUANTIZATIONS = ("none", "8bit", "4bit")  # the `quantized` setting runs once per mode
 
@@ -62,8 +90,10 @@ def quantized_table(out: str) -> str:
     sys.path.insert(0, str(ROOT))
     from poss_core.results.evidence import OVERALL, load_evidence
 
-    rows = ["| target | method | τ, mean of datasets (95% interval) | speed-up | tokens/s | identity with plain |",
-            "|---|---|---|---|---|---|"]
+    rows = [
+        "| target | method | τ, mean of datasets (95% interval) | speed-up | tokens/s | identity with plain |",
+        "|---|---|---|---|---|---|",
+    ]
     for q in QUANTIZATIONS:
         path = ROOT / out / q / "evidence.json"
         if not path.is_file():
@@ -71,16 +101,20 @@ def quantized_table(out: str) -> str:
             continue
         ev = load_evidence(path)
         ident = ev.identity
-        identity = (f"{ident.checked - ident.mismatches - ident.near_ties} of {ident.checked} turns identical"
-                    + (f", {ident.near_ties} near-ties" if ident.near_ties else "")
-                    + (f", **{ident.mismatches} mismatches**" if ident.mismatches else ""))
+        identity = (
+            f"{ident.checked - ident.mismatches - ident.near_ties} of {ident.checked} turns identical"
+            + (f", {ident.near_ties} near-ties" if ident.near_ties else "")
+            + (f", **{ident.mismatches} mismatches**" if ident.mismatches else "")
+        )
         for m in ev.methods:
             res = ev.results[m.name]
             cell = res.scopes[OVERALL]
             tau = res.tau_mean_of_datasets
             tau_text = "1.00" if m.plain else f"{tau.value:.2f} ({tau.low:.2f} to {tau.high:.2f})"
-            rows.append(f"| {q} | {m.short} | {tau_text} | ×{cell.speedup.mean:.2f} | {cell.tokens_per_s.mean:.1f} | "
-                        f"{'' if m.plain else identity} |")
+            rows.append(
+                f"| {q} | {m.short} | {tau_text} | ×{cell.speedup.mean:.2f} | {cell.tokens_per_s.mean:.1f} | "
+                f"{'' if m.plain else identity} |"
+            )
     return "\n".join(rows)
 
 
@@ -89,34 +123,63 @@ def bench_command(args: argparse.Namespace, extra: list[str], out: str | None = 
     eval_files = sorted(f"../shared/data/eval/{p.name}" for p in (ROOT.parent / "shared/data/eval").glob("*.jsonl"))
     if not eval_files:
         raise SystemExit(f"error: no evaluation sets found ({EVAL_GLOB} beside the repository).")
-    return [sys.executable, "-m", "poss_core.bench", "--preset", args.preset,
-            "--methods", args.methods or s["methods"], "--data", *eval_files,
-            "--limit", str(args.limit or s["limit"]), "--max-new-tokens", str(args.max_new_tokens or s["max_new_tokens"]),
-            *s["flags"], "--threads", str(args.threads), "--out", out or args.out or f"results/{args.settings}", *extra]
+    return [
+        sys.executable,
+        "-m",
+        "poss_core.bench",
+        "--preset",
+        args.preset,
+        "--methods",
+        args.methods or s["methods"],
+        "--data",
+        *eval_files,
+        "--limit",
+        str(args.limit or s["limit"]),
+        "--max-new-tokens",
+        str(args.max_new_tokens or s["max_new_tokens"]),
+        *s["flags"],
+        "--threads",
+        str(args.threads),
+        "--out",
+        out or args.out or f"results/{args.settings}",
+        *extra,
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    extra = argv[argv.index("--") + 1:] if "--" in argv else []
+    extra = argv[argv.index("--") + 1 :] if "--" in argv else []
     argv = argv[: argv.index("--")] if "--" in argv else argv
-    p = argparse.ArgumentParser(prog="python scripts/benchmark.py", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python scripts/benchmark.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("settings", choices=list(SETTINGS))
     p.add_argument("--preset", default="smollm2-135m")
-    p.add_argument("--drafts", default=None, help="a folder with one subfolder per method (default: the bundled drafts)")
-    p.add_argument("--methods", default=None, help="comma-separated (default: " +
-                   "; ".join(f"{k}: {v['methods']}" for k, v in SETTINGS.items()) + ")")
-    p.add_argument("--limit", type=int, default=None,
-                   help="questions per dataset (paper 3, auto 2, demo 3, quantized 2)")
+    p.add_argument(
+        "--drafts", default=None, help="a folder with one subfolder per method (default: the bundled drafts)"
+    )
+    p.add_argument(
+        "--methods",
+        default=None,
+        help="comma-separated (default: " + "; ".join(f"{k}: {v['methods']}" for k, v in SETTINGS.items()) + ")",
+    )
+    p.add_argument(
+        "--limit", type=int, default=None, help="questions per dataset (paper 3, auto 2, demo 3, quantized 2)"
+    )
     p.add_argument("--max-new-tokens", type=int, default=None, help="new tokens per answer (64)")
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--quantization", default=None,
-                   help="quantized only: which modes to (re)run, comma-separated (default none,8bit,4bit); the table "
-                        "reads every mode's folder")
+    p.add_argument(
+        "--quantization",
+        default=None,
+        help="quantized only: which modes to (re)run, comma-separated (default none,8bit,4bit); the table "
+        "reads every mode's folder",
+    )
     p.add_argument("--out", default=None, help="results folder (default results/SETTINGS)")
-    p.add_argument("--evidence", action="store_true",
-                   help="after the run, write its evidence summary to assets/evidence/PRESET.json (the app's Evidence "
-                        "tab)")
+    p.add_argument(
+        "--evidence",
+        action="store_true",
+        help="after the run, write its evidence summary to assets/evidence/PRESET.json (the app's Evidence tab)",
+    )
     p.add_argument("--dry-run", action="store_true", help="print the command without running it")
     args = p.parse_args(argv)
     benches = bench_commands(args, extra)
@@ -127,8 +190,11 @@ def main(argv: list[str] | None = None) -> int:
         env["POSS_DRAFTS_DIR"] = args.drafts
     commands = benches + ([evidence_command(args, benches[-1])] if args.evidence else [])
     for c in commands:
-        print(("POSS_DRAFTS_DIR=" + args.drafts + " " if args.drafts else "") + " ".join(
-            "python" if part == sys.executable else part for part in c), flush=True)
+        print(
+            ("POSS_DRAFTS_DIR=" + args.drafts + " " if args.drafts else "")
+            + " ".join("python" if part == sys.executable else part for part in c),
+            flush=True,
+        )
     if args.dry_run:
         return 0
     worst = 0

@@ -204,17 +204,29 @@ def run_class(a) -> dict:
     busy = [b for b in res.replay_began if any(s <= b <= e for s, e in res.live_spans)]
     est_err = [abs(e - w) for e, w in res.estimates]
     figures = {
-        "students": a.students, "wall_s": wall, "server_cpu_s": cpu,
-        "first_replay_p50": percentile(res.first_replay, 0.5), "first_replay_p95": percentile(res.first_replay, 0.95),
-        "first_replay_max": max(res.first_replay, default=float("nan")), "replays": len(res.first_replay),
+        "students": a.students,
+        "wall_s": wall,
+        "server_cpu_s": cpu,
+        "first_replay_p50": percentile(res.first_replay, 0.5),
+        "first_replay_p95": percentile(res.first_replay, 0.95),
+        "first_replay_max": max(res.first_replay, default=float("nan")),
+        "replays": len(res.first_replay),
         "replays_while_busy": len(busy),
-        "queue_wait_p50": percentile(res.queue_wait, 0.5), "queue_wait_p95": percentile(res.queue_wait, 0.95),
-        "end_to_end_p50": percentile(res.end_to_end, 0.5), "end_to_end_p95": percentile(res.end_to_end, 0.95),
-        "live_runs": len(res.end_to_end), "most_in_line": res.most_in_line,
-        "estimate_error_p50": percentile(est_err, 0.5), "estimates": len(est_err),
+        "queue_wait_p50": percentile(res.queue_wait, 0.5),
+        "queue_wait_p95": percentile(res.queue_wait, 0.95),
+        "end_to_end_p50": percentile(res.end_to_end, 0.5),
+        "end_to_end_p95": percentile(res.end_to_end, 0.95),
+        "live_runs": len(res.end_to_end),
+        "most_in_line": res.most_in_line,
+        "estimate_error_p50": percentile(est_err, 0.5),
+        "estimates": len(est_err),
         "waited_left_p50": percentile([w for _, w in res.estimates], 0.5),
-        "charts_read": len(res.charts), "last_chart": res.charts[-1] if res.charts else "",
-        "peak_mb": peak, "base_mb": base_mb, "errors": list(res.errors), "idle_cpu_percent": idle_cpu,
+        "charts_read": len(res.charts),
+        "last_chart": res.charts[-1] if res.charts else "",
+        "peak_mb": peak,
+        "base_mb": base_mb,
+        "errors": list(res.errors),
+        "idle_cpu_percent": idle_cpu,
         "tracebacks": log.count("Traceback"),
     }
     print_figures(figures, a)
@@ -222,25 +234,33 @@ def run_class(a) -> dict:
 
 
 def print_figures(f: dict, a) -> None:
-    print(f"[class] {f['students']} students on {a.preset} ({a.max_new_tokens} new tokens per live run, arrivals over "
-          f"{a.spread:g} s, server --threads {a.threads} {' '.join(a.extra)}): {f['wall_s']:.1f} s in all; the "
-          f"server used {f['server_cpu_s']:.1f} CPU-seconds meanwhile ({f['server_cpu_s'] / f['wall_s']:.2f} cores)")
-    print(f"  first replayed round: p50 {f['first_replay_p50']:.2f} s, p95 {f['first_replay_p95']:.2f} s, max "
-          f"{f['first_replay_max']:.2f} s ({f['replays']} replays, {f['replays_while_busy']} begun while a live run "
-          f"was decoding)")
-    print(f"  live runs: {f['live_runs']} done; queue wait p50 {f['queue_wait_p50']:.1f} s, p95 "
-          f"{f['queue_wait_p95']:.1f} s; end to end p50 {f['end_to_end_p50']:.1f} s, p95 {f['end_to_end_p95']:.1f} s; "
-          f"most in line {f['most_in_line']}; each wait estimate shown vs the wait really left: median miss "
-          f"{f['estimate_error_p50']:.1f} s (median wait left {f['waited_left_p50']:.1f} s) over {f['estimates']} "
-          f"estimates")
+    print(
+        f"[class] {f['students']} students on {a.preset} ({a.max_new_tokens} new tokens per live run, arrivals over "
+        f"{a.spread:g} s, server --threads {a.threads} {' '.join(a.extra)}): {f['wall_s']:.1f} s in all; the "
+        f"server used {f['server_cpu_s']:.1f} CPU-seconds meanwhile ({f['server_cpu_s'] / f['wall_s']:.2f} cores)"
+    )
+    print(
+        f"  first replayed round: p50 {f['first_replay_p50']:.2f} s, p95 {f['first_replay_p95']:.2f} s, max "
+        f"{f['first_replay_max']:.2f} s ({f['replays']} replays, {f['replays_while_busy']} begun while a live run "
+        f"was decoding)"
+    )
+    print(
+        f"  live runs: {f['live_runs']} done; queue wait p50 {f['queue_wait_p50']:.1f} s, p95 "
+        f"{f['queue_wait_p95']:.1f} s; end to end p50 {f['end_to_end_p50']:.1f} s, p95 {f['end_to_end_p95']:.1f} s; "
+        f"most in line {f['most_in_line']}; each wait estimate shown vs the wait really left: median miss "
+        f"{f['estimate_error_p50']:.1f} s (median wait left {f['waited_left_p50']:.1f} s) over {f['estimates']} "
+        f"estimates"
+    )
     print(f"  pooled charts read by {f['charts_read']} students; the last read: {f['last_chart'][:200]}")
     print(f"  server memory: peak RSS {f['peak_mb']:.0f} MB ({f['base_mb']:.0f} MB after the warm-up run)")
     print(f"  errors: {len(f['errors'])} unexpected; tracebacks in the server's log: {f['tracebacks']}")
     for line in f["errors"][:10]:
         print(f"    {line}")
-    print(f"  after the last call: server CPU {f['idle_cpu_percent']:.1f}% over 3 s (nothing left running)"
-          if f["idle_cpu_percent"] < 10 else
-          f"  after the last call: server CPU {f['idle_cpu_percent']:.1f}% over 3 s: something is still running")
+    print(
+        f"  after the last call: server CPU {f['idle_cpu_percent']:.1f}% over 3 s (nothing left running)"
+        if f["idle_cpu_percent"] < 10
+        else f"  after the last call: server CPU {f['idle_cpu_percent']:.1f}% over 3 s: something is still running"
+    )
 
 
 def replay_cost() -> None:
@@ -263,10 +283,12 @@ def replay_cost() -> None:
         n = 1 + sum(1 for _ in frames)
         rows.append((time.process_time() - c0, first_cpu, time.monotonic() - t0, n))
     cpu = [r[0] for r in rows]
-    print(f"[replay cost] {len(rows)} example replays at their recorded timing: {statistics.fmean(cpu):.2f} CPU-s of "
-          f"drawing each (max {max(cpu):.2f}) over {statistics.fmean(r[2] for r in rows):.1f} s and "
-          f"{statistics.fmean(r[3] for r in rows):.0f} frames; {1000 * statistics.fmean(r[1] for r in rows):.0f} ms of "
-          f"CPU before the first frame")
+    print(
+        f"[replay cost] {len(rows)} example replays at their recorded timing: {statistics.fmean(cpu):.2f} CPU-s of "
+        f"drawing each (max {max(cpu):.2f}) over {statistics.fmean(r[2] for r in rows):.1f} s and "
+        f"{statistics.fmean(r[3] for r in rows):.0f} frames; {1000 * statistics.fmean(r[1] for r in rows):.0f} ms of "
+        f"CPU before the first frame"
+    )
 
 
 def phase_cost(a) -> None:
@@ -276,8 +298,9 @@ def phase_cost(a) -> None:
 
     from app.recordings import EXAMPLES
 
-    with server_check.Server(ROOT, a.preset, a.cap, ["--class-reset-key", "load-check", *a.extra],
-                             threads=a.threads) as server:
+    with server_check.Server(
+        ROOT, a.preset, a.cap, ["--class-reset-key", "load-check", *a.extra], threads=a.threads
+    ) as server:
         Client(server.url, verbose=False).predict(*run_args("Hello", a.preset, 2), api_name="/run")  # warm-up
         pid, prompt, costs = server.proc.pid, EXAMPLES[0]["prompt"], {}
 
@@ -289,29 +312,43 @@ def phase_cost(a) -> None:
 
         c = step("open the API", lambda: Client(server.url, verbose=False))
         step("replay an example", lambda: c.predict(prompt, a.preset, *VIEW, "this run", api_name="/example"))
-        step(f"live run ({a.max_new_tokens} tokens)",
-             lambda: c.predict(*run_args(prompt, a.preset, a.max_new_tokens), api_name="/run"))
+        step(
+            f"live run ({a.max_new_tokens} tokens)",
+            lambda: c.predict(*run_args(prompt, a.preset, a.max_new_tokens), api_name="/run"),
+        )
         step("read the class charts", lambda: c.predict(*VIEW, "everyone on this server", api_name="/view"))
-    print(f"[phase cost] one student on {a.preset}, server CPU-seconds (wall seconds): "
-          + "; ".join(f"{name} {cpu:.2f} ({wall:.1f})" for name, (cpu, wall) in costs.items()))
+    print(
+        f"[phase cost] one student on {a.preset}, server CPU-seconds (wall seconds): "
+        + "; ".join(f"{name} {cpu:.2f} ({wall:.1f})" for name, (cpu, wall) in costs.items())
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python scripts/class_load.py", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python scripts/class_load.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--students", type=int, default=30, help=f"simulated students, 1 to {MAX_STUDENTS} (default 30)")
-    p.add_argument("--preset", default="tiny-random", help="the server's preset: tiny-random (default) or "
-                                                          "smollm2-135m (the real default model)")
+    p.add_argument(
+        "--preset",
+        default="tiny-random",
+        help="the server's preset: tiny-random (default) or smollm2-135m (the real default model)",
+    )
     p.add_argument("--max-new-tokens", type=int, default=16, help="new tokens of each live run (default 16)")
     p.add_argument("--spread", type=float, default=30.0, help="students arrive over this many seconds (default 30)")
     p.add_argument("--threads", type=int, default=1, help="the server's torch threads (default 1)")
     p.add_argument("--cap", type=float, default=300.0, help="the server's --max-call-seconds (default 300)")
     p.add_argument("--timeout", type=float, default=900.0, help="the most seconds the students get (default 900)")
     p.add_argument("--server-args", default="", help='more app.py flags, e.g. --server-args="--concurrency 2"')
-    p.add_argument("--replay-cost", action="store_true",
-                   help="instead: in this process, the CPU each example's replay costs the server (no students)")
-    p.add_argument("--phase-cost", action="store_true",
-                   help="instead: one student alone, the server CPU-seconds of each of its steps")
+    p.add_argument(
+        "--replay-cost",
+        action="store_true",
+        help="instead: in this process, the CPU each example's replay costs the server (no students)",
+    )
+    p.add_argument(
+        "--phase-cost",
+        action="store_true",
+        help="instead: one student alone, the server CPU-seconds of each of its steps",
+    )
     return p
 
 

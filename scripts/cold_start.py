@@ -53,8 +53,9 @@ def timed_compare(client, methods: list[str], tokens: int) -> tuple[float, dict]
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python scripts/cold_start.py", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python scripts/cold_start.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--preset", default="smollm2-135m")
     p.add_argument("--methods", default="plain,eagle,poss2", help="the lanes of the first comparison")
     p.add_argument("--tokens", type=int, default=1, help="new tokens of the first comparison")
@@ -67,8 +68,14 @@ def main(argv: list[str] | None = None) -> int:
     env = {**os.environ, **({"POSS_CACHE_DIR": cache} if cache else {}), "GRADIO_ANALYTICS_ENABLED": "False"}
     port = free_port()
     t_start = time.perf_counter()
-    server = subprocess.Popen([sys.executable, "app.py", "--preset", args.preset, "--port", str(port)], cwd=ROOT,
-                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    server = subprocess.Popen(
+        [sys.executable, "app.py", "--preset", args.preset, "--port", str(port)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         page_s = wait_for_page(f"http://127.0.0.1:{port}/", server, args.timeout)
         client = Client(f"http://127.0.0.1:{port}/", verbose=False)
@@ -82,13 +89,22 @@ def main(argv: list[str] | None = None) -> int:
         except subprocess.TimeoutExpired:
             server.kill()
             _, err = server.communicate()
-    print(json.dumps({
-        "preset": args.preset, "cache": "empty" if cache else "warm", "methods": methods, "tokens": args.tokens,
-        "page_up_s": round(page_s, 1), "first_tokens_after_page_s": round(first_s, 1),
-        "first_tokens_after_start_s": round(page_s + first_s, 1), "second_call_s": round(second_s, 1),
-        "budgets": {lane["method"]: lane.get("tree_budget") for lane in first.get("lanes", [])},
-        "since_launch_s": round(time.perf_counter() - t_start, 1),
-    }))
+    print(
+        json.dumps(
+            {
+                "preset": args.preset,
+                "cache": "empty" if cache else "warm",
+                "methods": methods,
+                "tokens": args.tokens,
+                "page_up_s": round(page_s, 1),
+                "first_tokens_after_page_s": round(first_s, 1),
+                "first_tokens_after_start_s": round(page_s + first_s, 1),
+                "second_call_s": round(second_s, 1),
+                "budgets": {lane["method"]: lane.get("tree_budget") for lane in first.get("lanes", [])},
+                "since_launch_s": round(time.perf_counter() - t_start, 1),
+            }
+        )
+    )
     return 0
 
 

@@ -41,8 +41,10 @@ DEMO = ROOT / "assets" / "evidence" / f"{PRESET}-demo.json"
 DRAFTS = ROOT / "assets" / "drafts" / PRESET
 DOCS = [ROOT / "README.md", ROOT / "docs" / "results.md"]
 # The command that remakes each summary (its meta keeps the benchmark's own, longer command line).
-COMMANDS = {PAPER.name: "python scripts/benchmark.py paper --limit 10 --out results/paper-10q --evidence",
-            DEMO.name: "python scripts/benchmark.py demo --out results/demo --evidence"}
+COMMANDS = {
+    PAPER.name: "python scripts/benchmark.py paper --limit 10 --out results/paper-10q --evidence",
+    DEMO.name: "python scripts/benchmark.py demo --out results/demo --evidence",
+}
 MARKER = re.compile(r"(<!-- table:(?P<name>[a-z-]+) -->\n)(?P<body>.*?)(<!-- /table:(?P=name) -->)", re.S)
 
 
@@ -65,10 +67,11 @@ def _source(ev: Evidence, path: Path = PAPER) -> str:
     """The line under a table: the command, the settings, the questions, the machine and the date."""
     m, rs = ev.meta, ev.meta.run_settings
     hardware = m.hardware.split(";")[0].removeprefix("cpu:").replace(", Linux x86_64", "")
-    settings = (f"{m.dtype}, depth {rs.get('depth')}, top-k {rs.get('top_k')}, tree budget {rs.get('tree_budget')}, "
-                f"{rs.get('max_new_tokens')} new tokens, {rs.get('runs')} run(s)")
-    return (f"\n\n`{COMMANDS.get(path.name, m.summary_command)}`: {settings}; {m.questions}; {hardware}; "
-            f"{m.date[:10]}.")
+    settings = (
+        f"{m.dtype}, depth {rs.get('depth')}, top-k {rs.get('top_k')}, tree budget {rs.get('tree_budget')}, "
+        f"{rs.get('max_new_tokens')} new tokens, {rs.get('runs')} run(s)"
+    )
+    return f"\n\n`{COMMANDS.get(path.name, m.summary_command)}`: {settings}; {m.questions}; {hardware}; {m.date[:10]}."
 
 
 def tau_table(ev: Evidence) -> str:
@@ -81,15 +84,25 @@ def tau_table(ev: Evidence) -> str:
             continue
         per_set = [_num(r.scopes[d].tau.value) if d in r.scopes else "–" for d in ev.datasets]
         mean = r.tau_mean_of_datasets
-        rows.append([m.short, *per_set, _num(r.scopes[OVERALL].tau.value),
-                     f"{_num(mean.value)} ({_num(mean.low)} to {_num(mean.high)})",
-                     _pct(r.tau_vs_eagle.estimate()) if r.tau_vs_eagle else "",
-                     _pct(r.tau_vs_hass.estimate()) if r.tau_vs_hass else ""])
+        rows.append(
+            [
+                m.short,
+                *per_set,
+                _num(r.scopes[OVERALL].tau.value),
+                f"{_num(mean.value)} ({_num(mean.low)} to {_num(mean.high)})",
+                _pct(r.tau_vs_eagle.estimate()) if r.tau_vs_eagle else "",
+                _pct(r.tau_vs_hass.estimate()) if r.tau_vs_hass else "",
+            ]
+        )
     ident = ev.identity
     same = ident.checked - ident.mismatches - ident.near_ties
-    identity = (f"\n\nIdentity with plain decoding ({ident.reference}): {same} of {ident.checked} turns token for "
-                f"token" + (f", {ident.near_ties} rounding near-ties" if ident.near_ties else "")
-                + (f", **{ident.mismatches} mismatches**" if ident.mismatches else "") + ".")
+    identity = (
+        f"\n\nIdentity with plain decoding ({ident.reference}): {same} of {ident.checked} turns token for "
+        f"token"
+        + (f", {ident.near_ties} rounding near-ties" if ident.near_ties else "")
+        + (f", **{ident.mismatches} mismatches**" if ident.mismatches else "")
+        + "."
+    )
     return _table(head, rows) + identity + _source(ev)
 
 
@@ -102,8 +115,13 @@ def pos_acc_table(ev: Evidence) -> str:
         stats = cell.stats()
         values, (_, n) = stats.rates(True), stats.counts(True)
         share = stats.drafted_share()
-        rows.append([m.short, *[f"{_num(v * 100, 1)} ({c})" for v, c in zip(values, n)],
-                     f"{_num(share[-1] * 100, 0)}%" if share else "–"])
+        rows.append(
+            [
+                m.short,
+                *[f"{_num(v * 100, 1)} ({c})" for v, c in zip(values, n)],
+                f"{_num(share[-1] * 100, 0)}%" if share else "–",
+            ]
+        )
     return _table(head, rows) + "\n\n(n: rounds that accepted k−1 tokens and drafted position k)" + _source(ev)
 
 
@@ -117,13 +135,20 @@ def deviation_table(ev: Evidence) -> str:
             if not points:
                 continue
             by_k = {p.k: p for p in points}
-            rows.append([m.short, name, *[_num(by_k[k].l2, 1) if k in by_k else "–" for k in range(1, ev.depth + 1)],
-                         str(points[0].n)])
+            rows.append(
+                [
+                    m.short,
+                    name,
+                    *[_num(by_k[k].l2, 1) if k in by_k else "–" for k in range(1, ev.depth + 1)],
+                    str(points[0].n),
+                ]
+            )
     return _table(head, rows) + _source(ev)
 
 
 def speed_table(paper: Evidence, demo: Evidence | None) -> str:
     """Speed-up over plain decoding and tokens/s, with the paper's tree and with the Demo tab's tree."""
+
     def cells(ev: Evidence | None, name: str) -> list[str]:
         if ev is None or name not in ev.results or OVERALL not in ev.results[name].scopes:
             return ["not run", ""]
@@ -138,28 +163,44 @@ def speed_table(paper: Evidence, demo: Evidence | None) -> str:
         return f"{rs.get('tree_budget')}-node tree, {ev.meta.dtype}"
 
     head = ["method", f"speed-up, {setting(paper)}", "tokens/s", f"speed-up, {setting(demo)}", "tokens/s"]
-    rows = [[m.short, *cells(paper, m.name), *cells(demo, m.name)] for m in paper.methods
-            if m.name in paper.results and not m.name.startswith("plain-")]
+    rows = [
+        [m.short, *cells(paper, m.name), *cells(demo, m.name)]
+        for m in paper.methods
+        if m.name in paper.results and not m.name.startswith("plain-")
+    ]
     return _table(head, rows) + _source(paper) + (_source(demo, DEMO) if demo is not None else "")
 
 
 def glance_table(paper: Evidence, demo: Evidence | None) -> str:
     """The README's table: τ (mean of datasets) with its changes over EAGLE and hass, and both speed-ups."""
+
     def speed(ev: Evidence | None, name: str) -> str:
         if ev is None or name not in ev.results or OVERALL not in ev.results[name].scopes:
             return "not run"
         return f"×{_num(ev.results[name].scopes[OVERALL].speedup.mean)}"
 
-    head = ["draft", "τ, mean of 6 datasets (95%)", "vs EAGLE (95%)", "vs hass (95%)",
-            "speed-up, paper's tree (fp32)", "speed-up, Demo's tree (bf16)"]
+    head = [
+        "draft",
+        "τ, mean of 6 datasets (95%)",
+        "vs EAGLE (95%)",
+        "vs hass (95%)",
+        "speed-up, paper's tree (fp32)",
+        "speed-up, Demo's tree (bf16)",
+    ]
     rows = []
     for m in paper.draft_methods():
         r = paper.results[m.name]
         mean = r.tau_mean_of_datasets
-        rows.append([m.label, f"{_num(mean.value)} ({_num(mean.low)} to {_num(mean.high)})",
-                     _pct(r.tau_vs_eagle.estimate()) if r.tau_vs_eagle else "",
-                     _pct(r.tau_vs_hass.estimate()) if r.tau_vs_hass else "",
-                     speed(paper, m.name), speed(demo, m.name)])
+        rows.append(
+            [
+                m.label,
+                f"{_num(mean.value)} ({_num(mean.low)} to {_num(mean.high)})",
+                _pct(r.tau_vs_eagle.estimate()) if r.tau_vs_eagle else "",
+                _pct(r.tau_vs_hass.estimate()) if r.tau_vs_hass else "",
+                speed(paper, m.name),
+                speed(demo, m.name),
+            ]
+        )
     return _table(head, rows) + _source(paper) + (_source(demo, DEMO) if demo is not None else "")
 
 
@@ -174,17 +215,24 @@ def heldout_table(drafts: Path = DRAFTS) -> str:
         steps = (card.get("lineage") or {}).get("total_steps", card.get("steps", ""))
         rows.append([card.get("label", folder.name), f"{steps:,}" if isinstance(steps, int) else str(steps), *values])
     head = ["draft", "optimizer steps (lineage)", *[f"k={k}" for k in range(1, depth + 1)]]
-    return _table(head, [r + [""] * (len(head) - len(r)) for r in rows]) + \
-        f"\n\nFrom `{drafts.relative_to(ROOT)}/*/model_card.json` (`heldout_top1_by_position_decoding`)."
+    return (
+        _table(head, [r + [""] * (len(head) - len(r)) for r in rows])
+        + f"\n\nFrom `{drafts.relative_to(ROOT)}/*/model_card.json` (`heldout_top1_by_position_decoding`)."
+    )
 
 
 def tables() -> dict[str, Callable[[], str]]:
     """Every table by name, rendered lazily (a missing summary only fails the tables that need it)."""
     paper = lambda: load_evidence(PAPER)  # noqa: E731
     demo = lambda: load_evidence(DEMO) if DEMO.is_file() else None  # noqa: E731
-    return {"tau": lambda: tau_table(paper()), "pos-acc": lambda: pos_acc_table(paper()),
-            "deviation": lambda: deviation_table(paper()), "speed": lambda: speed_table(paper(), demo()),
-            "heldout": lambda: heldout_table(), "glance": lambda: glance_table(paper(), demo())}
+    return {
+        "tau": lambda: tau_table(paper()),
+        "pos-acc": lambda: pos_acc_table(paper()),
+        "deviation": lambda: deviation_table(paper()),
+        "speed": lambda: speed_table(paper(), demo()),
+        "heldout": lambda: heldout_table(),
+        "glance": lambda: glance_table(paper(), demo()),
+    }
 
 
 TABLES = ("tau", "pos-acc", "deviation", "speed", "heldout", "glance")
@@ -192,16 +240,19 @@ TABLES = ("tau", "pos-acc", "deviation", "speed", "heldout", "glance")
 
 def render(text: str, rendered: dict[str, str]) -> str:
     """`text` with every marked table replaced by its rendering."""
+
     def sub(m: re.Match) -> str:
         if m.group("name") not in rendered:
             raise SystemExit(f"error: unknown table {m.group('name')!r} (tables: {', '.join(TABLES)}).")
         return f"{m.group(1)}{rendered[m.group('name')]}\n{m.group(4)}"
+
     return MARKER.sub(sub, text)
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python scripts/doc_tables.py", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python scripts/doc_tables.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--check", action="store_true", help="change nothing; exit 1 if a table differs")
     args = p.parse_args(argv)
     makers = tables()
@@ -216,8 +267,9 @@ def main(argv: list[str] | None = None) -> int:
             if not args.check:
                 f.write_text(new)
     if args.check and stale:
-        print(f"tables differ from the evidence in {', '.join(stale)}: run python scripts/doc_tables.py",
-              file=sys.stderr)
+        print(
+            f"tables differ from the evidence in {', '.join(stale)}: run python scripts/doc_tables.py", file=sys.stderr
+        )
         return 1
     print(("rewrote " + ", ".join(stale)) if stale and not args.check else "tables are up to date")
     return 0

@@ -21,20 +21,26 @@ import torch
 
 from poss_core import methods
 from poss_core.models.draft import DraftKV
-from poss_core.models.packed_linear import PackedLinear
 from poss_core.models.loading import load_preset_target, parse_dtype
+from poss_core.models.packed_linear import PackedLinear
 from poss_core.models.presets import get_preset
 
 
 def unpacked(layer: dict) -> dict:
     """A layer's decoding weights with plain `F.linear` matmuls (inductor cannot lower oneDNN's packed linear; it
     fuses and lays out the plain ones itself)."""
-    return {**layer, **{name: PackedLinear(layer[name].weight, layer[name].bias, pack=False)
-                        for name in ("qkv", "o", "gate_up", "down")}}
+    return {
+        **layer,
+        **{
+            name: PackedLinear(layer[name].weight, layer[name].bias, pack=False)
+            for name in ("qkv", "o", "gate_up", "down")
+        },
+    }
 
 
-def depth_step(draft, decode_layer, layers: list[dict], kv: DraftKV, tokens, feats, context: int,
-               k: int) -> torch.Tensor:
+def depth_step(
+    draft, decode_layer, layers: list[dict], kv: DraftKV, tokens, feats, context: int, k: int
+) -> torch.Tensor:
     """One drafting depth over `tokens` (all seeing the whole context), its keys and values dropped afterwards."""
     n = int(tokens.numel())
     allowed = torch.ones(n, context + n, dtype=torch.bool)
@@ -50,8 +56,11 @@ def depth_step(draft, decode_layer, layers: list[dict], kv: DraftKV, tokens, fea
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python scripts/draft_step_compile.py", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python scripts/draft_step_compile.py",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--preset", default="smollm2-135m")
     p.add_argument("--draft", default="eagle")
     p.add_argument("--dtype", default="bfloat16")
@@ -69,8 +78,14 @@ def main(argv: list[str] | None = None) -> int:
     kv = DraftKV(len(draft.layers))
     with torch.inference_mode():
         ctx_tokens = torch.randint(0, draft.config.vocab_size, (args.context,), generator=gen)
-        draft._decode_rows(0, ctx_tokens, torch.randn(args.context, h, generator=gen).to(dtype),
-                           torch.arange(args.context), torch.ones(args.context, args.context).tril().bool(), kv)
+        draft._decode_rows(
+            0,
+            ctx_tokens,
+            torch.randn(args.context, h, generator=gen).to(dtype),
+            torch.arange(args.context),
+            torch.ones(args.context, args.context).tril().bool(),
+            kv,
+        )
         tokens = torch.randint(0, draft.config.vocab_size, (args.rows,), generator=gen)
         feats = torch.randn(args.rows, h, generator=gen).to(dtype)
         eager, packed = draft._decode_layer, draft.decode_weights()["layers"]
@@ -86,10 +101,14 @@ def main(argv: list[str] | None = None) -> int:
                 depth_step(draft, fn, layers, kv, tokens, feats, args.context, args.rows)
                 times[name].append((time.perf_counter() - t) * 1000.0)
     for name, ms in times.items():
-        print(f"{name:9s} one drafting depth: {statistics.median(ms):.3f} ms median, {statistics.fmean(ms):.3f} ms mean")
+        print(
+            f"{name:9s} one drafting depth: {statistics.median(ms):.3f} ms median, {statistics.fmean(ms):.3f} ms mean"
+        )
     ratio = statistics.median(times["compiled"]) / statistics.median(times["eager"])
-    print(f"compiled / eager: {ratio:.2f} ({args.draft}, {args.dtype}, {args.rows} rows, {args.context} context rows, "
-          f"{args.threads} threads)")
+    print(
+        f"compiled / eager: {ratio:.2f} ({args.draft}, {args.dtype}, {args.rows} rows, {args.context} context rows, "
+        f"{args.threads} threads)"
+    )
     return 0
 
 

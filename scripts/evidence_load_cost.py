@@ -1,5 +1,6 @@
-"""What loading a large results file costs the Evidence tab: builds a synthetic records.jsonl (by default 16 methods x
-2,000 questions, one run, a prefill and two rounds each: about 12 MB, inside every size limit of `load_evidence`) and times
+"""What loading a large results file costs the Evidence tab: builds a synthetic records.jsonl (by default 16 methods
+x 2,000 questions, one run, a prefill and two rounds each: about 12 MB, inside every size limit of `load_evidence`) and
+times
 `poss_core.results.evidence.load_evidence` on it, wall clock and CPU seconds of this process, with the split between
 parsing the rows and building the summary (the bootstrap intervals among it). With --compare PRESET it also times a
 small comparison (plain and EAGLE at RunSpec's default tree, --compare-tokens new tokens) alone, then while
@@ -42,15 +43,29 @@ def record(method: str, dataset: str, qid: int, rounds: int, depth: int, rng: ra
     for a in accept:
         made += a + 1
         new_tokens.append(made)
-    nodes = [[]] + [[] if plain else [[7, k - 1, k, -float(k), 0.5, 0] for k in range(1, depth + 1)]
-                    for _ in range(rounds)]
+    nodes = [[]] + [
+        [] if plain else [[7, k - 1, k, -float(k), 0.5, 0] for k in range(1, depth + 1)] for _ in range(rounds)
+    ]
     # Only the fields the loader requires (the optional ones, such as text, default when absent).
-    return {"run": 0, "method": method, "dataset": dataset, "question_id": qid, "turn": 0,
-            "token_ids": list(range(made)), "wall_time": 0.1, "rounds": {
-                "prefill": [True] + [False] * rounds, "accept_len": accept, "new_tokens": new_tokens,
-                "draft_ms": [0.0] + [1.0] * rounds, "verify_ms": [2.0] * (rounds + 1),
-                "wall_ms": [4.0] * (rounds + 1), "feature_deviation": [[[0.5, 0.1]] * a for a in accept],
-                "nodes": nodes}}
+    return {
+        "run": 0,
+        "method": method,
+        "dataset": dataset,
+        "question_id": qid,
+        "turn": 0,
+        "token_ids": list(range(made)),
+        "wall_time": 0.1,
+        "rounds": {
+            "prefill": [True] + [False] * rounds,
+            "accept_len": accept,
+            "new_tokens": new_tokens,
+            "draft_ms": [0.0] + [1.0] * rounds,
+            "verify_ms": [2.0] * (rounds + 1),
+            "wall_ms": [4.0] * (rounds + 1),
+            "feature_deviation": [[[0.5, 0.1]] * a for a in accept],
+            "nodes": nodes,
+        },
+    }
 
 
 def write_records(path: Path, methods: int, questions: int, datasets: int, rounds: int, depth: int) -> Path:
@@ -59,8 +74,9 @@ def write_records(path: Path, methods: int, questions: int, datasets: int, round
     with open(path, "w") as f:
         for m in method_names(methods):
             for q in range(questions):
-                f.write(json.dumps(record(m, f"set{q % datasets}", q, rounds, depth, rng),
-                                   separators=(",", ":")) + "\n")
+                f.write(
+                    json.dumps(record(m, f"set{q % datasets}", q, rounds, depth, rng), separators=(",", ":")) + "\n"
+                )
     return path
 
 
@@ -122,15 +138,18 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=2, help="draft rounds per record (after the prefill)")
     p.add_argument("--depth", type=int, default=2, help="drafted depth of every round")
     p.add_argument("--keep", default=None, help="write the file into this folder and keep it")
-    p.add_argument("--compare", default=None, metavar="PRESET",
-                   help="also time a small comparison on this preset alone and beside the load")
+    p.add_argument(
+        "--compare",
+        default=None,
+        metavar="PRESET",
+        help="also time a small comparison on this preset alone and beside the load",
+    )
     p.add_argument("--compare-tokens", type=int, default=32)
     p.add_argument("--threads", type=int, default=None, help="torch threads for the comparison (the app's --threads)")
     args = p.parse_args()
     folder = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="evidence-cost-"))
     folder.mkdir(parents=True, exist_ok=True)
-    path = write_records(folder / "records.jsonl", args.methods, args.questions, args.datasets, args.rounds,
-                         args.depth)
+    path = write_records(folder / "records.jsonl", args.methods, args.questions, args.datasets, args.rounds, args.depth)
     print(f"{path}: {path.stat().st_size / 2**20:.1f} MB, {args.methods} methods x {args.questions} questions")
 
     wall0, cpu0 = time.perf_counter(), cpu_seconds()
@@ -140,8 +159,10 @@ def main() -> int:
     wall2, cpu2 = time.perf_counter(), cpu_seconds()
     parse_wall, parse_cpu = wall1 - wall0, cpu1 - cpu0
     print(f"parse rows ({len(records)} records): {parse_wall:.1f} s wall, {parse_cpu:.1f} s CPU")
-    print(f"load_evidence (parse + summary): {wall2 - wall1:.1f} s wall, {cpu2 - cpu1:.1f} s CPU "
-          f"(summary alone about {wall2 - wall1 - parse_wall:.1f} s wall)")
+    print(
+        f"load_evidence (parse + summary): {wall2 - wall1:.1f} s wall, {cpu2 - cpu1:.1f} s CPU "
+        f"(summary alone about {wall2 - wall1 - parse_wall:.1f} s wall)"
+    )
     if args.compare:
         if args.threads:
             import torch

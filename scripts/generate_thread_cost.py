@@ -31,8 +31,9 @@ def tokens_per_s(target, ids: list[int], max_new_tokens: int) -> float:
     x = torch.tensor([ids], device=target.device)
     t0 = time.perf_counter()
     with torch.inference_mode():
-        out = target.model.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=max_new_tokens,
-                                    do_sample=False)
+        out = target.model.generate(
+            x, attention_mask=torch.ones_like(x), max_new_tokens=max_new_tokens, do_sample=False
+        )
     return (out.shape[1] - len(ids)) / (time.perf_counter() - t0)
 
 
@@ -45,8 +46,11 @@ def in_new_thread(fn) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python scripts/generate_thread_cost.py", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python scripts/generate_thread_cost.py",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--preset", default="smollm2-135m")
     p.add_argument("--dtype", default="float32")
     p.add_argument("--threads", type=int, default=2)
@@ -62,8 +66,10 @@ def main(argv: list[str] | None = None) -> int:
         here.append(tokens_per_s(target, ids, args.max_new_tokens))
         there.append(in_new_thread(lambda: tokens_per_s(target, ids, args.max_new_tokens)))
     a, b = statistics.median(here), statistics.median(there)
-    print(f"generate, {args.max_new_tokens} tokens, {args.dtype}, {args.threads} torch threads: calling thread "
-          f"{a:.1f} tokens/s, a new thread {b:.1f} tokens/s (median of {args.reps}); new / calling = {b / a:.2f}")
+    print(
+        f"generate, {args.max_new_tokens} tokens, {args.dtype}, {args.threads} torch threads: calling thread "
+        f"{a:.1f} tokens/s, a new thread {b:.1f} tokens/s (median of {args.reps}); new / calling = {b / a:.2f}"
+    )
     return 0
 
 

@@ -37,8 +37,11 @@ def plain_tokens_and_seconds(target, config, ids: list[int]) -> tuple[int, float
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python scripts/quantized_speed.py", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python scripts/quantized_speed.py",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--preset", default="smollm2-135m")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--max-new-tokens", type=int, default=64)
@@ -52,18 +55,23 @@ def main(argv: list[str] | None = None) -> int:
     tokens = {m: 0 for m in MODES}
     seconds = {m: 0.0 for m in MODES}
     for mode in MODES:  # warm-up, untimed
-        plain_tokens_and_seconds(targets[mode], methods.decode_config(preset, max_new_tokens=4),
-                                 encode_prompt(targets[mode].tokenizer, "Hello"))
+        plain_tokens_and_seconds(
+            targets[mode],
+            methods.decode_config(preset, max_new_tokens=4),
+            encode_prompt(targets[mode].tokenizer, "Hello"),
+        )
     for r in range(args.rounds):
         for i, prompt in enumerate(prompts):
-            order = MODES[(i + r) % len(MODES):] + MODES[:(i + r) % len(MODES)]  # rotate who goes first
+            order = MODES[(i + r) % len(MODES) :] + MODES[: (i + r) % len(MODES)]  # rotate who goes first
             for mode in order:
                 n, s = plain_tokens_and_seconds(targets[mode], config, encode_prompt(targets[mode].tokenizer, prompt))
                 tokens[mode] += n
                 seconds[mode] += s
     base = tokens["none"] / seconds["none"]
-    print(f"plain decoding of {args.preset}, {len(prompts)} prompts x {args.rounds}, {args.max_new_tokens} new tokens, "
-          f"{args.threads} thread(s), float32 compute")
+    print(
+        f"plain decoding of {args.preset}, {len(prompts)} prompts x {args.rounds}, {args.max_new_tokens} new tokens, "
+        f"{args.threads} thread(s), float32 compute"
+    )
     print("| target | plain tokens/s | vs full precision |")
     print("|---|---|---|")
     for mode in MODES:

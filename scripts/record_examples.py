@@ -43,9 +43,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--preset", default=DEFAULT_PRESET, choices=list(presets()), help=f"default {DEFAULT_PRESET}")
     p.add_argument("--out", type=Path, default=None, help="folder of recordings (default assets/recordings)")
     p.add_argument("--max-new-tokens", type=int, default=None, help="default: the app's slider default (64 on a CPU)")
-    p.add_argument("--dtype", default="auto",
-                   help="the target's precision, as `python app.py --dtype` (auto: what the app starts with here, "
-                        "bfloat16 on a CPU with bf16 units)")
+    p.add_argument(
+        "--dtype",
+        default="auto",
+        help="the target's precision, as `python app.py --dtype` (auto: what the app starts with here, "
+        "bfloat16 on a CPU with bf16 units)",
+    )
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: as the app, half the cores)")
     p.add_argument("--note", default="", help="a few words on the machine's state, shown with the recording")
     p.add_argument("--only", default="", help="comma-separated example numbers (1-based) to record; default all")
@@ -77,24 +80,35 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: --only {bad}: the examples are numbered 1 to {len(EXAMPLES)}.", file=sys.stderr)
         return 2
     folder = args.out or RECORDINGS_DIR
-    hardware_extra = {"cpu": f"{cpu_model()}, {torch.get_num_threads()} thread(s)",
-                      "recorded": time.strftime("%Y-%m-%d", time.gmtime())}
+    hardware_extra = {
+        "cpu": f"{cpu_model()}, {torch.get_num_threads()} thread(s)",
+        "recorded": time.strftime("%Y-%m-%d", time.gmtime()),
+    }
     if args.note:
         hardware_extra["note"] = args.note[:200]
     total = 0
     try:
         for i in tqdm(chosen, desc=f"recording {args.preset}", unit="example"):
-            spec = compare.RunSpec(EXAMPLES[i]["prompt"], lanes, args.preset, depth=d["depth"], top_k=d["top_k"],
-                                   tree_budget=d["tree_budget"], max_new_tokens=args.max_new_tokens or
-                                   d["max_new_tokens"], precision=precision)
+            spec = compare.RunSpec(
+                EXAMPLES[i]["prompt"],
+                lanes,
+                args.preset,
+                depth=d["depth"],
+                top_k=d["top_k"],
+                tree_budget=d["tree_budget"],
+                max_new_tokens=args.max_new_tokens or d["max_new_tokens"],
+                precision=precision,
+            )
             comp = compare.run_to_end(compare.start(spec))
             comp.hardware = {**comp.hardware, **hardware_extra}
             path = saved_runs.save_run(comp, recording_path(i, args.preset, folder), compact=True)
             saved_runs.load_run(path)  # the app's loader accepts it
             total += path.stat().st_size
-            tqdm.write(f"  {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}: "
-                       f"{path.stat().st_size / 1024:.0f} KB, "
-                       + ", ".join(f"{lane.short} {len(lane.token_ids)} tokens" for lane in comp.lanes))
+            tqdm.write(
+                f"  {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}: "
+                f"{path.stat().st_size / 1024:.0f} KB, "
+                + ", ".join(f"{lane.short} {len(lane.token_ids)} tokens" for lane in comp.lanes)
+            )
     except PossError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

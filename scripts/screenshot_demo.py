@@ -56,8 +56,7 @@ def main() -> None:
             page.fill("#poss-prompt textarea", args.prompt)
             page.click("#poss-run")
             # The first run loads the model and, once per machine, calibrates the auto budget: minutes on a CPU.
-            page.wait_for_function("document.querySelector('#poss-status').innerText.includes('Done')",
-                                   timeout=900_000)
+            page.wait_for_function("document.querySelector('#poss-status').innerText.includes('Done')", timeout=900_000)
             page.wait_for_timeout(3_000)  # the charts repaint after the last round
             Path(args.out).parent.mkdir(parents=True, exist_ok=True)
             page.screenshot(path=args.out, full_page=True)

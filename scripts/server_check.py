@@ -73,14 +73,37 @@ class Server:
                 (cache / item.name).symlink_to(item)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/"
-        env = {**os.environ, "GRADIO_TEMP_DIR": str(self.gradio_tmp), "TMPDIR": str(self.tmp),
-               "POSS_CACHE_DIR": str(cache), "GRADIO_ANALYTICS_ENABLED": "False"}
+        env = {
+            **os.environ,
+            "GRADIO_TEMP_DIR": str(self.gradio_tmp),
+            "TMPDIR": str(self.tmp),
+            "POSS_CACHE_DIR": str(cache),
+            "GRADIO_ANALYTICS_ENABLED": "False",
+        }
         self.log = open(self.dir / "server.log", "w")
-        self.proc = subprocess.Popen([sys.executable, "app.py", "--preset", preset, "--host", "127.0.0.1", "--port",
-                                      str(self.port), "--threads", str(threads), "--max-call-seconds", str(cap),
-                                      "--no-preload", *self.token_limit(root), *extra], cwd=root, env=env,
-                                     stdout=self.log,
-                                     stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "app.py",
+                "--preset",
+                preset,
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--threads",
+                str(threads),
+                "--max-call-seconds",
+                str(cap),
+                "--no-preload",
+                *self.token_limit(root),
+                *extra,
+            ],
+            cwd=root,
+            env=env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
 
     @staticmethod
     def token_limit(root: Path) -> list[str]:
@@ -124,8 +147,16 @@ def client(url: str):
     return Client(url, verbose=False)
 
 
-def compare_args(prompt: str, methods: list[str], max_new_tokens: int, temperature: float = 0.0, depth: int = 0,
-                 top_k: int = 0, tree_budget: int = 0, precision: str = "auto") -> list:
+def compare_args(
+    prompt: str,
+    methods: list[str],
+    max_new_tokens: int,
+    temperature: float = 0.0,
+    depth: int = 0,
+    top_k: int = 0,
+    tree_budget: int = 0,
+    precision: str = "auto",
+) -> list:
     return [prompt, methods, "", max_new_tokens, temperature, 1.0, depth, top_k, tree_budget, 0, precision]
 
 
@@ -144,9 +175,11 @@ def timed_compare(url: str, args: list, timeout: float) -> tuple[float, str]:
 
 def case_oracle(a) -> None:
     with Server(a.root, a.preset, a.cap, a.extra) as server:
-        took, how = timed_compare(server.url, compare_args(prompt_for(a.preset, len(LONG_PROMPT)), ["plain", "oracle"],
-                                                           2048, temperature=2.0),
-                                  a.timeout)
+        took, how = timed_compare(
+            server.url,
+            compare_args(prompt_for(a.preset, len(LONG_PROMPT)), ["plain", "oracle"], 2048, temperature=2.0),
+            a.timeout,
+        )
         after = server.cpu_percent(3.0)
     print(f"[oracle] cap {a.cap:g} s: the call took {took:.1f} s ({how}); server CPU in the 3 s after: {after:.0f}%")
 
@@ -154,28 +187,32 @@ def case_oracle(a) -> None:
 def case_fit(a) -> None:
     with Server(a.root, a.preset, a.cap, a.extra) as server:
         client(server.url).predict(*compare_args("Hi", ["plain"], 1), api_name="/compare")  # loads the target
-        took, how = timed_compare(server.url, compare_args("Hi", ["plain", "eagle"], 1, depth=10, top_k=20,
-                                                           precision="float32"), a.timeout)
+        took, how = timed_compare(
+            server.url, compare_args("Hi", ["plain", "eagle"], 1, depth=10, top_k=20, precision="float32"), a.timeout
+        )
     print(f"[fit] cap {a.cap:g} s: a one-token call needing a new fit took {took:.1f} s ({how})")
 
 
 def prompt_for(preset: str, chars: int) -> str:
     """A long prompt that fits the preset's context (the tiny model reads 512 tokens at most)."""
-    return LONG_PROMPT[:min(chars, 600 if preset == "tiny-random" else chars)]
+    return LONG_PROMPT[: min(chars, 600 if preset == "tiny-random" else chars)]
 
 
 def _long_call(url: str, prompt: str) -> None:
     c = client(url)
-    c.submit(*compare_args(prompt, ["plain", "eagle", "poss2"], 2048, depth=4, top_k=4, tree_budget=16),
-             api_name="/compare")
+    c.submit(
+        *compare_args(prompt, ["plain", "eagle", "poss2"], 2048, depth=4, top_k=4, tree_budget=16), api_name="/compare"
+    )
     time.sleep(3600)
 
 
 def case_abandon(a) -> None:
     with Server(a.root, a.preset, a.cap, a.extra) as server:
         client(server.url).predict(*compare_args("Hi", ["plain"], 1), api_name="/compare")  # loads the target
-        procs = [multiprocessing.Process(target=_long_call, args=(server.url, prompt_for(a.preset, 2000)))
-                 for _ in range(a.clients)]
+        procs = [
+            multiprocessing.Process(target=_long_call, args=(server.url, prompt_for(a.preset, 2000)))
+            for _ in range(a.clients)
+        ]
         for p in procs:
             p.start()
         time.sleep(a.kill_after)
@@ -184,15 +221,22 @@ def case_abandon(a) -> None:
             p.kill()
         time.sleep(a.grace)
         after = server.cpu_percent(a.window)
-    print(f"[abandon] {a.clients} clients killed {a.kill_after:g} s after starting (cap {a.cap:g} s): server CPU "
-          f"{during:.0f}% just before, {after:.0f}% over the {a.window:g} s starting {a.grace:g} s after")
+    print(
+        f"[abandon] {a.clients} clients killed {a.kill_after:g} s after starting (cap {a.cap:g} s): server CPU "
+        f"{during:.0f}% just before, {after:.0f}% over the {a.window:g} s starting {a.grace:g} s after"
+    )
 
 
 def case_flood(a) -> None:
     with Server(a.root, a.preset, a.cap, a.extra) as server:
         c = client(server.url)
-        jobs = [c.submit(*compare_args(prompt_for(a.preset, 2000), ["plain", "eagle"], 2048, depth=4, top_k=4,
-                                       tree_budget=16), api_name="/compare") for _ in range(a.calls)]
+        jobs = [
+            c.submit(
+                *compare_args(prompt_for(a.preset, 2000), ["plain", "eagle"], 2048, depth=4, top_k=4, tree_budget=16),
+                api_name="/compare",
+            )
+            for _ in range(a.calls)
+        ]
         refused, let_in, message = 0, 0, ""
         for job in jobs:
             try:
@@ -203,8 +247,10 @@ def case_flood(a) -> None:
                     refused, message = refused + 1, str(err).splitlines()[-1]
                 else:
                     let_in += 1
-    print(f"[flood] one client submitted {a.calls} long calls: {let_in} let in, {refused} refused"
-          + (f" ({message.strip()[:140]})" if message else ""))
+    print(
+        f"[flood] one client submitted {a.calls} long calls: {let_in} let in, {refused} refused"
+        + (f" ({message.strip()[:140]})" if message else "")
+    )
 
 
 def case_refuse(a) -> None:
@@ -218,8 +264,10 @@ def case_refuse(a) -> None:
         time.sleep(1.0)
         log = server.log_text()
     lines = [line for line in log.splitlines() if "depth=20" in line or "Traceback" in line]
-    print(f"[refuse] {a.calls} refused /compare calls: {log.count('Traceback')} tracebacks and {len(log.splitlines())} "
-          f"lines in the server's log ({len(lines)} naming the refusal)")
+    print(
+        f"[refuse] {a.calls} refused /compare calls: {log.count('Traceback')} tracebacks and {len(log.splitlines())} "
+        f"lines in the server's log ({len(lines)} naming the refusal)"
+    )
 
 
 def _saved_run(path: Path, seed: int) -> Path:
@@ -227,9 +275,21 @@ def _saved_run(path: Path, seed: int) -> Path:
     sys.path.insert(0, str(ROOT))
     from poss_core import compare, saved_runs
 
-    comp = compare.run_to_end(compare.start(compare.RunSpec("Tell me a story.", ["plain", "eagle", "poss2"],
-                                                            "tiny-random", max_new_tokens=400, seed=seed,
-                                                            temperature=1.0, depth=6, top_k=10, tree_budget=60)))
+    comp = compare.run_to_end(
+        compare.start(
+            compare.RunSpec(
+                "Tell me a story.",
+                ["plain", "eagle", "poss2"],
+                "tiny-random",
+                max_new_tokens=400,
+                seed=seed,
+                temperature=1.0,
+                depth=6,
+                top_k=10,
+                tree_budget=60,
+            )
+        )
+    )
     return saved_runs.save_run(comp, path)
 
 
@@ -249,8 +309,10 @@ def case_disk(a) -> None:
         runs = len(list(server.dir.rglob("poss-run-*.jsonl")))
         time.sleep(a.wait)
         left = folder_mb(server.gradio_tmp) + folder_mb(server.tmp) - base
-    print(f"[disk] {a.uploads} uploads ({mb:.1f} MB in all) and {a.uploads} saves: temp folders grew {grown:.1f} MB "
-          f"({runs} saved-run files of ours); {a.wait:g} s later: {left:.1f} MB above the start")
+    print(
+        f"[disk] {a.uploads} uploads ({mb:.1f} MB in all) and {a.uploads} saves: temp folders grew {grown:.1f} MB "
+        f"({runs} saved-run files of ours); {a.wait:g} s later: {left:.1f} MB above the start"
+    )
 
 
 def case_memory(a) -> None:
@@ -278,12 +340,21 @@ def case_memory(a) -> None:
     store.reap(now=time.monotonic() + 120.0)
     gc.collect()
     left = tracemalloc.get_traced_memory()[0] - base
-    print(f"[memory] {a.tabs} tabs each loaded a {path.stat().st_size / 2**20:.1f} MB saved run: {held / 2**20:.1f} MB "
-          f"held; after they idled past the reaper: {left / 2**20:.1f} MB")
+    print(
+        f"[memory] {a.tabs} tabs each loaded a {path.stat().st_size / 2**20:.1f} MB saved run: {held / 2**20:.1f} MB "
+        f"held; after they idled past the reaper: {left / 2**20:.1f} MB"
+    )
 
 
-CASES = {"oracle": case_oracle, "fit": case_fit, "abandon": case_abandon, "flood": case_flood, "disk": case_disk,
-         "refuse": case_refuse, "memory": case_memory}
+CASES = {
+    "oracle": case_oracle,
+    "fit": case_fit,
+    "abandon": case_abandon,
+    "flood": case_flood,
+    "disk": case_disk,
+    "refuse": case_refuse,
+    "memory": case_memory,
+}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -292,8 +363,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--root", type=Path, default=ROOT, help="the checkout whose app.py runs (default: this one)")
     p.add_argument("--preset", default="tiny-random")
     p.add_argument("--cap", type=float, default=20.0, help="--max-call-seconds of the server (default 20)")
-    p.add_argument("--server-args", default="",
-                   help="more flags for app.py, e.g. --server-args=\"--max-calls-per-client 2\"")
+    p.add_argument(
+        "--server-args", default="", help='more flags for app.py, e.g. --server-args="--max-calls-per-client 2"'
+    )
     p.add_argument("--timeout", type=float, default=600.0, help="the most seconds to wait for one call")
     p.add_argument("--clients", type=int, default=4, help="abandon: clients started then killed")
     p.add_argument("--kill-after", type=float, default=6.0, help="abandon: seconds before they are killed")

@@ -6,9 +6,22 @@ from types import SimpleNamespace
 
 from app import state
 
-DEFAULTS = dict(prompt="Hello there", multi_turn=False, preset="tiny-random", methods=["plain", "eagle"],
-                temperature=0.0, top_p=1.0, depth=4, top_k=4, tree_budget=16, max_new_tokens=6, seed=0,
-                quantization="auto", auto_budget=False, precision="auto")
+DEFAULTS = dict(
+    prompt="Hello there",
+    multi_turn=False,
+    preset="tiny-random",
+    methods=["plain", "eagle"],
+    temperature=0.0,
+    top_p=1.0,
+    depth=4,
+    top_k=4,
+    tree_budget=16,
+    max_new_tokens=6,
+    seed=0,
+    quantization="auto",
+    auto_budget=False,
+    precision="auto",
+)
 
 
 def run_settings(**kw) -> state.RunSettings:

@@ -1,3 +1,4 @@
+import json
 import os
 import sys
 
@@ -36,3 +37,24 @@ def real_model_threads():
     torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
     yield
     torch.set_num_threads(1)
+
+
+@pytest.fixture()
+def eval_files(tmp_path):
+    """Two tiny eval sets in the shared format: a multi-turn one and a single-turn one."""
+    d = tmp_path / "eval"
+    d.mkdir()
+    rows = {
+        "mt_bench": [
+            {"question_id": 81, "category": "writing", "turns": ["Write a haiku about rain.", "Now make it rhyme."]},
+            {"question_id": 82, "category": "writing", "turns": ["Name three colors.", "Which is warmest?"]},
+            {"question_id": 83, "category": "writing", "turns": ["Say hi.", "Say bye."]},
+        ],
+        "qa": [
+            {"question_id": 1, "category": "qa", "turns": ["Who wrote Hamlet?"]},
+            {"question_id": 2, "category": "qa", "turns": ["What is 2 + 2?"]},
+        ],
+    }
+    for name, items in rows.items():
+        (d / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in items))
+    return d

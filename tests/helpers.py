@@ -17,8 +17,14 @@ from poss_core.training.trainer import TrainConfig, TrainSequence, make_batch, t
 def greedy_reference(target: TargetModel, ids: list[int], max_new_tokens: int) -> list[int]:
     """The target's own `generate(do_sample=False)`, cut after the first EOS like our decoders."""
     x = torch.tensor([ids])
-    out = target.model.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=max_new_tokens, do_sample=False,
-                                eos_token_id=sorted(target.eos_ids) or None, pad_token_id=0)[0, len(ids):].tolist()
+    out = target.model.generate(
+        x,
+        attention_mask=torch.ones_like(x),
+        max_new_tokens=max_new_tokens,
+        do_sample=False,
+        eos_token_id=sorted(target.eos_ids) or None,
+        pad_token_id=0,
+    )[0, len(ids) :].tolist()
     for i, t in enumerate(out):
         if t in target.eos_ids:
             return out[: i + 1]
@@ -43,8 +49,9 @@ def batches(seqs, size: int = 16, seed: int = 0):
         yield make_batch(rng.sample(seqs, size))
 
 
-def trained_draft(target: TargetModel, spec: DraftSpec, steps: int = 150, positions: int = 1, seed: int = 1,
-                  draft_vocab=None) -> DraftModel:
+def trained_draft(
+    target: TargetModel, spec: DraftSpec, steps: int = 150, positions: int = 1, seed: int = 1, draft_vocab=None
+) -> DraftModel:
     torch.manual_seed(seed)
     draft = DraftModel(draft_config_from_target(target.config), spec, draft_vocab).float()
     draft.bind_target(target.input_embedding_weight(), target.lm_head_weight())

@@ -60,7 +60,7 @@ def identity(head: str) -> Badge:
 
 
 def lane_state(head: str) -> str:
-    """"running", "paused", or the finished lane's stop reason ("eos", "max_new_tokens", "cancelled", ...)."""
+    """ "running", "paused", or the finished lane's stop reason ("eos", "max_new_tokens", "cancelled", ...)."""
     m = re.search(r'data-lane-state="([^"]*)"', head)
     assert m, f"no lane state in {head!r}"
     return m.group(1)
@@ -106,8 +106,9 @@ class _Tokens(HTMLParser):
         own = [c for c in classes if c not in ("tok", "target", "special")]
         source = "draft" if rejected or "draft" in classes else own[0]
         shade = {c[0]: int(c[1:]) for c in classes if c[:1] in ("p", "s") and c[1:].isdigit()}
-        self._open = Token(source, int(a["data-round"]), a.get("title") or "", "", shade.get("p"), shade.get("s"),
-                           rejected, classes)
+        self._open = Token(
+            source, int(a["data-round"]), a.get("title") or "", "", shade.get("p"), shade.get("s"), rejected, classes
+        )
         self._depth = 0
 
     def handle_endtag(self, tag: str) -> None:

@@ -21,8 +21,9 @@ ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = "/usr/bin/chromium"
 SCREENSHOT = ROOT / "screenshots" / "app.png"
 VIEW = ["draft position", False, "conditional (POSS pos-acc)", "this run"]
-needs_chromium = pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"Debian's chromium is not installed at "
-                                                                         f"{CHROMIUM} (apt-get install chromium)")
+needs_chromium = pytest.mark.skipif(
+    not os.path.exists(CHROMIUM), reason=f"Debian's chromium is not installed at {CHROMIUM} (apt-get install chromium)"
+)
 
 
 def free_port() -> int:
@@ -36,8 +37,7 @@ def server():
     demo = build_demo("tiny-random", concurrency=2)
     demo.queue(max_size=16, default_concurrency_limit=2)
     port = free_port()
-    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True,
-                **launch_kwargs())
+    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, **launch_kwargs())
     try:
         yield f"http://127.0.0.1:{port}/"
     finally:
@@ -47,8 +47,22 @@ def server():
 def run_args(prompt="Hello there", methods=("plain", "eagle", "poss2"), max_new_tokens=16):
     """/run's inputs: prompt, multi-turn, preset, methods, temperature, top-p, depth, top-k, tree budget,
     max new tokens, seed, quantization, auto budget, precision, then the four view toggles."""
-    return [prompt, False, "tiny-random", list(methods), 0.0, 1.0, 6, 8, 32, max_new_tokens, 0, "auto", False,
-            "auto"] + VIEW
+    return [
+        prompt,
+        False,
+        "tiny-random",
+        list(methods),
+        0.0,
+        1.0,
+        6,
+        8,
+        32,
+        max_new_tokens,
+        0,
+        "auto",
+        False,
+        "auto",
+    ] + VIEW
 
 
 def client(url):
@@ -73,8 +87,9 @@ def identity_kinds(frame) -> list[str]:
 
 def wait_for_status(tab, phrase: str, timeout: int = 120_000) -> None:
     """Until the tab's status line holds `phrase` (a tests/wording.py phrase)."""
-    tab.wait_for_function(f"document.querySelector('#poss-status').innerText.includes({json.dumps(phrase)})",
-                          timeout=timeout)
+    tab.wait_for_function(
+        f"document.querySelector('#poss-status').innerText.includes({json.dumps(phrase)})", timeout=timeout
+    )
 
 
 def test_client_run_streams_and_stop_cancels(server):
@@ -118,8 +133,10 @@ def test_client_compare_api_and_two_sessions(server):
     assert ref_a["lanes"][0]["summary"]["new_tokens"] == 10 and ref_a["lanes"][1]["summary"]["tau"] >= 1.0
     ref_b = b.predict("What is 2+2?", ["plain"], "tiny-random", 10, api_name="/compare")
     # Two sessions streaming at once keep their own lanes.
-    jobs = {name: c.submit(*run_args(prompt=p, methods=m, max_new_tokens=10), api_name="/run")
-            for name, c, p, m in [("a", a, "Good morning", ("plain", "poss1")), ("b", b, "What is 2+2?", ("plain",))]}
+    jobs = {
+        name: c.submit(*run_args(prompt=p, methods=m, max_new_tokens=10), api_name="/run")
+        for name, c, p, m in [("a", a, "Good morning", ("plain", "poss1")), ("b", b, "What is 2+2?", ("plain",))]
+    }
     outs = {name: job.result(timeout=180) for name, job in jobs.items()}
     texts_a = [v for v in outs["a"] if isinstance(v, str)]
     texts_b = [v for v in outs["b"] if isinstance(v, str)]
@@ -136,8 +153,10 @@ def app_page(url: str):
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--headless", "--no-sandbox", "--disable-gpu",
-                                                                    "--disable-background-networking"])
+        browser = p.chromium.launch(
+            executable_path=CHROMIUM,
+            args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+        )
         try:
             page = browser.new_page(viewport={"width": 1500, "height": 1100})
             page.goto(url)
@@ -191,8 +210,11 @@ def test_client_cancel_of_compare_stops_its_decoding(server):
     deadline = time.monotonic() + 60
     mine = []
     while not mine and time.monotonic() < deadline:
-        mine = [comp for comp in compare.live_comparisons() if id(comp) not in before
-                and min(len(lane.events) for lane in comp.lanes) >= 2]
+        mine = [
+            comp
+            for comp in compare.live_comparisons()
+            if id(comp) not in before and min(len(lane.events) for lane in comp.lanes) >= 2
+        ]
         time.sleep(0.02)
     assert mine, "the /compare call never started decoding"
     comp = mine[0]
@@ -207,7 +229,6 @@ def test_client_cancel_of_compare_stops_its_decoding(server):
     assert all(lane.stop_reason == "cancelled" for lane in comp.lanes)
 
 
-
 def eagle_rounds(prompt: str, timeout_s: float = 120.0) -> int:
     """The EAGLE lane's draft rounds in the finished run of `prompt`, read off the server's sessions (the server
     runs in this process); waits for the run to finish."""
@@ -218,8 +239,11 @@ def eagle_rounds(prompt: str, timeout_s: float = 120.0) -> int:
 
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        comps = [s.comparison for s in list(handlers.SESSIONS._sessions.values())
-                 if s.comparison is not None and s.comparison.spec.prompt == prompt and s.comparison.finished]
+        comps = [
+            s.comparison
+            for s in list(handlers.SESSIONS._sessions.values())
+            if s.comparison is not None and s.comparison.spec.prompt == prompt and s.comparison.finished
+        ]
         if comps:
             return len(metrics.draft_rounds(comps[-1].lane("eagle").events))
         time.sleep(0.05)
@@ -231,7 +255,9 @@ def wait_for_title(page, chart: str, *parts: str) -> None:
     page.wait_for_function(
         "([sel, parts]) => { const t = document.querySelector(sel);"
         " return t !== null && parts.every(p => t.textContent.includes(p)); }",
-        arg=[f"#poss-chart-{chart} .gtitle", list(parts)], timeout=20_000)
+        arg=[f"#poss-chart-{chart} .gtitle", list(parts)],
+        timeout=20_000,
+    )
 
 
 @pytest.mark.slow
@@ -253,15 +279,19 @@ def test_browser_token_click_picks_a_round_and_all_my_runs_pools(server):
         slider = page.locator("#poss-lane1-round input[type=number]")
         assert int(slider.input_value()) >= 3
         page.locator('#poss-lane1-tokens .tok[data-round="1"]').first.click()
-        page.wait_for_function(f"document.querySelector('#poss-lane1-explain').innerText.includes("
-                               f"{json.dumps(wording.proposed(1))})", timeout=20_000)
+        page.wait_for_function(
+            f"document.querySelector('#poss-lane1-explain').innerText.includes({json.dumps(wording.proposed(1))})",
+            timeout=20_000,
+        )
         assert slider.input_value() == "1"
         assert wording.tree_round(page.locator("#poss-lane1-tree .gtitle").text_content()) == 1
         # Keyboard: the first token of each round is a tab stop; Enter picks its round.
         page.locator('#poss-lane1-tokens [data-round="2"][tabindex="0"]').focus()
         page.keyboard.press("Enter")
-        page.wait_for_function(f"document.querySelector('#poss-lane1-explain').innerText.includes("
-                               f"{json.dumps(wording.proposed(2))})", timeout=20_000)
+        page.wait_for_function(
+            f"document.querySelector('#poss-lane1-explain').innerText.includes({json.dumps(wording.proposed(2))})",
+            timeout=20_000,
+        )
         assert slider.input_value() == "2"
 
         second = run(page, "Name three colours.")
@@ -281,7 +311,8 @@ def test_the_served_app_runs_the_training_free_lanes_identical_to_plain(server):
     assert pld["identical_to_plain"] is True and assisted["identical_to_plain"] is True
     assert pld["text"] == plain["text"] == assisted["text"]
     frames = c.submit(*run_args(prompt="abc abc abc abc", methods=("plain", "pld")), api_name="/run").result(
-        timeout=180)
+        timeout=180
+    )
     assert identity_kinds(frames) == ["ok"]
 
 

@@ -11,18 +11,18 @@ import threading
 from pathlib import Path
 from types import SimpleNamespace
 
-import page
 import gradio as gr
+import page
 import pytest
 import torch
 import wording
 
 from app import api, handlers, render, state
 from poss_core import compare, methods, metrics, saved_runs
-from poss_core.views import figures
-from poss_core.events import DecodeSummary, DraftNode, FeatureDeviation, RoundEvent
 from poss_core.errors import ModelLoadError, PromptError
+from poss_core.events import DecodeSummary, DraftNode, FeatureDeviation, RoundEvent
 from poss_core.models.presets import get_preset
+from poss_core.views import figures
 
 ROOT = Path(__file__).resolve().parents[1]
 VIEW = (state.View.from_controls("draft position", True, "conditional"),)
@@ -30,9 +30,22 @@ VIEW = (state.View.from_controls("draft position", True, "conditional"),)
 
 def settings(prompt="Hello there", methods=("plain", "eagle", "poss2"), max_new_tokens=12, **kw):
     """A handler's settings and view (see ui.build_demo: the settings controls, then the view toggles)."""
-    s = dict(prompt=prompt, multi_turn=False, preset="tiny-random", methods=list(methods), temperature=0.0, top_p=1.0,
-             depth=6, top_k=8, tree_budget=32, max_new_tokens=max_new_tokens, seed=0, quantization="auto",
-             auto_budget=False, precision="auto")
+    s = dict(
+        prompt=prompt,
+        multi_turn=False,
+        preset="tiny-random",
+        methods=list(methods),
+        temperature=0.0,
+        top_p=1.0,
+        depth=6,
+        top_k=8,
+        tree_budget=32,
+        max_new_tokens=max_new_tokens,
+        seed=0,
+        quantization="auto",
+        auto_budget=False,
+        precision="auto",
+    )
     s.update(kw)
     return [state.RunSettings(**s), *VIEW]
 
@@ -43,31 +56,84 @@ def req(name):
 
 # ---------------------------------------------------------------- known events
 
+
 def prefill(token=40, ms=4.0):
-    return RoundEvent(round=0, nodes=[], accepted=[], bonus=token, target_probs=[], feature_deviation=[],
-                      draft_ms=0.0, verify_ms=ms, new_tokens=1, tokens=[token], text="A", wall_ms=ms, prefill=True)
+    return RoundEvent(
+        round=0,
+        nodes=[],
+        accepted=[],
+        bonus=token,
+        target_probs=[],
+        feature_deviation=[],
+        draft_ms=0.0,
+        verify_ms=ms,
+        new_tokens=1,
+        tokens=[token],
+        text="A",
+        wall_ms=ms,
+        prefill=True,
+    )
 
 
 def spec_round(r, new_tokens):
     """A round drafting a small tree: nodes 0,1 at depth 1 (node 0 accepted), node 2 at depth 2 (accepted, from
     specialist 1), node 3 and 4 at depth 3 under node 2 (both rejected); the target's correction is token 50."""
-    nodes = [DraftNode(10, -1, 1, math.log(0.8), 0.8, 0), DraftNode(11, -1, 1, math.log(0.1), 0.1, 0),
-             DraftNode(12, 0, 2, math.log(0.48), 0.6, 1), DraftNode(13, 2, 3, math.log(0.24), 0.5, 1),
-             DraftNode(14, 2, 3, math.log(0.1), 0.2, 1)]
-    return RoundEvent(round=r, nodes=nodes, accepted=[0, 2], bonus=50, target_probs=[0.9, 0.05, 0.7, 0.1, 0.01],
-                      feature_deviation=[FeatureDeviation(1.0, 0.1), FeatureDeviation(3.0, 0.3)], draft_ms=2.0,
-                      verify_ms=6.0, new_tokens=new_tokens, tokens=[10, 12, 50], text="b<c>&", wall_ms=10.0)
+    nodes = [
+        DraftNode(10, -1, 1, math.log(0.8), 0.8, 0),
+        DraftNode(11, -1, 1, math.log(0.1), 0.1, 0),
+        DraftNode(12, 0, 2, math.log(0.48), 0.6, 1),
+        DraftNode(13, 2, 3, math.log(0.24), 0.5, 1),
+        DraftNode(14, 2, 3, math.log(0.1), 0.2, 1),
+    ]
+    return RoundEvent(
+        round=r,
+        nodes=nodes,
+        accepted=[0, 2],
+        bonus=50,
+        target_probs=[0.9, 0.05, 0.7, 0.1, 0.01],
+        feature_deviation=[FeatureDeviation(1.0, 0.1), FeatureDeviation(3.0, 0.3)],
+        draft_ms=2.0,
+        verify_ms=6.0,
+        new_tokens=new_tokens,
+        tokens=[10, 12, 50],
+        text="b<c>&",
+        wall_ms=10.0,
+    )
 
 
 def miss_round(r, new_tokens):
     nodes = [DraftNode(20, -1, 1, math.log(0.5), 0.5, 0)]
-    return RoundEvent(round=r, nodes=nodes, accepted=[], bonus=21, target_probs=[0.2], feature_deviation=[],
-                      draft_ms=1.0, verify_ms=5.0, new_tokens=new_tokens, tokens=[21], text="\n", wall_ms=8.0)
+    return RoundEvent(
+        round=r,
+        nodes=nodes,
+        accepted=[],
+        bonus=21,
+        target_probs=[0.2],
+        feature_deviation=[],
+        draft_ms=1.0,
+        verify_ms=5.0,
+        new_tokens=new_tokens,
+        tokens=[21],
+        text="\n",
+        wall_ms=8.0,
+    )
 
 
 def plain_round(r, token):
-    return RoundEvent(round=r, nodes=[], accepted=[], bonus=token, target_probs=[], feature_deviation=[],
-                      draft_ms=0.0, verify_ms=3.0, new_tokens=r + 1, tokens=[token], text="x", wall_ms=4.0)
+    return RoundEvent(
+        round=r,
+        nodes=[],
+        accepted=[],
+        bonus=token,
+        target_probs=[],
+        feature_deviation=[],
+        draft_ms=0.0,
+        verify_ms=3.0,
+        new_tokens=r + 1,
+        tokens=[token],
+        text="x",
+        wall_ms=4.0,
+    )
 
 
 SPEC_EVENTS = [prefill(), spec_round(1, 4), miss_round(2, 5), spec_round(3, 8)]
@@ -111,8 +177,15 @@ def test_tokens_html_escapes_and_colours():
     toks = page.tokens(out)
     assert [t.text for t in toks] == [p for pieces in PIECES for p in pieces]
     assert [(t.source, t.position, t.specialist) for t in toks] == [
-        ("prefill", None, None), ("draft", 1, 1), ("draft", 2, 2), ("corrected", None, None),
-        ("corrected", None, None), ("draft", 1, 1), ("draft", 2, 2), ("corrected", None, None)]
+        ("prefill", None, None),
+        ("draft", 1, 1),
+        ("draft", 2, 2),
+        ("corrected", None, None),
+        ("corrected", None, None),
+        ("draft", 1, 1),
+        ("draft", 2, 2),
+        ("corrected", None, None),
+    ]
     assert [t.round for t in toks] == [0, 1, 1, 1, 2, 3, 3, 3]
     assert [(t.round, t.text) for t in page.tokens(out, rejected=True) if t.rejected] == [(1, "q"), (2, "y"), (3, "q")]
     assert [t.title for t in toks] == [render.tooltip(r) for r in recs]  # each token's tooltip is its record's
@@ -124,9 +197,14 @@ def test_tokens_html_escapes_and_colours():
 
 def test_lane_update_for_a_known_event_stream():
     """A lane fed a known stream through its source: records, figures in the header, badge, tree and slider."""
-    lane = compare.Lane("eagle", "EAGLE", source=iter([(e, p, lab, "t") for e, p, lab in zip(SPEC_EVENTS, PIECES,
-                                                                                             LABELS)]
-                                                   + [{"text": "", "stop_reason": "eos", "stats": {}}]))
+    lane = compare.Lane(
+        "eagle",
+        "EAGLE",
+        source=iter(
+            [(e, p, lab, "t") for e, p, lab in zip(SPEC_EVENTS, PIECES, LABELS)]
+            + [{"text": "", "stop_reason": "eos", "stats": {}}]
+        ),
+    )
     while lane.advance():
         pass
     assert lane.finished and lane.stop_reason == "eos"
@@ -138,8 +216,13 @@ def test_lane_update_for_a_known_event_stream():
     head = out["lane1_head"]
     tps = metrics.tokens_per_s(SPEC_EVENTS)  # 8 tokens over 32 ms
     speedup = metrics.speedup(tps, metrics.tokens_per_s(comp.lanes[0].events))
-    assert page.stats(head) == {"tokens_per_s": f"{tps:.1f}", "tau": f"{metrics.tau(SPEC_EVENTS):.2f}",  # (3+1+3)/3
-                                "rounds": "3", "tokens": "8", "vs_plain": f"×{speedup:.2f}"}
+    assert page.stats(head) == {
+        "tokens_per_s": f"{tps:.1f}",
+        "tau": f"{metrics.tau(SPEC_EVENTS):.2f}",  # (3+1+3)/3
+        "rounds": "3",
+        "tokens": "8",
+        "vs_plain": f"×{speedup:.2f}",
+    }
     assert page.identity(head).kind == "ok" and wording.says_identical(page.identity(head))
     assert page.lane_state(head) == "eos"
     assert out["lane1_tokens"].count("tok draft") == 4
@@ -159,8 +242,12 @@ def test_identity_badge_reports_the_first_difference():
         assert index == 2 and got != want[2]
         return margin
 
-    for dtype, margin, kind, tolerance in [("bfloat16", 0.3, "neutral", 0.5), ("bfloat16", 2.0, "bad", None),
-                                           ("float32", 0.004, "neutral", 0.01), ("bfloat16", None, "neutral", None)]:
+    for dtype, margin, kind, tolerance in [
+        ("bfloat16", 0.3, "neutral", 0.5),
+        ("bfloat16", 2.0, "bad", None),
+        ("float32", 0.004, "neutral", 0.01),
+        ("bfloat16", None, "neutral", None),
+    ]:
         comp = known_comparison(plain_tokens=[40, 10, 99, 50, 21, 10, 12, 50])
         comp.hardware["dtype"] = dtype
         comp.margin_probe = None if margin is None else margin_of
@@ -225,6 +312,7 @@ def test_chart_figures_data():
 
 # ---------------------------------------------------------------- handlers on the tiny model
 
+
 def test_run_streams_three_lanes_identical_to_plain():
     frames = list(handlers.run_handler(*settings(max_new_tokens=16), request=req("run")))
     assert len(frames) >= 3  # loading, at least one live frame, the final one
@@ -242,8 +330,12 @@ def test_run_streams_three_lanes_identical_to_plain():
 
 
 def test_prompt_lookup_and_assisted_lanes_get_the_identity_badge_draft_colours_and_an_honest_tree():
-    frames = list(handlers.run_handler(*settings("abc abc abc abc abc", methods=("plain", "pld", "assisted"),
-                                                 max_new_tokens=24), request=req("peer")))
+    frames = list(
+        handlers.run_handler(
+            *settings("abc abc abc abc abc", methods=("plain", "pld", "assisted"), max_new_tokens=24),
+            request=req("peer"),
+        )
+    )
     out = render.outputs_dict(frames[-1])
     comp = handlers.SESSIONS.get(req("peer")).comparison
     assert [page.lane_title(out[f"lane{i}_head"]) for i in (1, 2)] == [lane.label for lane in comp.lanes[1:]]
@@ -269,8 +361,13 @@ def test_the_default_run_gives_every_draft_lane_the_same_full_depth_tree():
 
     d = state.ui_defaults(get_preset("tiny-random"))
     assert d["auto_budget"] is False
-    run = settings(max_new_tokens=10, depth=d["depth"], top_k=d["top_k"], tree_budget=d["tree_budget"],
-                   auto_budget=d["auto_budget"])
+    run = settings(
+        max_new_tokens=10,
+        depth=d["depth"],
+        top_k=d["top_k"],
+        tree_budget=d["tree_budget"],
+        auto_budget=d["auto_budget"],
+    )
     list(handlers.run_handler(*run, request=req("same-tree")))
     comp = handlers.SESSIONS.get(req("same-tree")).comparison
     drafts = [lane for lane in comp.lanes if not lane.plain]
@@ -299,7 +396,8 @@ def test_auto_budget_fits_each_draft_lane_once_then_reads_the_cache(tmp_path, mo
     # The fit's dynamic depth stop travels with its budget, and the lane header names it when there is one.
     fitted = json.loads((tmp_path / "choices.json").read_text()).values()
     assert sorted((c["budget"], c["depth_stop"]) for c in fitted) == sorted(
-        (lane.budget, lane.depth_stop) for lane in (eagle, poss2))
+        (lane.budget, lane.depth_stop) for lane in (eagle, poss2)
+    )
     for i, lane in ((1, eagle), (2, poss2)):
         shown = page.stats(render.outputs_dict(frames[-1])[f"lane{i}_head"])
         assert shown.get("depth_stop") == (f"p < {lane.depth_stop:g}" if lane.depth_stop else None)
@@ -314,16 +412,19 @@ def test_auto_budget_fits_each_draft_lane_once_then_reads_the_cache(tmp_path, mo
     assert [lane.budget for lane in again.lanes] == [None, eagle.budget, poss2.budget]
 
 
-@pytest.mark.parametrize("change,message", [
-    (dict(prompt="   "), wording.PROMPT_EMPTY),
-    (dict(methods=[]), wording.NO_METHOD),
-    (dict(methods=["plain", "eagle", "poss1", "poss2"]), wording.too_many_lanes(compare.MAX_LANES)),
-    (dict(tree_budget=1), wording.out_of_range("tree_budget", 1)),
-    (dict(top_p=0.0), wording.out_of_range("top_p", 0.0)),
-    (dict(methods=["plain", "hass"]), wording.method_unavailable("hass")),
-    (dict(prompt="word " * 200), wording.over_context(512)),
-    (dict(precision="int4"), wording.not_one_of("precision", "int4", "auto", "float32")),
-])
+@pytest.mark.parametrize(
+    "change,message",
+    [
+        (dict(prompt="   "), wording.PROMPT_EMPTY),
+        (dict(methods=[]), wording.NO_METHOD),
+        (dict(methods=["plain", "eagle", "poss1", "poss2"]), wording.too_many_lanes(compare.MAX_LANES)),
+        (dict(tree_budget=1), wording.out_of_range("tree_budget", 1)),
+        (dict(top_p=0.0), wording.out_of_range("top_p", 0.0)),
+        (dict(methods=["plain", "hass"]), wording.method_unavailable("hass")),
+        (dict(prompt="word " * 200), wording.over_context(512)),
+        (dict(precision="int4"), wording.not_one_of("precision", "int4", "auto", "float32")),
+    ],
+)
 def test_bad_inputs_show_a_message_not_a_traceback(change, message):
     out = render.outputs_dict(list(handlers.run_handler(*settings(**change), request=req("bad")))[-1])
     status = page.status(out)
@@ -333,8 +434,11 @@ def test_bad_inputs_show_a_message_not_a_traceback(change, message):
 
 def test_gpu_preset_on_cpu_and_failing_model_load(monkeypatch):
     if not compare.cuda_available():
-        out = render.outputs_dict(list(handlers.run_handler(*settings(preset="llama3-8b-instruct", methods=["plain"]),
-                                                  request=req("gpu")))[-1])
+        out = render.outputs_dict(
+            list(handlers.run_handler(*settings(preset="llama3-8b-instruct", methods=["plain"]), request=req("gpu")))[
+                -1
+            ]
+        )
         assert page.status(out).kind == "error" and wording.says(out, wording.NEEDS_GPU)
 
     def broken(*a, **k):
@@ -447,8 +551,11 @@ def test_multi_turn_continues_the_conversation():
     list(handlers.run_handler(*settings(prompt="Hi", methods=["plain"], max_new_tokens=4), request=r))
     first = handlers.SESSIONS.get(r).history
     assert [m["role"] for m in first] == ["user", "assistant"]
-    list(handlers.run_handler(*settings(prompt="And then?", multi_turn=True, methods=["plain"], max_new_tokens=4),
-                        request=r))
+    list(
+        handlers.run_handler(
+            *settings(prompt="And then?", multi_turn=True, methods=["plain"], max_new_tokens=4), request=r
+        )
+    )
     spec = handlers.SESSIONS.get(r).comparison.spec
     assert [m["content"] for m in spec.prompt][:3] == ["Hi", first[1]["content"], "And then?"]
     assert handlers.new_conversation_handler(request=r) == wording.conversation_empty()
@@ -560,16 +667,19 @@ def test_precision_setting_loads_its_own_target_and_badges_say_what_identity_mea
     fp32, bf16 = cache.target(preset, precision="float32"), cache.target(preset, precision="bfloat16")
     assert fp32 is not bf16 and cache.target(preset, precision="bfloat16") is bf16
     assert calls == [torch.float32, torch.bfloat16] and bf16.dtype == torch.bfloat16
-    assert cache.draft(preset, "eagle", bf16, precision="bfloat16") is not cache.draft(preset, "eagle", fp32,
-                                                                                       precision="float32")
+    assert cache.draft(preset, "eagle", bf16, precision="bfloat16") is not cache.draft(
+        preset, "eagle", fp32, precision="float32"
+    )
     # Through the UI's handler: the lanes run in the chosen dtype, and the hardware panel and the badge say so.
     monkeypatch.setattr(compare, "MODELS", cache)
-    out = render.outputs_dict(list(handlers.run_handler(*settings(max_new_tokens=8, precision="bfloat16"),
-                                                          request=req("bf16")))[-1])
+    out = render.outputs_dict(
+        list(handlers.run_handler(*settings(max_new_tokens=8, precision="bfloat16"), request=req("bf16")))[-1]
+    )
     assert "bfloat16" in out["hardware"]
     badge = page.identity(out["lane1_head"])  # identical, or a rounding near-tie: never a mismatch
-    assert (badge.kind == "ok" and wording.says_identical(badge)) or (badge.kind == "neutral"
-                                                                        and wording.says_near_tie(badge))
+    assert (badge.kind == "ok" and wording.says_identical(badge)) or (
+        badge.kind == "neutral" and wording.says_near_tie(badge)
+    )
     assert wording.says_done(out) and "precision=" not in out["status"]
     note = state.precision_note(gpu=False)
     assert "float32" in note and "bfloat16" in note
@@ -585,8 +695,17 @@ def test_preset_switch_and_app_flags():
 
     out = handlers.preset_handler("tiny-random")
     methods = out[0]
-    assert [v for _, v in methods.choices] == ["plain", "eagle", "poss1", "poss2", "poss3", "matched", "pld", "assisted",
-                                                 "oracle"]
+    assert [v for _, v in methods.choices] == [
+        "plain",
+        "eagle",
+        "poss1",
+        "poss2",
+        "poss3",
+        "matched",
+        "pld",
+        "assisted",
+        "oracle",
+    ]
     assert methods.value == ["plain", "eagle", "poss2"]
     smol = get_preset(DEFAULT_PRESET)
     note = render.draft_note(smol)

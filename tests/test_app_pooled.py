@@ -1,4 +1,4 @@
-""""All my runs" (the charts pool every run a tab decoded, per preset and method) and picking a round by clicking a
+""" "All my runs" (the charts pool every run a tab decoded, per preset and method) and picking a round by clicking a
 token, through the handlers on the tiny-random preset."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from types import SimpleNamespace
 import pytest
 import wording
 from app_settings import req, run_settings
-from wording import n_of
 from test_app_handlers import LABELS, PIECES, SPEC_EVENTS, known_comparison
+from wording import n_of
 
 from app import handlers, render, state
 from poss_core import compare, metrics, saved_runs
@@ -36,14 +36,18 @@ def rounds_by_lane(comp: compare.Comparison) -> dict[str, int]:
 
 def test_all_my_runs_pools_every_round_of_three_runs():
     r = req("pool-three")
-    runs = [run(r, prompt=p, methods=THREE, max_new_tokens=n)
-            for p, n in [("Hello there", 6), ("What is 2+2?", 9), ("Name a colour", 5)]]
+    runs = [
+        run(r, prompt=p, methods=THREE, max_new_tokens=n)
+        for p, n in [("Hello there", 6), ("What is 2+2?", 9), ("Name a colour", 5)]
+    ]
     out = charts(r, ALL_RUNS)
     for label in ("EAGLE", "POSS-2"):
         total = sum(rounds_by_lane(c)[label] for c in runs)
         assert n_of(out["pos_acc"], label) == total and n_of(out["accept_hist"], label) == total
-    every = {label: sum(len(lane.events) for c in runs for lane in c.lanes if lane.short == label)
-             for label in ("Plain", "EAGLE", "POSS-2")}
+    every = {
+        label: sum(len(lane.events) for c in runs for lane in c.lanes if lane.short == label)
+        for label in ("Plain", "EAGLE", "POSS-2")
+    }
     assert {label: n_of(out["tokens_per_s"], label) for label in every} == every  # prefill rounds included
     assert wording.pooled_runs(out["pos_acc"]) == 3
     assert not wording.says_settings_varied(out["pos_acc"])  # only the prompt and length changed
@@ -134,6 +138,7 @@ def test_view_control_values():
 
 
 # ---------------------------------------------------------------- a token picks its round
+
 
 def test_tokens_carry_their_round_and_each_round_is_one_tab_stop():
     recs = [rec for e, p, lab in zip(SPEC_EVENTS, PIECES, LABELS) for rec in compare.round_records(e, p, lab)]

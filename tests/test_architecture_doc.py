@@ -17,12 +17,20 @@ def listed_files() -> set[str]:
 
 
 def project_files() -> set[str]:
-    tracked = subprocess.run(["git", "ls-files", "poss_core", "app", "scripts", "app.py"], cwd=ROOT,
-                             capture_output=True, text=True, check=True).stdout.split()
+    tracked = subprocess.run(
+        ["git", "ls-files", "poss_core", "app", "scripts", "app.py"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     found = {str(p.relative_to(ROOT)) for top in ("poss_core", "app") for p in (ROOT / top).rglob("*.py")}
     found |= {str(p.relative_to(ROOT)) for p in (ROOT / "scripts").glob("*") if p.suffix in (".py", ".sh")}
-    return {f for f in set(tracked) | found | {"app.py"} if not f.endswith("__init__.py") and "/." not in f
-            and (f.endswith(".py") or f.endswith(".sh"))}
+    return {
+        f
+        for f in set(tracked) | found | {"app.py"}
+        if not f.endswith("__init__.py") and "/." not in f and (f.endswith(".py") or f.endswith(".sh"))
+    }
 
 
 def test_every_module_and_script_is_in_the_architecture_doc():

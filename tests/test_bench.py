@@ -9,15 +9,16 @@ from helpers import run_main
 
 from poss_core.autobudget import CALIBRATION_PROMPTS
 from poss_core.bench import cli, overhead, report, runner
-from poss_core.results import analysis, records as bench_records
-from poss_core.views import pooling
 from poss_core.decoding import decoder as decoder_module
 from poss_core.decoding.config import DecodeConfig
 from poss_core.decoding.decoder import PlainDecoder, SpeculativeDecoder
-from poss_core.models.numerics import plain_margin
-from poss_core.events import DraftNode, FeatureDeviation, RoundEvent
 from poss_core.errors import PossError
+from poss_core.events import DraftNode, FeatureDeviation, RoundEvent
 from poss_core.models.loading import random_draft
+from poss_core.models.numerics import plain_margin
+from poss_core.results import analysis
+from poss_core.results import records as bench_records
+from poss_core.views import pooling
 
 DEPTH = 3
 
@@ -26,38 +27,77 @@ def events(accept_lens, wall_s, depth=DEPTH, spec=True):
     """A prefill event (1 token) then one round per accept length; wall time spread evenly over the events."""
     n = len(accept_lens) + 1
     ms = wall_s * 1000.0 / n
-    out = [RoundEvent(round=0, nodes=[], accepted=[], bonus=5, target_probs=[], feature_deviation=[], draft_ms=0.0,
-                      verify_ms=ms, new_tokens=1, tokens=[5], wall_ms=ms, prefill=True)]
+    out = [
+        RoundEvent(
+            round=0,
+            nodes=[],
+            accepted=[],
+            bonus=5,
+            target_probs=[],
+            feature_deviation=[],
+            draft_ms=0.0,
+            verify_ms=ms,
+            new_tokens=1,
+            tokens=[5],
+            wall_ms=ms,
+            prefill=True,
+        )
+    ]
     made = 1
     for i, a in enumerate(accept_lens, 1):
         nodes = [DraftNode(7, k - 1, k, -float(k), 0.5, 0) for k in range(depth)] if spec else []
         for k, node in enumerate(nodes):
             node.depth = k + 1
         made += a + 1
-        out.append(RoundEvent(round=i, nodes=nodes, accepted=list(range(a)), bonus=5, target_probs=[0.5] * len(nodes),
-                              feature_deviation=[FeatureDeviation(float(k + 1), 0.1 * (k + 1)) for k in range(a)],
-                              draft_ms=ms / 2 if spec else 0.0, verify_ms=ms / 4 if spec else ms, new_tokens=made,
-                              tokens=[5] * (a + 1), wall_ms=ms))
+        out.append(
+            RoundEvent(
+                round=i,
+                nodes=nodes,
+                accepted=list(range(a)),
+                bonus=5,
+                target_probs=[0.5] * len(nodes),
+                feature_deviation=[FeatureDeviation(float(k + 1), 0.1 * (k + 1)) for k in range(a)],
+                draft_ms=ms / 2 if spec else 0.0,
+                verify_ms=ms / 4 if spec else ms,
+                new_tokens=made,
+                tokens=[5] * (a + 1),
+                wall_ms=ms,
+            )
+        )
     return out
 
 
 def rec(run, method, dataset, evs, qid=0, turn=0, tokens=None):
     n = evs[-1].new_tokens
-    return bench_records.TurnRecord(run=run, method=method, dataset=dataset, question_id=qid, category="", turn=turn,
-                         token_ids=tokens if tokens is not None else list(range(n)), text="x" * n,
-                         stop_reason="max_new_tokens", wall_time=sum(e.wall_ms for e in evs) / 1000, events=evs)
+    return bench_records.TurnRecord(
+        run=run,
+        method=method,
+        dataset=dataset,
+        question_id=qid,
+        category="",
+        turn=turn,
+        token_ids=tokens if tokens is not None else list(range(n)),
+        text="x" * n,
+        stop_reason="max_new_tokens",
+        wall_time=sum(e.wall_ms for e in evs) / 1000,
+        events=evs,
+    )
 
 
 def known_records():
     """d1: plain 10 tok in 1.0 s / 0.5 s; plain-hf 10 tok in 0.8 s / 1.0 s; eagle 11 tok (τ 2.5) in 0.5 s / 1.1 s;
-    poss2 17 tok (τ 4) in 0.5 s / 1.0 s.  d2: plain 4 tok in 1 s both runs; plain-hf 4 tok in 2 s; eagle 4 tok (τ 1.5) in
-    0.5 s both runs; poss2 4 tok (τ 3) in 0.25 s both runs."""
+    poss2 17 tok (τ 4) in 0.5 s / 1.0 s.  d2: plain 4 tok in 1 s both runs; plain-hf 4 tok in 2 s; eagle 4 tok
+    (τ 1.5) in 0.5 s both runs; poss2 4 tok (τ 3) in 0.25 s both runs."""
     plain9, plain3 = [0] * 9, [0] * 3
     data = [
-        ("d1", "plain", plain9, (1.0, 0.5), False), ("d1", "plain-hf", plain9, (0.8, 1.0), False),
-        ("d1", "eagle", [2, 0, 3, 1], (0.5, 1.1), True), ("d1", "poss2", [3, 3, 3, 3], (0.5, 1.0), True),
-        ("d2", "plain", plain3, (1.0, 1.0), False), ("d2", "plain-hf", plain3, (2.0, 2.0), False),
-        ("d2", "eagle", [1, 0], (0.5, 0.5), True), ("d2", "poss2", [2], (0.25, 0.25), True),
+        ("d1", "plain", plain9, (1.0, 0.5), False),
+        ("d1", "plain-hf", plain9, (0.8, 1.0), False),
+        ("d1", "eagle", [2, 0, 3, 1], (0.5, 1.1), True),
+        ("d1", "poss2", [3, 3, 3, 3], (0.5, 1.0), True),
+        ("d2", "plain", plain3, (1.0, 1.0), False),
+        ("d2", "plain-hf", plain3, (2.0, 2.0), False),
+        ("d2", "eagle", [1, 0], (0.5, 0.5), True),
+        ("d2", "poss2", [2], (0.25, 0.25), True),
     ]
     return [rec(run, m, d, events(lens, walls[run], spec=spec)) for run in (0, 1) for d, m, lens, walls, spec in data]
 
@@ -98,7 +138,8 @@ def test_aggregation_of_known_records_gives_known_tables():
     fd = e1["feature_deviation"]
     assert fd["count"] == [6, 4, 2] and fd["l2"] == pytest.approx([1.0, 2.0, 3.0])
 
-    # Overall pools both datasets per run: eagle run 0 = 15 tokens in 1.0 s, baseline = max(plain 14/2.0, plain-hf 14/2.8).
+    # Overall pools both datasets per run: eagle run 0 = 15 tokens in 1.0 s,
+    # baseline = max(plain 14/2.0, plain-hf 14/2.8).
     eo = t["eagle"]["overall"]
     assert eo["tokens_per_s_runs"] == pytest.approx([15.0, 15 / 1.6])
     assert agg["baseline"]["overall"]["tokens_per_s"] == pytest.approx([7.0, 14 / 1.5])
@@ -159,10 +200,25 @@ def test_records_survive_a_round_trip_through_json(tmp_path):
 
 
 def test_light_events_keep_the_accepted_path_and_every_depth():
-    nodes = [DraftNode(10, -1, 1, -0.1, 0.9, 0), DraftNode(11, -1, 1, -0.5, 0.6, 0), DraftNode(12, 1, 2, -0.7, 0.8, 1),
-             DraftNode(13, 0, 2, -0.2, 0.9, 1), DraftNode(14, 3, 3, -0.4, 0.8, 2)]
-    e = RoundEvent(round=1, nodes=nodes, accepted=[1], bonus=3, target_probs=[0.1, 0.2, 0.3, 0.4, 0.5],
-                   feature_deviation=[FeatureDeviation(1.0, 0.1)], draft_ms=1, verify_ms=1, new_tokens=3, wall_ms=3)
+    nodes = [
+        DraftNode(10, -1, 1, -0.1, 0.9, 0),
+        DraftNode(11, -1, 1, -0.5, 0.6, 0),
+        DraftNode(12, 1, 2, -0.7, 0.8, 1),
+        DraftNode(13, 0, 2, -0.2, 0.9, 1),
+        DraftNode(14, 3, 3, -0.4, 0.8, 2),
+    ]
+    e = RoundEvent(
+        round=1,
+        nodes=nodes,
+        accepted=[1],
+        bonus=3,
+        target_probs=[0.1, 0.2, 0.3, 0.4, 0.5],
+        feature_deviation=[FeatureDeviation(1.0, 0.1)],
+        draft_ms=1,
+        verify_ms=1,
+        new_tokens=3,
+        wall_ms=3,
+    )
     light = pooling.light_event(e)
     assert [n.token for n in light.nodes] == [11, 12, 14]  # the path (node 1), then the first node of depths 2, 3
     assert light.accepted == [0] and light.accept_len == 1 and light.target_probs == [0.2, 0.3, 0.5]
@@ -200,16 +256,20 @@ class BrokenDecoder(SpeculativeDecoder):
             yield from super().generate(input_ids, cancel)
 
 
-QUESTIONS = [runner.Question("mt", 81, "writing", ["Write a haiku about rain.", "Now make it rhyme."]),
-             runner.Question("qa", 1, "qa", ["Who wrote Hamlet?"])]
+QUESTIONS = [
+    runner.Question("mt", 81, "writing", ["Write a haiku about rain.", "Now make it rhyme."]),
+    runner.Question("qa", 1, "qa", ["Who wrote Hamlet?"]),
+]
 
 
 def test_identity_check_catches_a_broken_decoder(tiny_target):
     cfg = DecodeConfig(max_new_tokens=12, tree_budget=8)
     draft = random_draft(tiny_target, "eagle", depth=cfg.depth)
-    methods = [runner.BenchLane("plain", "plain", PlainDecoder(tiny_target, cfg)),
-               runner.BenchLane("eagle", "EAGLE", SpeculativeDecoder(tiny_target, draft, cfg)),
-               runner.BenchLane("broken", "broken", BrokenDecoder(tiny_target, draft, cfg))]
+    methods = [
+        runner.BenchLane("plain", "plain", PlainDecoder(tiny_target, cfg)),
+        runner.BenchLane("eagle", "EAGLE", SpeculativeDecoder(tiny_target, draft, cfg)),
+        runner.BenchLane("broken", "broken", BrokenDecoder(tiny_target, draft, cfg)),
+    ]
     records, skipped = runner.run_questions(methods, tiny_target, QUESTIONS, 1, progress=False)
     assert not skipped and len(records) == 3 * 3
     result = analysis.identity_check(records)
@@ -224,21 +284,6 @@ def test_identity_check_catches_a_broken_decoder(tiny_target):
     assert plain_margin(tiny_target, ref.prompt_ids, ref.token_ids, first["index"]) > 1e-3
 
 
-@pytest.fixture()
-def eval_files(tmp_path):
-    d = tmp_path / "eval"
-    d.mkdir()
-    rows = {"mt_bench": [{"question_id": 81, "category": "writing", "turns": ["Write a haiku about rain.",
-                                                                              "Now make it rhyme."]},
-                         {"question_id": 82, "category": "writing", "turns": ["Name three colors.", "Which is warmest?"]},
-                         {"question_id": 83, "category": "writing", "turns": ["Say hi.", "Say bye."]}],
-            "qa": [{"question_id": 1, "category": "qa", "turns": ["Who wrote Hamlet?"]},
-                   {"question_id": 2, "category": "qa", "turns": ["What is 2 + 2?"]}]}
-    for name, items in rows.items():
-        (d / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in items))
-    return d
-
-
 def test_cli_reports_a_broken_decoder_loudly(tiny_target, eval_files, tmp_path, monkeypatch, capsys):
     real_make = runner.make_lanes
 
@@ -249,9 +294,26 @@ def test_cli_reports_a_broken_decoder_loudly(tiny_target, eval_files, tmp_path, 
 
     monkeypatch.setattr(runner, "make_lanes", with_broken)
     out = tmp_path / "res"
-    rc = cli.main(["--preset", "tiny-random", "--methods", "plain", "--data", str(eval_files / "qa.jsonl"),
-                     "--max-new-tokens", "16", "--runs", "1", "--tree-budget", "8", "--no-progress",
-                     "--no-hf-generate", "--out", str(out)])
+    rc = cli.main(
+        [
+            "--preset",
+            "tiny-random",
+            "--methods",
+            "plain",
+            "--data",
+            str(eval_files / "qa.jsonl"),
+            "--max-new-tokens",
+            "16",
+            "--runs",
+            "1",
+            "--tree-budget",
+            "8",
+            "--no-progress",
+            "--no-hf-generate",
+            "--out",
+            str(out),
+        ]
+    )
     assert rc == 3
     err = capsys.readouterr().err
     assert "IDENTITY CHECK FAILED" in err and "broken" in err
@@ -265,9 +327,29 @@ def test_cli_reports_a_broken_decoder_loudly(tiny_target, eval_files, tmp_path, 
 @pytest.mark.slow  # the benchmark CLI end to end
 def test_cli_on_tiny_random_writes_spec_bench_jsonl(eval_files, tmp_path):
     out = tmp_path / "res"
-    rc = cli.main(["--preset", "tiny-random", "--methods", "plain,eagle,poss2", "--data", str(eval_files / "*.jsonl"),
-                     "--limit", "1", "--max-new-tokens", "12", "--runs", "2", "--tree-budget", "8",
-                     "--no-progress", "--plotlyjs", "cdn", "--out", str(out)])
+    rc = cli.main(
+        [
+            "--preset",
+            "tiny-random",
+            "--methods",
+            "plain,eagle,poss2",
+            "--data",
+            str(eval_files / "*.jsonl"),
+            "--limit",
+            "1",
+            "--max-new-tokens",
+            "12",
+            "--runs",
+            "2",
+            "--tree-budget",
+            "8",
+            "--no-progress",
+            "--plotlyjs",
+            "cdn",
+            "--out",
+            str(out),
+        ]
+    )
     assert rc == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["methods"] == ["plain", "plain-hf", "eagle", "poss2"]
@@ -286,8 +368,14 @@ def test_cli_on_tiny_random_writes_spec_bench_jsonl(eval_files, tmp_path):
                 assert all(isinstance(t, str) for t in c["turns"])
                 assert all(isinstance(n, int) and 1 <= n <= 12 for n in c["new_tokens"])
                 assert all(w > 0 for w in c["wall_time"])
-                mine = [r for r in records if r.method == method and r.dataset == row["dataset"]
-                        and r.question_id == row["question_id"] and r.run == c["index"]]
+                mine = [
+                    r
+                    for r in records
+                    if r.method == method
+                    and r.dataset == row["dataset"]
+                    and r.question_id == row["question_id"]
+                    and r.run == c["index"]
+                ]
                 assert c["new_tokens"] == [r.new_tokens for r in sorted(mine, key=lambda r: r.turn)]
                 # Spec-Bench's accept_lengths: tokens per draft round (accepted + bonus); plain decoding makes 1.
                 assert all(a >= 1 for a in c["accept_lengths"])
@@ -306,10 +394,34 @@ def test_tree_budget_auto_on_tiny_random(eval_files, tmp_path, monkeypatch):
     out = tmp_path / "res"
     prompts = tmp_path / "my_prompts.txt"
     prompts.write_text("Name three rivers in Europe.\nWrite a haiku about rain.\n")
-    args = ["--preset", "tiny-random", "--methods", "plain,poss2", "--data", str(eval_files / "qa.jsonl"),
-            "--max-new-tokens", "12", "--runs", "1", "--tree-budget", "auto", "--calibration-prompts", "1",
-            "--calibration-data", str(prompts),
-            "--calibration-tokens", "12", "--max-tree-budget", "24", "--no-progress", "--no-hf-generate", "--plotlyjs", "cdn", "--out", str(out)]
+    args = [
+        "--preset",
+        "tiny-random",
+        "--methods",
+        "plain,poss2",
+        "--data",
+        str(eval_files / "qa.jsonl"),
+        "--max-new-tokens",
+        "12",
+        "--runs",
+        "1",
+        "--tree-budget",
+        "auto",
+        "--calibration-prompts",
+        "1",
+        "--calibration-data",
+        str(prompts),
+        "--calibration-tokens",
+        "12",
+        "--max-tree-budget",
+        "24",
+        "--no-progress",
+        "--no-hf-generate",
+        "--plotlyjs",
+        "cdn",
+        "--out",
+        str(out),
+    ]
     assert cli.main(args) == 0
     curves = json.loads((tmp_path / "cache" / "forward_curves.json").read_text())
     assert len(curves) == 1
@@ -322,19 +434,28 @@ def test_tree_budget_auto_on_tiny_random(eval_files, tmp_path, monkeypatch):
     row = analysis.chosen_row(choice)
     assert row is not None and row["tokens_per_s"] == pytest.approx(choice["expected_tokens_per_s"])
     report = (out / "report.md").read_text()
-    assert f"auto (calibrated on first 1 prompts of {prompts}, 12 new tokens each): poss2 → depth {choice['depth']}, " \
-           in report and f"budget {choice['budget']}: expected" in report
+    assert (
+        f"auto (calibrated on first 1 prompts of {prompts}, 12 new tokens each): poss2 → depth {choice['depth']}, "
+        in report
+        and f"budget {choice['budget']}: expected" in report
+    )
 
 
 def test_auto_expectation_compares_the_chosen_row_with_what_was_measured():
-    table = [{"depth": 3, "budget": 12, "depth_stop": 0.0, "tau": 2.5, "round_ms": 30.0, "tokens_per_s": 83.3},
-             {"depth": 6, "budget": 12, "depth_stop": 0.2, "tau": 2.4, "round_ms": 28.0, "tokens_per_s": 85.7},
-             {"depth": 6, "budget": 16, "depth_stop": 0.2, "tau": 2.6, "round_ms": 32.0, "tokens_per_s": 81.3}]
+    table = [
+        {"depth": 3, "budget": 12, "depth_stop": 0.0, "tau": 2.5, "round_ms": 30.0, "tokens_per_s": 83.3},
+        {"depth": 6, "budget": 12, "depth_stop": 0.2, "tau": 2.4, "round_ms": 28.0, "tokens_per_s": 85.7},
+        {"depth": 6, "budget": 16, "depth_stop": 0.2, "tau": 2.6, "round_ms": 32.0, "tokens_per_s": 81.3},
+    ]
     choice = {"budget": 12, "depth": 6, "depth_stop": 0.2, "plain_tokens_per_s": 50.0, "table": table}
     assert analysis.chosen_row(choice) is table[1]
-    agg = {"methods": ["plain", "eagle"], "table": {
-        "plain": {analysis.OVERALL: {"tau_pooled": 1.0, "round_ms": 22.0, "tokens_per_s": 40.0}},
-        "eagle": {analysis.OVERALL: {"tau_pooled": 2.2, "round_ms": 35.0, "tokens_per_s": 55.0}}}}
+    agg = {
+        "methods": ["plain", "eagle"],
+        "table": {
+            "plain": {analysis.OVERALL: {"tau_pooled": 1.0, "round_ms": 22.0, "tokens_per_s": 40.0}},
+            "eagle": {analysis.OVERALL: {"tau_pooled": 2.2, "round_ms": 35.0, "tokens_per_s": 55.0}},
+        },
+    }
     meta = {"budget_choices": {"eagle": choice}, "labels": {"eagle": "EAGLE"}}
     (row,) = analysis.auto_expectations(agg, meta)
     assert row["expected_tau"] == 2.4 and row["tau"] == 2.2 and row["expected_round_ms"] == 28.0
@@ -372,16 +493,38 @@ def test_calibration_prompts_are_never_what_is_measured(eval_files, tmp_path):
 def test_near_ties_are_told_from_real_mismatches():
     """A divergence where the plain target's logits nearly tie is rounding; a later turn of that conversation has
     another context and follows it; a divergence with a clear margin stays a failure."""
-    ms = [{"method": "eagle", "run": 0, "dataset": "d", "question_id": 1, "turn": 0, "index": 5, "got": 7, "want": 8,
-           "margin": 0.125},
-          {"method": "eagle", "run": 0, "dataset": "d", "question_id": 1, "turn": 1, "index": 2, "got": 3, "want": 4},
-          {"method": "poss2", "run": 0, "dataset": "d", "question_id": 2, "turn": 0, "index": 9, "got": 1, "want": 2,
-           "margin": 4.0}]
+    ms = [
+        {
+            "method": "eagle",
+            "run": 0,
+            "dataset": "d",
+            "question_id": 1,
+            "turn": 0,
+            "index": 5,
+            "got": 7,
+            "want": 8,
+            "margin": 0.125,
+        },
+        {"method": "eagle", "run": 0, "dataset": "d", "question_id": 1, "turn": 1, "index": 2, "got": 3, "want": 4},
+        {
+            "method": "poss2",
+            "run": 0,
+            "dataset": "d",
+            "question_id": 2,
+            "turn": 0,
+            "index": 9,
+            "got": 1,
+            "want": 2,
+            "margin": 4.0,
+        },
+    ]
     identity = analysis.classify_mismatches({"reference": "plain", "checked": 6, "mismatches": ms}, 0.5, "bfloat16")
     assert [m["method"] for m in identity["mismatches"]] == ["poss2"]
     assert [m["kind"] for m in identity["near_ties"]] == ["near-tie", "after an earlier turn's divergence"]
     assert "IDENTITY CHECK FAILED" in report.identity_banner(identity)
-    only_ties = analysis.classify_mismatches({"reference": "plain", "checked": 6, "mismatches": ms[:2]}, 0.5, "bfloat16")
+    only_ties = analysis.classify_mismatches(
+        {"reference": "plain", "checked": 6, "mismatches": ms[:2]}, 0.5, "bfloat16"
+    )
     banner = report.identity_banner(only_ties)
     assert banner.startswith("Identity check PASSED up to rounding: 4 of 6") and "bfloat16" in banner
     strict = analysis.classify_mismatches({"reference": "plain", "checked": 6, "mismatches": ms[:2]}, 0.01, "float32")
@@ -394,14 +537,17 @@ def test_other_precision_plain_is_a_speed_baseline_not_an_identity_reference():
     eagle = rec(0, "eagle", "d", events([2], 1.0), tokens=[1, 2, 3])
     assert analysis.identity_check([plain, fp32, eagle])["mismatches"] == []
     agg = analysis.aggregate([plain, fp32, eagle], DEPTH)
-    assert agg["baseline"][analysis.OVERALL]["method"] == ["plain-float32"]  # the faster plain decoder sets the speed-up
+    assert agg["baseline"][analysis.OVERALL]["method"] == [
+        "plain-float32"
+    ]  # the faster plain decoder sets the speed-up
     assert "plain-float32" not in agg["vs_eagle"]
 
 
 def test_overhead_measurement_times_the_lm_head_both_ways(tiny_target):
     draft = random_draft(tiny_target, "eagle", depth=4)
-    r = overhead.measure_overhead(tiny_target, draft, DecodeConfig(depth=4, top_k=4, tree_budget=16), rounds=6,
-                               warmup_rounds=1)
+    r = overhead.measure_overhead(
+        tiny_target, draft, DecodeConfig(depth=4, top_k=4, tree_budget=16), rounds=6, warmup_rounds=1
+    )
     assert r["rounds"] == 6 and r["all_rows"] == pytest.approx(r["nodes"] + 1)
     assert 1 <= r["head_rows"] < r["all_rows"] and r["head_ms"] > 0 and r["all_head_ms"] > 0
     assert 0 < r["engine_ms"] < r["wall_ms"] and r["verify_ms"] > 0
@@ -423,18 +569,29 @@ def test_linear_ab_times_both_ways_on_the_drafts_weights(tiny_target):
 
 def test_report_rebuilds_a_smaller_run_from_a_larger_ones_records(tmp_path):
     """`bench report FOLDER --limit N --out OTHER`: the first N questions of each dataset, tables recomputed."""
-    records = [rec(0, m, d, events(lens, 1.0, spec=m != "plain"), qid=q)
-               for d in ("d1", "d2") for q in (7, 3, 5) for m, lens in (("plain", [0] * 4), ("eagle", [q % 4, 1]))]
+    records = [
+        rec(0, m, d, events(lens, 1.0, spec=m != "plain"), qid=q)
+        for d in ("d1", "d2")
+        for q in (7, 3, 5)
+        for m, lens in (("plain", [0] * 4), ("eagle", [q % 4, 1]))
+    ]
     kept = bench_records.first_questions(records, 2)
     assert {(r.dataset, r.question_id) for r in kept} == {("d1", 7), ("d1", 3), ("d2", 7), ("d2", 3)}
-    identity = {"reference": "plain", "checked": 6, "near_ties": [],
-                "mismatches": [{"method": "eagle", "run": 0, "dataset": "d1", "question_id": 5, "turn": 0, "index": 2,
-                                "got": 9, "want": 5}]}
+    identity = {
+        "reference": "plain",
+        "checked": 6,
+        "near_ties": [],
+        "mismatches": [
+            {"method": "eagle", "run": 0, "dataset": "d1", "question_id": 5, "turn": 0, "index": 2, "got": 9, "want": 5}
+        ],
+    }
     report.write_outputs(tmp_path / "big", records, {"preset": "unit"}, DEPTH, identity, plotlyjs="cdn")
     with pytest.raises(PossError, match="--out"):
         cli.report_main([str(tmp_path / "big"), "--limit", "2"])
-    assert cli.report_main([str(tmp_path / "big"), "--limit", "2", "--out", str(tmp_path / "small"),
-                              "--plotlyjs", "cdn"]) == 0
+    assert (
+        cli.report_main([str(tmp_path / "big"), "--limit", "2", "--out", str(tmp_path / "small"), "--plotlyjs", "cdn"])
+        == 0
+    )
     small = json.loads((tmp_path / "small" / "summary.json").read_text())
     # eagle's accept lengths on questions 7 and 3 of both datasets: [3, 1] and [3, 1] -> τ (4 + 2) / 2 = 3
     assert small["table"]["eagle"]["overall"]["tau_pooled"] == pytest.approx(3.0)
@@ -455,13 +612,33 @@ def test_questions_over_the_prompt_cap_are_skipped_not_fatal(tmp_path, monkeypat
     monkeypatch.setattr(config_module, "MAX_PROMPT_TOKENS", cap)  # a small cap, so a tiny model's question passes it
     data = tmp_path / "eval"
     data.mkdir()
-    rows = [{"question_id": 1, "turns": ["x " * 500_000]}, {"question_id": 2, "turns": ["y" * (cap + 10)]},
-            {"question_id": 3, "turns": [short]}]
+    rows = [
+        {"question_id": 1, "turns": ["x " * 500_000]},
+        {"question_id": 2, "turns": ["y" * (cap + 10)]},
+        {"question_id": 3, "turns": [short]},
+    ]
     (data / "qa.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = tmp_path / "res"
-    rc = cli.main(["--preset", "tiny-random", "--methods", "plain,eagle", "--data", str(data / "qa.jsonl"),
-                   "--max-new-tokens", "4", "--tree-budget", "8", "--no-progress", "--no-hf-generate",
-                   "--plotlyjs", "cdn", "--out", str(out)])
+    rc = cli.main(
+        [
+            "--preset",
+            "tiny-random",
+            "--methods",
+            "plain,eagle",
+            "--data",
+            str(data / "qa.jsonl"),
+            "--max-new-tokens",
+            "4",
+            "--tree-budget",
+            "8",
+            "--no-progress",
+            "--no-hf-generate",
+            "--plotlyjs",
+            "cdn",
+            "--out",
+            str(out),
+        ]
+    )
     err = capsys.readouterr().err
     assert rc == 0, err
     records = bench_records.read_records(out / "records.jsonl")
@@ -474,8 +651,22 @@ def test_a_benchmark_with_no_question_under_the_cap_says_so(tmp_path):
     data = tmp_path / "eval"
     data.mkdir()
     (data / "qa.jsonl").write_text(json.dumps({"question_id": 1, "turns": ["x" * 40_000]}) + "\n")
-    r = run_main(cli.main, ["--preset", "tiny-random", "--methods", "plain", "--data", str(data / "qa.jsonl"),
-                            "--max-new-tokens", "4", "--no-progress", "--no-hf-generate", "--out",
-                            str(tmp_path / "res")])
+    r = run_main(
+        cli.main,
+        [
+            "--preset",
+            "tiny-random",
+            "--methods",
+            "plain",
+            "--data",
+            str(data / "qa.jsonl"),
+            "--max-new-tokens",
+            "4",
+            "--no-progress",
+            "--no-hf-generate",
+            "--out",
+            str(tmp_path / "res"),
+        ],
+    )
     lines = [line for line in r.stderr.splitlines() if line.startswith("error:")]
     assert r.returncode == 2 and len(lines) == 1 and "no question of --data fits the prompt cap" in lines[0]

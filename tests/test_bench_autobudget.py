@@ -26,8 +26,9 @@ def test_curve_interpolates_and_extrapolates():
 
 
 def test_curve_is_made_non_decreasing_and_adds_post_processing():
-    assert ab.non_decreasing([1.0, 3.0, 2.0, 4.0, 3.0, 3.0]) == pytest.approx([1.0, 2.5, 2.5, 3.0 + 1 / 3, 3 + 1 / 3,
-                                                                              3 + 1 / 3])
+    assert ab.non_decreasing([1.0, 3.0, 2.0, 4.0, 3.0, 3.0]) == pytest.approx(
+        [1.0, 2.5, 2.5, 3.0 + 1 / 3, 3 + 1 / 3, 3 + 1 / 3]
+    )
     assert ab.non_decreasing([5.0, 1.0]) == [3.0, 3.0]
     c = ab.ForwardCurve(key="k", sizes=[1, 9], ms=[10.0, 20.0], context=8, post_ms=[1.0, 5.0])
     assert c.post_at(5) == pytest.approx(3.0)
@@ -43,10 +44,24 @@ def test_curve_is_made_non_decreasing_and_adds_post_processing():
 
 def test_accepted_ranks_and_accept_len_at_budget():
     # Scores: node 0 -0.1, node 1 -0.3, node 2 (child of 0) -0.2, node 3 (child of 2) -0.9, node 4 (child of 1) -0.4
-    nodes = [DraftNode(1, -1, 1, -0.1, 0.9, 0), DraftNode(2, -1, 1, -0.3, 0.7, 0), DraftNode(3, 0, 2, -0.2, 0.9, 1),
-             DraftNode(4, 2, 3, -0.9, 0.5, 2), DraftNode(5, 1, 2, -0.4, 0.8, 1)]
-    e = RoundEvent(round=1, nodes=nodes, accepted=[0, 2, 3], bonus=0, target_probs=[], feature_deviation=[],
-                   draft_ms=0, verify_ms=0, new_tokens=4)
+    nodes = [
+        DraftNode(1, -1, 1, -0.1, 0.9, 0),
+        DraftNode(2, -1, 1, -0.3, 0.7, 0),
+        DraftNode(3, 0, 2, -0.2, 0.9, 1),
+        DraftNode(4, 2, 3, -0.9, 0.5, 2),
+        DraftNode(5, 1, 2, -0.4, 0.8, 1),
+    ]
+    e = RoundEvent(
+        round=1,
+        nodes=nodes,
+        accepted=[0, 2, 3],
+        bonus=0,
+        target_probs=[],
+        feature_deviation=[],
+        draft_ms=0,
+        verify_ms=0,
+        new_tokens=4,
+    )
     ranks = ab.accepted_ranks(e)
     assert ranks == [0, 1, 4]
     assert [ab.accept_len_at_budget(ranks, b) for b in (2, 3, 5, 6, 60)] == [1, 2, 2, 3, 3]
@@ -54,15 +69,38 @@ def test_accepted_ranks_and_accept_len_at_budget():
 
 def test_head_rows_count_the_slots_with_children_and_a_stopping_leaf():
     # Pruning order: node 0 (-0.1), 2 (-0.2), 1 (-0.3), 4 (-0.4), 3 (-0.9); the accepted path 0 -> 2 -> 3.
-    nodes = [DraftNode(1, -1, 1, -0.1, 0.9, 0), DraftNode(2, -1, 1, -0.3, 0.7, 0), DraftNode(3, 0, 2, -0.2, 0.9, 1),
-             DraftNode(4, 2, 3, -0.9, 0.5, 2), DraftNode(5, 1, 2, -0.4, 0.8, 1)]
-    e = RoundEvent(round=1, nodes=nodes, accepted=[0, 2, 3], bonus=0, target_probs=[], feature_deviation=[],
-                   draft_ms=0, verify_ms=0, new_tokens=4)
+    nodes = [
+        DraftNode(1, -1, 1, -0.1, 0.9, 0),
+        DraftNode(2, -1, 1, -0.3, 0.7, 0),
+        DraftNode(3, 0, 2, -0.2, 0.9, 1),
+        DraftNode(4, 2, 3, -0.9, 0.5, 2),
+        DraftNode(5, 1, 2, -0.4, 0.8, 1),
+    ]
+    e = RoundEvent(
+        round=1,
+        nodes=nodes,
+        accepted=[0, 2, 3],
+        bonus=0,
+        target_probs=[],
+        feature_deviation=[],
+        draft_ms=0,
+        verify_ms=0,
+        new_tokens=4,
+    )
     # b=2: root + leaf 0; b=3: root, 0 + leaf 2; b=4 adds node 1 under the root; b=5 node 4 under 1; b=6 leaf 3.
     assert [c + leaf for c, leaf in ab.head_reads_by_budget(e, 7)][2:] == [2, 3, 3, 4, 5, 5]
     # Acceptance stopping at node 0, which has children: no extra row.
-    stops_inside = RoundEvent(round=1, nodes=nodes, accepted=[0], bonus=0, target_probs=[], feature_deviation=[],
-                              draft_ms=0, verify_ms=0, new_tokens=2)
+    stops_inside = RoundEvent(
+        round=1,
+        nodes=nodes,
+        accepted=[0],
+        bonus=0,
+        target_probs=[],
+        feature_deviation=[],
+        draft_ms=0,
+        verify_ms=0,
+        new_tokens=2,
+    )
     assert sum(ab.head_reads_by_budget(stops_inside, 6)[6]) == 4
     assert sum(ab.head_reads_by_budget(e, 6, max_depth=1)[6]) == 2  # only the root has children; leaf 0 stops it
     prof = ab.profile_from_events([e, stops_inside], max_budget=6, depth=3)
@@ -88,8 +126,13 @@ def test_the_lm_head_is_read_the_cheaper_way_for_the_tree():
     steep = ab.ForwardCurve(key="k", sizes=[1, 64], ms=[20.0, 30.0], context=64, post_ms=[1.0, 64.0])
     ms, how = ab.head_ms(steep, reads, slots)
     assert how == "read" and ms == pytest.approx((steep.post_at(3) + steep.post_at(1) + steep.post_at(4)) / 2)
-    prof = ab.AcceptanceProfile(source="unit", max_budget=6, depth=3, ranks=[[0, 1], [0]],
-                                head_reads={3: [[(0, 1)] * 2 + [(3, 1)] * 5, [(0, 1)] * 2 + [(4, 0)] * 5]})
+    prof = ab.AcceptanceProfile(
+        source="unit",
+        max_budget=6,
+        depth=3,
+        ranks=[[0, 1], [0]],
+        head_reads={3: [[(0, 1)] * 2 + [(3, 1)] * 5, [(0, 1)] * 2 + [(4, 0)] * 5]},
+    )
     for curve_, how in ((flat, "all"), (steep, "read")):
         choice = ab.choose_budget(curve_, prof, 2.0, 0.5, candidates=[6], depth=3)
         assert choice.head_rows == how and {r["head_rows"] for r in choice.table} == {how}
@@ -207,23 +250,40 @@ def test_auto_tree_budget_calibrates_on_a_real_decode(tiny_target):
     choice = ab.auto_tree_budget(tiny_target, draft, cfg, curve=c, calibration_tokens=10, max_budget=16)
     assert 2 <= choice.budget <= 16 and "calibration" in choice.profile_source
     assert choice.draft_ms > 0 and choice.table[0]["budget"] == 2
-    default = ab.auto_tree_budget(tiny_target, draft, cfg, curve=c, calibration_tokens=6, max_budget=16,
-                                   profile="default")
+    default = ab.auto_tree_budget(
+        tiny_target, draft, cfg, curve=c, calibration_tokens=6, max_budget=16, profile="default"
+    )
     assert "default" in default.profile_source
     # The chosen budget decodes losslessly like any other.
     ids = encode_prompt(tiny_target.tokenizer, "Hello there")
-    out = [i for i in SpeculativeDecoder(tiny_target, draft, DecodeConfig(depth=4, top_k=4,
-                                                                          tree_budget=choice.budget,
-                                                                          max_new_tokens=8)).generate(ids)]
+    out = [
+        i
+        for i in SpeculativeDecoder(
+            tiny_target, draft, DecodeConfig(depth=4, top_k=4, tree_budget=choice.budget, max_new_tokens=8)
+        ).generate(ids)
+    ]
     assert isinstance(out[-1], DecodeSummary)
 
 
 def test_shallower_trees_are_read_off_the_same_rounds_and_chosen_when_cheaper():
     # One round: 3 depth-1 nodes (scores -0.1,-1,-2), 2 depth-2 children of node 0 (-0.3, -0.5) and one depth-3 node.
-    nodes = [DraftNode(i, p, d, s, 0.5, 0) for i, (p, d, s) in
-             enumerate([(-1, 1, -0.1), (-1, 1, -1.0), (-1, 1, -2.0), (0, 2, -0.3), (0, 2, -0.5), (3, 3, -0.6)])]
-    ev = RoundEvent(round=1, nodes=nodes, accepted=[0, 3, 5], bonus=0, target_probs=[], feature_deviation=[],
-                    draft_ms=1, verify_ms=1, new_tokens=4)
+    nodes = [
+        DraftNode(i, p, d, s, 0.5, 0)
+        for i, (p, d, s) in enumerate(
+            [(-1, 1, -0.1), (-1, 1, -1.0), (-1, 1, -2.0), (0, 2, -0.3), (0, 2, -0.5), (3, 3, -0.6)]
+        )
+    ]
+    ev = RoundEvent(
+        round=1,
+        nodes=nodes,
+        accepted=[0, 3, 5],
+        bonus=0,
+        target_probs=[],
+        feature_deviation=[],
+        draft_ms=1,
+        verify_ms=1,
+        new_tokens=4,
+    )
     assert ab.accepted_ranks(ev) == [0, 1, 3]
     assert ab.accepted_ranks(ev, max_depth=2) == [0, 1]
     prof = ab.profile_from_events([ev] * 4, max_budget=16, depth=3)
@@ -243,8 +303,18 @@ def test_a_dynamic_depth_stop_is_costed_per_round_and_chosen_when_unsure_rounds_
     # unsure (-2, -2.5, -3, nothing accepted). Drafting costs 10 ms per depth, verifying 10 ms whatever the size.
     def chain(scores, accepted):
         nodes = [DraftNode(i, i - 1, i + 1, sc, 0.5, 0) for i, sc in enumerate(scores)]
-        return RoundEvent(round=1, nodes=nodes, accepted=accepted, bonus=0, target_probs=[], feature_deviation=[],
-                          draft_ms=30, verify_ms=10, new_tokens=1)
+        return RoundEvent(
+            round=1,
+            nodes=nodes,
+            accepted=accepted,
+            bonus=0,
+            target_probs=[],
+            feature_deviation=[],
+            draft_ms=30,
+            verify_ms=10,
+            new_tokens=1,
+        )
+
     rounds = [chain([-0.01, -0.02, -0.03], [0, 1, 2]), chain([-2.0, -2.5, -3.0], [])]
     prof = ab.profile_from_events(rounds, max_budget=16, depth=3)
     assert prof.best_scores == [[-0.01, -0.02, -0.03], [-2.0, -2.5, -3.0]]
@@ -255,8 +325,9 @@ def test_a_dynamic_depth_stop_is_costed_per_round_and_chosen_when_unsure_rounds_
     without = ab.choose_budget(curve(lambda n: 10.0), prof, draft_ms, fixed_ms=0.0, choose_depth=True)
     # Without a stop depth 1 wins: (2 + 1) tokens in 2 x 20 ms = 75/s against depth 3's (4 + 1) in 2 x 40 ms.
     assert without.depth == 1 and without.depth_stop == 0.0 and without.expected_tokens_per_s == pytest.approx(75)
-    chosen = ab.choose_budget(curve(lambda n: 10.0), prof, draft_ms, fixed_ms=0.0, choose_depth=True,
-                              depth_stops=ab.DEPTH_STOPS)
+    chosen = ab.choose_budget(
+        curve(lambda n: 10.0), prof, draft_ms, fixed_ms=0.0, choose_depth=True, depth_stops=ab.DEPTH_STOPS
+    )
     # With one: the confident round drafts 3 deep (40 ms, 4 tokens), the unsure one 1 deep (20 ms, 1 token).
     assert (chosen.depth, chosen.depth_stop, chosen.budget) == (3, 0.15, 4)
     assert chosen.expected_tokens_per_s == pytest.approx(1000 * 5 / 60) and chosen.draft_ms == pytest.approx(20)
@@ -269,26 +340,44 @@ def test_a_dynamic_depth_stop_is_costed_per_round_and_chosen_when_unsure_rounds_
 def test_draft_cost_per_depth_is_measured_not_scaled(tiny_target):
     # Same profile as above; drafting costs 40 ms at depth 1 and 2.5 ms per further depth (the context rows and the
     # fixed work land on depth 1). Scaled by depth from 45 ms at depth 3, depth 1 would look three times cheaper.
-    nodes = [DraftNode(i, p, d, s, 0.5, 0) for i, (p, d, s) in
-             enumerate([(-1, 1, -0.1), (-1, 1, -1.0), (-1, 1, -2.0), (0, 2, -0.3), (0, 2, -0.5), (3, 3, -0.6)])]
+    nodes = [
+        DraftNode(i, p, d, s, 0.5, 0)
+        for i, (p, d, s) in enumerate(
+            [(-1, 1, -0.1), (-1, 1, -1.0), (-1, 1, -2.0), (0, 2, -0.3), (0, 2, -0.5), (3, 3, -0.6)]
+        )
+    ]
     marks = [40.0, 42.5, 45.0]
-    ev = RoundEvent(round=1, nodes=nodes, accepted=[0, 3, 5], bonus=0, target_probs=[], feature_deviation=[],
-                    draft_ms=45.0, verify_ms=1, new_tokens=4, draft_ms_by_depth=marks)
+    ev = RoundEvent(
+        round=1,
+        nodes=nodes,
+        accepted=[0, 3, 5],
+        bonus=0,
+        target_probs=[],
+        feature_deviation=[],
+        draft_ms=45.0,
+        verify_ms=1,
+        new_tokens=4,
+        draft_ms_by_depth=marks,
+    )
     assert RoundEvent.from_json(ev.to_json()).draft_ms_by_depth == marks
     short = RoundEvent(**{**ev.__dict__, "draft_ms_by_depth": [30.0]})  # a round cut short by the context limit
     assert ab.draft_ms_by_depth([ev, ev, short]) == {1: pytest.approx(110 / 3), 2: 42.5, 3: 45.0}
     prof = ab.profile_from_events([ev] * 4, max_budget=16, depth=3)
     scaled = ab.choose_budget(curve(lambda n: 10.0), prof, draft_ms=45.0, fixed_ms=0.0, choose_depth=True)
-    measured = ab.choose_budget(curve(lambda n: 10.0), prof, draft_ms={1: 40.0, 2: 42.5, 3: 45.0}, fixed_ms=0.0,
-                                choose_depth=True)
+    measured = ab.choose_budget(
+        curve(lambda n: 10.0), prof, draft_ms={1: 40.0, 2: 42.5, 3: 45.0}, fixed_ms=0.0, choose_depth=True
+    )
     assert scaled.depth == 1 and measured.depth == 3
     assert measured.expected_tokens_per_s == pytest.approx(1000 * 4 / 55) and measured.draft_ms == 45.0
     # A real decode records one mark per drafted depth, rising, within the round's drafting time.
     draft = random_draft(tiny_target, "poss2", depth=4)
     ids = encode_prompt(tiny_target.tokenizer, "Hello there")
     cfg = DecodeConfig(depth=4, top_k=3, tree_budget=10, max_new_tokens=6)
-    rounds = [e for e in SpeculativeDecoder(tiny_target, draft, cfg).generate(ids)
-              if isinstance(e, RoundEvent) and not e.prefill]
+    rounds = [
+        e
+        for e in SpeculativeDecoder(tiny_target, draft, cfg).generate(ids)
+        if isinstance(e, RoundEvent) and not e.prefill
+    ]
     assert rounds and all(len(e.draft_ms_by_depth) == 4 for e in rounds)
     assert all(e.draft_ms_by_depth == sorted(e.draft_ms_by_depth) for e in rounds)
     assert all(0 < e.draft_ms_by_depth[-1] <= e.draft_ms + 1e-6 for e in rounds)
@@ -312,8 +401,9 @@ def test_the_apps_budget_choice_is_calibrated_once_per_draft_and_cached(tiny_tar
     again = ab.cached_budget_choice(tiny_target, eagle, cfg, path=path, curve=c)
     assert again == first and len(calls) == 1
     ab.cached_budget_choice(tiny_target, poss, cfg, path=path, calibration_tokens=8, curve=c, max_budget=16)
-    ab.cached_budget_choice(tiny_target, eagle, DecodeConfig(depth=3, top_k=4), path=path, calibration_tokens=8,
-                            curve=c, max_budget=16)
+    ab.cached_budget_choice(
+        tiny_target, eagle, DecodeConfig(depth=3, top_k=4), path=path, calibration_tokens=8, curve=c, max_budget=16
+    )
     assert len(calls) == 3  # another draft, another depth: each calibrated once
     assert len(json.loads(path.read_text())) == 3
 

@@ -63,8 +63,9 @@ def test_the_oracle_reference_decode_counts_against_the_cap(slow_forward, monkey
     monkeypatch.setattr(state, "CALL_LIMIT_S", 0.3)
     t0 = time.monotonic()
     with pytest.raises(gr.Error) as stopped:
-        api.compare_api("Hello", ["plain", "oracle"], preset="tiny-random", max_new_tokens=400, depth=4, top_k=4,
-                        tree_budget=16)
+        api.compare_api(
+            "Hello", ["plain", "oracle"], preset="tiny-random", max_new_tokens=400, depth=4, top_k=4, tree_budget=16
+        )
     assert wording.says_call_limit(stopped.value.message, 0.3, doing="preparing the Oracle")
     assert time.monotonic() - t0 < 1.5
     assert slow_forward[0] < 100
@@ -74,8 +75,11 @@ def interrupted_oracle_run(slow_forward: list[int], name: str, interrupt) -> lis
     """A Run with the oracle lane in tab `name`, `interrupt()` called while its reference decode runs; the Run's
     frames once it has ended (it must end within 2 s, having done well under its 400 tokens' work)."""
     frames: list = []
-    run = threading.Thread(target=lambda: frames.extend(handlers.run_handler(
-        run_settings(methods=["plain", "oracle"], max_new_tokens=400), VIEW, request=req(name))))
+    run = threading.Thread(
+        target=lambda: frames.extend(
+            handlers.run_handler(run_settings(methods=["plain", "oracle"], max_new_tokens=400), VIEW, request=req(name))
+        )
+    )
     run.start()
     while slow_forward[0] < 5:
         time.sleep(0.01)
@@ -88,8 +92,9 @@ def interrupted_oracle_run(slow_forward: list[int], name: str, interrupt) -> lis
 
 def test_stop_ends_a_run_while_the_oracle_prepares(slow_forward):
     stopped = []
-    frames = interrupted_oracle_run(slow_forward, "stop-oracle", lambda: stopped.append(
-        handlers.stop_handler(VIEW, request=req("stop-oracle"))))
+    frames = interrupted_oracle_run(
+        slow_forward, "stop-oracle", lambda: stopped.append(handlers.stop_handler(VIEW, request=req("stop-oracle")))
+    )
     assert wording.says(stopped[0], wording.STOPPING)
     status = page.status(frames[-1])
     assert wording.says_stopped_preparing(status, "Oracle"), status
@@ -115,8 +120,10 @@ def test_without_call_fits_a_lane_uses_the_default_budget_and_says_so(fresh_fits
     monkeypatch.setattr(calibration, "auto_tree_budget", no_fit)
     out = api.compare_api("Hello", ["plain", "eagle"], preset="tiny-random", max_new_tokens=4, depth=4, top_k=4)
     eagle = out["lanes"][1]
-    assert eagle["budget_auto"] is False and eagle["tree_budget"] == state.ui_defaults(
-        compare.get_preset("tiny-random"))["tree_budget"]
+    assert (
+        eagle["budget_auto"] is False
+        and eagle["tree_budget"] == state.ui_defaults(compare.get_preset("tiny-random"))["tree_budget"]
+    )
     assert wording.says(eagle["budget_note"], wording.FITS_AT_START_ONLY)
     frames = list(handlers.run_handler(run_settings(auto_budget=True), VIEW, request=req("no-fits")))
     assert any(wording.says(f, wording.DEFAULT_BUDGET, wording.FITS_AT_START_ONLY) for f in frames)
@@ -126,8 +133,7 @@ def test_without_call_fits_a_lane_uses_the_default_budget_and_says_so(fresh_fits
 def test_a_run_whose_client_left_stops_its_start_within_a_round(slow_forward):
     # Gradio closes a handler's generator at its next yield once the client has gone: while the oracle prepares,
     # the handler must still yield (it did not: its start ran in one step until the reference decode was done).
-    gen = handlers.run_handler(run_settings(methods=["plain", "oracle"], max_new_tokens=400), VIEW,
-                               request=req("gone"))
+    gen = handlers.run_handler(run_settings(methods=["plain", "oracle"], max_new_tokens=400), VIEW, request=req("gone"))
     t0 = time.monotonic()
     next(gen)  # "Loading…"
     next(gen)  # still loading: a frame while the reference decode runs
@@ -159,8 +165,12 @@ def test_a_budget_stops_a_fit_within_one_round(slow_forward, fresh_fits):
     budget = compare.CallBudget(0.2)
     t0 = time.monotonic()
     with pytest.raises(CallStopped):
-        compare.MODELS.budget(target, draft, compare.RunSpec("x", ["eagle"], "tiny-random", depth=4, top_k=4,
-                                                             tree_budget=16).config(), cancel=budget)
+        compare.MODELS.budget(
+            target,
+            draft,
+            compare.RunSpec("x", ["eagle"], "tiny-random", depth=4, top_k=4, tree_budget=16).config(),
+            cancel=budget,
+        )
     assert time.monotonic() - t0 < 1.0 and budget.timed_out
 
 

@@ -13,7 +13,7 @@ from poss_core.errors import CheckpointError
 from poss_core.models.checkpoint import load_draft, save_draft, target_fingerprint
 from poss_core.models.tiny import tiny_target
 
-H, I, HEADS, KV, HEAD_DIM = 64, 128, 4, 2, 16
+H, INTER, HEADS, KV, HEAD_DIM = 64, 128, 4, 2, 16
 
 
 def released_state(vocab: int, layers: int, bias: bool, seed: int = 0) -> dict[str, torch.Tensor]:
@@ -28,21 +28,36 @@ def released_state(vocab: int, layers: int, bias: bool, seed: int = 0) -> dict[s
         state["fc.bias"] = w(H)
     for i in range(layers):
         p = f"layers.{i}."
-        state.update({
-            p + "self_attn.q_proj.weight": w(HEADS * HEAD_DIM, H), p + "self_attn.k_proj.weight": w(KV * HEAD_DIM, H),
-            p + "self_attn.v_proj.weight": w(KV * HEAD_DIM, H), p + "self_attn.o_proj.weight": w(H, HEADS * HEAD_DIM),
-            p + "mlp.gate_proj.weight": w(I, H), p + "mlp.up_proj.weight": w(I, H), p + "mlp.down_proj.weight": w(H, I),
-            p + "post_attention_layernorm.weight": torch.ones(H),
-        })
+        state.update(
+            {
+                p + "self_attn.q_proj.weight": w(HEADS * HEAD_DIM, H),
+                p + "self_attn.k_proj.weight": w(KV * HEAD_DIM, H),
+                p + "self_attn.v_proj.weight": w(KV * HEAD_DIM, H),
+                p + "self_attn.o_proj.weight": w(H, HEADS * HEAD_DIM),
+                p + "mlp.gate_proj.weight": w(INTER, H),
+                p + "mlp.up_proj.weight": w(INTER, H),
+                p + "mlp.down_proj.weight": w(H, INTER),
+                p + "post_attention_layernorm.weight": torch.ones(H),
+            }
+        )
     return state
 
 
 def write_released(folder, vocab, layers, llama3: bool, fmt: str, state=None):
     folder.mkdir(parents=True, exist_ok=True)
-    config = {"architectures": ["LlamaForCausalLM"], "hidden_size": H, "intermediate_size": I,
-              "num_attention_heads": HEADS, "num_key_value_heads": KV, "vocab_size": vocab,
-              "max_position_embeddings": 512, "rms_norm_eps": 1e-5, "hidden_act": "silu",
-              "rope_theta": 500000.0 if llama3 else 10000.0, "num_hidden_layers": 1}
+    config = {
+        "architectures": ["LlamaForCausalLM"],
+        "hidden_size": H,
+        "intermediate_size": INTER,
+        "num_attention_heads": HEADS,
+        "num_key_value_heads": KV,
+        "vocab_size": vocab,
+        "max_position_embeddings": 512,
+        "rms_norm_eps": 1e-5,
+        "hidden_act": "silu",
+        "rope_theta": 500000.0 if llama3 else 10000.0,
+        "num_hidden_layers": 1,
+    }
     if llama3:
         config["bias"] = False  # Llama-3 drafts say so; Llama-2 drafts have no key and a bias
     (folder / "config.json").write_text(json.dumps(config))
@@ -54,8 +69,9 @@ def write_released(folder, vocab, layers, llama3: bool, fmt: str, state=None):
     return folder
 
 
-@pytest.mark.parametrize("llama3,fmt,layers,n", [(True, "safetensors", 3, 2), (False, "bin", 1, 1),
-                                                   (False, "safetensors", 2, 3)])
+@pytest.mark.parametrize(
+    "llama3,fmt,layers,n", [(True, "safetensors", 3, 2), (False, "bin", 1, 1), (False, "safetensors", 2, 3)]
+)
 def test_released_layout_loads_and_decodes_losslessly(tmp_path, tiny_target, llama3, fmt, layers, n):
     folder = write_released(tmp_path / "draft", tiny_target.vocab_size, layers, llama3, fmt)
     draft = load_draft(folder, tiny_target, positions_per_specialist=n)
@@ -106,8 +122,9 @@ def test_draft_vocabulary_is_saved_and_used(tmp_path, tiny_target):
 
 def test_refuses_another_targets_sizes(tmp_path, tiny_target):
     folder = write_released(tmp_path / "big", tiny_target.vocab_size + 5, 1, True, "safetensors")
-    with pytest.raises(CheckpointError, match=f"vocabulary of {tiny_target.vocab_size + 5} tokens.*has "
-                                              f"{tiny_target.vocab_size}"):
+    with pytest.raises(
+        CheckpointError, match=f"vocabulary of {tiny_target.vocab_size + 5} tokens.*has {tiny_target.vocab_size}"
+    ):
         load_draft(folder, tiny_target)
     cfg = json.loads((folder / "config.json").read_text())
     cfg["hidden_size"], cfg["vocab_size"] = 128, tiny_target.vocab_size
@@ -170,6 +187,7 @@ def test_missing_folder_and_config(tmp_path, tiny_target):
 
 # ---------------------------------------------------------------- config.json checked before anything is allocated
 
+
 def _bad_config_folder(tmp_path, tiny_target, change=None, raw=None, meta=None):
     folder = write_released(tmp_path / "bad", tiny_target.vocab_size, 1, True, "safetensors")
     config = json.loads((folder / "config.json").read_text())
@@ -181,29 +199,33 @@ def _bad_config_folder(tmp_path, tiny_target, change=None, raw=None, meta=None):
     return folder
 
 
-@pytest.mark.parametrize("change,raw,meta,needle", [
-    ({"intermediate_size": 2_000_000}, None, None, "intermediate_size=2000000 is out of range"),
-    ({"intermediate_size": 1e9}, None, None, "intermediate_size=1000000000 is out of range"),
-    ({"intermediate_size": 0}, None, None, "intermediate_size=0 is out of range"),
-    ({"num_attention_heads": 0}, None, None, "num_attention_heads=0 is out of range"),
-    ({"num_attention_heads": 5}, None, None, "num_attention_heads=5 must divide hidden_size=64"),
-    ({"num_key_value_heads": 3}, None, None, "num_key_value_heads=3 must divide num_attention_heads=4"),
-    ({"num_key_value_heads": 0}, None, None, "num_key_value_heads=0 is out of range"),
-    ({"hidden_size": "64"}, None, None, "hidden_size='64' must be an integer"),
-    ({"intermediate_size": "128"}, None, None, "intermediate_size='128' must be an integer"),
-    ({"head_dim": 1_000_000}, None, None, "head_dim=1000000 is out of range"),
-    ({"rms_norm_eps": "x"}, None, None, "rms_norm_eps='x' must be a number"),
-    ({"rope_theta": float("inf")}, None, None, "rope_theta=inf must be a number"),
-    ({"bias": "yes"}, None, None, "bias='yes' must be true or false"),
-    (None, [1, 2, 3], None, "must be a JSON object of settings, not list"),
-    (None, None, {"positions_per_specialist": 1e9}, "positions_per_specialist=1000000000 is out of range"),
-    (None, None, {"positions_per_specialist": "two"}, "positions_per_specialist='two' must be an integer"),
-    (None, None, {"method": "nope"}, "method='nope'"),
-    (None, None, {"draft_vocab": [1, 2, 10**9]}, "draft_vocab must be a list"),
-    (None, None, [1], "must be a JSON object, not list"),
-])
-def test_bad_draft_configs_are_refused_before_any_allocation(tmp_path, tiny_target, monkeypatch, change, raw, meta,
-                                                             needle):
+@pytest.mark.parametrize(
+    "change,raw,meta,needle",
+    [
+        ({"intermediate_size": 2_000_000}, None, None, "intermediate_size=2000000 is out of range"),
+        ({"intermediate_size": 1e9}, None, None, "intermediate_size=1000000000 is out of range"),
+        ({"intermediate_size": 0}, None, None, "intermediate_size=0 is out of range"),
+        ({"num_attention_heads": 0}, None, None, "num_attention_heads=0 is out of range"),
+        ({"num_attention_heads": 5}, None, None, "num_attention_heads=5 must divide hidden_size=64"),
+        ({"num_key_value_heads": 3}, None, None, "num_key_value_heads=3 must divide num_attention_heads=4"),
+        ({"num_key_value_heads": 0}, None, None, "num_key_value_heads=0 is out of range"),
+        ({"hidden_size": "64"}, None, None, "hidden_size='64' must be an integer"),
+        ({"intermediate_size": "128"}, None, None, "intermediate_size='128' must be an integer"),
+        ({"head_dim": 1_000_000}, None, None, "head_dim=1000000 is out of range"),
+        ({"rms_norm_eps": "x"}, None, None, "rms_norm_eps='x' must be a number"),
+        ({"rope_theta": float("inf")}, None, None, "rope_theta=inf must be a number"),
+        ({"bias": "yes"}, None, None, "bias='yes' must be true or false"),
+        (None, [1, 2, 3], None, "must be a JSON object of settings, not list"),
+        (None, None, {"positions_per_specialist": 1e9}, "positions_per_specialist=1000000000 is out of range"),
+        (None, None, {"positions_per_specialist": "two"}, "positions_per_specialist='two' must be an integer"),
+        (None, None, {"method": "nope"}, "method='nope'"),
+        (None, None, {"draft_vocab": [1, 2, 10**9]}, "draft_vocab must be a list"),
+        (None, None, [1], "must be a JSON object, not list"),
+    ],
+)
+def test_bad_draft_configs_are_refused_before_any_allocation(
+    tmp_path, tiny_target, monkeypatch, change, raw, meta, needle
+):
     from poss_core.models import checkpoint
 
     folder = _bad_config_folder(tmp_path, tiny_target, change, raw, meta)
@@ -220,8 +242,8 @@ def test_bad_draft_configs_are_refused_before_any_allocation(tmp_path, tiny_targ
 
 
 def test_positions_per_specialist_argument_and_layer_count_are_bounded(tmp_path, tiny_target):
-    from poss_core.settings import LIMITS
     from poss_core.models import checkpoint
+    from poss_core.settings import LIMITS
 
     assert checkpoint.MAX_POSITIONS_PER_SPECIALIST == LIMITS["depth"][1]
     folder = write_released(tmp_path / "d", tiny_target.vocab_size, 1, True, "safetensors")
@@ -235,12 +257,18 @@ def test_positions_per_specialist_argument_and_layer_count_are_bounded(tmp_path,
     assert load_draft(folder, tiny_target).num_specialists == 1  # the good one still loads
 
 
-@pytest.mark.parametrize("flags,needle", [
-    (["--steps", "0"], "--steps=0 is out of range"), (["--steps", "-5"], "--steps=-5 is out of range"),
-    (["--lr", "nan"], "--lr=nan is out of range"), (["--lr", "inf"], "--lr=inf is out of range"),
-    (["--lr", "-1"], "--lr=-1.0 is out of range"), (["--depth", "50"], "--depth=50 is out of range"),
-    (["--noise", "nan"], "--noise=nan"),
-])
+@pytest.mark.parametrize(
+    "flags,needle",
+    [
+        (["--steps", "0"], "--steps=0 is out of range"),
+        (["--steps", "-5"], "--steps=-5 is out of range"),
+        (["--lr", "nan"], "--lr=nan is out of range"),
+        (["--lr", "inf"], "--lr=inf is out of range"),
+        (["--lr", "-1"], "--lr=-1.0 is out of range"),
+        (["--depth", "50"], "--depth=50 is out of range"),
+        (["--noise", "nan"], "--noise=nan"),
+    ],
+)
 def test_training_cli_checks_its_numbers_before_loading(flags, needle, tmp_path, monkeypatch):
     from helpers import run_main
 
@@ -248,7 +276,6 @@ def test_training_cli_checks_its_numbers_before_loading(flags, needle, tmp_path,
     from poss_core.training.train import main as train_main
 
     monkeypatch.setattr(loading, "load_preset_target", lambda *a, **k: pytest.fail("loaded before checking"))
-    r = run_main(train_main, ["--preset", "tiny-random", "--data", str(tmp_path), "--out", str(tmp_path / "o"),
-                              *flags])
+    r = run_main(train_main, ["--preset", "tiny-random", "--data", str(tmp_path), "--out", str(tmp_path / "o"), *flags])
     lines = [line for line in r.stderr.splitlines() if line.startswith("error:")]
     assert r.returncode == 2 and len(lines) == 1 and needle in lines[0], r.stderr

@@ -45,8 +45,9 @@ def recorded(tmp_path_factory) -> Path:
     """A folder of recordings as scripts/record_examples.py writes them (tiny-random, 8 tokens, examples 1 and 2)."""
     folder = tmp_path_factory.mktemp("recordings")
     for i in (0, 1):
-        spec = compare.RunSpec(recordings.EXAMPLES[i]["prompt"], THREE, "tiny-random", depth=4, top_k=4,
-                               tree_budget=16, max_new_tokens=8)
+        spec = compare.RunSpec(
+            recordings.EXAMPLES[i]["prompt"], THREE, "tiny-random", depth=4, top_k=4, tree_budget=16, max_new_tokens=8
+        )
         comp = compare.run_to_end(compare.start(spec))
         comp.hardware = {**comp.hardware, "cpu": "Test CPU, 1 thread(s)", "note": "a test machine"}
         saved_runs.save_run(comp, recordings.recording_path(i, "tiny-random", folder), compact=True)
@@ -58,18 +59,23 @@ def recorded(tmp_path_factory) -> Path:
 
 def test_everyone_pools_every_tabs_finished_runs_numbers_only(empty_class):
     a, b = req("class-a"), req("class-b")
-    runs = [live_run(a, prompt="secret prompt alpha", methods=THREE, max_new_tokens=7),
-            live_run(b, prompt="secret prompt beta", methods=THREE, max_new_tokens=9)]
+    runs = [
+        live_run(a, prompt="secret prompt alpha", methods=THREE, max_new_tokens=7),
+        live_run(b, prompt="secret prompt beta", methods=THREE, max_new_tokens=9),
+    ]
     entries = CLASS.view("tiny-random")
     assert {m: e.runs for m, e in entries.items()} == {"plain": 2, "eagle": 2, "poss2": 2}
     for m, label in (("eagle", "EAGLE"), ("poss2", "POSS-2")):
         events = [e for c in runs for lane in c.lanes if lane.method == m for e in lane.events]
         assert entries[m].stats.hist == metrics.accept_hist(events, 4)  # adds up exactly like one run
-        assert entries[m].tokens == sum(metrics.total_new_tokens(lane.events) for c in runs for lane in c.lanes
-                                        if lane.method == m)
+        assert entries[m].tokens == sum(
+            metrics.total_new_tokens(lane.events) for c in runs for lane in c.lanes if lane.method == m
+        )
     # A third tab that ran nothing sees both tabs' rounds, with the sample size on each chart.
     out = render.outputs_dict(handlers.view_handler(EVERYONE, request=req("class-teacher")))
-    draft_rounds = sum(len(metrics.draft_rounds(lane.events)) for c in runs for lane in c.lanes if lane.short == "EAGLE")
+    draft_rounds = sum(
+        len(metrics.draft_rounds(lane.events)) for c in runs for lane in c.lanes if lane.short == "EAGLE"
+    )
     assert n_of(out["pos_acc"], "EAGLE") == draft_rounds == n_of(out["accept_hist"], "EAGLE")
     assert wording.says(out["pos_acc"], wording.class_pool_title("tiny-random"))
     speeds = wording.pooled_speeds(out["tokens_per_s"])
@@ -118,8 +124,9 @@ def test_only_the_launch_key_resets_the_class_pool(empty_class):
 
 def test_the_class_pool_is_bounded_whatever_the_number_of_runs():
     pool = ClassPool(max_keys=2)
-    comp = compare.run_to_end(compare.start(compare.RunSpec("Hi", THREE, "tiny-random", depth=4, top_k=4,
-                                                            tree_budget=16, max_new_tokens=6)))
+    comp = compare.run_to_end(
+        compare.start(compare.RunSpec("Hi", THREE, "tiny-random", depth=4, top_k=4, tree_budget=16, max_new_tokens=6))
+    )
     for _ in range(5):
         pool.add_run(comp)
     assert len(pool) == 2 and pool.view("tiny-random")["plain"].runs == 5  # the third method is past the cap
@@ -149,8 +156,7 @@ def test_an_example_replays_its_recording_without_a_model_or_a_live_slot(recorde
     session = handlers.SESSIONS.get(r)
     assert session.loaded is not None and session.comparison.replay and session.pools == {}
     assert not session.lock.locked()
-    out = render.outputs_dict(next(handlers.example_handler("a prompt of my own", "tiny-random", THIS_RUN,
-                                                            request=r)))
+    out = render.outputs_dict(next(handlers.example_handler("a prompt of my own", "tiny-random", THIS_RUN, request=r)))
     assert page.status(out).kind == "info" and wording.says(out, wording.RUN_LIVE)
     share.LIVE.leave(busy)
 
@@ -234,8 +240,9 @@ def test_a_waiting_run_starts_when_the_slot_frees_and_its_cap_starts_then(monkey
 
 def test_the_servers_token_limit_is_checked_before_queueing(monkeypatch):
     monkeypatch.setattr(state, "MAX_NEW_TOKENS", 16)
-    out = render.outputs_dict(list(handlers.run_handler(run_settings(max_new_tokens=17), THIS_RUN,
-                                                        request=req("class-limit")))[-1])
+    out = render.outputs_dict(
+        list(handlers.run_handler(run_settings(max_new_tokens=17), THIS_RUN, request=req("class-limit")))[-1]
+    )
     assert page.status(out).kind == "error" and wording.says(out, wording.over_token_limit(17, 16))
     import gradio as gr
 
@@ -269,7 +276,11 @@ def test_every_example_has_a_small_bundled_recording_of_the_default_lanes():
         assert comp.spec.messages()[-1]["content"] == example["prompt"]
         assert [lane.method for lane in comp.lanes] == state.DEFAULT_METHODS
         assert (comp.spec.depth, comp.spec.top_k, comp.spec.tree_budget, comp.spec.max_new_tokens) == (
-            d["depth"], d["top_k"], d["tree_budget"], d["max_new_tokens"])
+            d["depth"],
+            d["top_k"],
+            d["tree_budget"],
+            d["max_new_tokens"],
+        )
         assert comp.hardware["dtype"] == "bfloat16" and comp.hardware["cpu"] and comp.hardware["recorded"]
         assert all(lane.events and lane.summary["stop_reason"] in ("eos", "max_new_tokens") for lane in comp.lanes)
     assert total < 512 * 1024

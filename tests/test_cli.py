@@ -6,8 +6,17 @@ from helpers import run_main
 
 from poss_core.generate import main as generate_main
 
-ROUND_KEYS = {"round", "nodes", "accepted", "bonus", "target_probs", "feature_deviation", "draft_ms", "verify_ms",
-              "new_tokens"}
+ROUND_KEYS = {
+    "round",
+    "nodes",
+    "accepted",
+    "bonus",
+    "target_probs",
+    "feature_deviation",
+    "draft_ms",
+    "verify_ms",
+    "new_tokens",
+}
 
 
 def run(*args):

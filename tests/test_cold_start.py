@@ -3,9 +3,9 @@ starts on the default budget and says so; once the fit is done, Runs use the fit
 
 from __future__ import annotations
 
-import pytest
 import threading
 
+import pytest
 from app_settings import req, run_settings
 
 from app import handlers, render, state
@@ -14,8 +14,19 @@ from poss_core.autobudget import cache, calibration
 
 
 def cold_settings(**kw):
-    return run_settings(**{**dict(methods=["plain", "eagle", "poss2"], depth=6, top_k=8, tree_budget=32,
-                                  max_new_tokens=8, auto_budget=True), **kw})
+    return run_settings(
+        **{
+            **dict(
+                methods=["plain", "eagle", "poss2"],
+                depth=6,
+                top_k=8,
+                tree_budget=32,
+                max_new_tokens=8,
+                auto_budget=True,
+            ),
+            **kw,
+        }
+    )
 
 
 @pytest.mark.slow  # a start-up fit: the quick tier stays under 90 s

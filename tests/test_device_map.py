@@ -26,8 +26,14 @@ def saved_target(tmp_path_factory):
 def test_a_target_split_by_max_memory_decodes_identically(saved_target):
     target, folder = saved_target
     size = sum(p.numel() * p.element_size() for p in target.model.parameters())
-    split = load_preset_target(str(folder), quantization="auto", device="cpu", device_map="auto",
-                               max_memory={"cpu": size // 2}, dtype=torch.float32)
+    split = load_preset_target(
+        str(folder),
+        quantization="auto",
+        device="cpu",
+        device_map="auto",
+        max_memory={"cpu": size // 2},
+        dtype=torch.float32,
+    )
     placed = split.model.hf_device_map
     assert "disk" in placed.values() and "cpu" in placed.values()  # really split
     assert placed["lm_head"] == "cpu" and split.quantization == "none"

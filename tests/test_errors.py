@@ -10,11 +10,21 @@ from poss_core.generate import main as generate_main
 from poss_core.models.loading import random_draft
 from poss_core.models.tiny import tiny_target
 
-@pytest.mark.parametrize("field,value,needle", [
-    ("top_k", 0, "top_k=0"), ("depth", 0, "depth=0"), ("tree_budget", 1, "tree_budget=1"),
-    ("temperature", -0.5, "temperature=-0.5"), ("top_p", 0.0, "top_p=0.0"), ("top_p", 1.5, "top_p=1.5"),
-    ("max_new_tokens", 0, "max_new_tokens=0"), ("depth_stop", 1.0, "depth_stop=1.0"), ("head_rows", "some", "head_rows='some': use one of read, all"),
-])
+
+@pytest.mark.parametrize(
+    "field,value,needle",
+    [
+        ("top_k", 0, "top_k=0"),
+        ("depth", 0, "depth=0"),
+        ("tree_budget", 1, "tree_budget=1"),
+        ("temperature", -0.5, "temperature=-0.5"),
+        ("top_p", 0.0, "top_p=0.0"),
+        ("top_p", 1.5, "top_p=1.5"),
+        ("max_new_tokens", 0, "max_new_tokens=0"),
+        ("depth_stop", 1.0, "depth_stop=1.0"),
+        ("head_rows", "some", "head_rows='some': use one of read, all"),
+    ],
+)
 def test_config_errors_name_the_value_and_range(field, value, needle):
     with pytest.raises(ConfigError) as err:
         DecodeConfig(**{field: value})
@@ -47,18 +57,28 @@ def cli(*args):
     return run_main(generate_main, args)
 
 
-@pytest.mark.parametrize("args,needle", [
-    (["--preset", "tiny-random", "--draft", "poss2", "--prompt", "hi", "--top-k", "0"], "top_k=0"),
-    (["--preset", "tiny-random", "--draft", "/no/such/draft", "--prompt", "hi"], "/no/such/draft"),
-    (["--preset", "no-such-preset", "--prompt", "hi"], "no-such-preset"),
-    (["--preset", "tiny-random", "--method", "plain", "--prompt", "  "], "empty"),
-    (["--target", "/no/such/model", "--method", "plain", "--prompt", "hi", "--quantization", "none"], "/no/such/model"),
-    # A device that is not on this machine is refused, never replaced by the CPU (cuda:99 exists nowhere).
-    (["--preset", "tiny-random", "--method", "plain", "--prompt", "hi", "--device", "cuda:99"],
-     "device 'cuda:99' is not available on this machine: use one of cpu"),
-    (["--preset", "tiny-random", "--method", "plain", "--prompt", "hi", "--device", "gpu0"],
-     "device 'gpu0' is not a device name"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["--preset", "tiny-random", "--draft", "poss2", "--prompt", "hi", "--top-k", "0"], "top_k=0"),
+        (["--preset", "tiny-random", "--draft", "/no/such/draft", "--prompt", "hi"], "/no/such/draft"),
+        (["--preset", "no-such-preset", "--prompt", "hi"], "no-such-preset"),
+        (["--preset", "tiny-random", "--method", "plain", "--prompt", "  "], "empty"),
+        (
+            ["--target", "/no/such/model", "--method", "plain", "--prompt", "hi", "--quantization", "none"],
+            "/no/such/model",
+        ),
+        # A device that is not on this machine is refused, never replaced by the CPU (cuda:99 exists nowhere).
+        (
+            ["--preset", "tiny-random", "--method", "plain", "--prompt", "hi", "--device", "cuda:99"],
+            "device 'cuda:99' is not available on this machine: use one of cpu",
+        ),
+        (
+            ["--preset", "tiny-random", "--method", "plain", "--prompt", "hi", "--device", "gpu0"],
+            "device 'gpu0' is not a device name",
+        ),
+    ],
+)
 def test_cli_bad_input_is_one_line(args, needle):
     r = cli(*args)
     assert r.returncode != 0
@@ -99,7 +119,7 @@ def test_a_draft_whose_shard_index_is_a_list_is_refused(tmp_path):
     (tmp_path / "model.safetensors.index.json").write_text('{"weight_map": [["fc.weight", "a.safetensors"]]}')
     with pytest.raises(CheckpointError, match="not a valid shard index.*found list"):
         read_weights(tmp_path)
-    (tmp_path / "model.safetensors.index.json").write_text('[1, 2]')
+    (tmp_path / "model.safetensors.index.json").write_text("[1, 2]")
     with pytest.raises(CheckpointError, match="not a valid shard index.*found list"):
         read_weights(tmp_path)
 

@@ -15,16 +15,17 @@ from test_bench import DEPTH, known_records
 from app import evidence_view
 from poss_core import metrics
 from poss_core.bench import cli
-from poss_core.results import analysis, evidence
-from poss_core.views import figures
 from poss_core.errors import ConfigError
 from poss_core.methods import label_of
 from poss_core.models.presets import get_preset
+from poss_core.results import analysis, evidence
+from poss_core.views import figures
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 # ---------------------------------------------------------------- statistics (poss_core.metrics)
+
 
 def test_wilson_interval_against_a_hand_computation():
     # 3 of 4: p = .75, z² = 3.8415, centre = (.75 + z²/8) / (1 + z²/4) = .6275,
@@ -33,8 +34,9 @@ def test_wilson_interval_against_a_hand_computation():
     assert lo == pytest.approx(0.3006, abs=1e-4) and hi == pytest.approx(0.9544, abs=1e-4)
     lo, hi = metrics.wilson_interval(8, 12)
     assert lo == pytest.approx(0.3906, abs=1e-4) and hi == pytest.approx(0.8619, abs=1e-4)
-    assert metrics.wilson_interval(0, 10)[0] == 0.0 and metrics.wilson_interval(0, 10)[1] == pytest.approx(0.2775,
-                                                                                                         abs=1e-4)
+    assert metrics.wilson_interval(0, 10)[0] == 0.0 and metrics.wilson_interval(0, 10)[1] == pytest.approx(
+        0.2775, abs=1e-4
+    )
     assert metrics.wilson_interval(5, 5)[1] == 1.0
     assert all(math.isnan(v) for v in metrics.wilson_interval(0, 0))
 
@@ -60,6 +62,7 @@ def test_acceptance_stats_from_events_give_counts_and_intervals():
 
 # ---------------------------------------------------------------- the summary from known records
 
+
 @pytest.fixture(scope="module")
 def known():
     records = known_records()
@@ -78,8 +81,10 @@ def test_summary_of_known_records_has_the_right_counts_and_intervals(known):
     assert (k1["pos_acc"]["n"], k2["pos_acc"]["n"], k3["pos_acc"]["n"]) == (12, 8, 4)  # rounds that reached k−1
     assert [p["rate"]["n"] for p in acc["positions"]] == [12, 12, 12]  # every round
     assert k1["pos_acc"]["value"] == pytest.approx(8 / 12, rel=1e-5)
-    assert (k1["pos_acc"]["low"], k1["pos_acc"]["high"]) == (pytest.approx(0.3906, abs=1e-4),
-                                                             pytest.approx(0.8619, abs=1e-4))
+    assert (k1["pos_acc"]["low"], k1["pos_acc"]["high"]) == (
+        pytest.approx(0.3906, abs=1e-4),
+        pytest.approx(0.8619, abs=1e-4),
+    )
     assert k2["pos_acc"]["value"] == 0.5 and k3["rate"]["value"] == pytest.approx(2 / 12, rel=1e-5)
     assert [p["deviation_n"] for p in acc["positions"]] == [8, 4, 2] and k2["l2"] == pytest.approx(2.0)
     d1 = eagle["scopes"]["d1"]
@@ -122,8 +127,9 @@ def test_tau_and_speedup_charts_show_intervals_and_sizes(known):
     fig = figures.speedup_figure(speed, tps, colors=ev.colors())
     assert list(fig.data[0].x) == ["Plain", "Plain (generate)", "EAGLE", "POSS-2"]
     assert "EAGLE n=2" in fig.layout.title.text
-    assert fig.data[0].error_y.array[2] == pytest.approx(known[1]["results"]["eagle"]["scopes"]["overall"]
-                                                         ["speedup"]["std"], rel=1e-5)
+    assert fig.data[0].error_y.array[2] == pytest.approx(
+        known[1]["results"]["eagle"]["scopes"]["overall"]["speedup"]["std"], rel=1e-5
+    )
 
 
 def _hostile(text: str, i: int) -> str:
@@ -144,7 +150,7 @@ def test_method_and_dataset_names_from_a_summary_show_as_text_in_every_chart(kno
     out = dict(zip(evidence_view.OUTPUT_NAMES, evidence_view.evidence_outputs(ev, PLOTLY_MARKUP)))
     for name in ("tau", "speedup", "pos_acc", "pos_rate", "deviation"):
         assert_shown_as_text(out[name])
-    assert any("&lt;a href=\"https://evil.example/1\"&gt;d2" in s for s in plotly_strings(out["tau"]))  # a category
+    assert any('&lt;a href="https://evil.example/1"&gt;d2' in s for s in plotly_strings(out["tau"]))  # a category
     for chart in evidence_view.scoped_charts(ev, data["datasets"][0]).values():  # its name in the note too
         assert_shown_as_text(chart)
     assert "<a " not in out["header"] + out["table"] and "&lt;a href" in out["table"]
@@ -154,13 +160,22 @@ def test_every_label_a_chart_draws_goes_through_one_escape():
     from test_bench import events as bench_events
 
     runs = {PLOTLY_MARKUP: bench_events([2, 0, 3, 1], 1.0)}
-    for fig in (figures.pos_acc_figure(runs, note=PLOTLY_MARKUP), figures.feature_deviation_figure(runs),
-                figures.accept_hist_figure(runs), figures.tokens_per_s_figure(runs),
-                figures.empty_figure(PLOTLY_MARKUP, title=PLOTLY_MARKUP)):
+    for fig in (
+        figures.pos_acc_figure(runs, note=PLOTLY_MARKUP),
+        figures.feature_deviation_figure(runs),
+        figures.accept_hist_figure(runs),
+        figures.tokens_per_s_figure(runs),
+        figures.empty_figure(PLOTLY_MARKUP, title=PLOTLY_MARKUP),
+    ):
         assert_shown_as_text(fig)
     event = runs[PLOTLY_MARKUP][2]
-    tree = figures.tree_figure(event, labels=[PLOTLY_MARKUP] * len(event.nodes), root_label=PLOTLY_MARKUP,
-                               bonus_label=PLOTLY_MARKUP, title=PLOTLY_MARKUP)
+    tree = figures.tree_figure(
+        event,
+        labels=[PLOTLY_MARKUP] * len(event.nodes),
+        root_label=PLOTLY_MARKUP,
+        bonus_label=PLOTLY_MARKUP,
+        title=PLOTLY_MARKUP,
+    )
     assert_shown_as_text(tree)
     # Plotly decodes the entities after reading its tags: the text it shows is the text given.
     assert figures.plotly_text("a < b & c > d %{x}") == "a &lt; b &amp; c &gt; d %&#123;x}"
@@ -169,18 +184,22 @@ def test_every_label_a_chart_draws_goes_through_one_escape():
 
 # ---------------------------------------------------------------- the loader refuses what is not a summary
 
+
 def _write(tmp_path, name, text):
     p = tmp_path / name
     p.write_text(text)
     return p
 
 
-@pytest.mark.parametrize("text, says", [
-    ("{not json", "not valid JSON"),
-    ("[1, 2, 3]", "not an evidence summary"),
-    ('{"schema": "something-else"}', "not an evidence summary"),
-    ("[" * 100_000 + "]" * 100_000, "not valid JSON"),
-])
+@pytest.mark.parametrize(
+    "text, says",
+    [
+        ("{not json", "not valid JSON"),
+        ("[1, 2, 3]", "not an evidence summary"),
+        ('{"schema": "something-else"}', "not an evidence summary"),
+        ("[" * 100_000 + "]" * 100_000, "not valid JSON"),
+    ],
+)
 def test_loader_refuses_corrupt_or_foreign_json(tmp_path, text, says):
     with pytest.raises(ConfigError, match=says):
         evidence.load_evidence(_write(tmp_path, "x.json", text))
@@ -216,14 +235,18 @@ def test_loader_refuses_hostile_records(known, tmp_path):
     huge = json.loads(json.dumps(row))
     huge["rounds"]["accept_len"] = [10**9]  # would allocate a billion-entry histogram
     many_runs = [{**row, "run": i} for i in range(evidence.MAX_RUNS + 1)]  # bounds the work aggregation does
-    for name, lines, says in [("huge", [huge], "accept_len"), ("text", ["hello"], "line 1 is not valid JSON"),
-                              ("runs", many_runs, "21 runs; a summary covers at most 20"),
-                              ("short", [{"run": 0}], "line 1 is not a benchmark record"),
-                              ("none", [], "no benchmark")]:
+    for name, lines, says in [
+        ("huge", [huge], "accept_len"),
+        ("text", ["hello"], "line 1 is not valid JSON"),
+        ("runs", many_runs, "21 runs; a summary covers at most 20"),
+        ("short", [{"run": 0}], "line 1 is not a benchmark record"),
+        ("none", [], "no benchmark"),
+    ]:
         folder = tmp_path / name
         folder.mkdir()
-        (folder / "records.jsonl").write_text("".join((ln if isinstance(ln, str) else json.dumps(ln)) + "\n"
-                                                      for ln in lines))
+        (folder / "records.jsonl").write_text(
+            "".join((ln if isinstance(ln, str) else json.dumps(ln)) + "\n" for ln in lines)
+        )
         with pytest.raises(ConfigError, match=says):
             evidence.load_evidence(folder)
 
@@ -294,6 +317,7 @@ def test_a_large_records_file_loads_in_seconds(tmp_path):
 
 # ---------------------------------------------------------------- a fresh tiny benchmark run
 
+
 @pytest.fixture(scope="module")
 def fresh_run(tmp_path_factory):
     """`python -m poss_core.bench` on tiny-random, in this process: two datasets, plain, EAGLE and POSS-2."""
@@ -301,12 +325,34 @@ def fresh_run(tmp_path_factory):
     data = root / "eval"
     data.mkdir()
     for name, turns in {"chat": [["Say hi."], ["Name a colour."]], "math": [["What is 2 + 2?"]]}.items():
-        (data / f"{name}.jsonl").write_text("".join(json.dumps({"question_id": i, "turns": t}) + "\n"
-                                                    for i, t in enumerate(turns)))
+        (data / f"{name}.jsonl").write_text(
+            "".join(json.dumps({"question_id": i, "turns": t}) + "\n" for i, t in enumerate(turns))
+        )
     out = root / "results" / "tiny"
-    rc = cli.main(["--preset", "tiny-random", "--methods", "plain,eagle,poss2", "--data", str(data / "*.jsonl"),
-                   "--max-new-tokens", "10", "--runs", "2", "--tree-budget", "8", "--warmup-tokens", "2",
-                   "--no-progress", "--no-hf-generate", "--plotlyjs", "cdn", "--out", str(out)])
+    rc = cli.main(
+        [
+            "--preset",
+            "tiny-random",
+            "--methods",
+            "plain,eagle,poss2",
+            "--data",
+            str(data / "*.jsonl"),
+            "--max-new-tokens",
+            "10",
+            "--runs",
+            "2",
+            "--tree-budget",
+            "8",
+            "--warmup-tokens",
+            "2",
+            "--no-progress",
+            "--no-hf-generate",
+            "--plotlyjs",
+            "cdn",
+            "--out",
+            str(out),
+        ]
+    )
     assert rc == 0
     return out
 
@@ -402,13 +448,18 @@ def test_folder_box_reads_only_regular_files_inside_the_allowed_folders(known, m
     (allowed / "loop1").symlink_to(allowed / "loop2")
     (allowed / "loop2").symlink_to(allowed / "loop1")
     private = (str(tmp_path), str(evidence_view.project_root()))  # (the message repeats what was typed)
-    for text, says in [("x", "results/x/evidence.json is a link to a file outside"),
-                       ("y", "results/y/records.jsonl is a link to a file outside"),
-                       ("z", "results/z/summary.json is a link to a file outside"),
-                       ("x/evidence.json", "reads only folders under"),
-                       ("loop1", "could not be followed"), ("loop1/evidence.json", "could not be followed"),
-                       ("a" * 300, "longer than 255 characters"), ("x/" + "b" * 300, "longer than 255"),
-                       ("/etc", "reads only folders under"), ("missing", "no such folder")]:
+    for text, says in [
+        ("x", "results/x/evidence.json is a link to a file outside"),
+        ("y", "results/y/records.jsonl is a link to a file outside"),
+        ("z", "results/z/summary.json is a link to a file outside"),
+        ("x/evidence.json", "reads only folders under"),
+        ("loop1", "could not be followed"),
+        ("loop1/evidence.json", "could not be followed"),
+        ("a" * 300, "longer than 255 characters"),
+        ("x/" + "b" * 300, "longer than 255"),
+        ("/etc", "reads only folders under"),
+        ("missing", "no such folder"),
+    ]:
         out = as_dict(evidence_view.folder_handler(text))
         message = out["message"]
         assert says in message and "error" in message, (text, message)
@@ -475,8 +526,14 @@ def test_records_of_a_method_whose_draft_is_not_observed_load(known):
     from poss_core.json_safe import clean_json
 
     rec = next(r for r in known_records() if r.method == "eagle")
-    blind = [_replace(e, nodes=[DraftNode(n.token, n.parent, n.depth, math.nan, math.nan, n.specialist)
-                                for n in e.nodes], draft_observed=False) for e in rec.events]
+    blind = [
+        _replace(
+            e,
+            nodes=[DraftNode(n.token, n.parent, n.depth, math.nan, math.nan, n.specialist) for n in e.nodes],
+            draft_observed=False,
+        )
+        for e in rec.events
+    ]
     line = json.dumps(clean_json(_replace(rec, method="pld", events=blind).to_json()))
     assert "null" in line
     (back,) = evidence.parse_records(line, "records.jsonl")

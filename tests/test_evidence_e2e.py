@@ -66,8 +66,9 @@ def test_browser_shows_the_evidence_charts_and_their_sample_sizes(server):
         # The dataset picker redraws the acceptance charts on one dataset, with that dataset's sample size.
         page.click("#poss-evidence-scope input")
         page.get_by_role("option", name="d1").click()
-        page.wait_for_function("document.querySelector('#poss-evidence-pos-acc').innerText.includes('dataset: d1')",
-                               timeout=60_000)
+        page.wait_for_function(
+            "document.querySelector('#poss-evidence-pos-acc').innerText.includes('dataset: d1')", timeout=60_000
+        )
         assert "EAGLE n=12" not in page.locator("#poss-evidence-pos-acc").inner_text()
         SCREENSHOT.parent.mkdir(exist_ok=True)
         page.screenshot(path=str(SCREENSHOT), full_page=True)
@@ -76,11 +77,13 @@ def test_browser_shows_the_evidence_charts_and_their_sample_sizes(server):
         page.get_by_text("Load another summary or results folder").click()
         page.fill("#poss-evidence-folder textarea, #poss-evidence-folder input", "mine")
         page.click("#poss-evidence-load")
-        page.wait_for_function("document.querySelector('#poss-evidence-header').innerText.includes('--mine')",
-                               timeout=60_000)
+        page.wait_for_function(
+            "document.querySelector('#poss-evidence-header').innerText.includes('--mine')", timeout=60_000
+        )
         assert "EAGLE n=6" in page.locator("#poss-evidence-pos-acc").inner_text()
         page.fill("#poss-evidence-folder textarea, #poss-evidence-folder input", "/etc")
         page.click("#poss-evidence-load")
-        page.wait_for_function("document.querySelector('#poss-evidence-message').innerText.includes('reads only')",
-                               timeout=60_000)
+        page.wait_for_function(
+            "document.querySelector('#poss-evidence-message').innerText.includes('reads only')", timeout=60_000
+        )
         assert "--mine" in page.locator("#poss-evidence-header").inner_text()  # what was shown stays

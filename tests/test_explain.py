@@ -17,25 +17,44 @@ def text(token: int) -> str:
 def greedy_round(bonus_prob=0.71):
     """5 nodes at depths 1-3 from two specialists: 0 ("The") and 2 (" cat") accepted, then at depth 3 the draft's top
     candidate " dog" (node 3) and " sat" (node 4) lost to the target's " mat"."""
-    nodes = [DraftNode(10, -1, 1, math.log(0.8), 0.8, 0), DraftNode(11, -1, 1, math.log(0.1), 0.1, 0),
-             DraftNode(12, 0, 2, math.log(0.48), 0.6, 0), DraftNode(13, 2, 3, math.log(0.24), 0.5, 1),
-             DraftNode(14, 2, 3, math.log(0.1), 0.2, 1)]
-    return RoundEvent(round=7, nodes=nodes, accepted=[0, 2], bonus=50, target_probs=[0.9, 0.05, 0.7, 0.1, 0.01],
-                      feature_deviation=[FeatureDeviation(1.0, 0.1), FeatureDeviation(3.0, 0.3)], draft_ms=2.0,
-                      verify_ms=6.0, new_tokens=9, tokens=[10, 12, 50], text="The cat mat", wall_ms=10.0,
-                      bonus_prob=bonus_prob)
+    nodes = [
+        DraftNode(10, -1, 1, math.log(0.8), 0.8, 0),
+        DraftNode(11, -1, 1, math.log(0.1), 0.1, 0),
+        DraftNode(12, 0, 2, math.log(0.48), 0.6, 0),
+        DraftNode(13, 2, 3, math.log(0.24), 0.5, 1),
+        DraftNode(14, 2, 3, math.log(0.1), 0.2, 1),
+    ]
+    return RoundEvent(
+        round=7,
+        nodes=nodes,
+        accepted=[0, 2],
+        bonus=50,
+        target_probs=[0.9, 0.05, 0.7, 0.1, 0.01],
+        feature_deviation=[FeatureDeviation(1.0, 0.1), FeatureDeviation(3.0, 0.3)],
+        draft_ms=2.0,
+        verify_ms=6.0,
+        new_tokens=9,
+        tokens=[10, 12, 50],
+        text="The cat mat",
+        wall_ms=10.0,
+        bonus_prob=bonus_prob,
+    )
 
 
 def test_a_greedy_round_in_words():
     account = explain_round(greedy_round(), text)
     lines = account.splitlines()
-    assert lines[0] == ("Round 7: the draft proposed 5 candidate tokens at positions 1–3 (specialist S1 drafted 3 at "
-                        "positions 1–2; specialist S2 drafted 2 at position 3).")
+    assert lines[0] == (
+        "Round 7: the draft proposed 5 candidate tokens at positions 1–3 (specialist S1 drafted 3 at "
+        "positions 1–2; specialist S2 drafted 2 at position 3)."
+    )
     assert "checked all 5 in one forward pass (6.0 ms)" in account
     assert 'It kept 2 drafted tokens, in order: "The" (target p 0.90), " cat" (target p 0.70).' in account
-    assert ('Position 3 was the first rejected: the draft\'s top candidate " dog" (draft p 0.50) (and 1 other '
-            'candidate there) lost to the target\'s choice " mat" (target p 0.71); the target gave " dog" only 0.10.'
-            in account)
+    assert (
+        'Position 3 was the first rejected: the draft\'s top candidate " dog" (draft p 0.50) (and 1 other '
+        'candidate there) lost to the target\'s choice " mat" (target p 0.71); the target gave " dog" only 0.10.'
+        in account
+    )
     assert 'Bonus: the target added its own token " mat" (p 0.71), so this round emitted 3 tokens' in account
     assert "Time: draft 2.0 ms, verify 6.0 ms, the rest (engine bookkeeping) 2.0 ms, of 10.0 ms in all." in account
     assert "draw" not in account
@@ -44,7 +63,7 @@ def test_a_greedy_round_in_words():
 def test_specialist_labels_and_a_missing_bonus_prob():
     account = explain_round(greedy_round(bonus_prob=None), text, specialist_label=lambda k: f"POSS-{k}")
     assert "specialist POSS-0 drafted 3" in account and "specialist POSS-1 drafted 2" in account
-    assert "the target's choice \" mat\";" in account and "(p " not in account.split("Bonus")[1].split(",")[0]
+    assert 'the target\'s choice " mat";' in account and "(p " not in account.split("Bonus")[1].split(",")[0]
 
 
 def test_a_sampled_round_says_it_was_a_draw():
@@ -67,16 +86,45 @@ def test_nothing_kept_and_nothing_left_to_reject():
 
 
 def test_prefill_and_plain_rounds():
-    pre = RoundEvent(round=0, nodes=[], accepted=[], bonus=40, target_probs=[], feature_deviation=[], draft_ms=0.0,
-                     verify_ms=4.0, new_tokens=1, tokens=[40], text="Hello", wall_ms=4.0, prefill=True)
+    pre = RoundEvent(
+        round=0,
+        nodes=[],
+        accepted=[],
+        bonus=40,
+        target_probs=[],
+        feature_deviation=[],
+        draft_ms=0.0,
+        verify_ms=4.0,
+        new_tokens=1,
+        tokens=[40],
+        text="Hello",
+        wall_ms=4.0,
+        prefill=True,
+    )
     account = explain_round(pre, text)
-    assert account.startswith('Round 0 (prefill): the target read the whole prompt in one forward pass and picked '
-                              'the first token "Hello". Nothing was drafted.')
-    plain = RoundEvent(round=3, nodes=[], accepted=[], bonus=50, target_probs=[], feature_deviation=[], draft_ms=0.0,
-                       verify_ms=3.0, new_tokens=4, tokens=[50], text=" mat", wall_ms=4.0)
+    assert account.startswith(
+        "Round 0 (prefill): the target read the whole prompt in one forward pass and picked "
+        'the first token "Hello". Nothing was drafted.'
+    )
+    plain = RoundEvent(
+        round=3,
+        nodes=[],
+        accepted=[],
+        bonus=50,
+        target_probs=[],
+        feature_deviation=[],
+        draft_ms=0.0,
+        verify_ms=3.0,
+        new_tokens=4,
+        tokens=[50],
+        text=" mat",
+        wall_ms=4.0,
+    )
     account = explain_round(plain, text)
-    assert "Round 3 (plain decoding): nothing was drafted; the target ran one forward pass and picked one token, " \
-           '" mat".' in account
+    assert (
+        "Round 3 (plain decoding): nothing was drafted; the target ran one forward pass and picked one token, "
+        '" mat".' in account
+    )
     assert "verify 3.0 ms" in account
     assert "drew one token" in explain_round(plain, text, sampling=True)
 
@@ -91,9 +139,11 @@ def test_bonus_prob_round_trips_and_old_events_load():
 
 def test_decoders_record_the_targets_probability_of_its_bonus():
     from poss_core import compare
+
     for temperature in (0.0, 0.8):
-        comp = compare.start(compare.RunSpec("Hello there", ["eagle"], "tiny-random", temperature=temperature,
-                                             max_new_tokens=6))
+        comp = compare.start(
+            compare.RunSpec("Hello there", ["eagle"], "tiny-random", temperature=temperature, max_new_tokens=6)
+        )
         try:
             while comp.turn():
                 pass

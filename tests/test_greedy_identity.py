@@ -54,10 +54,17 @@ def test_trained_drafts_match_generate(tiny_target, trained_drafts, name, depth,
 def test_every_slot_through_the_lm_head_gives_the_same_output(tiny_target, trained_drafts, budget):
     for prompt in PROMPTS:
         ids = encode_prompt(tiny_target.tokenizer, prompt)
-        outs = [run(SpeculativeDecoder(tiny_target, trained_drafts["poss2"],
-                                       DecodeConfig(depth=5, top_k=4, tree_budget=budget, max_new_tokens=30,
-                                                    head_rows=rows)), ids)
-                for rows in ("read", "all")]
+        outs = [
+            run(
+                SpeculativeDecoder(
+                    tiny_target,
+                    trained_drafts["poss2"],
+                    DecodeConfig(depth=5, top_k=4, tree_budget=budget, max_new_tokens=30, head_rows=rows),
+                ),
+                ids,
+            )
+            for rows in ("read", "all")
+        ]
         assert outs[0][1].token_ids == outs[1][1].token_ids == greedy_reference(tiny_target, ids, 30)
         assert [e.accept_len for e in outs[0][0]] == [e.accept_len for e in outs[1][0]]
         for a, b in zip(outs[0][0], outs[1][0]):  # the views' target probabilities do not depend on it either
@@ -99,8 +106,10 @@ def test_stops_at_eos_inside_an_accepted_path(tiny_target, trained_drafts):
     old = set(tiny_target.eos_ids)
     tiny_target.eos_ids = {eos_tok}
     try:
-        for dec in (SpeculativeDecoder(tiny_target, trained_drafts["eagle"], DecodeConfig(max_new_tokens=40)),
-                    PlainDecoder(tiny_target, DecodeConfig(max_new_tokens=40))):
+        for dec in (
+            SpeculativeDecoder(tiny_target, trained_drafts["eagle"], DecodeConfig(max_new_tokens=40)),
+            PlainDecoder(tiny_target, DecodeConfig(max_new_tokens=40)),
+        ):
             _, summary = run(dec, ids)
             assert summary.token_ids == ref[: first + 1]
             assert summary.stop_reason == "eos"
@@ -126,8 +135,9 @@ def test_context_limit_stops_cleanly():
     _, summary = run(SpeculativeDecoder(target, draft, DecodeConfig(max_new_tokens=100)), ids)
     assert summary.stop_reason == "context_limit"
     assert len(ids) + len(summary.token_ids) == 40
-    ref = target.model.generate(torch.tensor([ids]), max_new_tokens=40 - len(ids), do_sample=False,
-                                eos_token_id=None, pad_token_id=0)[0, len(ids):].tolist()
+    ref = target.model.generate(
+        torch.tensor([ids]), max_new_tokens=40 - len(ids), do_sample=False, eos_token_id=None, pad_token_id=0
+    )[0, len(ids) :].tolist()
     assert summary.token_ids == ref
 
 
@@ -135,8 +145,11 @@ def test_context_limit_stops_cleanly():
 def test_a_leaf_row_read_during_acceptance_counts_as_verify_time_not_overhead(tiny_target, trained_drafts):
     """Every LM-head call over the tree is the target's work: the round's verify time holds all of them (the lazy
     leaf row included), and the engine overhead none."""
-    decoder = SpeculativeDecoder(tiny_target, trained_drafts["eagle"],
-                                 DecodeConfig(depth=3, top_k=2, tree_budget=4, max_new_tokens=40, head_rows="read"))
+    decoder = SpeculativeDecoder(
+        tiny_target,
+        trained_drafts["eagle"],
+        DecodeConfig(depth=3, top_k=2, tree_budget=4, max_new_tokens=40, head_rows="read"),
+    )
     calls: list[int] = []
     plain_rows = decoder._target_rows
 

@@ -8,7 +8,6 @@ import threading
 
 import pytest
 import torch
-from test_bench import eval_files  # noqa: F401 (a fixture)
 
 from poss_core import compare, methods, saved_runs
 from poss_core.bench import cli
@@ -62,7 +61,9 @@ def test_prompt_lookup_is_plain_decoding_at_temperature_0_and_its_rounds_are_the
     assert events[0].prefill and not any(e.prefill for e in events[1:])
     assert all(not e.draft_observed for e in events)
     for e in events:  # the accepted candidates as a chain, their probabilities not observed
-        assert [n.parent for n in e.nodes] == list(range(-1, len(e.nodes) - 1)) and e.accepted == list(range(len(e.nodes)))
+        assert [n.parent for n in e.nodes] == list(range(-1, len(e.nodes) - 1)) and e.accepted == list(
+            range(len(e.nodes))
+        )
         assert all(math.isnan(n.draft_prob) and math.isnan(n.score) for n in e.nodes)
         assert e.accept_len <= cfg.depth and e.wall_ms > 0 and e.draft_ms == 0.0
     if max_new == 40:
@@ -150,9 +151,31 @@ def test_assisted_on_the_default_preset_says_why_not_and_what_to_use(eval_files,
 
 def test_bench_runs_prompt_lookup_beside_plain_with_its_speedup_and_identity(eval_files, tmp_path):  # noqa: F811
     out = tmp_path / "res"
-    rc = cli.main(["--preset", "tiny-random", "--methods", "plain,pld", "--data", str(eval_files / "qa.jsonl"),
-                   "--limit", "1", "--max-new-tokens", "24", "--runs", "1", "--depth", "4", "--warmup-tokens", "4",
-                   "--no-progress", "--plotlyjs", "cdn", "--out", str(out)])
+    rc = cli.main(
+        [
+            "--preset",
+            "tiny-random",
+            "--methods",
+            "plain,pld",
+            "--data",
+            str(eval_files / "qa.jsonl"),
+            "--limit",
+            "1",
+            "--max-new-tokens",
+            "24",
+            "--runs",
+            "1",
+            "--depth",
+            "4",
+            "--warmup-tokens",
+            "4",
+            "--no-progress",
+            "--plotlyjs",
+            "cdn",
+            "--out",
+            str(out),
+        ]
+    )
     assert rc == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["methods"] == ["plain", "plain-hf", "pld"]
@@ -170,8 +193,9 @@ def test_bench_runs_prompt_lookup_beside_plain_with_its_speedup_and_identity(eva
 
 
 def test_a_comparison_runs_pld_and_assisted_lanes_saves_and_replays_them(tmp_path):
-    spec = RunSpec(prompt=PROMPT, methods=["plain", "pld", "assisted"], preset="tiny-random", max_new_tokens=24,
-                   depth=4)
+    spec = RunSpec(
+        prompt=PROMPT, methods=["plain", "pld", "assisted"], preset="tiny-random", max_new_tokens=24, depth=4
+    )
     comp = compare.run_to_end(compare.start(spec, models=compare.ModelCache()))
     plain, pld, assisted = comp.lanes
     assert plain.token_ids == pld.token_ids == assisted.token_ids and not (pld.error or assisted.error)
@@ -186,17 +210,37 @@ def test_a_comparison_runs_pld_and_assisted_lanes_saves_and_replays_them(tmp_pat
 
 
 def test_the_round_told_in_words_claims_nothing_it_cannot_know():
-    nodes_event = RoundEvent.from_json({
-        "round": 3, "nodes": [{"token": 7, "parent": -1, "depth": 1, "score": None, "draft_prob": None,
-                               "specialist": 0}], "accepted": [0], "bonus": 9, "wall_ms": 4.0, "verify_ms": 4.0,
-        "draft_observed": False, "tokens": [7, 9]})
+    nodes_event = RoundEvent.from_json(
+        {
+            "round": 3,
+            "nodes": [{"token": 7, "parent": -1, "depth": 1, "score": None, "draft_prob": None, "specialist": 0}],
+            "accepted": [0],
+            "bonus": 9,
+            "wall_ms": 4.0,
+            "verify_ms": 4.0,
+            "draft_observed": False,
+            "tokens": [7, 9],
+        }
+    )
     text = explain_round(nodes_event, lambda t: {7: "ab", 9: "c"}[t])
     assert '"ab"' in text and '"c"' in text and "2 tokens" in text
     assert "not observable" in text.lower() and "first rejected" not in text and "draft p" not in text
     records = round_records(nodes_event, ["ab", "c"], ["ab"])
     assert records[0].source == "draft" and records[1].source == "bonus" and not records[1].rejected
-    empty = RoundEvent(round=1, nodes=[], accepted=[], bonus=9, target_probs=[], feature_deviation=[], draft_ms=0.0,
-                       verify_ms=1.0, new_tokens=2, tokens=[9], wall_ms=1.0, draft_observed=False)
+    empty = RoundEvent(
+        round=1,
+        nodes=[],
+        accepted=[],
+        bonus=9,
+        target_probs=[],
+        feature_deviation=[],
+        draft_ms=0.0,
+        verify_ms=1.0,
+        new_tokens=2,
+        tokens=[9],
+        wall_ms=1.0,
+        draft_observed=False,
+    )
     assert "plain decoding" not in explain_round(empty, str) and "kept no candidate" in explain_round(empty, str)
 
 

@@ -44,7 +44,7 @@ def test_sharded_draft_loads_like_the_single_file(single_and_sharded, tiny_targe
 
 def test_a_missing_shard_is_named(single_and_sharded, tiny_target):
     _, sharded, _ = single_and_sharded
-    (sharded / "model-00002-of-" f"{len(list(sharded.glob('model-*'))):05d}.safetensors").unlink()
+    (sharded / f"model-00002-of-{len(list(sharded.glob('model-*'))):05d}.safetensors").unlink()
     with pytest.raises(CheckpointError, match=r"names shard 'model-00002-of-\d+\.safetensors', which is not a file"):
         load_draft(sharded, tiny_target)
 

@@ -87,9 +87,11 @@ def test_every_module_is_in_a_layer():
 @pytest.mark.parametrize("module", sorted(MODULES))
 def test_no_module_imports_from_a_layer_above_it(module):
     mine = layer_of(module)
-    above = [f"line {line}: {name} ({LAYERS[layer_of(name)][0]} is above {LAYERS[mine][0]})"
-             for name, line in imports_of(module, MODULES[module])
-             if layer_of(name) is not None and layer_of(name) > mine]
+    above = [
+        f"line {line}: {name} ({LAYERS[layer_of(name)][0]} is above {LAYERS[mine][0]})"
+        for name, line in imports_of(module, MODULES[module])
+        if layer_of(name) is not None and layer_of(name) > mine
+    ]
     assert above == [], f"{module} imports upward: {above}"
 
 
@@ -104,10 +106,12 @@ def test_the_engine_never_imports_gradio_or_the_app_and_plotly_only_for_figures(
 @pytest.mark.slow  # a fresh interpreter importing torch and transformers: the quick tier stays under 90 s
 def test_importing_the_whole_engine_loads_neither_gradio_nor_the_app():
     engine = [m for m in MODULES if m.startswith("poss_core") and not m.endswith("__main__")]
-    code = ("import importlib, sys\n"
-            f"for m in {engine!r}:\n    importlib.import_module(m)\n"
-            "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('gradio', 'app'))\n"
-            "assert not bad, bad\n")
+    code = (
+        "import importlib, sys\n"
+        f"for m in {engine!r}:\n    importlib.import_module(m)\n"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('gradio', 'app'))\n"
+        "assert not bad, bad\n"
+    )
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
 
@@ -115,6 +119,9 @@ def test_importing_the_whole_engine_loads_neither_gradio_nor_the_app():
 @pytest.mark.parametrize("module", sorted(m for m in MODULES if m == "app_entry" or m.startswith("app")))
 def test_the_app_is_a_sibling_of_the_benchmark_and_never_imports_it(module):
     """What both draw lives in poss_core.views and poss_core.results; the benchmark is a command line beside the app."""
-    bench = [f"line {line}: {name}" for name, line in imports_of(module, MODULES[module])
-             if name == "poss_core.bench" or name.startswith("poss_core.bench.")]
+    bench = [
+        f"line {line}: {name}"
+        for name, line in imports_of(module, MODULES[module])
+        if name == "poss_core.bench" or name.startswith("poss_core.bench.")
+    ]
     assert bench == [], f"{module} imports the benchmark: {bench}"

@@ -15,9 +15,9 @@ from app import api, handlers, render, state
 from poss_core import compare
 from poss_core.decoding import config as config_module
 from poss_core.decoding.config import DecodeConfig
-from poss_core.settings import LIMITS
 from poss_core.errors import ConfigError, PromptError
 from poss_core.generate import main as generate_main
+from poss_core.settings import LIMITS
 
 VIEW = state.View()
 
@@ -53,8 +53,11 @@ def test_limits_are_the_uis_slider_ranges_and_the_preset_defaults_fit():
     from app.ui import build_demo
 
     demo = build_demo("tiny-random")
-    sliders = {c.label.split(" (")[0]: (c.minimum, c.maximum) for c in demo.blocks.values()
-               if isinstance(c, gr.Slider) and c.label}
+    sliders = {
+        c.label.split(" (")[0]: (c.minimum, c.maximum)
+        for c in demo.blocks.values()
+        if isinstance(c, gr.Slider) and c.label
+    }
     assert sliders["Depth"] == LIMITS["depth"] and sliders["Top-k per node"] == LIMITS["top_k"]
     assert sliders["Tree budget"] == LIMITS["tree_budget"] and sliders["Max new tokens"] == LIMITS["max_new_tokens"]
     assert sliders["Temperature"] == LIMITS["temperature"]
@@ -84,14 +87,17 @@ def test_compare_api_refuses_with_the_field(change, needle):
     assert len(compare.live_comparisons()) == before
 
 
-@pytest.mark.parametrize("prompt,needle", [
-    (b"\xff\xfe bytes", "prompt must be text, not bytes"),
-    (["a", "list"], "prompt must be text, not list"),
-    (12345, "prompt must be text, not int"),
-    ("caf\udce9", "not valid UTF-8"),  # undecodable bytes as Python carries them (surrogateescape)
-    ("a\x00b", "NUL character"),
-    ("x" * (config_module.MAX_PROMPT_CHARS + 1), f"the most is {config_module.MAX_PROMPT_CHARS}"),
-])
+@pytest.mark.parametrize(
+    "prompt,needle",
+    [
+        (b"\xff\xfe bytes", "prompt must be text, not bytes"),
+        (["a", "list"], "prompt must be text, not list"),
+        (12345, "prompt must be text, not int"),
+        ("caf\udce9", "not valid UTF-8"),  # undecodable bytes as Python carries them (surrogateescape)
+        ("a\x00b", "NUL character"),
+        ("x" * (config_module.MAX_PROMPT_CHARS + 1), f"the most is {config_module.MAX_PROMPT_CHARS}"),
+    ],
+)
 def test_odd_prompts_get_a_clear_error(prompt, needle):
     status = final_status("odd-prompt", prompt=prompt)
     assert "poss-status error" in status and needle in status, status
@@ -123,8 +129,9 @@ def test_per_call_cap_stops_a_run_and_a_compare_call(monkeypatch):
     comp = handlers.SESSIONS.get(req("capped")).comparison
     assert comp.timed_out and all(lane.stop_reason == "cancelled" for lane in comp.lanes)
     assert all(lane.token_ids and len(lane.token_ids) < 2000 for lane in comp.lanes)
-    out = api.compare_api("Hello", ["plain", "eagle"], preset="tiny-random", max_new_tokens=2000, depth=4, top_k=4,
-                          tree_budget=16)
+    out = api.compare_api(
+        "Hello", ["plain", "eagle"], preset="tiny-random", max_new_tokens=2000, depth=4, top_k=4, tree_budget=16
+    )
     assert out["timed_out"] is True and "limit" in out["note"]
     assert all(lane["stop_reason"] == "cancelled" and lane["summary"]["new_tokens"] < 2000 for lane in out["lanes"])
     assert comp not in compare.live_comparisons()
@@ -151,8 +158,11 @@ def test_a_cancelled_compare_call_stops_within_one_round(monkeypatch):
     endpoint = api.compare_endpoint("tiny-random")
 
     async def scenario():
-        task = asyncio.create_task(answer_of(endpoint("Tell me a long story", ["plain", "eagle", "poss2"], "", 450,
-                                                      0.0, 1.0, 4, 4, 16, 0, "auto")))
+        task = asyncio.create_task(
+            answer_of(
+                endpoint("Tell me a long story", ["plain", "eagle", "poss2"], "", 450, 0.0, 1.0, 4, 4, 16, 0, "auto")
+            )
+        )
         for _ in range(600):
             await asyncio.sleep(0.02)
             if started and len(started[0].lanes[0].events) >= 3:
@@ -181,13 +191,16 @@ def cli(*args):
     return run_main(generate_main, ["--preset", "tiny-random", "--method", "plain", *args])
 
 
-@pytest.mark.parametrize("args,needle", [
-    (["--seed", "100000000000000000000000"], "seed=100000000000000000000000 is out of range"),
-    (["--temperature", "inf"], "temperature=inf"),
-    (["--max-new-tokens", "1000000000"], "max_new_tokens=1000000000 is out of range"),
-    (["--depth", "20"], "depth=20 is out of range"),
-    (["--tree-budget", "5000"], "tree_budget=5000 is out of range"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["--seed", "100000000000000000000000"], "seed=100000000000000000000000 is out of range"),
+        (["--temperature", "inf"], "temperature=inf"),
+        (["--max-new-tokens", "1000000000"], "max_new_tokens=1000000000 is out of range"),
+        (["--depth", "20"], "depth=20 is out of range"),
+        (["--tree-budget", "5000"], "tree_budget=5000 is out of range"),
+    ],
+)
 def test_generate_cli_refuses_before_loading_a_model(args, needle, monkeypatch):
     from poss_core import generate
 
@@ -206,18 +219,23 @@ def test_generate_cli_refuses_an_undecodable_prompt_before_loading(monkeypatch):
     assert r.returncode == 2 and "error: --prompt is not valid UTF-8" in r.stderr, r.stderr
 
 
-@pytest.mark.parametrize("args,needle", [
-    (["--depth", "20"], "depth=20 is out of range"),
-    (["--temperature", "inf"], "temperature=inf"),
-    (["--seed", "100000000000000000000000"], "seed=100000000000000000000000"),
-    (["--max-new-tokens", "1000000000"], "max_new_tokens=1000000000"),
-    (["--tree-budget", "auto", "--max-tree-budget", "5000"], "--max-tree-budget=5000 is out of range"),
-    (["--warmup-tokens", "0"], "--warmup-tokens=0 is out of range"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["--depth", "20"], "depth=20 is out of range"),
+        (["--temperature", "inf"], "temperature=inf"),
+        (["--seed", "100000000000000000000000"], "seed=100000000000000000000000"),
+        (["--max-new-tokens", "1000000000"], "max_new_tokens=1000000000"),
+        (["--tree-budget", "auto", "--max-tree-budget", "5000"], "--max-tree-budget=5000 is out of range"),
+        (["--warmup-tokens", "0"], "--warmup-tokens=0 is out of range"),
+    ],
+)
 def test_bench_cli_refuses_with_the_same_bounds(args, needle, tmp_path):
     from poss_core.bench.cli import main as bench_main
 
-    r = run_main(bench_main, ["--preset", "tiny-random", "--data", str(tmp_path / "none.jsonl"),
-                              "--out", str(tmp_path / "out"), *args])
+    r = run_main(
+        bench_main,
+        ["--preset", "tiny-random", "--data", str(tmp_path / "none.jsonl"), "--out", str(tmp_path / "out"), *args],
+    )
     lines = [line for line in r.stderr.splitlines() if line.startswith("error:")]
     assert r.returncode != 0 and len(lines) == 1 and needle in lines[0], r.stderr

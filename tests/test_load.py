@@ -31,8 +31,22 @@ def free_port() -> int:
 
 
 def run_args(prompt, methods=("plain", "eagle", "poss2"), max_new_tokens=NEW_TOKENS, seed=0, tree_budget=16):
-    return [prompt, False, "tiny-random", list(methods), 0.0, 1.0, 4, 4, tree_budget, max_new_tokens, seed, "auto",
-            False, "auto"] + VIEW
+    return [
+        prompt,
+        False,
+        "tiny-random",
+        list(methods),
+        0.0,
+        1.0,
+        4,
+        4,
+        tree_budget,
+        max_new_tokens,
+        seed,
+        "auto",
+        False,
+        "auto",
+    ] + VIEW
 
 
 def cpu_seconds(pid: int) -> float:
@@ -107,24 +121,45 @@ def client_script(url: str, i: int, refs: dict, rec: Recorder) -> None:
         return out
 
     # 1. /compare, good: every draft lane identical to plain decoding, plain decoding as the reference computes it.
-    out = call(prompt, ["plain", "eagle", "poss2"], "tiny-random", NEW_TOKENS, 0.0, 1.0, 4, 4, 16, 0,
-               api_name="/compare")
+    out = call(
+        prompt, ["plain", "eagle", "poss2"], "tiny-random", NEW_TOKENS, 0.0, 1.0, 4, 4, 16, 0, api_name="/compare"
+    )
     if out is not None:
         plain = out["lanes"][0]
-        rec.greedy(plain["text"] == refs[prompt] and all(lane["identical_to_plain"] for lane in out["lanes"][1:]),
-                   f"client {i} /compare {prompt!r}")
+        rec.greedy(
+            plain["text"] == refs[prompt] and all(lane["identical_to_plain"] for lane in out["lanes"][1:]),
+            f"client {i} /compare {prompt!r}",
+        )
     # 2. /compare, bad inputs: a clear error naming the field.
-    bad_compare = [(dict(seed=1e30), "seed"), (dict(max_new_tokens=1e9), "max_new_tokens"), (dict(depth=20), "depth"),
-                   (dict(tree_budget=5000), "tree_budget")][i % 4]
+    bad_compare = [
+        (dict(seed=1e30), "seed"),
+        (dict(max_new_tokens=1e9), "max_new_tokens"),
+        (dict(depth=20), "depth"),
+        (dict(tree_budget=5000), "tree_budget"),
+    ][i % 4]
     kw = dict(max_new_tokens=NEW_TOKENS, temperature=0.0, top_p=1.0, depth=4, top_k=4, tree_budget=16, seed=0)
     kw.update(bad_compare[0])
-    call(prompt, ["plain", "eagle"], "tiny-random", kw["max_new_tokens"], kw["temperature"], kw["top_p"], kw["depth"],
-         kw["top_k"], kw["tree_budget"], kw["seed"], api_name="/compare", expect_error=bad_compare[1])
+    call(
+        prompt,
+        ["plain", "eagle"],
+        "tiny-random",
+        kw["max_new_tokens"],
+        kw["temperature"],
+        kw["top_p"],
+        kw["depth"],
+        kw["top_k"],
+        kw["tree_budget"],
+        kw["seed"],
+        api_name="/compare",
+        expect_error=bad_compare[1],
+    )
     # 3. /run, good, streamed: Done, both draft lanes badged identical, the plain text is the reference's.
     out = call(*run_args(prompt), api_name="/run")
     if out is not None:
         texts = [v for v in out if isinstance(v, str)]
-        ok = "Done" in out[0] and refs[prompt] in texts and sum("✓ identical to plain decoding" in t for t in texts) == 2
+        ok = (
+            "Done" in out[0] and refs[prompt] in texts and sum("✓ identical to plain decoding" in t for t in texts) == 2
+        )
         rec.greedy(ok, f"client {i} /run {prompt!r}: {out[0][:120]}")
     # 4. /run, bad: the seed named in the status line.
     call(*run_args(prompt, seed=1e30), api_name="/run", expect_error="seed")
@@ -153,7 +188,9 @@ def client_script(url: str, i: int, refs: dict, rec: Recorder) -> None:
         rec.bad(f"client {i} stop after steps: {stop[0][:200]}")
     # 7. Replay the stopped run.
     out = call(*VIEW, api_name="/replay")
-    if out is not None and "Replay finished" not in out[0] and "Stopped" not in out[0]:  # the run it replays was stopped
+    if (
+        out is not None and "Replay finished" not in out[0] and "Stopped" not in out[0]
+    ):  # the run it replays was stopped
         rec.bad(f"client {i} replay: {out[0][:200]}")
     # 8. Half the clients cancel a long /compare call.
     if i % 2 == 0:
@@ -173,14 +210,37 @@ def test_sixteen_clients_against_the_real_app():
     from poss_core import compare
 
     torch.set_num_threads(1)
-    refs = {p: compare.run_to_end(compare.start(compare.RunSpec(p, ["plain"], "tiny-random",
-                                                                max_new_tokens=NEW_TOKENS))).lanes[0].text
-            for p in PROMPTS}
+    refs = {
+        p: compare.run_to_end(compare.start(compare.RunSpec(p, ["plain"], "tiny-random", max_new_tokens=NEW_TOKENS)))
+        .lanes[0]
+        .text
+        for p in PROMPTS
+    }
     port = free_port()
-    server = subprocess.Popen([sys.executable, "app.py", "--preset", "tiny-random", "--host", "127.0.0.1", "--port",
-                               str(port), "--threads", "1", "--concurrency", "2", "--queue-size", "256",
-                               "--max-new-tokens", "2048"],
-                              cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "app.py",
+            "--preset",
+            "tiny-random",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--threads",
+            "1",
+            "--concurrency",
+            "2",
+            "--queue-size",
+            "256",
+            "--max-new-tokens",
+            "2048",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     url = f"http://127.0.0.1:{port}/"
     try:
         deadline = time.monotonic() + 120
@@ -208,11 +268,13 @@ def test_sixteen_clients_against_the_real_app():
         waits = sorted(rec.waits)
         p50, p95 = statistics.median(waits), waits[int(0.95 * (len(waits) - 1))]
         rss = peak_rss_mb(server.pid)
-        print(f"\n[load] {CLIENTS} clients, {rec.calls} calls in {wall:.1f} s; expected errors (bad inputs) "
-              f"{rec.expected_errors}; unexpected errors {len(rec.unexpected)}; queue wait p50 {p50:.2f} s, "
-              f"p95 {p95:.2f} s, max {waits[-1]:.2f} s; server peak RSS {rss:.0f} MB; greedy outputs checked "
-              f"{rec.greedy_checked}, all equal to plain decoding: {not rec.greedy_mismatches}; server CPU in 4 s "
-              f"after the last call: {idle_cpu:.2f} s")
+        print(
+            f"\n[load] {CLIENTS} clients, {rec.calls} calls in {wall:.1f} s; expected errors (bad inputs) "
+            f"{rec.expected_errors}; unexpected errors {len(rec.unexpected)}; queue wait p50 {p50:.2f} s, "
+            f"p95 {p95:.2f} s, max {waits[-1]:.2f} s; server peak RSS {rss:.0f} MB; greedy outputs checked "
+            f"{rec.greedy_checked}, all equal to plain decoding: {not rec.greedy_mismatches}; server CPU in 4 s "
+            f"after the last call: {idle_cpu:.2f} s"
+        )
         for line in rec.unexpected[:10] + rec.greedy_mismatches[:10]:
             print("  ", line)
         assert rec.unexpected == [] and rec.greedy_mismatches == []

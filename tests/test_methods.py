@@ -10,12 +10,11 @@ import pytest
 from app import render, state
 from poss_core import compare, methods
 from poss_core.bench import runner
-from poss_core.results.records import TurnRecord
-from poss_core.decoding.config import DecodeConfig
 from poss_core.decoding.decoder import PlainDecoder, SpeculativeDecoder
 from poss_core.decoding.hf_generate import HFGenerateDecoder
 from poss_core.errors import ConfigError
 from poss_core.models.presets import drafts_dir, get_preset, presets
+from poss_core.results.records import TurnRecord
 
 
 def test_the_real_default_preset_labels_its_untrained_drafts_without_a_path():
@@ -57,8 +56,18 @@ def test_plain_decoding_has_one_name_and_its_old_spelling_is_read_only_from_old_
     with pytest.raises(ConfigError, match="'ar' is not available"):  # a new run names plain decoding `plain`
         compare.RunSpec("hi", ["ar", "eagle"], "tiny-random").check()
     assert runner.parse_methods("eagle,plain-float32") == ["plain", "plain-hf", "eagle", "plain-float32"]
-    old = TurnRecord(run=0, method="ar", dataset="d", question_id=1, category="", turn=0, token_ids=[1], text="",
-                     stop_reason="eos", wall_time=0.1)
+    old = TurnRecord(
+        run=0,
+        method="ar",
+        dataset="d",
+        question_id=1,
+        category="",
+        turn=0,
+        token_ids=[1],
+        text="",
+        stop_reason="eos",
+        wall_time=0.1,
+    )
     assert old.method == "plain" and TurnRecord.from_json(old.to_json()).method == "plain"
 
 
@@ -92,11 +101,15 @@ def test_runs_saved_with_the_old_names_load_with_the_registry_names(tmp_path):
 
     from poss_core import saved_runs
 
-    head = {"type": "run", "version": 1, "settings": {"prompt": "hi", "methods": ["ar", "poss1"],
-                                                      "preset": "smollm2-135m"},
-            "lanes": [{"method": "ar", "label": "plain"},
-                      {"method": "poss1", "label": "POSS-1 (6 specialists) (untrained: not in /some/folder; train "
-                                                   "it)"}]}
+    head = {
+        "type": "run",
+        "version": 1,
+        "settings": {"prompt": "hi", "methods": ["ar", "poss1"], "preset": "smollm2-135m"},
+        "lanes": [
+            {"method": "ar", "label": "plain"},
+            {"method": "poss1", "label": "POSS-1 (6 specialists) (untrained: not in /some/folder; train it)"},
+        ],
+    }
     path = tmp_path / "old.jsonl"
     path.write_text(json.dumps(head) + "\n")
     comp = saved_runs.load_run(path)

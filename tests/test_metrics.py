@@ -10,12 +10,27 @@ from poss_core.events import DraftNode, FeatureDeviation, RoundEvent
 
 def ev(round_, accept_len, depth=4, wall_ms=10.0, new_tokens=0, prefill=False, devs=None):
     # A chain of `depth` nodes; the first `accept_len` are accepted.
-    nodes = [DraftNode(token=10 + d, parent=d - 1, depth=d + 1, score=-0.1 * d, draft_prob=0.9, specialist=0)
-             for d in range(depth)] if not prefill else []
-    return RoundEvent(round=round_, nodes=nodes, accepted=list(range(accept_len)), bonus=1,
-                      target_probs=[0.5] * len(nodes),
-                      feature_deviation=devs if devs is not None else [FeatureDeviation(1.0, 0.1)] * accept_len,
-                      draft_ms=2.0, verify_ms=5.0, new_tokens=new_tokens, wall_ms=wall_ms, prefill=prefill)
+    nodes = (
+        [
+            DraftNode(token=10 + d, parent=d - 1, depth=d + 1, score=-0.1 * d, draft_prob=0.9, specialist=0)
+            for d in range(depth)
+        ]
+        if not prefill
+        else []
+    )
+    return RoundEvent(
+        round=round_,
+        nodes=nodes,
+        accepted=list(range(accept_len)),
+        bonus=1,
+        target_probs=[0.5] * len(nodes),
+        feature_deviation=devs if devs is not None else [FeatureDeviation(1.0, 0.1)] * accept_len,
+        draft_ms=2.0,
+        verify_ms=5.0,
+        new_tokens=new_tokens,
+        wall_ms=wall_ms,
+        prefill=prefill,
+    )
 
 
 def events():
@@ -95,8 +110,12 @@ def test_pooled_stats_add_up_like_one_run():
 
 def test_feature_deviation_and_speed():
     e = events()
-    e[5].feature_deviation = [FeatureDeviation(1.0, 0.1), FeatureDeviation(2.0, 0.2), FeatureDeviation(3.0, 0.3),
-                              FeatureDeviation(5.0, 0.5)]
+    e[5].feature_deviation = [
+        FeatureDeviation(1.0, 0.1),
+        FeatureDeviation(2.0, 0.2),
+        FeatureDeviation(3.0, 0.3),
+        FeatureDeviation(5.0, 0.5),
+    ]
     dev = metrics.feature_deviation_by_position(e)
     assert dev["count"] == [4, 3, 1, 1]
     assert math.isclose(dev["l2"][1], (1.0 + 1.0 + 2.0) / 3)
@@ -153,14 +172,17 @@ def test_bootstrap_of_a_tau_change():
 
 # ---------------------------------------------------------------- the vectorised bootstrap against the pure one
 
+
 def _pure_bootstrap(datasets, statistic, resamples, level=0.95, seed=0):
     """The percentile bootstrap as plain Python (one `random` draw per resampled question): the reference the
     vectorised `metrics` bootstrap is held to."""
     import random
 
     rng = random.Random(seed)
-    draws = [statistic([[rows[rng.randrange(len(rows))] for _ in rows] for rows in datasets if rows])
-             for _ in range(resamples)]
+    draws = [
+        statistic([[rows[rng.randrange(len(rows))] for _ in rows] for rows in datasets if rows])
+        for _ in range(resamples)
+    ]
     out = []
     for i in range(2):
         vals = sorted(d[i] for d in draws if not math.isnan(d[i]))
@@ -175,8 +197,9 @@ def _pure_tau(picked):
 
 
 def _pure_change(picked):
-    per_set = [tuple((sum(r[side][0] for r in rows), sum(r[side][1] for r in rows)) for side in (0, 1))
-               for rows in picked]
+    per_set = [
+        tuple((sum(r[side][0] for r in rows), sum(r[side][1] for r in rows)) for side in (0, 1)) for rows in picked
+    ]
     (sm, rm), (sb, rb) = [(sum(p[side][0] for p in per_set), sum(p[side][1] for p in per_set)) for side in (0, 1)]
     means = [(m[0] / m[1], b[0] / b[1]) for m, b in per_set]
     return (sm / rm) / (sb / rb) - 1.0, sum(m for m, _ in means) / sum(b for _, b in means) - 1.0
@@ -186,6 +209,7 @@ def _questions(rng, count):
     def one():
         rounds = rng.randint(1, 30)
         return rounds + sum(rng.randint(0, 4) for _ in range(rounds)), rounds
+
     return [one() for _ in range(count)]
 
 
@@ -197,8 +221,10 @@ def test_vectorised_bootstrap_agrees_with_the_pure_python_one():
     rng = random.Random(7)
     taus = [_questions(rng, n) for n in (12, 40, 90)]
     pairs = [list(zip(_questions(rng, n), _questions(rng, n))) for n in (12, 40, 90)]
-    for data, vectorised, pure in ((taus, metrics.bootstrap_tau, _pure_tau),
-                                   (pairs, metrics.bootstrap_tau_change, _pure_change)):
+    for data, vectorised, pure in (
+        (taus, metrics.bootstrap_tau, _pure_tau),
+        (pairs, metrics.bootstrap_tau_change, _pure_change),
+    ):
         got = vectorised(data, resamples=4000)
         want = _pure_bootstrap(data, pure, 4000)
         for i, name in enumerate(metrics.STATISTICS):

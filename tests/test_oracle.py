@@ -6,17 +6,17 @@ import json
 import pytest
 import torch
 from helpers import greedy_reference
-from test_bench import eval_files, events, known_records, rec  # noqa: F401 (eval_files: a fixture)
+from test_bench import events, known_records, rec
 
 from poss_core import compare, methods
 from poss_core.bench import cli, overhead, report, runner
-from poss_core.results import analysis
 from poss_core.decoding.config import DecodeConfig
 from poss_core.decoding.decoder import encode_prompt
 from poss_core.decoding.oracle import OracleDecoder, oracle_tree
 from poss_core.decoding.verify import verify_greedy
 from poss_core.events import DecodeSummary
 from poss_core.models.presets import get_preset
+from poss_core.results import analysis
 
 PROMPTS = ["Hi there, how are you?", "Write a poem about the sea.", "2 + 2 = ?"]
 
@@ -41,7 +41,8 @@ def test_oracle_output_is_plain_decoding_and_accepts_the_whole_depth(tiny_target
             assert len(e.nodes) == budget - 1  # the chain padded to the budget: the verify pass of a real tree
         assert rounds[-1].accept_len <= depth
         assert summary.stats["tau"] == pytest.approx(
-            (depth + 1) if len(rounds) == 1 else sum(e.accept_len + 1 for e in rounds) / len(rounds))
+            (depth + 1) if len(rounds) == 1 else sum(e.accept_len + 1 for e in rounds) / len(rounds)
+        )
         assert sum(e.accept_len + 1 for e in rounds[:-1]) == (depth + 1) * (len(rounds) - 1)
 
 
@@ -85,8 +86,15 @@ def test_the_registry_offers_the_oracle_as_a_lane_not_as_a_preset_draft(tiny_tar
 
 
 def test_a_comparison_runs_an_oracle_lane_beside_plain_decoding():
-    spec = compare.RunSpec("Write a poem about the sea.", ["plain", "oracle"], "tiny-random", depth=4, top_k=4,
-                           tree_budget=12, max_new_tokens=16)
+    spec = compare.RunSpec(
+        "Write a poem about the sea.",
+        ["plain", "oracle"],
+        "tiny-random",
+        depth=4,
+        top_k=4,
+        tree_budget=12,
+        max_new_tokens=16,
+    )
     comp = compare.run_to_end(compare.start(spec))
     plain, oracle = comp.lanes
     assert oracle.label == "Oracle (the target's own continuation)" and oracle.error is None
@@ -97,8 +105,11 @@ def test_a_comparison_runs_an_oracle_lane_beside_plain_decoding():
 def test_the_report_gives_each_methods_share_of_the_oracles_speed_up():
     recs = known_records()
     # The oracle: τ 4 on d1 in 0.25 s, on d2 in 0.2 s, both runs.
-    recs += [rec(run, "oracle", d, events(lens, wall)) for run in (0, 1)
-             for d, lens, wall in (("d1", [3, 3, 3, 3], 0.25), ("d2", [3], 0.2))]
+    recs += [
+        rec(run, "oracle", d, events(lens, wall))
+        for run in (0, 1)
+        for d, lens, wall in (("d1", [3, 3, 3, 3], 0.25), ("d2", [3], 0.2))
+    ]
     agg = analysis.aggregate(recs, depth=3)
     assert agg["oracle"] == "oracle" and "oracle" not in agg["vs_eagle"]
     t = agg["table"]
@@ -120,14 +131,16 @@ def test_the_report_gives_each_methods_share_of_the_oracles_speed_up():
     column = [c.strip() for c in header.strip("|").split("|")].index("of the oracle's speed-up (pooled)")
     assert cells[column].startswith(f"{t['poss2']['overall']['oracle_fraction']:.2f}")
     # Without an oracle, no fraction column.
-    plain_md = report.markdown_report(analysis.aggregate(known_records(), depth=3),
-                                      analysis.identity_check(known_records()), {"labels": {}})
+    plain_md = report.markdown_report(
+        analysis.aggregate(known_records(), depth=3), analysis.identity_check(known_records()), {"labels": {}}
+    )
     assert "oracle" not in plain_md.lower()
 
 
 def test_overhead_measures_the_oracles_round(tiny_target):
-    r = overhead.measure_overhead(tiny_target, None, DecodeConfig(depth=4, top_k=4, tree_budget=16), rounds=5,
-                                  warmup_rounds=1)
+    r = overhead.measure_overhead(
+        tiny_target, None, DecodeConfig(depth=4, top_k=4, tree_budget=16), rounds=5, warmup_rounds=1
+    )
     assert r["rounds"] == 5 and r["nodes"] == pytest.approx(15) and r["tau"] == pytest.approx(5)
     assert r["draft_ms"] < r["verify_ms"] and 0 < r["engine_ms"] < r["wall_ms"]
 
@@ -135,10 +148,32 @@ def test_overhead_measures_the_oracles_round(tiny_target):
 @pytest.mark.slow  # the benchmark CLI end to end
 def test_bench_cli_runs_the_oracle_and_prints_its_fraction(eval_files, tmp_path, capsys):
     out = tmp_path / "res"
-    rc = cli.main(["--preset", "tiny-random", "--methods", "plain,eagle,oracle", "--data",
-                   str(eval_files / "qa.jsonl"), "--limit", "1", "--max-new-tokens", "12", "--runs", "1",
-                   "--tree-budget", "8", "--depth", "3", "--no-progress", "--no-hf-generate", "--plotlyjs", "cdn",
-                   "--out", str(out)])
+    rc = cli.main(
+        [
+            "--preset",
+            "tiny-random",
+            "--methods",
+            "plain,eagle,oracle",
+            "--data",
+            str(eval_files / "qa.jsonl"),
+            "--limit",
+            "1",
+            "--max-new-tokens",
+            "12",
+            "--runs",
+            "1",
+            "--tree-budget",
+            "8",
+            "--depth",
+            "3",
+            "--no-progress",
+            "--no-hf-generate",
+            "--plotlyjs",
+            "cdn",
+            "--out",
+            str(out),
+        ]
+    )
     assert rc == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["oracle"] == "oracle" and not summary["identity"]["mismatches"]
@@ -162,7 +197,7 @@ def test_after_a_divergence_the_oracle_continues_from_a_plain_run_untimed(tiny_t
     rounds = [e for e in evs if not e.prefill]
     short = [i for i, e in enumerate(rounds) if e.accept_len < depth]
     assert short and short[0] < len(rounds) - 1  # the wrong token cut one round short ...
-    assert all(e.accept_len == depth for e in rounds[short[0] + 1:-1])  # ... and the rounds after it are whole
+    assert all(e.accept_len == depth for e in rounds[short[0] + 1 : -1])  # ... and the rounds after it are whole
     assert dec.untimed_s > 0 and dec._continuations[tuple(ids)] == want  # kept for the next run
     _, again = run(dec, ids)
     assert again.token_ids == want and dec.untimed_s == 0

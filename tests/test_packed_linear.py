@@ -13,8 +13,10 @@ from poss_core.models.loading import random_draft
 from poss_core.models.packed_linear import PackedLinear, packing_supported
 from poss_core.models.target import causal_allowed, float_mask
 
-needs_onednn = pytest.mark.skipif(not packing_supported(torch.zeros(1, 1, dtype=torch.bfloat16)),
-                                  reason="this torch build has no oneDNN packed linear")
+needs_onednn = pytest.mark.skipif(
+    not packing_supported(torch.zeros(1, 1, dtype=torch.bfloat16)),
+    reason="this torch build has no oneDNN packed linear",
+)
 
 
 @needs_onednn

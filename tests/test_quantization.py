@@ -8,8 +8,15 @@ from poss_core.decoding.config import DecodeConfig
 from poss_core.decoding.decoder import PlainDecoder, SpeculativeDecoder, encode_prompt
 from poss_core.errors import ConfigError
 from poss_core.models.loading import load_preset_target, random_draft
-from poss_core.models.numerics import (MISMATCH, NEAR_TIE, classify_divergence, first_difference, numerics_of,
-                                       plain_margin, target_numerics)
+from poss_core.models.numerics import (
+    MISMATCH,
+    NEAR_TIE,
+    classify_divergence,
+    first_difference,
+    numerics_of,
+    plain_margin,
+    target_numerics,
+)
 from poss_core.models.quantization import GiB, choose_quantization, estimate_target_bytes
 from poss_core.models.tiny import tiny_config
 
@@ -30,8 +37,14 @@ def test_auto_picks_by_memory_budget():
 def test_footprint_estimate_of_an_8b_llama():
     from transformers import LlamaConfig
 
-    cfg = LlamaConfig(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
-                      num_attention_heads=32, num_key_value_heads=8)
+    cfg = LlamaConfig(
+        vocab_size=128256,
+        hidden_size=4096,
+        intermediate_size=14336,
+        num_hidden_layers=32,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+    )
     assert 14.8 * GiB < estimate_target_bytes(cfg) < 15.2 * GiB  # Llama-3-8B: ~8.03B params in bf16
     assert estimate_target_bytes(tiny_config()) > 0
 
@@ -84,7 +97,7 @@ def test_quantized_layers_keep_rows_apart_and_the_compute_dtype(saved_tiny, mode
             reference = x @ w.t()
         with torch.inference_mode():
             batched = layer(x)
-            alone = torch.cat([layer(x[i:i + 1]) for i in range(len(x))])
+            alone = torch.cat([layer(x[i : i + 1]) for i in range(len(x))])
         if mode == "8bit":  # integer arithmetic on rows quantized one by one: the same bits
             assert torch.equal(batched, alone), "a row's result depends on the other rows"
         else:  # float32 accumulation order may differ with the row count, by far less than a bf16 rounding
@@ -98,7 +111,12 @@ def test_numerics_say_what_identity_each_target_allows():
         n = target_numerics("cpu", torch.float32, quant)
         assert n.exact and "exact" in n.why
     int8 = target_numerics("cpu", torch.float32, "8bit")  # activations rounded to int8: tiny differences grow
-    assert not int8.exact and int8.tolerance == 2.0 and "batch dependence" in int8.why and int8.tie != "a rounding near-tie"
+    assert (
+        not int8.exact
+        and int8.tolerance == 2.0
+        and "batch dependence" in int8.why
+        and int8.tie != "a rounding near-tie"
+    )
     low = target_numerics("cpu", torch.bfloat16, "4bit")
     assert not low.exact and low.tolerance == 0.5 and "near-tie" in low.why
     gpu = target_numerics("cuda", torch.bfloat16, "4bit")

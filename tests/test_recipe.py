@@ -13,8 +13,8 @@ import pytest
 
 from poss_core.errors import ConfigError, PossError
 from poss_core.training.data import pack_token_ids, read_token_ids, token_ids_card
-from poss_core.training.recipe import (card_lineage, export_dir, lineage, load_recipe, main as recipe_main,
-                                       train_command)
+from poss_core.training.recipe import card_lineage, export_dir, lineage, load_recipe, train_command
+from poss_core.training.recipe import main as recipe_main
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "configs" / "drafts" / "smollm2-135m.toml"
@@ -77,29 +77,45 @@ def test_damaged_token_id_files_are_refused(tmp_path):
     (tmp_path / "junk.npz").write_bytes(b"not a zip")
     with pytest.raises(PossError, match="not a token id file"):
         read_token_ids(tmp_path / "junk.npz")
-    np.savez(tmp_path / "short.npz", input_ids=np.arange(3, dtype=np.int32), row_lens=np.array([5], np.int32),
-             prompt_lens=np.array([1], np.int32), shard_index=np.array([0], np.int32),
-             shard_rows=np.array([1], np.int32))
+    np.savez(
+        tmp_path / "short.npz",
+        input_ids=np.arange(3, dtype=np.int32),
+        row_lens=np.array([5], np.int32),
+        prompt_lens=np.array([1], np.int32),
+        shard_index=np.array([0], np.int32),
+        shard_rows=np.array([1], np.int32),
+    )
     with pytest.raises(PossError, match="do not add up"):
         read_token_ids(tmp_path / "short.npz")
     with pytest.raises(PossError, match="does not exist"):
         read_token_ids(tmp_path / "missing.npz")
 
 
-@pytest.mark.parametrize("body, message", [
-    ('[[step]]\nname="s"\nmethods=["eagle"]\ndata=["nope"]\nsteps=1\n', "not a \\[\\[data\\]\\]"),
-    ('[[data]]\nname="d"\nargs=["--prompts","x"]\n[[step]]\nname="s"\nmethods=["eagle"]\n'
-     'data=["d"]\nsteps=1\ninit="s"\n', "no earlier step"),
-    ('[[data]]\nname="d"\nargs=["--prompts","x"]\n[[step]]\nname="s"\nmethods=["eagle"]\n'
-     'data=["d"]\nsteps=1\ninit="t"\n[[step]]\nname="t"\nmethods=["eagle"]\ndata=["d"]\nsteps=1\n',
-     "no earlier step"),
-    ('[[data]]\nname="d"\nargs=["--prompts","x"]\n[[step]]\nname="s"\nmethods=["poss2"]\ndata=["d"]\nsteps=1\n'
-     '[[step]]\nname="t"\nmethods=["poss2"]\ndata=["d"]\nsteps=1\nspecialists_from="s"\n', "does not train eagle"),
-    ('[[data]]\nname="d"\nargs=["--prompts","x"]\n[[stage]]\nname="stage-1"\n', "'stage' is not part of a recipe"),
-    ('[train]\nout="x"\n', "sets out"),
-    ('[[data]]\nname="d"\n', "neither tokens nor args"),
-    ('this is = = not toml', "not valid TOML"),
-])
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        ('[[step]]\nname="s"\nmethods=["eagle"]\ndata=["nope"]\nsteps=1\n', "not a \\[\\[data\\]\\]"),
+        (
+            '[[data]]\nname="d"\nargs=["--prompts","x"]\n[[step]]\nname="s"\nmethods=["eagle"]\n'
+            'data=["d"]\nsteps=1\ninit="s"\n',
+            "no earlier step",
+        ),
+        (
+            '[[data]]\nname="d"\nargs=["--prompts","x"]\n[[step]]\nname="s"\nmethods=["eagle"]\n'
+            'data=["d"]\nsteps=1\ninit="t"\n[[step]]\nname="t"\nmethods=["eagle"]\ndata=["d"]\nsteps=1\n',
+            "no earlier step",
+        ),
+        (
+            '[[data]]\nname="d"\nargs=["--prompts","x"]\n[[step]]\nname="s"\nmethods=["poss2"]\ndata=["d"]\nsteps=1\n'
+            '[[step]]\nname="t"\nmethods=["poss2"]\ndata=["d"]\nsteps=1\nspecialists_from="s"\n',
+            "does not train eagle",
+        ),
+        ('[[data]]\nname="d"\nargs=["--prompts","x"]\n[[stage]]\nname="stage-1"\n', "'stage' is not part of a recipe"),
+        ('[train]\nout="x"\n', "sets out"),
+        ('[[data]]\nname="d"\n', "neither tokens nor args"),
+        ("this is = = not toml", "not valid TOML"),
+    ],
+)
 def test_bad_recipes_say_what_is_wrong(tmp_path, body, message):
     path = tmp_path / "r.toml"
     path.write_text(body)
@@ -178,8 +194,24 @@ def test_a_tiny_recipe_builds_its_data_trains_three_steps_and_scores_the_drafts(
     assert recipe_main(["train", "--config", str(config)]) == 0  # a rerun finds every step done
     assert capsys.readouterr().out.count(": done (") == 3
     out = tmp_path / "heldout"
-    assert recipe_main(["heldout", "--config", str(config), "--drafts", str(drafts), "--methods", "eagle,poss2",
-                        "--threads", "1", "--out", str(out)]) == 0
+    assert (
+        recipe_main(
+            [
+                "heldout",
+                "--config",
+                str(config),
+                "--drafts",
+                str(drafts),
+                "--methods",
+                "eagle,poss2",
+                "--threads",
+                "1",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     report = json.loads((out / "held.json").read_text())
     assert [r["method"] for r in report["results"]] == ["eagle", "poss2"]
     assert "| held (4) |" in capsys.readouterr().out
@@ -202,12 +234,21 @@ def test_the_committed_recipe_rebuilds_data_and_trains_from_a_fresh_start(tmp_pa
     config.write_text(text.replace(f'runs = "{recipe.runs}"', f'runs = "{tmp_path}/runs"'))
     first = recipe.steps[0]
     run = [sys.executable, "-m", "poss_core.training.recipe"]
-    subprocess.run(run + ["data", "--config", str(config), "--only", *first.data, "--max-shards", "1"], cwd=ROOT,
-                   check=True, timeout=900)
+    subprocess.run(
+        run + ["data", "--config", str(config), "--only", *first.data, "--max-shards", "1"],
+        cwd=ROOT,
+        check=True,
+        timeout=900,
+    )
     for name in first.data:
         assert len(list((tmp_path / "data" / name).glob("shard-*.safetensors"))) == 1, name
-    done = subprocess.run(run + ["train", "--config", str(config), "--until", first.name, "--max-steps", "2"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=900)
+    done = subprocess.run(
+        run + ["train", "--config", str(config), "--until", first.name, "--max-steps", "2"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     drafts = tmp_path / "runs-max-steps-2" / first.name / "drafts"
     assert sorted(p.name for p in drafts.iterdir()) == sorted(first.methods)

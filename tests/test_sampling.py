@@ -4,8 +4,8 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from poss_core.decoding.decoder import SpeculativeDecoder, encode_prompt
 from poss_core.decoding.config import DecodeConfig
+from poss_core.decoding.decoder import SpeculativeDecoder, encode_prompt
 from poss_core.decoding.tree import build_tree
 from poss_core.decoding.verify import target_distribution, verify_sampling
 from poss_core.models.draft import DraftState
@@ -25,9 +25,13 @@ def _tree_and_probs(target, draft, temperature, top_p):
     tree = build_tree(draft, state, depth=3, top_k=4, tree_budget=20)
     n = len(ids) + 1
     allowed = torch.ones(tree.size + 1, n + tree.size, dtype=torch.bool)
-    allowed[:, n - 1:] = tree.ancestors()
-    vout = target.forward(torch.cat([torch.tensor([root]), tree.tokens]),
-                          n - 1 + torch.cat([torch.zeros(1, dtype=torch.long), tree.depths]), allowed, cache)
+    allowed[:, n - 1 :] = tree.ancestors()
+    vout = target.forward(
+        torch.cat([torch.tensor([root]), tree.tokens]),
+        n - 1 + torch.cat([torch.zeros(1, dtype=torch.long), tree.depths]),
+        allowed,
+        cache,
+    )
     return tree, target_distribution(vout.logits, temperature, top_p)
 
 
@@ -89,9 +93,14 @@ def test_top_p_never_emits_outside_the_nucleus(tiny_target, trained_drafts):
 def test_sampling_decode_is_reproducible_with_a_seed(tiny_target, trained_drafts):
     ids = encode_prompt(tiny_target.tokenizer, "Once upon a time")
     cfg = DecodeConfig(temperature=0.8, top_p=0.9, max_new_tokens=30, seed=5)
-    runs = [list(SpeculativeDecoder(tiny_target, trained_drafts["eagle"], cfg).generate(ids))[-1].token_ids
-            for _ in range(2)]
+    runs = [
+        list(SpeculativeDecoder(tiny_target, trained_drafts["eagle"], cfg).generate(ids))[-1].token_ids
+        for _ in range(2)
+    ]
     assert runs[0] == runs[1]
-    other = list(SpeculativeDecoder(tiny_target, trained_drafts["eagle"],
-                                    DecodeConfig(temperature=0.8, top_p=0.9, max_new_tokens=30, seed=6)).generate(ids))
+    other = list(
+        SpeculativeDecoder(
+            tiny_target, trained_drafts["eagle"], DecodeConfig(temperature=0.8, top_p=0.9, max_new_tokens=30, seed=6)
+        ).generate(ids)
+    )
     assert other[-1].token_ids != runs[0]

@@ -29,10 +29,17 @@ def tree_of(nodes: list[tuple[int, int, float]]) -> DraftTree:
     depths = []
     for _, p, _ in nodes:
         depths.append(1 if p < 0 else depths[p] + 1)
-    return DraftTree(tokens=torch.tensor([t for t, _, _ in nodes]), parents=parents, depths=torch.tensor(depths),
-                     scores=-torch.arange(m, dtype=torch.float) - 1.0, draft_probs=torch.tensor([q for *_, q in nodes]),
-                     specialists=torch.zeros(m, dtype=torch.long), root_feature=torch.zeros(1),
-                     node_features=torch.zeros(m, 1), has_feature=torch.zeros(m, dtype=torch.bool))
+    return DraftTree(
+        tokens=torch.tensor([t for t, _, _ in nodes]),
+        parents=parents,
+        depths=torch.tensor(depths),
+        scores=-torch.arange(m, dtype=torch.float) - 1.0,
+        draft_probs=torch.tensor([q for *_, q in nodes]),
+        specialists=torch.zeros(m, dtype=torch.long),
+        root_feature=torch.zeros(1),
+        node_features=torch.zeros(m, 1),
+        has_feature=torch.zeros(m, dtype=torch.bool),
+    )
 
 
 def dist(*p: float) -> torch.Tensor:
@@ -46,12 +53,29 @@ def dist(*p: float) -> torch.Tensor:
 TREES = {
     "two-children": (
         tree_of([(1, -1, 0.5), (0, -1, 0.3), (3, 0, 0.6), (2, 0, 0.3)]),
-        torch.stack([dist(0.6, 0.3, 0.1), dist(0.05, 0.05, 0.7, 0.2), dist(0.25, 0.25, 0.5),
-                     dist(0.1, 0.1, 0.1, 0.7), dist(0.5, 0.5)])),
+        torch.stack(
+            [
+                dist(0.6, 0.3, 0.1),
+                dist(0.05, 0.05, 0.7, 0.2),
+                dist(0.25, 0.25, 0.5),
+                dist(0.1, 0.1, 0.1, 0.7),
+                dist(0.5, 0.5),
+            ]
+        ),
+    ),
     "top-choice-first": (
         tree_of([(0, -1, 0.5), (1, -1, 0.3), (2, 0, 0.6), (3, 0, 0.2), (0, 1, 0.7)]),
-        torch.stack([dist(0.6, 0.3, 0.1), dist(0.1, 0.1, 0.5, 0.3), dist(0.2, 0.3, 0.5), dist(1, 1, 1),
-                     dist(0.1, 0.2, 0.3, 0.4), dist(0.5, 0.5)])),
+        torch.stack(
+            [
+                dist(0.6, 0.3, 0.1),
+                dist(0.1, 0.1, 0.5, 0.3),
+                dist(0.2, 0.3, 0.5),
+                dist(1, 1, 1),
+                dist(0.1, 0.2, 0.3, 0.4),
+                dist(0.5, 0.5),
+            ]
+        ),
+    ),
 }
 
 
@@ -77,13 +101,17 @@ def losslessness_check(tree: DraftTree, probs: torch.Tensor, draws: int, seed: i
         if path:
             second.setdefault(path[0], torch.zeros(V))[toks[1]] += 1
     node, counts = max(second.items(), key=lambda kv: kv[1].sum())
-    return {"first_p": _chi2(first, probs[0]),
-            "first_tv": 0.5 * float((first / first.sum() - probs[0]).abs().sum()),
-            "second_n": int(counts.sum()), "second_p": _chi2(counts, probs[node + 1]),
-            "second_tv": 0.5 * float((counts / counts.sum() - probs[node + 1]).abs().sum())}
+    return {
+        "first_p": _chi2(first, probs[0]),
+        "first_tv": 0.5 * float((first / first.sum() - probs[0]).abs().sum()),
+        "second_n": int(counts.sum()),
+        "second_p": _chi2(counts, probs[node + 1]),
+        "second_tv": 0.5 * float((counts / counts.sum() - probs[node + 1]).abs().sum()),
+    }
 
 
 # ---------------------------------------------------------------- mutants of verify_sampling
+
 
 def _mutant(renormalise: bool = True, bonus_from_residual: bool = True, draft_ratio: bool = False):
     def verify_sampling(tree, probs, generator):
@@ -109,10 +137,10 @@ def _mutant(renormalise: bool = True, bonus_from_residual: bool = True, draft_ra
                 if renormalise:
                     p /= total
             if accepted is None:
-                return path, int(torch.multinomial(p if bonus_from_residual else probs[slot], 1,
-                                                   generator=generator))
+                return path, int(torch.multinomial(p if bonus_from_residual else probs[slot], 1, generator=generator))
             path.append(accepted)
             slot = accepted + 1
+
     return verify_sampling
 
 
@@ -138,8 +166,10 @@ def test_the_check_catches_each_mutant(name, mutant, monkeypatch):
     tree, probs = TREES[name]
     monkeypatch.setattr(verify, "verify_sampling", MUTANTS[mutant])
     r = losslessness_check(tree, probs, DRAWS)
-    print(f"\n[mutant] {mutant} on {name}: first p={r['first_p']:.2g} TV={r['first_tv']:.3f}; second "
-          f"(n={r['second_n']}) p={r['second_p']:.2g} TV={r['second_tv']:.3f}")
+    print(
+        f"\n[mutant] {mutant} on {name}: first p={r['first_p']:.2g} TV={r['first_tv']:.3f}; second "
+        f"(n={r['second_n']}) p={r['second_p']:.2g} TV={r['second_tv']:.3f}"
+    )
     assert min(r["first_p"], r["second_p"]) < CATCH_P, f"{mutant} was not caught: {r}"
 
 
@@ -148,8 +178,9 @@ def test_the_mutant_verifiers_equal_the_real_one_when_unmutated():
     same = _mutant()
     for tree, probs in TREES.values():
         g1, g2 = torch.Generator().manual_seed(3), torch.Generator().manual_seed(3)
-        assert [verify.verify_sampling(tree, probs, g1) for _ in range(300)] == [same(tree, probs, g2)
-                                                                                for _ in range(300)]
+        assert [verify.verify_sampling(tree, probs, g1) for _ in range(300)] == [
+            same(tree, probs, g2) for _ in range(300)
+        ]
 
 
 @pytest.mark.slow

@@ -7,7 +7,6 @@ import json
 import time
 
 import pytest
-
 from app_settings import req, run_settings
 from helpers import PLOTLY_MARKUP, assert_shown_as_text, plotly_strings
 
@@ -36,8 +35,9 @@ def write(tmp_path, lines, name="bad.jsonl"):
 
 
 def first_event(lines, with_nodes=True):
-    return next(i for i, line in enumerate(lines) if line["type"] == "event" and (line["event"]["nodes"]
-                                                                                  or not with_nodes))
+    return next(
+        i for i, line in enumerate(lines) if line["type"] == "event" and (line["event"]["nodes"] or not with_nodes)
+    )
 
 
 def deep_node(lines):
@@ -56,6 +56,7 @@ def setting(key, value):
     def change(lines):
         lines[0]["settings"][key] = value
         return lines
+
     return change
 
 
@@ -63,6 +64,7 @@ def head(key, value):
     def change(lines):
         lines[0][key] = value
         return lines
+
     return change
 
 
@@ -70,6 +72,7 @@ def event_line(key, value):
     def change(lines):
         lines[first_event(lines)][key] = value
         return lines
+
     return change
 
 
@@ -83,13 +86,21 @@ CASES = [
     ("pieces = [{}]", event_line("pieces", [{}]), "line", "pieces.0"),
     ("lane = -1", event_line("lane", -1), "line", "lane"),
     ("lane = 7", event_line("lane", 7), "line", "lane"),
-    ("a lane label with HTML", lambda ls: head("lanes", [{**ls[0]["lanes"][0], "label": "<img src=x>"}]
-                                                   + ls[0]["lanes"][1:])(ls), "line 1", "lanes.0.label"),
+    (
+        "a lane label with HTML",
+        lambda ls: head("lanes", [{**ls[0]["lanes"][0], "label": "<img src=x>"}] + ls[0]["lanes"][1:])(ls),
+        "line 1",
+        "lanes.0.label",
+    ),
     ("seed = 1e30", setting("seed", 1e30), "line 1", "settings.seed"),
     ("four lanes", lambda ls: head("lanes", ls[0]["lanes"] * 2)(ls), "line 1", "lanes"),
     ("a huge prompt", setting("prompt", "x" * 10**6), "line 1", "settings.prompt"),
-    ("a parent after its child", lambda ls: (ls[first_event(ls)]["event"]["nodes"][0].update(parent=3), ls)[1],
-     "line", "nodes.0.parent"),
+    (
+        "a parent after its child",
+        lambda ls: (ls[first_event(ls)]["event"]["nodes"][0].update(parent=3), ls)[1],
+        "line",
+        "nodes.0.parent",
+    ),
 ]
 
 
@@ -102,8 +113,9 @@ def test_a_bad_saved_run_changes_nothing_and_names_the_field(what, change, where
     session = handlers.SESSIONS.get(r)
     shown = session.comparison
     start = time.monotonic()
-    out = render.outputs_dict(handlers.load_handler(write(tmp_path, change(json.loads(json.dumps(good_lines)))),
-                                                    VIEW, request=r))
+    out = render.outputs_dict(
+        handlers.load_handler(write(tmp_path, change(json.loads(json.dumps(good_lines)))), VIEW, request=r)
+    )
     assert time.monotonic() - start < 5.0
     assert "poss-status error" in out["status"] and where in out["status"] and field in out["status"], out["status"]
     assert session.comparison is shown and session.loaded is shown  # the tab keeps what it showed
@@ -113,9 +125,16 @@ def test_a_bad_saved_run_changes_nothing_and_names_the_field(what, change, where
         assert "Replay finished" in render.outputs_dict(frames[-1])["status"]
 
 
-@pytest.mark.parametrize("first,needle", [("[1,2,3]", "is not a saved run"), ("5", "is not a saved run"),
-                                          ("{not json", "line 1 is not JSON"), ('"run"', "is not a saved run"),
-                                          ("[" * 100_000, "line 1 is not JSON")])
+@pytest.mark.parametrize(
+    "first,needle",
+    [
+        ("[1,2,3]", "is not a saved run"),
+        ("5", "is not a saved run"),
+        ("{not json", "line 1 is not JSON"),
+        ('"run"', "is not a saved run"),
+        ("[" * 100_000, "line 1 is not JSON"),
+    ],
+)
 def test_a_first_line_that_is_not_a_run_object(first, needle, good_lines, tmp_path):
     r = req("saved-first")
     handlers.load_handler(write(tmp_path, good_lines, "good.jsonl"), VIEW, request=r)
@@ -139,7 +158,8 @@ def test_size_and_line_limits(good_lines, tmp_path, monkeypatch):
     # The good run still loads, every lane as it was.
     back = saved_runs.load_run(path)
     assert [len(lane.events) for lane in back.lanes] == [
-        sum(1 for line in good_lines if line["type"] == "event" and line["lane"] == k) for k in range(2)]
+        sum(1 for line in good_lines if line["type"] == "event" and line["lane"] == k) for k in range(2)
+    ]
 
 
 def test_the_upload_is_limited_in_size_and_in_concurrency():
@@ -149,9 +169,17 @@ def test_the_upload_is_limited_in_size_and_in_concurrency():
     assert load.concurrency_limit == ui.LOAD_CONCURRENCY and load.concurrency_id == "load"
 
 
-@pytest.mark.parametrize("evil", ["[x](javascript:alert(1))", "![img](http://evil.example/x.png)",
-                                  "<img src=x onerror=alert(1)>", "www.evil.example", "a | b\n| c |",
-                                  "<http://evil.example>"])
+@pytest.mark.parametrize(
+    "evil",
+    [
+        "[x](javascript:alert(1))",
+        "![img](http://evil.example/x.png)",
+        "<img src=x onerror=alert(1)>",
+        "www.evil.example",
+        "a | b\n| c |",
+        "<http://evil.example>",
+    ],
+)
 def test_markdown_built_from_a_loaded_run_is_neutralised(evil, good_lines, tmp_path):
     lines = json.loads(json.dumps(good_lines))
     lines[0]["hardware"] = {"device": evil, "link](http://x": "y"}

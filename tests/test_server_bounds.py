@@ -107,8 +107,13 @@ def test_the_queue_middleware_refuses_a_join_past_the_share_with_a_message():
         async def send(message):
             sent.append(message)
 
-        scope = {"type": "http", "method": "POST", "path": "/gradio_api/queue/join", "headers": [],
-                 "client": ("127.0.0.1", 5000)}
+        scope = {
+            "type": "http",
+            "method": "POST",
+            "path": "/gradio_api/queue/join",
+            "headers": [],
+            "client": ("127.0.0.1", 5000),
+        }
         asyncio.run(middleware(scope, receive, send))
         return sent[0]["status"], b"".join(m.get("body", b"") for m in sent[1:])
 

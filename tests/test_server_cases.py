@@ -24,8 +24,9 @@ REAL = "smollm2-135m"
 def test_an_oracle_call_ends_within_its_cap():
     # Before: its reference decode ran before the cap's clock (459 s against a 20 s cap in the review).
     with check.Server(ROOT, REAL, 8.0, []) as server:
-        took, how = check.timed_compare(server.url, check.compare_args(check.LONG_PROMPT, ["plain", "oracle"], 2048,
-                                                                       temperature=2.0), 120)
+        took, how = check.timed_compare(
+            server.url, check.compare_args(check.LONG_PROMPT, ["plain", "oracle"], 2048, temperature=2.0), 120
+        )
         assert took < 8.0 + 6.0, (took, how)  # the cap, one round, and the client's own overhead
         assert wording.says_call_limit(how, 8), how
         assert server.cpu_percent(2.0) < 30
@@ -34,8 +35,10 @@ def test_an_oracle_call_ends_within_its_cap():
 def test_calls_whose_clients_died_stop():
     with check.Server(ROOT, REAL, 60.0, []) as server:
         check.client(server.url).predict(*check.compare_args("Hi", ["plain"], 1), api_name="/compare")
-        procs = [multiprocessing.Process(target=check._long_call, args=(server.url, check.LONG_PROMPT[:2000]))
-                 for _ in range(2)]
+        procs = [
+            multiprocessing.Process(target=check._long_call, args=(server.url, check.LONG_PROMPT[:2000]))
+            for _ in range(2)
+        ]
         for p in procs:
             p.start()
         time.sleep(6.0)
@@ -49,8 +52,15 @@ def test_calls_whose_clients_died_stop():
 def test_one_client_gets_its_share_of_the_queue_and_no_more():
     with check.Server(ROOT, REAL, 4.0, ["--max-calls-per-client", "2"]) as server:
         c = check.client(server.url)
-        jobs = [c.submit(*check.compare_args(check.LONG_PROMPT[:2000], ["plain", "eagle"], 2048, depth=4, top_k=4,
-                                             tree_budget=16), api_name="/compare") for _ in range(5)]
+        jobs = [
+            c.submit(
+                *check.compare_args(
+                    check.LONG_PROMPT[:2000], ["plain", "eagle"], 2048, depth=4, top_k=4, tree_budget=16
+                ),
+                api_name="/compare",
+            )
+            for _ in range(5)
+        ]
         outcomes = []
         for job in jobs:
             try:

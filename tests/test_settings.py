@@ -28,6 +28,7 @@ def test_every_surface_offers_what_the_table_says():
     assert parser_settings(generate.build_parser()) == set(settings.offered_on(settings.GENERATE))
     assert parser_settings(bench_cli.build_parser()) == set(settings.offered_on(settings.BENCH))
     from app import api
+
     params = list(api.api_signature().parameters)
     assert params[:3] == ["prompt", "methods", "preset"] and params[-1] == "request"
     assert set(params[3:-1]) == set(settings.offered_on(settings.API))
@@ -53,8 +54,16 @@ def test_the_apps_controls_are_made_from_the_table():
 
 
 def test_a_setting_added_to_the_table_reaches_the_command_lines(monkeypatch):
-    extra = settings.Setting("draft_temperature", float, 1.0, "Draft temperature", "a made-up setting",
-                             bounds=(0.1, 3.0), decode=False, offered=settings.COMMAND_LINES)
+    extra = settings.Setting(
+        "draft_temperature",
+        float,
+        1.0,
+        "Draft temperature",
+        "a made-up setting",
+        bounds=(0.1, 3.0),
+        decode=False,
+        offered=settings.COMMAND_LINES,
+    )
     monkeypatch.setattr(settings, "_ALL", settings._ALL + (extra,))
     monkeypatch.setitem(settings.SETTINGS, extra.name, extra)
     args = generate.build_parser().parse_args(["--prompt", "x", "--draft-temperature", "0.5"])
@@ -64,22 +73,28 @@ def test_a_setting_added_to_the_table_reaches_the_command_lines(monkeypatch):
         settings.check("draft_temperature", 5.0)
 
 
-@pytest.mark.parametrize("name,value,typed", [("depth", 4.0, 4), ("temperature", 1, 1.0), ("auto_budget", True, True),
-                                              ("precision", "bfloat16", "bfloat16")])
+@pytest.mark.parametrize(
+    "name,value,typed",
+    [("depth", 4.0, 4), ("temperature", 1, 1.0), ("auto_budget", True, True), ("precision", "bfloat16", "bfloat16")],
+)
 def test_check_types_a_loose_value_as_the_decoder_takes_it(name, value, typed):
     got = settings.check(name, value)
     assert got == typed and type(got) is type(typed)
 
 
-@pytest.mark.parametrize("name,value,needle", [
-    ("depth", 4.5, "depth=4.5 must be an integer"), ("depth", True, "depth=True must be an integer"),
-    ("depth", 11, "depth=11 is out of range: use an integer from 1 to 10"),
-    ("top_p", 0.0, "top_p=0.0 is out of range: use a number above 0 and at most 1"),
-    ("temperature", math.nan, "temperature=nan is not a finite number"),
-    ("quantization", "3bit", "quantization='3bit': use one of auto, none, 8bit, 4bit"),
-    ("auto_budget", "yes", "auto_budget='yes': use true or false"),
-    ("nonsense", 1, "'nonsense' is not a setting"),
-])
+@pytest.mark.parametrize(
+    "name,value,needle",
+    [
+        ("depth", 4.5, "depth=4.5 must be an integer"),
+        ("depth", True, "depth=True must be an integer"),
+        ("depth", 11, "depth=11 is out of range: use an integer from 1 to 10"),
+        ("top_p", 0.0, "top_p=0.0 is out of range: use a number above 0 and at most 1"),
+        ("temperature", math.nan, "temperature=nan is not a finite number"),
+        ("quantization", "3bit", "quantization='3bit': use one of auto, none, 8bit, 4bit"),
+        ("auto_budget", "yes", "auto_budget='yes': use true or false"),
+        ("nonsense", 1, "'nonsense' is not a setting"),
+    ],
+)
 def test_check_names_the_field_and_what_is_valid(name, value, needle):
     with pytest.raises(ConfigError) as err:
         settings.check(name, value)
@@ -87,8 +102,9 @@ def test_check_names_the_field_and_what_is_valid(name, value, needle):
 
 
 def test_a_run_spec_is_checked_once_into_typed_values():
-    spec = compare.RunSpec("hi", ["plain", "eagle"], "tiny-random", depth=4.0, top_k=4.0, tree_budget=16.0,
-                           temperature=0).check()
+    spec = compare.RunSpec(
+        "hi", ["plain", "eagle"], "tiny-random", depth=4.0, top_k=4.0, tree_budget=16.0, temperature=0
+    ).check()
     assert (spec.depth, spec.top_k, spec.tree_budget) == (4, 4, 16) and isinstance(spec.temperature, float)
     assert spec.config() == DecodeConfig(depth=4, top_k=4, tree_budget=16)
     assert compare.RunSpec.from_json(spec.to_json()) == spec

@@ -26,6 +26,7 @@ def staged(tmp_path_factory):
 @pytest.fixture
 def no_network(monkeypatch):
     """Any attempt to open a connection (or to build an HfApi) fails the test."""
+
     def refuse(*args, **kwargs):
         raise AssertionError("the network was touched")
 
@@ -37,10 +38,19 @@ def test_snapshot_holds_what_the_space_needs_and_nothing_else(staged):
     out, files = staged
     paths = {f.path for f in files}
     assert paths == {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()}
-    for need in ("app.py", "README.md", "requirements.txt", "app/ui.py", "poss_core/space.py", "assets/app.css",
-                 "assets/examples/prompts.json", "assets/recordings/smollm2-135m/01-chat.jsonl.gz",
-                 "assets/drafts/smollm2-135m/poss2/model.safetensors",
-                 "assets/drafts/smollm2-135m/poss2/poss_draft.json", "assets/drafts/smollm2-135m/poss2/README.md"):
+    for need in (
+        "app.py",
+        "README.md",
+        "requirements.txt",
+        "app/ui.py",
+        "poss_core/space.py",
+        "assets/app.css",
+        "assets/examples/prompts.json",
+        "assets/recordings/smollm2-135m/01-chat.jsonl.gz",
+        "assets/drafts/smollm2-135m/poss2/model.safetensors",
+        "assets/drafts/smollm2-135m/poss2/poss_draft.json",
+        "assets/drafts/smollm2-135m/poss2/README.md",
+    ):
         assert need in paths, need
     for p in paths:
         assert not re.match(r"(tests|configs|scripts|docs|results|runs|data|logs|assets/training_data)/", p), p
@@ -90,8 +100,10 @@ def test_staging_refuses_a_folder_that_is_not_empty(tmp_path):
 def test_snapshot_imports_without_the_checkout(staged):
     """The engine imports from the snapshot alone and resolves the drafts inside it."""
     out, _ = staged
-    code = ("import poss_core, poss_core.space, poss_core.models.presets as p; print(poss_core.__file__); "
-            "print(p.get_preset('smollm2-135m').drafts['poss2'].source)")
+    code = (
+        "import poss_core, poss_core.space, poss_core.models.presets as p; print(poss_core.__file__); "
+        "print(p.get_preset('smollm2-135m').drafts['poss2'].source)"
+    )
     env = {k: v for k, v in os.environ.items() if k not in ("POSS_DRAFTS_DIR", "POSS_ASSETS_DIR")}
     env["PYTHONPATH"] = str(out)
     res = subprocess.run([sys.executable, "-c", code], cwd=out, env=env, capture_output=True, text=True, timeout=60)
@@ -110,8 +122,9 @@ def test_snapshot_app_imports_without_the_checkout(staged):
     assert res.returncode == 0, res.stderr
     ui_file, core_file, n_examples = res.stdout.split()[-3:]
     assert all(Path(f).resolve().is_relative_to(out.resolve()) for f in (ui_file, core_file)) and int(n_examples) > 0
-    res = subprocess.run([sys.executable, "app.py", "--help"], cwd=out, env=env, capture_output=True, text=True,
-                         timeout=300)
+    res = subprocess.run(
+        [sys.executable, "app.py", "--help"], cwd=out, env=env, capture_output=True, text=True, timeout=300
+    )
     assert res.returncode == 0 and "--preset" in res.stdout, res.stderr
 
 
@@ -160,8 +173,12 @@ def test_deploy_creates_the_space_and_uploads_the_staged_snapshot(no_network, st
     assert names == ["create_repo", "upload_folder"] + (["request_space_hardware"] if hardware else [])
     _, repo, kwargs = api.calls[0]
     assert repo == "me/poss-demo"
-    assert kwargs == {"repo_type": "space", "space_sdk": "gradio", "exist_ok": True,
-                      "private": True if private else None}
+    assert kwargs == {
+        "repo_type": "space",
+        "space_sdk": "gradio",
+        "exist_ok": True,
+        "private": True if private else None,
+    }
     _, repo, kwargs = api.calls[1]
     assert repo == "me/poss-demo" and kwargs["repo_type"] == "space" and kwargs["delete_patterns"] == "*"
     assert kwargs["files"] == sorted(f.path for f in staged[1])  # exactly the snapshot, nothing from the checkout

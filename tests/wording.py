@@ -11,9 +11,9 @@ import html
 import re
 from typing import Any
 
-from app import handlers, render
-
 from page import ICONS, Badge, Status, status
+
+from app import handlers, render
 
 
 def text(said: Any) -> str:
@@ -121,6 +121,7 @@ def says_forgot(said: Any, rounds: int) -> bool:
 
 # ---------------------------------------------------------------- refused inputs (each names the bad value)
 
+
 def run_too_big(mb: int) -> str:
     """A saved run refused for what it would take once decompressed."""
     return f"more than {mb} MB once decompressed"
@@ -156,13 +157,18 @@ def over_token_limit(asked: int, limit: int) -> str:
 
 # ---------------------------------------------------------------- the queue and each client's share
 
-def says_queued(said: Any, place: int, running: int | None = None, slots: int | None = None,
-                waiting: int | None = None) -> bool:
+
+def says_queued(
+    said: Any, place: int, running: int | None = None, slots: int | None = None, waiting: int | None = None
+) -> bool:
     """A waiting run's status: its place in line, the queue (when given), and an estimate of the wait."""
     nth = {1: "1st", 2: "2nd", 3: "3rd"}.get(place, f"{place}th")
     words = text(said)
-    queue = (f"{running} of {slots} slot{'s' if slots != 1 else ''} decoding, {waiting} waiting"
-             if running is not None else "")
+    queue = (
+        f"{running} of {slots} slot{'s' if slots != 1 else ''} decoding, {waiting} waiting"
+        if running is not None
+        else ""
+    )
     return f"{nth} in line" in words and queue in words and re.search(r"about \d+ s to go", words) is not None
 
 
@@ -178,8 +184,11 @@ def estimate_basis(runs: int) -> str:
 
 def says_share_used(said: Any, calls: int, by_address: bool = False) -> bool:
     """A client (a tab, or with `by_address` an address) is refused: it already has its share of calls."""
-    return says(said, f"already has {calls} call{'s' if calls != 1 else ''} waiting or running",
-                "your address" if by_address else "")
+    return says(
+        said,
+        f"already has {calls} call{'s' if calls != 1 else ''} waiting or running",
+        "your address" if by_address else "",
+    )
 
 
 # ---------------------------------------------------------------- the class pool
@@ -195,12 +204,14 @@ def class_pool_title(preset: str) -> str:
 
 # ---------------------------------------------------------------- lane headers
 
+
 def says_identical(badge: Any) -> bool:
     return text(badge).startswith("✓ identical to plain decoding")
 
 
-def says_differs(badge: Any, at: int, margin: float | None = None, tolerance: float | None = None,
-                 near_tie: bool = False) -> bool:
+def says_differs(
+    badge: Any, at: int, margin: float | None = None, tolerance: float | None = None, near_tie: bool = False
+) -> bool:
     """The identity badge's first difference at token `at`: a near-tie (plain's logit margin within `tolerance`) or a
     mismatch (a margin too large to be rounding); `margin` None: not measured."""
     words = text(badge)
@@ -208,8 +219,11 @@ def says_differs(badge: Any, at: int, margin: float | None = None, tolerance: fl
     if near_tie:
         why = f"plain's logit margin {margin:.2g} ≤ {tolerance:g}" if margin is not None else "margin not measured"
         return f"{head}a rounding near-tie ({why})" in words and words.startswith("≈")
-    why = f"plain's logit margin {margin:.2g}, not a near-tie" if margin is not None else \
-        "not expected here (margin not measured)"
+    why = (
+        f"plain's logit margin {margin:.2g}, not a near-tie"
+        if margin is not None
+        else "not expected here (margin not measured)"
+    )
     return f"{head}{why}" in words and words.startswith("✗")
 
 
@@ -278,8 +292,10 @@ def n_of(fig: Any, label: str) -> int:
 def pooled_speeds(fig: Any) -> dict[str, tuple[int, int]]:
     """The class pool's tokens/s panel: {label: (tokens, runs)} from "EAGLE 12.3 (1,234 tokens, 5 runs)"."""
     said = fig.layout.annotations[0].text if fig.layout.annotations else ""
-    return {label.strip(): (int(tokens.replace(",", "")), int(runs))
-            for label, tokens, runs in re.findall(r"([^:·]+?) [\d.]+ \(([\d,]+) tokens, (\d+) runs\)", said)}
+    return {
+        label.strip(): (int(tokens.replace(",", "")), int(runs))
+        for label, tokens, runs in re.findall(r"([^:·]+?) [\d.]+ \(([\d,]+) tokens, (\d+) runs\)", said)
+    }
 
 
 POS_ACC_TITLE = "Position-wise acceptance"  # the pos-acc chart's title
@@ -310,8 +326,7 @@ def pooled_runs(fig: Any) -> int | None:
 
 
 def says_settings_varied(fig: Any, *names: str) -> bool:
-    return f"settings varied across runs ({', '.join(names)})" in text(fig) if names else \
-        "settings varied" in text(fig)
+    return f"settings varied across runs ({', '.join(names)})" in text(fig) if names else "settings varied" in text(fig)
 
 
 def says_capped(fig: Any, rounds: int) -> bool:
@@ -319,6 +334,7 @@ def says_capped(fig: Any, rounds: int) -> bool:
 
 
 # ---------------------------------------------------------------- a round told in words (poss_core/explain.py)
+
 
 def proposed(round_: int, candidates: int | None = None) -> str:
     """How a drafting round's account opens: the round and how many candidates the draft proposed."""

@@ -16,6 +16,7 @@ from . import timing
 from .cost_model import BudgetChoice
 from .timing import ForwardCurve, curve_key
 
+
 def curve_cache_path() -> Path:
     return cache_root() / "forward_curves.json"
 
@@ -42,8 +43,9 @@ def write_store(path: Path, key: str, value) -> None:
     tmp.replace(path)
 
 
-def load_or_measure_curve(target: TargetModel, path: Path | None = None, remeasure: bool = False,
-                          log=None, **measure_kwargs) -> ForwardCurve:
+def load_or_measure_curve(
+    target: TargetModel, path: Path | None = None, remeasure: bool = False, log=None, **measure_kwargs
+) -> ForwardCurve:
     """The cached curve for this device and model, or a fresh measurement (saved for next time)."""
     path = Path(path) if path is not None else curve_cache_path()
     key = curve_key(target)
@@ -53,13 +55,17 @@ def load_or_measure_curve(target: TargetModel, path: Path | None = None, remeasu
         cached = ForwardCurve.from_json(store[key])
         if not cached.due_again(target.device):
             return cached
-        tell(f"the cached forward-time curve was measured while the machine was busy (load {cached.busy_load:.1f}); "
-             f"measuring it again now that it is quiet")
+        tell(
+            f"the cached forward-time curve was measured while the machine was busy (load {cached.busy_load:.1f}); "
+            f"measuring it again now that it is quiet"
+        )
     tell(f"measuring the target's forward time vs verified tokens once for this device ({key}) ...")
     curve = timing.measure_forward_curve(target, **measure_kwargs)
     if curve.busy_load:
-        tell(f"the machine is busy (load {curve.busy_load:.1f} on {os.cpu_count()} cores): these timings are too slow, "
-             f"and they are measured again the first time it is quiet")
+        tell(
+            f"the machine is busy (load {curve.busy_load:.1f} on {os.cpu_count()} cores): these timings are too slow, "
+            f"and they are measured again the first time it is quiet"
+        )
     write_store(path, key, curve.to_json())
     tell(f"forward-time curve saved to {path}")
     return curve
@@ -78,12 +84,14 @@ def draft_fingerprint(draft) -> str:
 
 def cached_choice_key(target: TargetModel, draft, config: DecodeConfig) -> str:
     # "stops", "rows": choices cached before the depth stop and the LM-head reading were chosen are fitted again.
-    return (f"{curve_key(target)} | {draft_fingerprint(draft)} | depth {config.depth} top_k {config.top_k} | stops"
-            f" | rows")
+    return (
+        f"{curve_key(target)} | {draft_fingerprint(draft)} | depth {config.depth} top_k {config.top_k} | stops | rows"
+    )
 
 
-def known_budget_choice(target: TargetModel, draft, config: DecodeConfig, path: Path | None = None,
-                        curve: ForwardCurve | None = None) -> BudgetChoice | None:
+def known_budget_choice(
+    target: TargetModel, draft, config: DecodeConfig, path: Path | None = None, curve: ForwardCurve | None = None
+) -> BudgetChoice | None:
     """The cached choice for this hardware, target, draft, depth and top_k, if one was calibrated before on the
     forward-time curve in use (`curve`, else the cached one; none if that is missing or due to be measured again)."""
     path = Path(path) if path is not None else choice_cache_path()

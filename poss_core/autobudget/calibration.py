@@ -15,8 +15,16 @@ from ..errors import CallStopped
 from ..events import DecodeSummary, RoundEvent
 from ..models.target import TargetModel
 from . import cache
-from .cost_model import (DEPTH_STOPS, MAX_BUDGET, BudgetChoice, choose_budget, default_profile, draft_ms_by_depth,
-                         max_useful_budget, profile_from_events)
+from .cost_model import (
+    DEPTH_STOPS,
+    MAX_BUDGET,
+    BudgetChoice,
+    choose_budget,
+    default_profile,
+    draft_ms_by_depth,
+    max_useful_budget,
+    profile_from_events,
+)
 from .timing import ForwardCurve
 
 # Written for calibration (chat, code, arithmetic, a fact, a summary, an instruction); never the evaluation sets.
@@ -31,8 +39,15 @@ CALIBRATION_PROMPTS = (
 )
 
 
-def calibrate(target: TargetModel, draft, config: DecodeConfig, prompts: Sequence[Sequence[int]],
-              max_budget: int = MAX_BUDGET, max_new_tokens: int = 48, cancel=None) -> tuple[list[RoundEvent], int]:
+def calibrate(
+    target: TargetModel,
+    draft,
+    config: DecodeConfig,
+    prompts: Sequence[Sequence[int]],
+    max_budget: int = MAX_BUDGET,
+    max_new_tokens: int = 48,
+    cancel=None,
+) -> tuple[list[RoundEvent], int]:
     """Decode the prompts at the largest budget considered; return every event and that budget. Setting `cancel`
     (an Event, e.g. a call's budget) stops the decode within one round with CallStopped."""
     budget = max(2, min(max_budget, max_useful_budget(config.depth, config.top_k)))
@@ -49,11 +64,21 @@ def calibrate(target: TargetModel, draft, config: DecodeConfig, prompts: Sequenc
     return events, budget
 
 
-def auto_tree_budget(target: TargetModel, draft, config: DecodeConfig, prompts: Sequence[Sequence[int]] | None = None,
-                     profile: str = "calibrate", max_budget: int = MAX_BUDGET, calibration_tokens: int = 48,
-                     curve: ForwardCurve | None = None, remeasure: bool = False, log=None,
-                     choose_depth: bool = True, depth_stops: Sequence[float] = DEPTH_STOPS,
-                     cancel=None) -> BudgetChoice:
+def auto_tree_budget(
+    target: TargetModel,
+    draft,
+    config: DecodeConfig,
+    prompts: Sequence[Sequence[int]] | None = None,
+    profile: str = "calibrate",
+    max_budget: int = MAX_BUDGET,
+    calibration_tokens: int = 48,
+    curve: ForwardCurve | None = None,
+    remeasure: bool = False,
+    log=None,
+    choose_depth: bool = True,
+    depth_stops: Sequence[float] = DEPTH_STOPS,
+    cancel=None,
+) -> BudgetChoice:
     """Pick the tree budget (and, with `choose_depth`, a depth up to the configured one; and a dynamic depth stop
     among `depth_stops`) for this target, draft and hardware (see the module docstring).
 
@@ -72,20 +97,38 @@ def auto_tree_budget(target: TargetModel, draft, config: DecodeConfig, prompts: 
     if by_depth:
         draft_ms = by_depth
     overhead_ms = split["overhead_ms"] if not math.isnan(split["overhead_ms"]) else 0.0
-    prof = (profile_from_events(events, budget, config.depth, len(prompts)) if profile == "calibrate"
-            else default_profile(config.depth, budget))
+    prof = (
+        profile_from_events(events, budget, config.depth, len(prompts))
+        if profile == "calibrate"
+        else default_profile(config.depth, budget)
+    )
     # The measured overhead is the engine's own (argmax over a few rows, the cache commit, events): the LM head, a
     # leaf's second call included, counts as verify time, which `head_ms` costs per tree from the curve instead.
     fixed_ms = overhead_ms
-    choice = choose_budget(curve, prof, draft_ms, fixed_ms, depth=config.depth, top_k=config.top_k,
-                           choose_depth=choose_depth, depth_stops=depth_stops)
+    choice = choose_budget(
+        curve,
+        prof,
+        draft_ms,
+        fixed_ms,
+        depth=config.depth,
+        top_k=config.top_k,
+        choose_depth=choose_depth,
+        depth_stops=depth_stops,
+    )
     choice.curve_measured = curve.measured
     return choice
 
 
-def cached_budget_choice(target: TargetModel, draft, config: DecodeConfig, path: Path | None = None,
-                         calibration_prompts: int = 3, calibration_tokens: int = 32, log=None,
-                         **auto_kwargs) -> BudgetChoice:
+def cached_budget_choice(
+    target: TargetModel,
+    draft,
+    config: DecodeConfig,
+    path: Path | None = None,
+    calibration_prompts: int = 3,
+    calibration_tokens: int = 32,
+    log=None,
+    **auto_kwargs,
+) -> BudgetChoice:
     """The tree budget for this hardware, target, draft, depth and top_k, at the configured depth (the app keeps the
     depth the user chose: the tree and the per-position charts are what it shows). Calibrated once (a few seconds
     to a minute on a CPU) and cached as JSON beside the forward-time curve."""
@@ -95,7 +138,15 @@ def cached_budget_choice(target: TargetModel, draft, config: DecodeConfig, path:
     path = Path(path) if path is not None else cache.choice_cache_path()
     prompts = [encode_prompt(target.tokenizer, p) for p in CALIBRATION_PROMPTS[:calibration_prompts]]
     (log or cache.say)(f"fitting the tree budget of {draft.spec.label} to this machine (once) ...")
-    choice = auto_tree_budget(target, draft, config, prompts=prompts, calibration_tokens=calibration_tokens,
-                              log=log, choose_depth=False, **auto_kwargs)
+    choice = auto_tree_budget(
+        target,
+        draft,
+        config,
+        prompts=prompts,
+        calibration_tokens=calibration_tokens,
+        log=log,
+        choose_depth=False,
+        **auto_kwargs,
+    )
     cache.write_store(path, cache.cached_choice_key(target, draft, config), choice.to_json())
     return choice

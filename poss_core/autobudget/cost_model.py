@@ -78,8 +78,7 @@ def _pruning_order(event: RoundEvent, max_depth: int | None) -> list[int]:
     return sorted(keep, key=lambda i: (-keys[i], i))
 
 
-def head_reads_by_budget(event: RoundEvent, max_budget: int,
-                         max_depth: int | None = None) -> list[tuple[int, int]]:
+def head_reads_by_budget(event: RoundEvent, max_budget: int, max_depth: int | None = None) -> list[tuple[int, int]]:
     """Entry b (2 ≤ b ≤ max_budget), had the round's tree kept only its best b − 1 nodes: (slots with children,
     1 if acceptance stops at a leaf else 0). With `head_rows="read"` verification puts the first through the LM head
     in one call and the leaf's row in a second one-row call; with "all", every slot in one call."""
@@ -169,8 +168,9 @@ class AcceptanceProfile:
             d += 1
         return d
 
-    def stopped_rounds(self, budget: int, depth: int, depth_stop: float,
-                       top_k: int | None = None) -> list[tuple[int, int, int, tuple[int, int]]]:
+    def stopped_rounds(
+        self, budget: int, depth: int, depth_stop: float, top_k: int | None = None
+    ) -> list[tuple[int, int, int, tuple[int, int]]]:
         """Per calibration round under a dynamic depth stop: (depth drafted, accept length, slots verified, LM-head
         reads (slots with children, stops at a leaf)). Read off the same rounds as τ(B): the nodes up to the depth
         drafted are the same."""
@@ -208,20 +208,29 @@ def best_scores_by_depth(event: RoundEvent) -> list[float]:
     return best
 
 
-def profile_from_events(events: Sequence[RoundEvent], max_budget: int, depth: int, prompts: int = 0) -> AcceptanceProfile:
+def profile_from_events(
+    events: Sequence[RoundEvent], max_budget: int, depth: int, prompts: int = 0
+) -> AcceptanceProfile:
     rounds = metrics.draft_rounds(events)
-    return AcceptanceProfile(source=f"calibration: {len(rounds)} rounds on {prompts} prompt(s) at budget {max_budget}",
-                             max_budget=max_budget, depth=depth, ranks=[accepted_ranks(e) for e in rounds],
-                             ranks_by_depth={d: [accepted_ranks(e, d) for e in rounds] for d in range(1, depth)},
-                             head_reads={d: [head_reads_by_budget(e, max_budget, d) for e in rounds]
-                                         for d in range(1, depth + 1)},
-                             best_scores=[best_scores_by_depth(e) for e in rounds])
+    return AcceptanceProfile(
+        source=f"calibration: {len(rounds)} rounds on {prompts} prompt(s) at budget {max_budget}",
+        max_budget=max_budget,
+        depth=depth,
+        ranks=[accepted_ranks(e) for e in rounds],
+        ranks_by_depth={d: [accepted_ranks(e, d) for e in rounds] for d in range(1, depth)},
+        head_reads={d: [head_reads_by_budget(e, max_budget, d) for e in rounds] for d in range(1, depth + 1)},
+        best_scores=[best_scores_by_depth(e) for e in rounds],
+    )
 
 
 def default_profile(depth: int, max_budget: int = MAX_BUDGET) -> AcceptanceProfile:
     alphas = list(DEFAULT_POS_ACC[:depth]) + [DEFAULT_TAIL] * max(0, depth - len(DEFAULT_POS_ACC))
-    return AcceptanceProfile(source="default profile (published EAGLE-2 pos-acc with a coverage heuristic)",
-                             max_budget=max_budget, depth=depth, pos_acc=alphas)
+    return AcceptanceProfile(
+        source="default profile (published EAGLE-2 pos-acc with a coverage heuristic)",
+        max_budget=max_budget,
+        depth=depth,
+        pos_acc=alphas,
+    )
 
 
 # ----- the choice ------------------------------------------------------------------------------------------------
@@ -243,9 +252,11 @@ class BudgetChoice:
         depth = f"depth {self.depth}, " if self.depth is not None else ""
         stop = f"stop below p {self.depth_stop:g}, " if self.depth_stop else ""
         rows = "LM head over every slot, " if self.head_rows == "all" else ""
-        return (f"{depth}{stop}{rows}budget {self.budget}: expected {self.expected_tokens_per_s:.1f} tokens/s "
-                f"(plain ≈ {self.plain_tokens_per_s:.1f}); τ from {self.profile_source}; "
-                f"draft {self.draft_ms:.1f} ms + fixed overhead {self.fixed_ms:.1f} ms per round")
+        return (
+            f"{depth}{stop}{rows}budget {self.budget}: expected {self.expected_tokens_per_s:.1f} tokens/s "
+            f"(plain ≈ {self.plain_tokens_per_s:.1f}); τ from {self.profile_source}; "
+            f"draft {self.draft_ms:.1f} ms + fixed overhead {self.fixed_ms:.1f} ms per round"
+        )
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -265,10 +276,17 @@ def draft_ms_at(draft_ms: float | Mapping[int, float], depth: int, full_depth: i
     return float(draft_ms) * depth / full_depth
 
 
-def choose_budget(curve: ForwardCurve, profile: AcceptanceProfile, draft_ms: float | Mapping[int, float],
-                  fixed_ms: float, candidates: Sequence[int] = CANDIDATE_BUDGETS, depth: int | None = None,
-                  top_k: int | None = None, choose_depth: bool = False,
-                  depth_stops: Sequence[float] = (0.0,)) -> BudgetChoice:
+def choose_budget(
+    curve: ForwardCurve,
+    profile: AcceptanceProfile,
+    draft_ms: float | Mapping[int, float],
+    fixed_ms: float,
+    candidates: Sequence[int] = CANDIDATE_BUDGETS,
+    depth: int | None = None,
+    top_k: int | None = None,
+    choose_depth: bool = False,
+    depth_stops: Sequence[float] = (0.0,),
+) -> BudgetChoice:
     """The candidate with the highest τ(B, d) / round_ms(B, d),
     round_ms = draft(d) + forward(B) + head(B, d) + fixed, with the LM head read the cheaper way (`head_ms`).
 
@@ -303,13 +321,30 @@ def choose_budget(curve: ForwardCurve, profile: AcceptanceProfile, draft_ms: flo
                     round_ms = mean_draft_ms + fixed_ms + head + sum(curve.at(s) for _, _, s, _ in rounds) / n
                 else:
                     continue  # a one-deep tree has nothing to stop
-                table.append({"depth": d, "budget": b, "depth_stop": stop, "tau": tau, "head_rows": how,
-                              "head_ms": head, "draft_ms": mean_draft_ms, "round_ms": round_ms,
-                              "tokens_per_s": 1000.0 * tau / round_ms})
+                table.append(
+                    {
+                        "depth": d,
+                        "budget": b,
+                        "depth_stop": stop,
+                        "tau": tau,
+                        "head_rows": how,
+                        "head_ms": head,
+                        "draft_ms": mean_draft_ms,
+                        "round_ms": round_ms,
+                        "tokens_per_s": 1000.0 * tau / round_ms,
+                    }
+                )
     # Ties go to the smaller tree, the shallower depth, then no stop.
     best = max(table, key=lambda row: (row["tokens_per_s"], -row["budget"], -row["depth"], -row["depth_stop"]))
-    return BudgetChoice(budget=best["budget"], expected_tokens_per_s=best["tokens_per_s"],
-                        plain_tokens_per_s=1000.0 / (curve.at(1) + curve.post_at(1)), profile_source=profile.source,
-                        draft_ms=best["draft_ms"], fixed_ms=fixed_ms, table=table,
-                        depth=best["depth"] if choose_depth else None, depth_stop=best["depth_stop"],
-                        head_rows=best["head_rows"])
+    return BudgetChoice(
+        budget=best["budget"],
+        expected_tokens_per_s=best["tokens_per_s"],
+        plain_tokens_per_s=1000.0 / (curve.at(1) + curve.post_at(1)),
+        profile_source=profile.source,
+        draft_ms=best["draft_ms"],
+        fixed_ms=fixed_ms,
+        table=table,
+        depth=best["depth"] if choose_depth else None,
+        depth_stop=best["depth_stop"],
+        head_rows=best["head_rows"],
+    )

@@ -65,9 +65,15 @@ class ForwardCurve:
     @classmethod
     def from_json(cls, obj: dict) -> "ForwardCurve":
         post = obj.get("post_ms")
-        return cls(key=obj["key"], sizes=[int(s) for s in obj["sizes"]], ms=[float(m) for m in obj["ms"]],
-                   context=int(obj["context"]), measured=obj.get("measured", ""),
-                   post_ms=[float(m) for m in post] if post else None, busy_load=float(obj.get("busy_load", 0.0)))
+        return cls(
+            key=obj["key"],
+            sizes=[int(s) for s in obj["sizes"]],
+            ms=[float(m) for m in obj["ms"]],
+            context=int(obj["context"]),
+            measured=obj.get("measured", ""),
+            post_ms=[float(m) for m in post] if post else None,
+            busy_load=float(obj.get("busy_load", 0.0)),
+        )
 
 
 def non_decreasing(values: Sequence[float]) -> list[float]:
@@ -88,11 +94,15 @@ CURVE_VERSION = "verify v3: forward to hidden states + LM head on the rows read,
 def curve_key(target: TargetModel) -> str:
     """Device + model shape + dtype + quantization + torch version: what a forward's cost depends on."""
     c = target.config
-    model = (f"{getattr(c, 'model_type', '?')} h{target.hidden_size} l{getattr(c, 'num_hidden_layers', '?')} "
-             f"a{getattr(c, 'num_attention_heads', '?')}/{getattr(c, 'num_key_value_heads', '?')} "
-             f"i{getattr(c, 'intermediate_size', '?')} v{target.vocab_size}")
-    return (f"{device_description(target.device)} | {model} | {target.dtype} {target.quantization} | "
-            f"torch {torch.__version__} | {CURVE_VERSION}")
+    model = (
+        f"{getattr(c, 'model_type', '?')} h{target.hidden_size} l{getattr(c, 'num_hidden_layers', '?')} "
+        f"a{getattr(c, 'num_attention_heads', '?')}/{getattr(c, 'num_key_value_heads', '?')} "
+        f"i{getattr(c, 'intermediate_size', '?')} v{target.vocab_size}"
+    )
+    return (
+        f"{device_description(target.device)} | {model} | {target.dtype} {target.quantization} | "
+        f"torch {torch.__version__} | {CURVE_VERSION}"
+    )
 
 
 def _sync(device: torch.device) -> None:
@@ -114,8 +124,14 @@ def machine_busy(device: torch.device | None = None) -> float:
 
 
 @torch.inference_mode()
-def measure_forward_curve(target: TargetModel, sizes: Sequence[int] = CANDIDATE_BUDGETS, context: int = CURVE_CONTEXT,
-                          repeats: int = 5, seed: int = 0, cancel=None) -> ForwardCurve:
+def measure_forward_curve(
+    target: TargetModel,
+    sizes: Sequence[int] = CANDIDATE_BUDGETS,
+    context: int = CURVE_CONTEXT,
+    repeats: int = 5,
+    seed: int = 0,
+    cancel=None,
+) -> ForwardCurve:
     """Time the verify forward (n tokens after a `context`-token cache, to the hidden states) and the LM head over
     n rows, for each n; sizes are visited in a shuffled order per repeat so drift in
     machine speed spreads over all of them; the median is kept. Setting `cancel` (an Event) stops it between two
@@ -126,8 +142,13 @@ def measure_forward_curve(target: TargetModel, sizes: Sequence[int] = CANDIDATE_
     gen = torch.Generator().manual_seed(seed)
     vocab = target.vocab_size
     cache = target.new_cache()
-    target.forward(torch.randint(0, vocab, (context,), generator=gen), torch.arange(context),
-                   causal_allowed(context, 0), cache, logits="none")
+    target.forward(
+        torch.randint(0, vocab, (context,), generator=gen),
+        torch.arange(context),
+        causal_allowed(context, 0),
+        cache,
+        logits="none",
+    )
     layers = len(cache.layers)
 
     def once(n: int) -> tuple[float, float]:
@@ -159,6 +180,12 @@ def measure_forward_curve(target: TargetModel, sizes: Sequence[int] = CANDIDATE_
             times[n].append(once(n))
     forward = [statistics.median(t[0] for t in times[n]) for n in sizes]
     post = [statistics.median(t[1] for t in times[n]) for n in sizes]
-    return ForwardCurve(key=curve_key(target), sizes=sizes, ms=non_decreasing(forward), context=context,
-                        measured=datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
-                        post_ms=non_decreasing(post), busy_load=busy)
+    return ForwardCurve(
+        key=curve_key(target),
+        sizes=sizes,
+        ms=non_decreasing(forward),
+        context=context,
+        measured=datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
+        post_ms=non_decreasing(post),
+        busy_load=busy,
+    )

@@ -35,18 +35,18 @@ import transformers
 
 from .. import methods, settings
 from ..decoding.config import DecodeConfig
-from ..settings import LIMITS
 from ..errors import ConfigError, PossError, run_cli
 from ..models.hardware import device_description
 from ..models.loading import load_preset_target, parse_dtype
 from ..models.numerics import plain_margin
 from ..models.presets import Preset, get_preset
 from ..paths import project_root
-from . import runner
 from ..results.analysis import classify_mismatches, first_divergences, identity_check, subset_identity
 from ..results.evidence import evidence_main
-from .overhead import linear_main, overhead_main
 from ..results.records import first_questions, read_records, read_summary, records_in
+from ..settings import LIMITS
+from . import runner
+from .overhead import linear_main, overhead_main
 from .report import identity_banner, write_outputs
 from .runner import calibration_texts, decode_turn, load_questions, parse_methods, run_questions
 
@@ -54,42 +54,71 @@ DEFAULT_METHODS = "plain,eagle,hass,poss1,poss2,poss3,matched"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m poss_core.bench", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--preset", default="smollm2-135m", help="smollm2-135m (default), tiny-random, llama3-8b-instruct, "
-                                                            "llama2-13b-chat")
-    p.add_argument("--methods", default=DEFAULT_METHODS,
-                   help=f"comma-separated: plain (plain decoding), the preset's drafts, oracle "
-                        f"(the ceiling), pld (transformers' prompt-lookup decoding, no draft model), assisted "
-                        f"(transformers' assisted generation with the preset's smaller model, where it names one), "
-                        f"and optionally plain-float32 / plain-bfloat16 / plain-float16 (plain decoding of a second copy "
-                        f"of the target in that precision, a speed baseline: with --dtype bfloat16, add "
-                        f"plain-float32) (default {DEFAULT_METHODS})")
+    p = argparse.ArgumentParser(
+        prog="python -m poss_core.bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--preset",
+        default="smollm2-135m",
+        help="smollm2-135m (default), tiny-random, llama3-8b-instruct, llama2-13b-chat",
+    )
+    p.add_argument(
+        "--methods",
+        default=DEFAULT_METHODS,
+        help=f"comma-separated: plain (plain decoding), the preset's drafts, oracle "
+        f"(the ceiling), pld (transformers' prompt-lookup decoding, no draft model), assisted "
+        f"(transformers' assisted generation with the preset's smaller model, where it names one), "
+        f"and optionally plain-float32 / plain-bfloat16 / plain-float16 (plain decoding of a second copy "
+        f"of the target in that precision, a speed baseline: with --dtype bfloat16, add "
+        f"plain-float32) (default {DEFAULT_METHODS})",
+    )
     p.add_argument("--data", nargs="+", required=True, help="eval JSONL files or globs; the dataset is the file stem")
     p.add_argument("--limit", type=int, default=None, help="first N questions of each dataset")
     p.add_argument("--runs", type=int, default=3, help="timed runs; tables show mean ± std over runs")
     # The decoding settings, the quantization and --dtype; auto chooses the depth stop and head rows unless given.
-    settings.add_flags(p, settings.BENCH, defaults={"max_new_tokens": 256, "depth_stop": None, "head_rows": None},
-                       tree_budget={"type": str, "help": "nodes verified per round, root included, or 'auto' "
-                                                         "(measure and choose per draft); default: the preset's"})
+    settings.add_flags(
+        p,
+        settings.BENCH,
+        defaults={"max_new_tokens": 256, "depth_stop": None, "head_rows": None},
+        tree_budget={
+            "type": str,
+            "help": "nodes verified per round, root included, or 'auto' "
+            "(measure and choose per draft); default: the preset's",
+        },
+    )
     p.add_argument("--max-tree-budget", type=int, default=96, help="largest budget 'auto' considers")
-    p.add_argument("--calibration-prompts", type=int, default=6,
-                   help="'auto': how many calibration prompts to decode (the first N of --calibration-data, else "
-                        "of the 6 built-in ones; never the evaluation sets, so the budget is not tuned on what is "
-                        "measured)")
-    p.add_argument("--calibration-data", nargs="+", default=None,
-                   help="'auto': JSONL or text files of prompts to calibrate on instead of the built-in ones, e.g. "
-                        "held-out prompts like your workload (eval/ files are refused)")
-    p.add_argument("--fixed-depth", action="store_true",
-                   help="'auto': keep --depth; by default auto also considers shallower trees")
+    p.add_argument(
+        "--calibration-prompts",
+        type=int,
+        default=6,
+        help="'auto': how many calibration prompts to decode (the first N of --calibration-data, else "
+        "of the 6 built-in ones; never the evaluation sets, so the budget is not tuned on what is "
+        "measured)",
+    )
+    p.add_argument(
+        "--calibration-data",
+        nargs="+",
+        default=None,
+        help="'auto': JSONL or text files of prompts to calibrate on instead of the built-in ones, e.g. "
+        "held-out prompts like your workload (eval/ files are refused)",
+    )
+    p.add_argument(
+        "--fixed-depth",
+        action="store_true",
+        help="'auto': keep --depth; by default auto also considers shallower trees",
+    )
     p.add_argument("--calibration-tokens", type=int, default=48)
     p.add_argument("--remeasure", action="store_true", help="'auto': measure the forward-time curve again")
     p.add_argument("--no-hf-generate", action="store_true", help="time plain decoding with PlainDecoder only")
     p.add_argument("--warmup-tokens", type=int, default=16)
     p.add_argument("--device", default=None)
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
-    p.add_argument("--plotlyjs", choices=["inline", "cdn"], default="inline",
-                   help="inline works offline (the HTML is ~4 MB); cdn keeps it small")
+    p.add_argument(
+        "--plotlyjs",
+        choices=["inline", "cdn"],
+        default="inline",
+        help="inline works offline (the HTML is ~4 MB); cdn keeps it small",
+    )
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--out", default="results", help="output folder")
     return p
@@ -115,9 +144,11 @@ def _load_text(start: float | None, end: float | None) -> str:
 
 def _git_commit() -> str | None:
     """The checkout's commit (with "+changes" when files differ from it), or None outside a git checkout."""
+
     def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=project_root(), capture_output=True, text=True,
-                              timeout=10).stdout.strip()
+        return subprocess.run(
+            ["git", *args], cwd=project_root(), capture_output=True, text=True, timeout=10
+        ).stdout.strip()
 
     try:
         commit = git("rev-parse", "HEAD")
@@ -149,11 +180,14 @@ def run_benchmark(args, argv: Sequence[str]) -> int:
 
     load_start = _load_average()
     if load_start is not None and load_start > 0.5:
-        say(f"note: the machine is already busy (1-minute load average {load_start:.1f} on {os.cpu_count()} cores): "
-            f"timings will be slow and noisy; with other work running, --threads 1 avoids thread contention.")
+        say(
+            f"note: the machine is already busy (1-minute load average {load_start:.1f} on {os.cpu_count()} cores): "
+            f"timings will be slow and noisy; with other work running, --threads 1 avoids thread contention."
+        )
     say(f"loading {preset.name} ...")
-    target = load_preset_target(preset.target, quantization=args.quantization, device=args.device,
-                                dtype=parse_dtype(args.precision))
+    target = load_preset_target(
+        preset.target, quantization=args.quantization, device=args.device, dtype=parse_dtype(args.precision)
+    )
     lanes = runner.make_lanes(args, preset, target, names, base_cfg, say, calibration)
     tokens = min(args.warmup_tokens, args.max_new_tokens)
     warm_up(lanes, runner.warm_up_prompt(target, questions, args.max_new_tokens), tokens)
@@ -163,15 +197,21 @@ def run_benchmark(args, argv: Sequence[str]) -> int:
         say(f"skipped {line}")
     identity = check_identity(records, target, args.temperature)
     meta = run_meta(args, argv, preset, target, lanes, questions, base_cfg, budget, skipped, load_start)
-    paths = write_outputs(Path(args.out), records, meta, base_cfg.depth, identity,
-                          plotlyjs=True if args.plotlyjs == "inline" else "cdn")
+    paths = write_outputs(
+        Path(args.out), records, meta, base_cfg.depth, identity, plotlyjs=True if args.plotlyjs == "inline" else "cdn"
+    )
     _print_console(json.loads(paths["summary"].read_text()), meta)
     say("wrote " + ", ".join(str(p) for p in paths.values()))
     if identity["mismatches"]:
-        _loud([identity_banner(identity)] +
-              [f"{m['method']} run {m['run']} {m['dataset']}/{m['question_id']} turn {m['turn']}: first difference at "
-               f"token {m['index']} (got {m['got']}, plain {m['want']}; plain logit margin "
-               f"{m.get('margin', float('nan')):.4g})" for m in identity["mismatches"][:10]])
+        _loud(
+            [identity_banner(identity)]
+            + [
+                f"{m['method']} run {m['run']} {m['dataset']}/{m['question_id']} turn {m['turn']}: first difference at "
+                f"token {m['index']} (got {m['got']}, plain {m['want']}; plain logit margin "
+                f"{m.get('margin', float('nan')):.4g})"
+                for m in identity["mismatches"][:10]
+            ]
+        )
         return 3
     say(identity_banner(identity))
     return 0
@@ -193,8 +233,9 @@ def tree_budget_arg(args) -> int | str:
             raise ConfigError(f"--{flag.replace('_', '-')}={value} is out of range: use an integer from {lo} to {hi}.")
     lo, hi = LIMITS["tree_budget"]
     if not lo <= args.max_tree_budget <= hi:
-        raise ConfigError(f"--max-tree-budget={args.max_tree_budget} is out of range: use an integer from {lo} to "
-                          f"{hi}.")
+        raise ConfigError(
+            f"--max-tree-budget={args.max_tree_budget} is out of range: use an integer from {lo} to {hi}."
+        )
     if args.tree_budget is None or str(args.tree_budget).lower() == "auto":
         return "auto" if args.tree_budget is not None else get_preset(args.preset).tree_budget
     try:
@@ -215,12 +256,13 @@ def check_methods(names: Sequence[str], preset: Preset) -> None:
     for n in names:
         if n == methods.ASSISTED:
             methods.get_method(preset, n)  # ConfigError: why there is none and what to use
-        if (methods.uses_draft(n) and n not in preset.drafts
-                and not n.startswith("random:")):
-            raise ConfigError(f"method {n!r} is not {methods.PLAIN}, {', '.join(methods.OTHER_PRECISION_PLAIN)}, "
-                              f"{methods.ORACLE}, {', '.join(methods.TRAINING_FREE)} or one of preset "
-                              f"{preset.name!r}'s drafts "
-                              f"({', '.join(preset.drafts)}).")
+        if methods.uses_draft(n) and n not in preset.drafts and not n.startswith("random:"):
+            raise ConfigError(
+                f"method {n!r} is not {methods.PLAIN}, {', '.join(methods.OTHER_PRECISION_PLAIN)}, "
+                f"{methods.ORACLE}, {', '.join(methods.TRAINING_FREE)} or one of preset "
+                f"{preset.name!r}'s drafts "
+                f"({', '.join(preset.drafts)})."
+            )
 
 
 def warm_up(lanes: Sequence[runner.BenchLane], ids: list[int], tokens: int) -> None:
@@ -233,91 +275,146 @@ def check_identity(records, target, temperature: float) -> dict:
     """At temperature 0 every method must reproduce plain decoding: compare, and tell rounding near-ties (measured on
     the plain target's logits where a method first differs) from real mismatches."""
     if temperature != 0:
-        return {"reference": None, "checked": 0, "mismatches": [], "near_ties": [],
-                "skipped": f"temperature {temperature} > 0 (outputs are samples; losslessness is tested "
-                           f"statistically in tests/)"}
+        return {
+            "reference": None,
+            "checked": 0,
+            "mismatches": [],
+            "near_ties": [],
+            "skipped": f"temperature {temperature} > 0 (outputs are samples; losslessness is tested "
+            f"statistically in tests/)",
+        }
     identity = identity_check(records)
     by_key = {(r.method, r.key): r for r in records}
     for mm in first_divergences(identity["mismatches"]).values():
         rec = by_key[(identity["reference"], (mm["run"], mm["dataset"], mm["question_id"], mm["turn"]))]
         mm["margin"] = plain_margin(target, rec.prompt_ids, rec.token_ids, mm["index"], mm["got"])
     numerics = target.numerics
-    return {**classify_mismatches(identity, numerics.tolerance, str(target.dtype).replace("torch.", "")),
-            "quantization": target.quantization, "numerics": numerics.why}
+    return {
+        **classify_mismatches(identity, numerics.tolerance, str(target.dtype).replace("torch.", "")),
+        "quantization": target.quantization,
+        "numerics": numerics.why,
+    }
 
 
-def run_meta(args, argv: Sequence[str], preset: Preset, target, lanes: Sequence[runner.BenchLane], questions,
-             base_cfg: DecodeConfig, budget: int | str, skipped: list[str], load_start: float | None) -> dict:
+def run_meta(
+    args,
+    argv: Sequence[str],
+    preset: Preset,
+    target,
+    lanes: Sequence[runner.BenchLane],
+    questions,
+    base_cfg: DecodeConfig,
+    budget: int | str,
+    skipped: list[str],
+    load_start: float | None,
+) -> dict:
     """What the report says about the run: command, date, hardware, software, settings, budgets, questions, notes."""
-    settings = (f"depth {base_cfg.depth}, top-k {base_cfg.top_k}, temperature {args.temperature}, top-p {args.top_p}, "
-                f"max new tokens {args.max_new_tokens}, runs {args.runs}, seed {args.seed}")
+    settings = (
+        f"depth {base_cfg.depth}, top-k {base_cfg.top_k}, temperature {args.temperature}, top-p {args.top_p}, "
+        f"max new tokens {args.max_new_tokens}, runs {args.runs}, seed {args.seed}"
+    )
     if base_cfg.depth_stop and budget != "auto":
         settings += f", dynamic depth stop below p {base_cfg.depth_stop:g}"
     if args.head_rows == "all":
         settings += ", the target's LM head over every tree slot"
     if budget == "auto":
-        source = (f"first {args.calibration_prompts} prompts of {' '.join(args.calibration_data)}"
-                  if args.calibration_data else "the built-in prompts")
+        source = (
+            f"first {args.calibration_prompts} prompts of {' '.join(args.calibration_data)}"
+            if args.calibration_data
+            else "the built-in prompts"
+        )
         chosen = "; ".join(f"{m.name} → {m.budget_choice.describe()}" for m in lanes if m.budget_choice is not None)
         budget_text = f"auto (calibrated on {source}, {args.calibration_tokens} new tokens each): {chosen}"
     else:
         budget_text = f"{budget} (fixed)"
     untrained = [m.name for m in lanes if not m.trained]
-    notes = [f"Untrained (random) drafts: {', '.join(untrained)}. Their acceptance and speed say nothing about POSS; "
-             f"they show what the machinery costs."] if untrained else []
+    notes = (
+        [
+            f"Untrained (random) drafts: {', '.join(untrained)}. Their acceptance and speed say nothing about POSS; "
+            f"they show what the machinery costs."
+        ]
+        if untrained
+        else []
+    )
     n_turns = sum(len(q.turns) for q in questions)
     return {
-        "preset": preset.name, "model_id": preset.name,
+        "preset": preset.name,
+        "model_id": preset.name,
         "command": "python -m poss_core.bench " + shlex.join(list(argv)),
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "hardware": _hardware(target) + _load_text(load_start, _load_average()), "software": _software(),
+        "hardware": _hardware(target) + _load_text(load_start, _load_average()),
+        "software": _software(),
         "target": f"{preset.description}, {str(target.dtype).replace('torch.', '')} on {target.device.type} "
-                  f"(quantization: {target.quantization})",
-        "settings": settings, "budget": budget_text,
+        f"(quantization: {target.quantization})",
+        "settings": settings,
+        "budget": budget_text,
         "questions": f"{len(questions)} questions, {n_turns} turns from "
-                     f"{', '.join(dict.fromkeys(q.dataset for q in questions))}"
-                     + (f" (first {args.limit} per dataset)" if args.limit else ""),
+        f"{', '.join(dict.fromkeys(q.dataset for q in questions))}"
+        + (f" (first {args.limit} per dataset)" if args.limit else ""),
         "labels": {m.name: m.label for m in lanes},
         "budgets": {m.name: m.budget for m in lanes if m.budget is not None},
         "budget_choices": {m.name: m.budget_choice.to_json() for m in lanes if m.budget_choice is not None},
-        "skipped": skipped, "notes": notes,
+        "skipped": skipped,
+        "notes": notes,
         # The same facts as values, for the evidence summary (poss_core.results.evidence).
-        "dtype": str(target.dtype).replace("torch.", ""), "threads": torch.get_num_threads(),
+        "dtype": str(target.dtype).replace("torch.", ""),
+        "threads": torch.get_num_threads(),
         "git_commit": _git_commit(),
-        "run_settings": {"depth": base_cfg.depth, "top_k": base_cfg.top_k, "tree_budget": budget,
-                         "max_new_tokens": args.max_new_tokens, "temperature": args.temperature,
-                         "top_p": args.top_p, "runs": args.runs, "seed": args.seed, "limit": args.limit},
+        "run_settings": {
+            "depth": base_cfg.depth,
+            "top_k": base_cfg.top_k,
+            "tree_budget": budget,
+            "max_new_tokens": args.max_new_tokens,
+            "temperature": args.temperature,
+            "top_p": args.top_p,
+            "runs": args.runs,
+            "seed": args.seed,
+            "limit": args.limit,
+        },
     }
 
 
 def _print_console(agg: dict, meta: dict) -> None:
     """The overall table on stdout: method, τ, tokens/s, speed-up, time split."""
+
     def f(v, d=2):
         return "–" if v is None else f"{v:.{d}f}"
 
     print(f"\n{meta['preset']} | {meta['settings']} | tree budget {meta['budget']}")
     oracle = agg.get("oracle")
-    print(f"{'method':<10} {'tau':>6} {'tau/set':>8} {'tok/s':>16} {'speed-up':>16} {'draft ms':>9} "
-          f"{'verify ms':>10} {'overhead ms':>12}" + (f" {'of oracle':>10}" if oracle else ""))
+    print(
+        f"{'method':<10} {'tau':>6} {'tau/set':>8} {'tok/s':>16} {'speed-up':>16} {'draft ms':>9} "
+        f"{'verify ms':>10} {'overhead ms':>12}" + (f" {'of oracle':>10}" if oracle else "")
+    )
     for m in agg["methods"]:
         c = agg["table"][m]["overall"]
         tps = f"{f(c['tokens_per_s'], 1)} ± {f(c['tokens_per_s_std'], 1)}"
         sp = f"{f(c['speedup'])} ± {f(c['speedup_std'])}"
-        print(f"{m:<10} {f(c['tau_pooled']):>6} {f(agg['mean_tau_over_datasets'][m]):>8} {tps:>16} {sp:>16} "
-              f"{f(c['draft_ms']):>9} {f(c['verify_ms']):>10} {f(c['overhead_ms']):>12}"
-              + (f" {f(c.get('oracle_fraction')):>10}" if oracle else ""))
-    print("tau = pooled over every round; tau/set = the mean of the datasets' tau (the paper's mean column)"
-          + ("; of oracle = tokens/s ÷ the oracle's (its speed-up is the ceiling at these settings)" if oracle else ""))
+        print(
+            f"{m:<10} {f(c['tau_pooled']):>6} {f(agg['mean_tau_over_datasets'][m]):>8} {tps:>16} {sp:>16} "
+            f"{f(c['draft_ms']):>9} {f(c['verify_ms']):>10} {f(c['overhead_ms']):>12}"
+            + (f" {f(c.get('oracle_fraction')):>10}" if oracle else "")
+        )
+    print(
+        "tau = pooled over every round; tau/set = the mean of the datasets' tau (the paper's mean column)"
+        + ("; of oracle = tokens/s ÷ the oracle's (its speed-up is the ceiling at these settings)" if oracle else "")
+    )
     print()
 
 
 def report_main(argv: Sequence[str]) -> int:
-    p = argparse.ArgumentParser(prog="python -m poss_core.bench report",
-                                description="Rebuild tables, JSONL and HTML from a results folder's records.jsonl.")
+    p = argparse.ArgumentParser(
+        prog="python -m poss_core.bench report",
+        description="Rebuild tables, JSONL and HTML from a results folder's records.jsonl.",
+    )
     p.add_argument("folder")
     p.add_argument("--plotlyjs", choices=["inline", "cdn"], default="inline")
-    p.add_argument("--limit", type=int, default=None,
-                   help="only the first N questions of each dataset (a larger run read as a smaller one); needs --out")
+    p.add_argument(
+        "--limit",
+        type=int,
+        default=None,
+        help="only the first N questions of each dataset (a larger run read as a smaller one); needs --out",
+    )
     p.add_argument("--out", default=None, help="write the rebuilt report here instead of into FOLDER")
     args = p.parse_args(argv)
     folder = Path(args.folder)
@@ -328,14 +425,20 @@ def report_main(argv: Sequence[str]) -> int:
     meta, identity = summary["meta"], summary.get("identity")
     if args.limit is not None:
         records = first_questions(records, args.limit)
-        meta = {**meta, "notes": list(meta.get("notes", [])) + [
-            f"Rebuilt from {folder}'s records: the first {args.limit} questions of each dataset "
-            f"(python -m poss_core.bench report {folder} --limit {args.limit} --out {args.out})."]}
+        meta = {
+            **meta,
+            "notes": list(meta.get("notes", []))
+            + [
+                f"Rebuilt from {folder}'s records: the first {args.limit} questions of each dataset "
+                f"(python -m poss_core.bench report {folder} --limit {args.limit} --out {args.out})."
+            ],
+        }
         identity = subset_identity(identity, records) if identity is not None else None
     out = Path(args.out) if args.out else folder
     out.mkdir(parents=True, exist_ok=True)
-    paths = write_outputs(out, records, meta, int(summary["depth"]), identity,
-                          plotlyjs=True if args.plotlyjs == "inline" else "cdn")
+    paths = write_outputs(
+        out, records, meta, int(summary["depth"]), identity, plotlyjs=True if args.plotlyjs == "inline" else "cdn"
+    )
     print("wrote " + ", ".join(str(p) for p in paths.values()))
     return 0
 
@@ -353,8 +456,10 @@ def checked_summary(path: Path) -> dict:
     lo, hi = LIMITS["depth"]
     meta, depth = (summary.get("meta"), summary.get("depth")) if isinstance(summary, dict) else (None, None)
     if not isinstance(meta, dict) or not (isinstance(depth, int) and lo <= depth <= hi):
-        raise ConfigError(f"{path} is not a benchmark summary (it needs the run's \"meta\" and a \"depth\" from "
-                          f"{lo} to {hi}): {rebuild}.")
+        raise ConfigError(
+            f'{path} is not a benchmark summary (it needs the run\'s "meta" and a "depth" from '
+            f"{lo} to {hi}): {rebuild}."
+        )
     return summary
 
 
@@ -372,6 +477,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return evidence_main(argv[1:])
         if argv and argv[0] == "deviation":
             from .deviation import deviation_main
+
             return deviation_main(argv[1:])
         return run_benchmark(build_parser().parse_args(argv), argv)
 

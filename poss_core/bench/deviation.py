@@ -94,8 +94,11 @@ def deviation_main(argv: Sequence[str]) -> int:
     from .cli import checked_summary
     from .report import write_outputs
 
-    p = argparse.ArgumentParser(prog="python -m poss_core.bench deviation", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m poss_core.bench deviation",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("folder")
     p.add_argument("--threads", type=int, default=None)
     args = p.parse_args(argv)

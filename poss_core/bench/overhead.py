@@ -33,8 +33,14 @@ def _untimed(clock: dict):
         clock.update(saved)
 
 
-def measure_overhead(target, draft, cfg, prompt: str = "Tell me a story about a lighthouse keeper.",
-                     rounds: int = 60, warmup_rounds: int = 5) -> dict[str, float]:
+def measure_overhead(
+    target,
+    draft,
+    cfg,
+    prompt: str = "Tell me a story about a lighthouse keeper.",
+    rounds: int = 60,
+    warmup_rounds: int = 5,
+) -> dict[str, float]:
     """Per draft round: wall, draft and verify ms as events report them, and the engine's own overhead = wall minus
     the time spent inside model forwards (the target's forward and LM head, the draft's specialist layers and its
     LM head), measured by timing those calls. Nodes per tree are reported to show the tree was full. `draft` None
@@ -44,8 +50,16 @@ def measure_overhead(target, draft, cfg, prompt: str = "Tell me a story about a 
     The target's LM head is also timed both ways on the same rounds: over the rows verification reads (what the
     engine does) and, as an extra call outside the round's accounting, over every slot of the tree (what it did
     before `verify.SlotRows`): an A/B in one run, so the machine's speed cancels out."""
-    clock = {"model": 0.0, "extra": 0.0, "head": 0.0, "head_rows": 0, "all_head": 0.0, "all_rows": 0,
-             "draft_layers": 0.0, "draft_head": 0.0}
+    clock = {
+        "model": 0.0,
+        "extra": 0.0,
+        "head": 0.0,
+        "head_rows": 0,
+        "all_head": 0.0,
+        "all_rows": 0,
+        "draft_layers": 0.0,
+        "draft_head": 0.0,
+    }
 
     def timed(fn, part: str | None = None):
         def wrapper(*a, **k):
@@ -57,6 +71,7 @@ def measure_overhead(target, draft, cfg, prompt: str = "Tell me a story about a 
                 clock["model"] += spent
                 if part:
                     clock[part] += spent
+
         return wrapper
 
     forward, logits = timed(type(target).forward.__get__(target)), timed(type(target).logits.__get__(target))
@@ -98,9 +113,10 @@ def measure_overhead(target, draft, cfg, prompt: str = "Tell me a story about a 
             def untimed_realign(emitted):  # a near-tie's plain run: not a round's model time either
                 with _untimed(clock):
                     return realign(emitted)
+
             dec._realign = untimed_realign
         else:
-            dec = SpeculativeDecoder(target, draft, replace(cfg, max_new_tokens=10 ** 6))
+            dec = SpeculativeDecoder(target, draft, replace(cfg, max_new_tokens=10**6))
         rows = []
         gen = dec.generate(ids)
         last = dict(clock)
@@ -113,10 +129,22 @@ def measure_overhead(target, draft, cfg, prompt: str = "Tell me a story about a 
                 continue
             # The comparison's extra LM-head call ran inside this round's verify timing: take it out again.
             extra_ms = delta["extra"] * 1000.0
-            rows.append((item.wall_ms - extra_ms, item.draft_ms, item.verify_ms - extra_ms, delta["model"] * 1000.0,
-                         len(item.nodes), item.accept_len, delta["head"] * 1000.0, delta["head_rows"],
-                         delta["all_head"] * 1000.0, delta["all_rows"], delta["draft_layers"] * 1000.0,
-                         delta["draft_head"] * 1000.0))
+            rows.append(
+                (
+                    item.wall_ms - extra_ms,
+                    item.draft_ms,
+                    item.verify_ms - extra_ms,
+                    delta["model"] * 1000.0,
+                    len(item.nodes),
+                    item.accept_len,
+                    delta["head"] * 1000.0,
+                    delta["head_rows"],
+                    delta["all_head"] * 1000.0,
+                    delta["all_rows"],
+                    delta["draft_layers"] * 1000.0,
+                    delta["draft_head"] * 1000.0,
+                )
+            )
             if len(rows) >= rounds + warmup_rounds:
                 gen.close()
                 break
@@ -129,25 +157,38 @@ def measure_overhead(target, draft, cfg, prompt: str = "Tell me a story about a 
     col = list(zip(*rows))
     engine = [w - m for w, m in zip(col[0], col[3])]
     return {
-        "rounds": len(rows), "wall_ms": statistics.fmean(col[0]), "draft_ms": statistics.fmean(col[1]),
-        "verify_ms": statistics.fmean(col[2]), "event_overhead_ms": statistics.fmean(
-            [w - d - v for w, d, v in zip(col[0], col[1], col[2])]),
-        "model_ms": statistics.fmean(col[3]), "engine_ms": statistics.fmean(engine),
-        "engine_ms_median": statistics.median(engine), "engine_share": statistics.fmean(engine) / statistics.fmean(col[0]),
-        "nodes": statistics.fmean(col[4]), "tau": statistics.fmean(a + 1 for a in col[5]),
-        "head_ms": statistics.fmean(col[6]), "head_rows": statistics.fmean(col[7]),
-        "all_head_ms": statistics.fmean(col[8]), "all_rows": statistics.fmean(col[9]),
-        "draft_layers_ms": statistics.fmean(col[10]), "draft_head_ms": statistics.fmean(col[11]),
+        "rounds": len(rows),
+        "wall_ms": statistics.fmean(col[0]),
+        "draft_ms": statistics.fmean(col[1]),
+        "verify_ms": statistics.fmean(col[2]),
+        "event_overhead_ms": statistics.fmean([w - d - v for w, d, v in zip(col[0], col[1], col[2])]),
+        "model_ms": statistics.fmean(col[3]),
+        "engine_ms": statistics.fmean(engine),
+        "engine_ms_median": statistics.median(engine),
+        "engine_share": statistics.fmean(engine) / statistics.fmean(col[0]),
+        "nodes": statistics.fmean(col[4]),
+        "tau": statistics.fmean(a + 1 for a in col[5]),
+        "head_ms": statistics.fmean(col[6]),
+        "head_rows": statistics.fmean(col[7]),
+        "all_head_ms": statistics.fmean(col[8]),
+        "all_rows": statistics.fmean(col[9]),
+        "draft_layers_ms": statistics.fmean(col[10]),
+        "draft_head_ms": statistics.fmean(col[11]),
     }
 
 
 def overhead_main(argv: Sequence[str]) -> int:
-    p = argparse.ArgumentParser(prog="python -m poss_core.bench overhead",
-                                description="The engine's own per-round cost (everything but model forwards).")
+    p = argparse.ArgumentParser(
+        prog="python -m poss_core.bench overhead",
+        description="The engine's own per-round cost (everything but model forwards).",
+    )
     p.add_argument("--preset", default="tiny-random")
     p.add_argument("--draft", default="poss2", help="a draft of the preset, or oracle")
-    p.add_argument("--no-oracle", action="store_true",
-                   help="skip the oracle's split (printed after the draft's by default: the round of a perfect draft)")
+    p.add_argument(
+        "--no-oracle",
+        action="store_true",
+        help="skip the oracle's split (printed after the draft's by default: the round of a perfect draft)",
+    )
     p.add_argument("--depth", type=int, default=6)
     p.add_argument("--top-k", type=int, default=10)
     p.add_argument("--tree-budget", type=int, default=60)
@@ -164,8 +205,7 @@ def overhead_main(argv: Sequence[str]) -> int:
         # A tiny target with room for a long decode: the default tiny one has 512 positions.
         target = tiny_target(seed=0, max_positions=8192)
     cfg = methods.decode_config(preset, depth=args.depth, top_k=args.top_k, tree_budget=args.tree_budget)
-    names = [args.draft] + ([] if args.no_oracle or args.draft == methods.ORACLE
-                                                else [methods.ORACLE])
+    names = [args.draft] + ([] if args.no_oracle or args.draft == methods.ORACLE else [methods.ORACLE])
     for name in names:
         method = methods.get_method(preset, name)
         draft = None if method.oracle else methods.load_draft(method, target, args.depth)
@@ -175,23 +215,36 @@ def overhead_main(argv: Sequence[str]) -> int:
 
 
 def _print_split(preset: str, name: str, args, r: dict[str, float]) -> None:
-    what = "the oracle (the target's own continuation, padded to the budget)" if name == methods.ORACLE else \
-        f"draft {name}"
-    print(f"{preset} target, {what}, depth {args.depth}, top-k {args.top_k}, tree budget "
-          f"{args.tree_budget} ({r['nodes']:.0f} drafted nodes per round, τ {r['tau']:.2f}), {r['rounds']} rounds, "
-          f"{torch.get_num_threads()} threads")
-    print(f"  round {r['wall_ms']:.2f} ms = draft {r['draft_ms']:.2f} + verify {r['verify_ms']:.2f} + rest "
-          f"{r['event_overhead_ms']:.2f} (as events report them)")
+    what = (
+        "the oracle (the target's own continuation, padded to the budget)"
+        if name == methods.ORACLE
+        else f"draft {name}"
+    )
+    print(
+        f"{preset} target, {what}, depth {args.depth}, top-k {args.top_k}, tree budget "
+        f"{args.tree_budget} ({r['nodes']:.0f} drafted nodes per round, τ {r['tau']:.2f}), {r['rounds']} rounds, "
+        f"{torch.get_num_threads()} threads"
+    )
+    print(
+        f"  round {r['wall_ms']:.2f} ms = draft {r['draft_ms']:.2f} + verify {r['verify_ms']:.2f} + rest "
+        f"{r['event_overhead_ms']:.2f} (as events report them)"
+    )
     if name != methods.ORACLE:
         rest = r["draft_ms"] - r["draft_layers_ms"] - r["draft_head_ms"]
-        print(f"  draft {r['draft_ms']:.2f} ms = specialist layers {r['draft_layers_ms']:.2f} + draft head "
-              f"{r['draft_head_ms']:.2f} + tree bookkeeping {rest:.2f} (top-k, masks, pruning: engine overhead)")
-    print(f"  model forwards {r['model_ms']:.2f} ms; engine overhead (everything else) {r['engine_ms']:.2f} ms "
-          f"mean, {r['engine_ms_median']:.2f} ms median, {r['engine_share'] * 100:.0f}% of the round")
+        print(
+            f"  draft {r['draft_ms']:.2f} ms = specialist layers {r['draft_layers_ms']:.2f} + draft head "
+            f"{r['draft_head_ms']:.2f} + tree bookkeeping {rest:.2f} (top-k, masks, pruning: engine overhead)"
+        )
+    print(
+        f"  model forwards {r['model_ms']:.2f} ms; engine overhead (everything else) {r['engine_ms']:.2f} ms "
+        f"mean, {r['engine_ms_median']:.2f} ms median, {r['engine_share'] * 100:.0f}% of the round"
+    )
     saved = r["all_head_ms"] - r["head_ms"]
-    print(f"  target LM head per round: {r['head_ms']:.2f} ms over the {r['head_rows']:.1f} rows verification reads; "
-          f"{r['all_head_ms']:.2f} ms over all {r['all_rows']:.1f} slots (timed on the same rounds): "
-          f"{saved:.2f} ms saved, {100 * saved / (r['wall_ms'] + saved):.1f}% of a round that heads every slot")
+    print(
+        f"  target LM head per round: {r['head_ms']:.2f} ms over the {r['head_rows']:.1f} rows verification reads; "
+        f"{r['all_head_ms']:.2f} ms over all {r['all_rows']:.1f} slots (timed on the same rounds): "
+        f"{saved:.2f} ms saved, {100 * saved / (r['wall_ms'] + saved):.1f}% of a round that heads every slot"
+    )
 
 
 def linear_ab(draft, rows: Sequence[int] = (1, 8, 24), reps: int = 200) -> list[dict]:
@@ -200,8 +253,14 @@ def linear_ab(draft, rows: Sequence[int] = (1, 8, 24), reps: int = 200) -> list[
     Per weight and row count: median microseconds each way and the largest difference between their outputs."""
     weights = draft.decode_weights()
     layer = weights["layers"][0]
-    named = [("fc", weights["fc"]), ("q/k/v", layer["qkv"]), ("o", layer["o"]), ("gate/up", layer["gate_up"]),
-             ("down", layer["down"]), ("draft head", draft.packed_head())]
+    named = [
+        ("fc", weights["fc"]),
+        ("q/k/v", layer["qkv"]),
+        ("o", layer["o"]),
+        ("gate/up", layer["gate_up"]),
+        ("down", layer["down"]),
+        ("draft head", draft.packed_head()),
+    ]
     gen = torch.Generator().manual_seed(0)
     out = []
     with torch.inference_mode():
@@ -215,16 +274,26 @@ def linear_ab(draft, rows: Sequence[int] = (1, 8, 24), reps: int = 200) -> list[
                         fn()
                         times[way].append((time.perf_counter() - t0) * 1e6)
                 diff = float((F.linear(x, lin.weight, lin.bias).float() - lin(x).float()).abs().max())
-                out.append({"weight": name, "shape": tuple(lin.weight.shape), "rows": m, "packed": lin.packed is not None,
-                            "plain_us": statistics.median(times["plain"]), "packed_us": statistics.median(times["packed"]),
-                            "max_diff": diff})
+                out.append(
+                    {
+                        "weight": name,
+                        "shape": tuple(lin.weight.shape),
+                        "rows": m,
+                        "packed": lin.packed is not None,
+                        "plain_us": statistics.median(times["plain"]),
+                        "packed_us": statistics.median(times["packed"]),
+                        "max_diff": diff,
+                    }
+                )
     return out
 
 
 def linear_main(argv: Sequence[str]) -> int:
-    p = argparse.ArgumentParser(prog="python -m poss_core.bench linear",
-                                description="The draft's decoding matmuls with weights packed once for oneDNN "
-                                            "(PackedLinear) against F.linear, alternating on the same inputs.")
+    p = argparse.ArgumentParser(
+        prog="python -m poss_core.bench linear",
+        description="The draft's decoding matmuls with weights packed once for oneDNN "
+        "(PackedLinear) against F.linear, alternating on the same inputs.",
+    )
     p.add_argument("--preset", default="smollm2-135m")
     p.add_argument("--draft", default="eagle")
     p.add_argument("--rows", default="1,8,24", help="comma-separated row counts (8 = a top-k 8 frontier)")
@@ -235,16 +304,23 @@ def linear_main(argv: Sequence[str]) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     preset, dtype = get_preset(args.preset), parse_dtype(args.dtype)
-    target = tiny_target(seed=0, dtype=dtype) if preset.name == "tiny-random" else \
-        load_preset_target(preset.target, quantization="none", dtype=dtype)
+    target = (
+        tiny_target(seed=0, dtype=dtype)
+        if preset.name == "tiny-random"
+        else load_preset_target(preset.target, quantization="none", dtype=dtype)
+    )
     draft = methods.load_draft(methods.get_method(preset, args.draft), target, preset.depth)
     rows = [int(r) for r in args.rows.split(",") if r.strip()]
     results = linear_ab(draft, rows, args.reps)
-    print(f"{preset.name} draft {args.draft}, {draft.fc.weight.dtype}, {torch.get_num_threads()} threads, "
-          f"median of {args.reps} alternating calls (µs)")
+    print(
+        f"{preset.name} draft {args.draft}, {draft.fc.weight.dtype}, {torch.get_num_threads()} threads, "
+        f"median of {args.reps} alternating calls (µs)"
+    )
     print(f"{'weight':>11} {'shape':>12} {'rows':>5} {'F.linear':>9} {'packed':>8} {'speed-up':>9} {'max diff':>9}")
     for r in results:
         note = "" if r["packed"] else "  (not packed: F.linear both ways)"
-        print(f"{r['weight']:>11} {'x'.join(map(str, r['shape'])):>12} {r['rows']:>5} {r['plain_us']:>9.1f} "
-              f"{r['packed_us']:>8.1f} {r['plain_us'] / r['packed_us']:>8.2f}x {r['max_diff']:>9.2g}{note}")
+        print(
+            f"{r['weight']:>11} {'x'.join(map(str, r['shape'])):>12} {r['rows']:>5} {r['plain_us']:>9.1f} "
+            f"{r['packed_us']:>8.1f} {r['plain_us'] / r['packed_us']:>8.2f}x {r['max_diff']:>9.2g}{note}"
+        )
     return 0

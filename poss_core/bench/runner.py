@@ -57,7 +57,9 @@ def data_files(patterns: Sequence[str]) -> list[str]:
     for p in patterns:
         found = sorted(glob.glob(p)) or ([p] if Path(p).is_file() else [])
         if not found:
-            raise ConfigError(f"--data {p!r} matches no file: give eval JSONL files (e.g. ../shared/data/eval/*.jsonl).")
+            raise ConfigError(
+                f"--data {p!r} matches no file: give eval JSONL files (e.g. ../shared/data/eval/*.jsonl)."
+            )
         paths.extend(found)
     return list(dict.fromkeys(paths))
 
@@ -143,10 +145,11 @@ def make_lanes(args, preset, target, names: list[str], base_cfg, say, calibratio
     curve, calib_prompts = None, []
     if auto:
         curve = load_or_measure_curve(target, remeasure=args.remeasure, log=say)
-        say("verify ms by verified tokens n (forward to the hidden states + LM head over n "
+        say(
+            "verify ms by verified tokens n (forward to the hidden states + LM head over n "
             "rows; verification reads the slots with children and a stopping leaf, or every slot, whichever auto finds "
-            "cheaper): " + ", ".join(
-            f"{n}:{m:.1f}+{curve.post_at(n):.1f}" for n, m in zip(curve.sizes, curve.ms)))
+            "cheaper): " + ", ".join(f"{n}:{m:.1f}+{curve.post_at(n):.1f}" for n, m in zip(curve.sizes, curve.ms))
+        )
         calib_prompts = [encode_prompt(target.tokenizer, p) for p in calibration]
     lanes: list[BenchLane] = []
     for name in names:
@@ -163,24 +166,42 @@ def make_lanes(args, preset, target, names: list[str], base_cfg, say, calibratio
         elif method.oracle:
             cfg = methods.oracle_config(base_cfg) if auto else base_cfg
             if auto:
-                say(f"{name}: the bare chain, budget {cfg.tree_budget} (depth {cfg.depth} + the root): filler nodes "
-                    f"are never accepted, so no larger budget can be faster")
+                say(
+                    f"{name}: the bare chain, budget {cfg.tree_budget} (depth {cfg.depth} + the root): filler nodes "
+                    f"are never accepted, so no larger budget can be faster"
+                )
             lanes.append(BenchLane(name, method.label, methods.build_decoder(method, target, cfg), cfg.tree_budget))
         else:
             draft = methods.load_draft(method, target, base_cfg.depth)
             cfg, choice = base_cfg, None
             if auto:
                 say(f"calibrating {name} for the tree budget ...")
-                choice = auto_tree_budget(target, draft, base_cfg, prompts=calib_prompts,
-                                          max_budget=args.max_tree_budget, calibration_tokens=args.calibration_tokens,
-                                          curve=curve, log=say, choose_depth=not args.fixed_depth,
-                                          depth_stops=DEPTH_STOPS if args.depth_stop is None else (args.depth_stop,))
+                choice = auto_tree_budget(
+                    target,
+                    draft,
+                    base_cfg,
+                    prompts=calib_prompts,
+                    max_budget=args.max_tree_budget,
+                    calibration_tokens=args.calibration_tokens,
+                    curve=curve,
+                    log=say,
+                    choose_depth=not args.fixed_depth,
+                    depth_stops=DEPTH_STOPS if args.depth_stop is None else (args.depth_stop,),
+                )
                 cfg = methods.with_budget_choice(base_cfg, choice)
                 if args.head_rows:
                     cfg = replace(cfg, head_rows=args.head_rows)
                 say(f"{name}: {choice.describe()}")
-            lanes.append(BenchLane(name, method.label, methods.build_decoder(method, target, cfg, draft),
-                                   cfg.tree_budget, choice, method.trained))
+            lanes.append(
+                BenchLane(
+                    name,
+                    method.label,
+                    methods.build_decoder(method, target, cfg, draft),
+                    cfg.tree_budget,
+                    choice,
+                    method.trained,
+                )
+            )
     return lanes
 
 
@@ -189,8 +210,9 @@ def other_precision_plain(args, preset, method: methods.Method, base_cfg, say) -
     speed-up is also measured against the fastest precision for plain decoding, in the same run."""
     dtype = method.name.removeprefix("plain-")
     say(f"loading a second copy of the target in {dtype} for {method.name} ...")
-    other = load_preset_target(preset.target, quantization=args.quantization, device=args.device,
-                               dtype=parse_dtype(dtype))
+    other = load_preset_target(
+        preset.target, quantization=args.quantization, device=args.device, dtype=parse_dtype(dtype)
+    )
     plain = methods.PLAIN_METHODS[methods.PLAIN]
     return BenchLane(method.name, method.label, methods.build_decoder(plain, other, base_cfg))
 
@@ -212,8 +234,7 @@ def turn_prompt(target, messages: list[dict], max_new_tokens: int) -> tuple[list
     except PromptError as err:
         return None, str(err)
     if len(ids) + max_new_tokens > target.max_context:
-        return None, (f"{len(ids)} prompt tokens + {max_new_tokens} new exceed the context window "
-                      f"{target.max_context}")
+        return None, (f"{len(ids)} prompt tokens + {max_new_tokens} new exceed the context window {target.max_context}")
     return ids, ""
 
 
@@ -224,12 +245,14 @@ def warm_up_prompt(target, questions: Sequence[Question], max_new_tokens: int) -
         ids, why = turn_prompt(target, [{"role": "user", "content": q.turns[0]}], max_new_tokens)
         if ids is not None:
             return ids
-    raise ConfigError(f"no question of --data fits the prompt cap and the context window (the last: {why}): give "
-                      f"shorter questions.")
+    raise ConfigError(
+        f"no question of --data fits the prompt cap and the context window (the last: {why}): give shorter questions."
+    )
 
 
-def run_questions(lanes: Sequence[BenchLane], target, questions: Sequence[Question], runs: int,
-                  progress: bool = True) -> tuple[list, list[str]]:
+def run_questions(
+    lanes: Sequence[BenchLane], target, questions: Sequence[Question], runs: int, progress: bool = True
+) -> tuple[list, list[str]]:
     """The timed loop: for each run, each question, every method (order rotated per question), every turn with the
     method's own earlier answers in context. Returns the turn records and the turns skipped for lack of context."""
     total = runs * sum(len(q.turns) for q in questions) * len(lanes)
@@ -253,12 +276,23 @@ def run_questions(lanes: Sequence[BenchLane], target, questions: Sequence[Questi
                         break
                     bar.set_postfix_str(f"run {run + 1} {q.dataset}/{q.question_id} {lane.name}", refresh=False)
                     tokens, text, stop, wall, events = decode_turn(lane, ids)
-                    records.append(TurnRecord(run=run, method=lane.name, dataset=q.dataset,
-                                              question_id=q.question_id, category=q.category, turn=ti,
-                                              token_ids=list(tokens), text=text, stop_reason=stop, wall_time=wall,
-                                              events=events,
-                                              # the reference's prompts let a mismatch be diagnosed later
-                                              prompt_ids=list(ids) if lane.name == methods.PLAIN else []))
+                    records.append(
+                        TurnRecord(
+                            run=run,
+                            method=lane.name,
+                            dataset=q.dataset,
+                            question_id=q.question_id,
+                            category=q.category,
+                            turn=ti,
+                            token_ids=list(tokens),
+                            text=text,
+                            stop_reason=stop,
+                            wall_time=wall,
+                            events=events,
+                            # the reference's prompts let a mismatch be diagnosed later
+                            prompt_ids=list(ids) if lane.name == methods.PLAIN else [],
+                        )
+                    )
                     messages.append({"role": "assistant", "content": text})
                     bar.update(1)
     bar.close()

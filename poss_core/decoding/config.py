@@ -21,13 +21,16 @@ def check_prompt_text(text: Any, field: str = "prompt") -> str:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as err:
-        raise PromptError(f"{field} is not valid UTF-8 text (character {err.start} cannot be encoded): "
-                          f"send the prompt as UTF-8.") from err
+        raise PromptError(
+            f"{field} is not valid UTF-8 text (character {err.start} cannot be encoded): send the prompt as UTF-8."
+        ) from err
     if "\x00" in text:
         raise PromptError(f"{field} contains a NUL character: send plain text.")
     if len(text) > MAX_PROMPT_CHARS:
-        raise PromptError(f"{field} has {len(text)} characters: the most is {MAX_PROMPT_CHARS} (and at most "
-                          f"{MAX_PROMPT_TOKENS} tokens).")
+        raise PromptError(
+            f"{field} has {len(text)} characters: the most is {MAX_PROMPT_CHARS} (and at most "
+            f"{MAX_PROMPT_TOKENS} tokens)."
+        )
     return text
 
 
@@ -54,8 +57,9 @@ def check_messages(prompt: Any) -> list[dict]:
 def check_prompt_tokens(n: int, max_context: int | None = None) -> None:
     """Refuse a tokenized prompt longer than MAX_PROMPT_TOKENS or than the model's context window allows."""
     if n > MAX_PROMPT_TOKENS:
-        raise PromptError(f"the prompt has {n} tokens: the most is {MAX_PROMPT_TOKENS}. Shorten it (or start a new "
-                          f"conversation).")
+        raise PromptError(
+            f"the prompt has {n} tokens: the most is {MAX_PROMPT_TOKENS}. Shorten it (or start a new conversation)."
+        )
     if max_context is not None and n >= max_context:
         raise PromptError(f"the prompt has {n} tokens but the model's context window is {max_context}: shorten it.")
 

@@ -31,13 +31,14 @@ def chain_mask(rows: int, anchors: torch.Tensor, blocks: int) -> torch.Tensor:
             q = slice(rows + i * a, rows + (i + 1) * a)
             allowed[q, :rows] = ctx
             for j in range(i + 1):
-                allowed[q, rows + j * a: rows + (j + 1) * a] = same
+                allowed[q, rows + j * a : rows + (j + 1) * a] = same
     return allowed
 
 
 @torch.inference_mode()
-def unroll_chains(draft: DraftModel, tokens: torch.Tensor, features: torch.Tensor, anchors: torch.Tensor,
-                  steps: int) -> list[torch.Tensor]:
+def unroll_chains(
+    draft: DraftModel, tokens: torch.Tensor, features: torch.Tensor, anchors: torch.Tensor, steps: int
+) -> list[torch.Tensor]:
     """The draft's predicted features of `steps` chained positions from each anchor row.
 
     Row j of the sequence pairs token `tokens[j + 1]` with the target feature `features[j]` and predicts
@@ -47,7 +48,7 @@ def unroll_chains(draft: DraftModel, tokens: torch.Tensor, features: torch.Tenso
     k would pass the last row are left out of step k. Returns per step k a tensor [len(anchors), H] (rows of
     anchors beyond the sequence hold predictions nothing compares)."""
     rows = int(features.shape[0])
-    row_tokens = tokens[1:rows + 1]
+    row_tokens = tokens[1 : rows + 1]
     positions = torch.arange(rows, device=features.device)
     out: list[torch.Tensor] = []
     for k in range(1, steps + 1):
@@ -60,14 +61,20 @@ def unroll_chains(draft: DraftModel, tokens: torch.Tensor, features: torch.Tenso
             feat.append(out[i - 2])
             pos.append(anchors + i - 1)
         allowed = chain_mask(rows, anchors, k)
-        x = draft.run_specialist(group, torch.cat(tok)[None], torch.cat(feat)[None], torch.cat(pos)[None],
-                                 float_mask(allowed, features.dtype))[0]
-        out.append(x[anchors] if k == 1 else x[rows + (k - 2) * len(anchors):])
+        x = draft.run_specialist(
+            group,
+            torch.cat(tok)[None],
+            torch.cat(feat)[None],
+            torch.cat(pos)[None],
+            float_mask(allowed, features.dtype),
+        )[0]
+        out.append(x[anchors] if k == 1 else x[rows + (k - 2) * len(anchors) :])
     return out
 
 
-def continuation_deviation(draft: DraftModel, tokens: torch.Tensor, features: torch.Tensor, roots: list[int],
-                           steps: int) -> list[list[FeatureDeviation]]:
+def continuation_deviation(
+    draft: DraftModel, tokens: torch.Tensor, features: torch.Tensor, roots: list[int], steps: int
+) -> list[list[FeatureDeviation]]:
     """For each round's root position p (the root token is `tokens[p]`): the deviation at positions 1..m between
     the draft's chained prediction and the target's feature of the same token, m = min(steps, positions the
     committed text reaches). `tokens` are the committed ids [L]; `features` the target's features of the tokens it
@@ -85,7 +92,7 @@ def continuation_deviation(draft: DraftModel, tokens: torch.Tensor, features: to
     for idx, p in enumerate(usable):
         m = min(reach, rows - p + 1)  # step k compares the feature of token p + k - 1
         pred = torch.stack([preds[k][idx] for k in range(m)]).float()
-        true = feats[p:p + m].float()
+        true = feats[p : p + m].float()
         l2 = (pred - true).norm(dim=-1)
         cos = 1.0 - torch.nn.functional.cosine_similarity(pred, true, dim=-1)
         by_root[p] = [FeatureDeviation(float(a), float(b)) for a, b in zip(l2.tolist(), cos.tolist())]

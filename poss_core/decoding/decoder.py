@@ -88,8 +88,10 @@ class _BaseDecoder:
             raise PromptError("the prompt is empty: type a question or instruction.")
         limit = self.target.max_context
         if len(input_ids) >= limit:
-            raise PromptError(f"the prompt has {len(input_ids)} tokens but the model's context window is {limit} "
-                              f"(room is needed for at least one new token): shorten it.")
+            raise PromptError(
+                f"the prompt has {len(input_ids)} tokens but the model's context window is {limit} "
+                f"(room is needed for at least one new token): shorten it."
+            )
         return torch.as_tensor(list(input_ids), dtype=torch.long)
 
     def _pick(self, logits: torch.Tensor, generator: torch.Generator) -> int:
@@ -107,14 +109,30 @@ class _BaseDecoder:
 
     def _finish(self, events: list[RoundEvent], stream: _Stream, reason: str | None) -> DecodeSummary:
         stream.finish()
-        return DecodeSummary(text=stream.text, token_ids=list(stream.ids), stop_reason=reason or "max_new_tokens",
-                             stats=metrics.summarize(events, depth=self._stats_depth))
+        return DecodeSummary(
+            text=stream.text,
+            token_ids=list(stream.ids),
+            stop_reason=reason or "max_new_tokens",
+            stats=metrics.summarize(events, depth=self._stats_depth),
+        )
 
     def _prefill_event(self, first: int, stream: _Stream, ms: float) -> RoundEvent:
         kept, delta = stream.push([first])
-        return RoundEvent(round=0, nodes=[], accepted=[], bonus=first, target_probs=[], feature_deviation=[],
-                          draft_ms=0.0, verify_ms=ms, new_tokens=len(stream.ids), tokens=kept, text=delta,
-                          wall_ms=ms, prefill=True)
+        return RoundEvent(
+            round=0,
+            nodes=[],
+            accepted=[],
+            bonus=first,
+            target_probs=[],
+            feature_deviation=[],
+            draft_ms=0.0,
+            verify_ms=ms,
+            new_tokens=len(stream.ids),
+            tokens=kept,
+            text=delta,
+            wall_ms=ms,
+            prefill=True,
+        )
 
 
 class PlainDecoder(_BaseDecoder):
@@ -123,8 +141,9 @@ class PlainDecoder(_BaseDecoder):
     method = "plain"
 
     @torch.inference_mode()
-    def generate(self, input_ids: Sequence[int],
-                 cancel: threading.Event | None = None) -> Iterator[RoundEvent | DecodeSummary]:
+    def generate(
+        self, input_ids: Sequence[int], cancel: threading.Event | None = None
+    ) -> Iterator[RoundEvent | DecodeSummary]:
         ids = self._check_prompt(input_ids)
         gen = self._generator()
         stream = _Stream(self.target.tokenizer, self.target.eos_ids, self.config.max_new_tokens)
@@ -144,15 +163,29 @@ class PlainDecoder(_BaseDecoder):
                 stream.stop_reason = "context_limit"
                 break
             t0 = time.perf_counter()
-            out = self.target.forward(torch.tensor([token]), torch.tensor([n - 1]), causal_allowed(1, n - 1), cache,
-                                      logits="last")
+            out = self.target.forward(
+                torch.tensor([token]), torch.tensor([n - 1]), causal_allowed(1, n - 1), cache, logits="last"
+            )
             verify_ms = _ms(t0)
             token = self._pick(out.logits[-1], gen)
             kept, delta = stream.push([token])
             n += 1
-            events.append(RoundEvent(round=len(events), nodes=[], accepted=[], bonus=token, target_probs=[],
-                                     feature_deviation=[], draft_ms=0.0, verify_ms=verify_ms,
-                                     new_tokens=len(stream.ids), tokens=kept, text=delta, wall_ms=_ms(t0)))
+            events.append(
+                RoundEvent(
+                    round=len(events),
+                    nodes=[],
+                    accepted=[],
+                    bonus=token,
+                    target_probs=[],
+                    feature_deviation=[],
+                    draft_ms=0.0,
+                    verify_ms=verify_ms,
+                    new_tokens=len(stream.ids),
+                    tokens=kept,
+                    text=delta,
+                    wall_ms=_ms(t0),
+                )
+            )
             yield events[-1]
         yield self._finish(events, stream, stream.stop_reason)
 
@@ -184,8 +217,9 @@ class SpeculativeDecoder(_BaseDecoder):
         return target_distribution(logits, self.config.temperature, self.config.top_p)
 
     @torch.inference_mode()
-    def generate(self, input_ids: Sequence[int],
-                 cancel: threading.Event | None = None) -> Iterator[RoundEvent | DecodeSummary]:
+    def generate(
+        self, input_ids: Sequence[int], cancel: threading.Event | None = None
+    ) -> Iterator[RoundEvent | DecodeSummary]:
         cfg = self.config
         ids = self._check_prompt(input_ids)
         # Seconds of this decode that are not decoding work (the benchmark takes them off its wall time).
@@ -221,9 +255,10 @@ class SpeculativeDecoder(_BaseDecoder):
             t0 = time.perf_counter()
             slots = torch.cat([torch.tensor([root]), tree.tokens])
             allowed = torch.ones(tree.size + 1, n + tree.size, dtype=torch.bool)
-            allowed[:, n - 1:] = tree.ancestors()
-            out = self.target.forward(slots, n - 1 + torch.cat([torch.zeros(1, dtype=torch.long), tree.depths]),
-                                      allowed, cache, logits="none")
+            allowed[:, n - 1 :] = tree.ancestors()
+            out = self.target.forward(
+                slots, n - 1 + torch.cat([torch.zeros(1, dtype=torch.long), tree.depths]), allowed, cache, logits="none"
+            )
             rows = SlotRows(self._target_rows, out.hidden, tree.parents, every_slot=cfg.head_rows == "all")
             verify_ms = _ms(t0)
 
@@ -248,11 +283,24 @@ class SpeculativeDecoder(_BaseDecoder):
             n += len(path) + 1
             root = bonus
             kept, delta = stream.push(path_tokens + [bonus])
-            events.append(RoundEvent(
-                round=len(events), nodes=_nodes(tree), accepted=list(path), bonus=bonus,
-                target_probs=[float(p) for p in target_probs.tolist()], feature_deviation=deviation,
-                draft_ms=draft_ms, verify_ms=verify_ms, new_tokens=len(stream.ids), tokens=kept, text=delta,
-                wall_ms=_ms(t_round), draft_ms_by_depth=_draft_ms_by_depth(tree, draft_ms), bonus_prob=bonus_prob))
+            events.append(
+                RoundEvent(
+                    round=len(events),
+                    nodes=_nodes(tree),
+                    accepted=list(path),
+                    bonus=bonus,
+                    target_probs=[float(p) for p in target_probs.tolist()],
+                    feature_deviation=deviation,
+                    draft_ms=draft_ms,
+                    verify_ms=verify_ms,
+                    new_tokens=len(stream.ids),
+                    tokens=kept,
+                    text=delta,
+                    wall_ms=_ms(t_round),
+                    draft_ms_by_depth=_draft_ms_by_depth(tree, draft_ms),
+                    bonus_prob=bonus_prob,
+                )
+            )
             if tree.root_feature is not None:  # a measurement, not decoding work: outside the round's time, untimed
                 t0 = time.perf_counter()
                 events[-1].tree_deviation = _tree_deviation(tree, path, out.hidden)
@@ -262,8 +310,9 @@ class SpeculativeDecoder(_BaseDecoder):
             self._add_continuation(events, roots, torch.cat(committed), torch.cat(features))
         yield self._finish(events, stream, stream.stop_reason)
 
-    def _add_continuation(self, events: list[RoundEvent], roots: list[int], tokens: torch.Tensor,
-                          features: torch.Tensor) -> None:
+    def _add_continuation(
+        self, events: list[RoundEvent], roots: list[int], tokens: torch.Tensor, features: torch.Tensor
+    ) -> None:
         """Each drafting round's deviation along the target's own continuation from its root (continuation.py)."""
         drafted = [(e, p) for e, p in zip(events, roots) if not e.prefill and e.nodes]
         if not drafted or self.draft is None:  # the oracle drafts without a draft model, so without features
@@ -295,8 +344,14 @@ def _draft_ms_by_depth(tree: DraftTree, draft_ms: float) -> list[float]:
 
 
 def _nodes(tree: DraftTree) -> list[DraftNode]:
-    cols = zip(tree.tokens.tolist(), tree.parents.tolist(), tree.depths.tolist(), tree.scores.tolist(),
-               tree.draft_probs.tolist(), tree.specialists.tolist())
+    cols = zip(
+        tree.tokens.tolist(),
+        tree.parents.tolist(),
+        tree.depths.tolist(),
+        tree.scores.tolist(),
+        tree.draft_probs.tolist(),
+        tree.specialists.tolist(),
+    )
     return [DraftNode(t, p, d, s, q, g) for t, p, d, s, q, g in cols]
 
 

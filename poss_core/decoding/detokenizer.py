@@ -27,11 +27,11 @@ class Detokenizer:
         self.ids.extend(tokens)
         if final:
             return self.flush()
-        before = self._decode(self.ids[self._prefix:self._read])
-        after = self._decode(self.ids[self._prefix:])
+        before = self._decode(self.ids[self._prefix : self._read])
+        after = self._decode(self.ids[self._prefix :])
         if len(after) <= len(before) or after.endswith("\ufffd") or not after.startswith(before):
             return ""
-        delta = after[len(before):]
+        delta = after[len(before) :]
         self.text += delta
         self._prefix, self._read = self._read, len(self.ids)
         return delta
@@ -39,7 +39,7 @@ class Detokenizer:
     def flush(self) -> str:
         """Any text still held back: the whole sequence decoded once (a decode's last round, or a cancelled one)."""
         full = self._decode(self.ids)
-        delta = full[len(self.text):] if full.startswith(self.text) else ""
+        delta = full[len(self.text) :] if full.startswith(self.text) else ""
         self.text = full if full.startswith(self.text) else self.text + delta
         self._prefix = self._read = len(self.ids)
         return delta

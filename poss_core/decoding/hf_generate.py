@@ -22,9 +22,10 @@ Streaming. `generate` runs in a worker thread and meets the consumer at each put
 until the consumer asks for the next round, so a lane of a comparison computes only during its own turn and each
 round's wall time is its own compute. A StoppingCriteria watching a flag ends `generate` at the next forward when the
 consumer stops (Stop, closing the generator, EOS or the token budget; `_sample` checks it one forward after the
-put, `_assisted_decoding` right after it), and the thread is joined before the decoder returns. Time: a round's wall time runs from the worker's resumption to its put; drafting and verifying are not
-split by transformers, so `draft_ms` is the time spent inside the assistant's forward passes (hooks on it; 0 for
-prompt lookup, whose n-gram search is not timed apart) and `verify_ms` the rest. Sampling (temperature > 0) seeds
+put, `_assisted_decoding` right after it), and the thread is joined before the decoder returns. Time: a round's wall
+time runs from the worker's resumption to its put; drafting and verifying are not split by transformers, so
+`draft_ms` is the time spent inside the assistant's forward passes (hooks on it; 0 for prompt lookup, whose
+n-gram search is not timed apart) and `verify_ms` the rest. Sampling (temperature > 0) seeds
 torch's global generator with `config.seed`, the only one generate uses."""
 
 from __future__ import annotations
@@ -95,8 +96,7 @@ class _ForwardTimer:
         self.sync = model.device.type == "cuda"  # GPU forwards return before they finish: time them finished
 
     def __enter__(self) -> "_ForwardTimer":
-        self.handles = [self.model.register_forward_pre_hook(self._start),
-                        self.model.register_forward_hook(self._stop)]
+        self.handles = [self.model.register_forward_pre_hook(self._start), self.model.register_forward_hook(self._stop)]
         return self
 
     def __exit__(self, *exc) -> None:
@@ -117,16 +117,24 @@ class _ForwardTimer:
 class HFGenerateDecoder(_BaseDecoder):
     """transformers' `generate` (plain, prompt lookup or assisted) yielding one RoundEvent per target forward."""
 
-    def __init__(self, target: TargetModel, config: DecodeConfig, mode: str = "plain",
-                 assistant: TargetModel | None = None, in_caller_thread: bool = False) -> None:
+    def __init__(
+        self,
+        target: TargetModel,
+        config: DecodeConfig,
+        mode: str = "plain",
+        assistant: TargetModel | None = None,
+        in_caller_thread: bool = False,
+    ) -> None:
         super().__init__(target, config)
         if mode not in MODES:
             raise ConfigError(f"generate mode {mode!r} is unknown: use one of {', '.join(MODES)}.")
         if (mode == "assisted") != (assistant is not None):
             raise ConfigError("assisted generation needs an assistant model, and only it takes one.")
         if assistant is not None and assistant.vocab_size != target.vocab_size:
-            raise ConfigError(f"assistant {assistant.name!r} has {assistant.vocab_size} token ids and the target "
-                              f"{target.vocab_size}: assisted generation needs a model with the target's tokenizer.")
+            raise ConfigError(
+                f"assistant {assistant.name!r} has {assistant.vocab_size} token ids and the target "
+                f"{target.vocab_size}: assisted generation needs a model with the target's tokenizer."
+            )
         self.mode = mode
         self.assistant = assistant
         # True: `generate` runs transformers' generate to the end in the calling thread, then yields its rounds (the
@@ -140,8 +148,7 @@ class HFGenerateDecoder(_BaseDecoder):
         cfg, target = self.config, self.target
         eos = sorted(target.eos_ids) or None
         pad = target.tokenizer.pad_token_id if target.tokenizer.pad_token_id is not None else (eos[0] if eos else 0)
-        kwargs: dict[str, Any] = {"max_new_tokens": self._budget(prompt_len), "eos_token_id": eos,
-                                  "pad_token_id": pad}
+        kwargs: dict[str, Any] = {"max_new_tokens": self._budget(prompt_len), "eos_token_id": eos, "pad_token_id": pad}
         if cfg.greedy:
             kwargs["do_sample"] = False
         else:
@@ -178,21 +185,38 @@ class HFGenerateDecoder(_BaseDecoder):
             pipe.items.put(("error", err))
 
     def _call(self, x: torch.Tensor, pipe: _Lockstep, cancel, kwargs: dict[str, Any]) -> None:
-        self.target.model.generate(x, attention_mask=torch.ones_like(x), streamer=pipe,
-                                   stopping_criteria=StoppingCriteriaList([_Flags(pipe.stop, cancel)]), **kwargs)
+        self.target.model.generate(
+            x,
+            attention_mask=torch.ones_like(x),
+            streamer=pipe,
+            stopping_criteria=StoppingCriteriaList([_Flags(pipe.stop, cancel)]),
+            **kwargs,
+        )
 
     def _event(self, index: int, tokens: list[int], wall_s: float, draft_s: float, stream: _Stream) -> RoundEvent:
         accepted = tokens[:-1]
         kept, delta = stream.push(tokens)
         wall_ms, draft_ms = wall_s * 1000.0, draft_s * 1000.0
         return RoundEvent(
-            round=index, nodes=[DraftNode(t, i - 1, i + 1, math.nan, math.nan, 0) for i, t in enumerate(accepted)],
-            accepted=list(range(len(accepted))), bonus=tokens[-1], target_probs=[], feature_deviation=[],
-            draft_ms=draft_ms, verify_ms=max(0.0, wall_ms - draft_ms), new_tokens=len(stream.ids), tokens=kept,
-            text=delta, wall_ms=wall_ms, prefill=index == 0, draft_observed=self.mode == "plain")
+            round=index,
+            nodes=[DraftNode(t, i - 1, i + 1, math.nan, math.nan, 0) for i, t in enumerate(accepted)],
+            accepted=list(range(len(accepted))),
+            bonus=tokens[-1],
+            target_probs=[],
+            feature_deviation=[],
+            draft_ms=draft_ms,
+            verify_ms=max(0.0, wall_ms - draft_ms),
+            new_tokens=len(stream.ids),
+            tokens=kept,
+            text=delta,
+            wall_ms=wall_ms,
+            prefill=index == 0,
+            draft_observed=self.mode == "plain",
+        )
 
-    def generate(self, input_ids: Sequence[int],
-                 cancel: threading.Event | None = None) -> Iterator[RoundEvent | DecodeSummary]:
+    def generate(
+        self, input_ids: Sequence[int], cancel: threading.Event | None = None
+    ) -> Iterator[RoundEvent | DecodeSummary]:
         ids = self._check_prompt(input_ids)
         stream = _Stream(self.target.tokenizer, self.target.eos_ids, self.config.max_new_tokens)
         pipe = _Lockstep(threading.Event(), lockstep=not self.in_caller_thread)
@@ -202,8 +226,9 @@ class HFGenerateDecoder(_BaseDecoder):
         if self.in_caller_thread:
             self._work(ids, pipe, cancel)  # every round queued, then "done" (or the error)
         else:
-            worker = threading.Thread(target=self._work, args=(ids, pipe, cancel), name=f"generate-{self.mode}",
-                                      daemon=True)
+            worker = threading.Thread(
+                target=self._work, args=(ids, pipe, cancel), name=f"generate-{self.mode}", daemon=True
+            )
             worker.start()
         try:
             while True:

@@ -118,7 +118,7 @@ class OracleDecoder(SpeculativeDecoder):
         n = len(emitted)
         if cont[:n] != emitted:
             cont = self._current = self._realign(emitted)
-        chain = cont[n:n + depth]
+        chain = cont[n : n + depth]
         budget = self.config.tree_budget - 1 if self.pad_to_budget else len(chain)
         chain = chain[:budget]
         return oracle_tree(chain, max(budget, len(chain)), depth, self.target.vocab_size, self.target.hidden_size)
@@ -147,6 +147,14 @@ def oracle_tree(chain: list[int], size: int, depth: int, vocab_size: int, hidden
     k = len(tokens)
     as_long = lambda v: torch.tensor(v, dtype=torch.long)  # noqa: E731
     score = torch.tensor(scores, dtype=torch.float32)
-    return DraftTree(as_long(tokens).reshape(k), as_long(parents).reshape(k), as_long(depths).reshape(k), score,
-                     score.exp(), torch.zeros(k, dtype=torch.long), None, torch.zeros(k, hidden_size),
-                     torch.zeros(k, dtype=torch.bool))
+    return DraftTree(
+        as_long(tokens).reshape(k),
+        as_long(parents).reshape(k),
+        as_long(depths).reshape(k),
+        score,
+        score.exp(),
+        torch.zeros(k, dtype=torch.long),
+        None,
+        torch.zeros(k, hidden_size),
+        torch.zeros(k, dtype=torch.bool),
+    )

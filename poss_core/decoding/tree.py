@@ -36,8 +36,17 @@ class DraftTree:
     @staticmethod
     def empty(hidden_size: int = 1) -> "DraftTree":
         z = torch.zeros(0, dtype=torch.long)
-        return DraftTree(z, z, z, torch.zeros(0), torch.zeros(0), z, None, torch.zeros(0, hidden_size),
-                         torch.zeros(0, dtype=torch.bool))
+        return DraftTree(
+            z,
+            z,
+            z,
+            torch.zeros(0),
+            torch.zeros(0),
+            z,
+            None,
+            torch.zeros(0, hidden_size),
+            torch.zeros(0, dtype=torch.bool),
+        )
 
     def ancestors(self) -> torch.Tensor:
         """Bool [M+1, M+1] over root (row 0) and nodes: entry (i, j) says j is i itself or an ancestor of i."""
@@ -80,12 +89,12 @@ class _TreeRows:
 
     def add(self, tokens: torch.Tensor, features: torch.Tensor, depth: int, parent_rows: torch.Tensor | None) -> None:
         n, r = int(tokens.numel()), self.count
-        self.tokens[r:r + n] = tokens
-        self.features[r:r + n] = features
-        self.depths[r:r + n] = depth
+        self.tokens[r : r + n] = tokens
+        self.features[r : r + n] = features
+        self.depths[r : r + n] = depth
         if parent_rows is not None:
-            self.anc[r:r + n] = self.anc[parent_rows]
-        self.anc[r:r + n, r:r + n].fill_diagonal_(True)
+            self.anc[r : r + n] = self.anc[parent_rows]
+        self.anc[r : r + n, r : r + n].fill_diagonal_(True)
         self.count += n
 
 
@@ -123,8 +132,9 @@ def _run_group(draft: DraftModel, state: DraftState, rows: _TreeRows, group: int
 
 
 @torch.inference_mode()
-def build_tree(draft: DraftModel, state: DraftState, depth: int, top_k: int, tree_budget: int,
-               depth_stop: float = 0.0) -> DraftTree:
+def build_tree(
+    draft: DraftModel, state: DraftState, depth: int, top_k: int, tree_budget: int, depth_stop: float = 0.0
+) -> DraftTree:
     """Draft one EAGLE-2 tree from the draft's state (which must hold the newly verified context rows).
 
     With `depth_stop` > 0 drafting ends early, after the first depth whose best cumulative draft probability is
@@ -190,9 +200,18 @@ def build_tree(draft: DraftModel, state: DraftState, depth: int, top_k: int, tre
     sizes = torch.tensor([k] + [k * k] * (len(groups) - 1), device=device)
     parents = torch.cat([cand_parents[0]] + [p.repeat_interleave(k) for p in cand_parents[1:]])
     depths = torch.repeat_interleave(torch.arange(1, len(groups) + 1, device=device), sizes)
-    tree = _prune(torch.cat(cand_tokens), parents, depths, torch.cat(cand_scores), torch.cat(cand_logp),
-                  torch.repeat_interleave(torch.tensor(groups, device=device), sizes), root_feature, feature_rows,
-                  feature_of, tree_budget)
+    tree = _prune(
+        torch.cat(cand_tokens),
+        parents,
+        depths,
+        torch.cat(cand_scores),
+        torch.cat(cand_logp),
+        torch.repeat_interleave(torch.tensor(groups, device=device), sizes),
+        root_feature,
+        feature_rows,
+        feature_of,
+        tree_budget,
+    )
     tree.depth_ms = depth_ms
     return tree
 
@@ -208,8 +227,9 @@ def ms_since(t0: float) -> float:
     return (time.perf_counter() - t0) * 1000.0
 
 
-def _prune(tokens, parents, depths, scores, logp, groups, root_feature, feature_rows, feature_of,
-           tree_budget) -> DraftTree:
+def _prune(
+    tokens, parents, depths, scores, logp, groups, root_feature, feature_rows, feature_of, tree_budget
+) -> DraftTree:
     """Keep the best `tree_budget - 1` candidates. A child's score never exceeds its parent's; the small depth
     penalty breaks exact ties (log-prob 0) in the parent's favour, so the kept set is always a tree."""
     n = int(scores.numel())
@@ -230,5 +250,14 @@ def _prune(tokens, parents, depths, scores, logp, groups, root_feature, feature_
         has_feature = has.cpu()
     else:
         has_feature = torch.zeros(keep, dtype=torch.bool)
-    return DraftTree(tokens[sel].cpu(), new_parents.cpu(), depths[sel].cpu(), scores[sel].float().cpu(),
-                     logp[sel].exp().float().cpu(), groups[sel].cpu(), root_feature, node_features, has_feature)
+    return DraftTree(
+        tokens[sel].cpu(),
+        new_parents.cpu(),
+        depths[sel].cpu(),
+        scores[sel].float().cpu(),
+        logp[sel].exp().float().cpu(),
+        groups[sel].cpu(),
+        root_feature,
+        node_features,
+        has_feature,
+    )

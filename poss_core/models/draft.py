@@ -116,10 +116,12 @@ class DraftModel(nn.Module):
         """Share the target's LM head (rows of the draft vocabulary only) and, if asked, copy its input embedding."""
         if head_weight.shape[1] != self.config.hidden_size:
             raise CheckpointError(
-                f"draft hidden size {self.config.hidden_size} does not fit the target's {head_weight.shape[1]}.")
+                f"draft hidden size {self.config.hidden_size} does not fit the target's {head_weight.shape[1]}."
+            )
         if head_weight.shape[0] != self.config.vocab_size:
             raise CheckpointError(
-                f"draft vocabulary {self.config.vocab_size} does not fit the target's {head_weight.shape[0]}.")
+                f"draft vocabulary {self.config.vocab_size} does not fit the target's {head_weight.shape[0]}."
+            )
         device = self.fc.weight.device
         w = head_weight.detach().to(device=device, dtype=self.fc.weight.dtype)
         if self.draft_vocab is not None:
@@ -128,7 +130,9 @@ class DraftModel(nn.Module):
         self.head_weight = w
         if copy_embedding:
             with torch.no_grad():
-                self.embed_tokens.weight.copy_(embed_weight.detach().to(device=device, dtype=self.embed_tokens.weight.dtype))
+                self.embed_tokens.weight.copy_(
+                    embed_weight.detach().to(device=device, dtype=self.embed_tokens.weight.dtype)
+                )
 
     # ----- forward pieces --------------------------------------------------------------------------------------
     def head_logits(self, features: torch.Tensor) -> torch.Tensor:
@@ -163,8 +167,15 @@ class DraftModel(nn.Module):
         lookup[self.draft_vocab] = torch.arange(self.draft_vocab.numel(), device=self.draft_vocab.device)
         return lookup[full_ids.to(self.draft_vocab.device)]
 
-    def run_specialist(self, group: int, tokens: torch.Tensor, features: torch.Tensor, position_ids: torch.Tensor,
-                       attention_mask: torch.Tensor | None, cache: DynamicCache | DraftKV | None = None) -> torch.Tensor:
+    def run_specialist(
+        self,
+        group: int,
+        tokens: torch.Tensor,
+        features: torch.Tensor,
+        position_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        cache: DynamicCache | DraftKV | None = None,
+    ) -> torch.Tensor:
         """Rows (emb(token_t+1), feature_t) -> predicted feature_t+1 through one specialist.
 
         Shapes: tokens [B, q], features [B, q, H], position_ids [B, q], attention_mask float [B|1, 1, q, k] (with a
@@ -174,8 +185,14 @@ class DraftModel(nn.Module):
         x = self.fc(torch.cat([self.embed_tokens(tokens).to(features.dtype), features], dim=-1))
         pos_emb = self.rotary_emb(x, position_ids)
         for li in self.groups[group]:
-            x = self.layers[li](x, attention_mask=attention_mask, position_ids=position_ids, cache=cache,
-                                use_cache=cache is not None, position_embeddings=pos_emb)
+            x = self.layers[li](
+                x,
+                attention_mask=attention_mask,
+                position_ids=position_ids,
+                cache=cache,
+                use_cache=cache is not None,
+                position_embeddings=pos_emb,
+            )
         return x
 
     # ----- decoding's path: the same layers with fewer, larger ops --------------------------------------------
@@ -184,8 +201,15 @@ class DraftModel(nn.Module):
     # q/k/v and gate/up as one matmul each (fused copies of the weights, rebuilt when the weights change), RoPE
     # read from a precomputed table, keys and values written into a preallocated `DraftKV`, and a bool mask
     # handed straight to SDPA (grouped-query heads without copies).
-    def _decode_rows(self, group: int, tokens: torch.Tensor, features: torch.Tensor, positions: torch.Tensor,
-                     allowed: torch.Tensor, kv: "DraftKV") -> torch.Tensor:
+    def _decode_rows(
+        self,
+        group: int,
+        tokens: torch.Tensor,
+        features: torch.Tensor,
+        positions: torch.Tensor,
+        allowed: torch.Tensor,
+        kv: "DraftKV",
+    ) -> torch.Tensor:
         weights = kv.weights if kv.weights is not None else self.decode_weights()
         x = weights["fc"](torch.cat([self.embed_tokens(tokens).to(features.dtype), features], dim=-1))
         cos, sin = self._rope_rows(positions, x.dtype)
@@ -195,21 +219,23 @@ class DraftModel(nn.Module):
         return x
 
     @staticmethod
-    def _decode_layer(f: dict, li: int, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor,
-                      kv: "DraftKV") -> torch.Tensor:
+    def _decode_layer(
+        f: dict, li: int, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor, kv: "DraftKV"
+    ) -> torch.Tensor:
         n = int(x.shape[0])
         h = x if f["in_norm"] is None else f["in_norm"](x)
         qkv = f["qkv"](h)
         heads, kv_heads, d = f["heads"], f["kv_heads"], f["head_dim"]
         # RoPE on the query and key heads at once: x*cos + rotate_half(x)*sin, where rotate_half(x) is x rolled by
         # half a head times a sign that the table's sine already carries (bit-identical: a negation is exact).
-        qk = qkv[:, :(heads + kv_heads) * d].view(n, heads + kv_heads, d)
+        qk = qkv[:, : (heads + kv_heads) * d].view(n, heads + kv_heads, d)
         qk = qk * cos + torch.roll(qk, d // 2, dims=-1) * sin
         q, k = qk[:, :heads].transpose(0, 1), qk[:, heads:].transpose(0, 1)
-        v = qkv[:, (heads + kv_heads) * d:].view(n, kv_heads, d).transpose(0, 1)
+        v = qkv[:, (heads + kv_heads) * d :].view(n, kv_heads, d).transpose(0, 1)
         keys, values = kv.append(li, k, v)
-        attn = F.scaled_dot_product_attention(q[None], keys[None], values[None], attn_mask=mask,
-                                              scale=f["scale"], enable_gqa=kv_heads != heads)
+        attn = F.scaled_dot_product_attention(
+            q[None], keys[None], values[None], attn_mask=mask, scale=f["scale"], enable_gqa=kv_heads != heads
+        )
         x = x + f["o"](attn[0].transpose(0, 1).reshape(n, -1))
         h = _rms_norm(x, f["post_w"], f["post_eps"])
         gate, up = f["gate_up"](h).chunk(2, dim=-1)
@@ -218,8 +244,10 @@ class DraftModel(nn.Module):
     def decode_weights(self) -> dict:
         """The decoding path's weights: `fc` and each layer's fused, packed copies (`PackedLinear`), rebuilt where a
         weight changed since the last call (training). Drafting checks them once per tree (`DraftKV.weights`)."""
-        return {"fc": self._packed("fc", self.fc.weight, self.fc.bias),
-                "layers": [self._fused_layer(li) for li in range(len(self.layers))]}
+        return {
+            "fc": self._packed("fc", self.fc.weight, self.fc.bias),
+            "layers": [self._fused_layer(li) for li in range(len(self.layers))],
+        }
 
     def _fused_layer(self, li: int) -> dict:
         """Fused copies of layer li's weights for `_decode_layer`, rebuilt whenever a weight changed (training)."""
@@ -227,7 +255,8 @@ class DraftModel(nn.Module):
         att, mlp = layer.self_attn, layer.mlp
         params = (att.q_proj, att.k_proj, att.v_proj, att.o_proj, mlp.gate_proj, mlp.up_proj, mlp.down_proj)
         stamp = tuple((m.weight.data_ptr(), m.weight._version) for m in params) + (
-            layer.post_attention_layernorm.weight._version,)
+            layer.post_attention_layernorm.weight._version,
+        )
         cache = self.__dict__.setdefault("_fused", {})
         known = cache.get(li)
         if known is not None and known["stamp"] == stamp:
@@ -236,20 +265,31 @@ class DraftModel(nn.Module):
         def cat_bias(*mods):
             if all(m.bias is None for m in mods):
                 return None
-            return torch.cat([m.bias if m.bias is not None else torch.zeros(m.out_features, dtype=m.weight.dtype,
-                                                                           device=m.weight.device) for m in mods])
+            return torch.cat(
+                [
+                    m.bias
+                    if m.bias is not None
+                    else torch.zeros(m.out_features, dtype=m.weight.dtype, device=m.weight.device)
+                    for m in mods
+                ]
+            )
 
         with torch.no_grad():
             fused = {
                 "stamp": stamp,
-                "qkv": PackedLinear(torch.cat([att.q_proj.weight, att.k_proj.weight, att.v_proj.weight]),
-                                    cat_bias(att.q_proj, att.k_proj, att.v_proj)),
+                "qkv": PackedLinear(
+                    torch.cat([att.q_proj.weight, att.k_proj.weight, att.v_proj.weight]),
+                    cat_bias(att.q_proj, att.k_proj, att.v_proj),
+                ),
                 "o": PackedLinear(att.o_proj.weight, att.o_proj.bias),
-                "gate_up": PackedLinear(torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]),
-                                        cat_bias(mlp.gate_proj, mlp.up_proj)),
+                "gate_up": PackedLinear(
+                    torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]), cat_bias(mlp.gate_proj, mlp.up_proj)
+                ),
                 "down": PackedLinear(mlp.down_proj.weight, mlp.down_proj.bias),
-                "head_dim": att.head_dim, "heads": att.q_proj.out_features // att.head_dim,
-                "kv_heads": att.k_proj.out_features // att.head_dim, "scale": att.scaling,
+                "head_dim": att.head_dim,
+                "heads": att.q_proj.out_features // att.head_dim,
+                "kv_heads": att.k_proj.out_features // att.head_dim,
+                "scale": att.scaling,
                 "in_norm": None if isinstance(layer.input_layernorm, nn.Identity) else layer.input_layernorm,
                 "post_w": layer.post_attention_layernorm.weight,
                 "post_eps": layer.post_attention_layernorm.variance_epsilon,
@@ -308,10 +348,10 @@ class DraftKV:
                 if old is not None and length:
                     new[:, :length] = old[:, :length]
                 store[layer] = new
-        self.keys[layer][:, length:length + n] = k
-        self.values[layer][:, length:length + n] = v
+        self.keys[layer][:, length : length + n] = k
+        self.values[layer][:, length : length + n] = v
         self.lengths[layer] = length + n
-        return self.keys[layer][:, :length + n], self.values[layer][:, :length + n]
+        return self.keys[layer][:, : length + n], self.values[layer][:, : length + n]
 
     def truncate(self, layer: int, length: int) -> None:
         self.lengths[layer] = min(self.lengths[layer], length)
@@ -326,8 +366,9 @@ class DraftState:
         self.num_rows = 0  # context rows known (tokens whose preceding target feature is known)
         self.read = [0] * draft.num_specialists  # context rows in each specialist's cache
         self._tokens = torch.empty(0, dtype=torch.long, device=draft.fc.weight.device)
-        self._features = torch.empty(0, draft.config.hidden_size, dtype=draft.fc.weight.dtype,
-                                     device=draft.fc.weight.device)
+        self._features = torch.empty(
+            0, draft.config.hidden_size, dtype=draft.fc.weight.dtype, device=draft.fc.weight.device
+        )
 
     def add_rows(self, tokens: torch.Tensor, features: torch.Tensor) -> None:
         """Append context rows: tokens [m] each paired with the target feature of the position before it [m, H]."""
@@ -340,7 +381,7 @@ class DraftState:
         """Context rows specialist `group` has not read yet, and the absolute index of the first."""
         base = self.num_rows - int(self._tokens.numel())
         start = self.read[group]
-        return self._tokens[start - base:], self._features[start - base:], start
+        return self._tokens[start - base :], self._features[start - base :], start
 
     def mark_read(self, group: int) -> None:
         self.read[group] = self.num_rows
@@ -366,14 +407,17 @@ class DraftState:
         return self.cache.lengths[self.draft.groups[group][0]]
 
 
-
 def check_draft_fits(draft: DraftModel, target) -> None:
     """Refuse a draft whose hidden size or vocabulary does not fit the target, naming both sizes."""
     if draft.config.hidden_size != target.hidden_size:
-        raise CheckpointError(f"the draft's hidden size is {draft.config.hidden_size} but the target's is "
-                              f"{target.hidden_size}: this draft was made for another target.")
+        raise CheckpointError(
+            f"the draft's hidden size is {draft.config.hidden_size} but the target's is "
+            f"{target.hidden_size}: this draft was made for another target."
+        )
     if draft.config.vocab_size != target.vocab_size:
-        raise CheckpointError(f"the draft's vocabulary has {draft.config.vocab_size} tokens but the target's has "
-                              f"{target.vocab_size}: this draft was made for another target.")
+        raise CheckpointError(
+            f"the draft's vocabulary has {draft.config.vocab_size} tokens but the target's has "
+            f"{target.vocab_size}: this draft was made for another target."
+        )
     if draft.head_weight is None:
         draft.bind_target(target.input_embedding_weight(), target.lm_head_weight(), copy_embedding=False)

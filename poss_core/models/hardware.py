@@ -47,6 +47,11 @@ def hardware_info(target) -> dict[str, str]:
         device += f" ({torch.cuda.get_device_name(target.device)})"
     else:
         device += f" ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
-    return {"model": str(target.name), "device": device, "dtype": str(target.dtype).replace("torch.", ""),
-            "quantization": str(target.quantization), "context": str(target.max_context),
-            "torch": torch.__version__}
+    return {
+        "model": str(target.name),
+        "device": device,
+        "dtype": str(target.dtype).replace("torch.", ""),
+        "quantization": str(target.quantization),
+        "context": str(target.max_context),
+        "torch": torch.__version__,
+    }

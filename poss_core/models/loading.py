@@ -53,8 +53,9 @@ def check_device(name: str) -> torch.device:
     try:
         dev = torch.device(name)
     except (RuntimeError, ValueError, TypeError):
-        raise ConfigError(f"device {name!r} is not a device name: use one of {', '.join(available_devices())}.") \
-            from None
+        raise ConfigError(
+            f"device {name!r} is not a device name: use one of {', '.join(available_devices())}."
+        ) from None
     if dev.type == "cuda":
         usable = torch.cuda.is_available() and (dev.index or 0) < torch.cuda.device_count()
     elif dev.type == "mps":
@@ -62,8 +63,9 @@ def check_device(name: str) -> torch.device:
     else:
         usable = dev.type == "cpu" or _allocates(dev)
     if not usable:
-        raise ConfigError(f"device {name!r} is not available on this machine: use one of "
-                          f"{', '.join(available_devices())}.")
+        raise ConfigError(
+            f"device {name!r} is not available on this machine: use one of {', '.join(available_devices())}."
+        )
     return dev
 
 
@@ -82,8 +84,12 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 def add_dtype_argument(parser, what: str = "", default: str = "auto") -> None:
     """The one `--dtype` option every CLI shares: the precision setting's flag (settings.SETTINGS), for `what`."""
     s = settings.SETTINGS["precision"]
-    parser.add_argument(s.option, default=default, choices=list(s.choices),
-                        help=f"{what}: {s.help.split(': ', 1)[1]}" if what else s.help)
+    parser.add_argument(
+        s.option,
+        default=default,
+        choices=list(s.choices),
+        help=f"{what}: {s.help.split(': ', 1)[1]}" if what else s.help,
+    )
 
 
 def parse_dtype(name: str | None) -> torch.dtype | None:
@@ -127,8 +133,14 @@ def plan_device_map(name_or_path: str, dtype: torch.dtype, max_memory: dict | No
         raise ModelLoadError(f"could not read the config of {name_or_path!r}: {str(err).splitlines()[0]}") from err
     with init_empty_weights():
         meta = AutoModelForCausalLM.from_config(config)
-    plan = dict(infer_auto_device_map(meta, max_memory=max_memory, dtype=dtype,
-                                      no_split_module_classes=getattr(meta, "_no_split_modules", None) or []))
+    plan = dict(
+        infer_auto_device_map(
+            meta,
+            max_memory=max_memory,
+            dtype=dtype,
+            no_split_module_classes=getattr(meta, "_no_split_modules", None) or [],
+        )
+    )
     for name in list(plan):
         if name in ("lm_head", "model.embed_tokens", "model.norm", "model.rotary_emb"):
             plan[name] = main
@@ -137,9 +149,15 @@ def plan_device_map(name_or_path: str, dtype: torch.dtype, max_memory: dict | No
     return plan
 
 
-def load_target(name_or_path: str, device: str | None = None, dtype: torch.dtype | None = None,
-                quantization_config=None, quantization: str = "none", device_map: str | None = None,
-                max_memory: dict | None = None) -> TargetModel:
+def load_target(
+    name_or_path: str,
+    device: str | None = None,
+    dtype: torch.dtype | None = None,
+    quantization_config=None,
+    quantization: str = "none",
+    device_map: str | None = None,
+    max_memory: dict | None = None,
+) -> TargetModel:
     """Load a causal LM and its tokenizer through the public transformers API. `device_map="auto"` spreads it over
     the visible GPUs and the CPU (and disk) by `max_memory`, keeping the LM head on the main device."""
     dev = pick_device(device)
@@ -190,8 +208,13 @@ def random_draft(target: TargetModel, kind: str, depth: int = 6, seed: int = 0) 
     return draft.eval()
 
 
-def load_draft_by_name(name: str, target: TargetModel, depth: int = 6, positions_per_specialist: int | None = None,
-                       allow_other_target: bool = False) -> DraftModel:
+def load_draft_by_name(
+    name: str,
+    target: TargetModel,
+    depth: int = 6,
+    positions_per_specialist: int | None = None,
+    allow_other_target: bool = False,
+) -> DraftModel:
     """`random:KIND` builds an untrained draft, `hub:ID` downloads a released one; anything else is a folder."""
     from .checkpoint import load_draft
 
@@ -199,8 +222,9 @@ def load_draft_by_name(name: str, target: TargetModel, depth: int = 6, positions
         return random_draft(target, name.split(":", 1)[1], depth=depth)
     if name.startswith("hub:"):
         name = download_draft(name[4:])
-    return load_draft(name, target, positions_per_specialist=positions_per_specialist,
-                      allow_other_target=allow_other_target)
+    return load_draft(
+        name, target, positions_per_specialist=positions_per_specialist, allow_other_target=allow_other_target
+    )
 
 
 def download_draft(repo_id: str) -> str:
@@ -210,13 +234,21 @@ def download_draft(repo_id: str) -> str:
 
         return snapshot_download(repo_id, allow_patterns=["config.json", "*.safetensors", "*.bin", "*.json"])
     except Exception as err:  # network, auth or missing repo: one readable line
-        raise CheckpointError(f"could not download draft {repo_id!r} from the Hugging Face hub: "
-                              f"{str(err).splitlines()[0] if str(err) else type(err).__name__}") from err
+        raise CheckpointError(
+            f"could not download draft {repo_id!r} from the Hugging Face hub: "
+            f"{str(err).splitlines()[0] if str(err) else type(err).__name__}"
+        ) from err
 
 
-def load_preset_target(target_name: str, quantization: str = "auto", device: str | None = None,
-                       extra_bytes: int = 0, dtype: torch.dtype | None = None, device_map: str | None = None,
-                       max_memory: dict | None = None) -> TargetModel:
+def load_preset_target(
+    target_name: str,
+    quantization: str = "auto",
+    device: str | None = None,
+    extra_bytes: int = 0,
+    dtype: torch.dtype | None = None,
+    device_map: str | None = None,
+    max_memory: dict | None = None,
+) -> TargetModel:
     """Load a preset's target (`builtin:smollm2-135m`, `builtin:tiny-random`, or an id/folder), quantized when
     `quantization` says so or `auto` finds it would not fit. `device_map` (default `$POSS_DEVICE_MAP`) `auto` spreads
     it over every visible GPU and the CPU instead, by `max_memory` (default `$POSS_MAX_MEMORY`, e.g.
@@ -224,8 +256,14 @@ def load_preset_target(target_name: str, quantization: str = "auto", device: str
     device_map = device_map or os.environ.get("POSS_DEVICE_MAP") or None
     max_memory = max_memory or parse_max_memory(os.environ.get("POSS_MAX_MEMORY"))
     dev = pick_device(device)  # a named device that is not here is refused before anything loads, tiny models too
-    from .quantization import (bnb_config, choose_quantization, cpu_cost_note, estimate_kv_bytes, estimate_target_bytes,
-                               free_cuda_bytes)
+    from .quantization import (
+        bnb_config,
+        choose_quantization,
+        cpu_cost_note,
+        estimate_kv_bytes,
+        estimate_target_bytes,
+        free_cuda_bytes,
+    )
 
     named = dev if device else None  # the tiny models stay on the CPU unless a device is named
     if target_name == "builtin:tiny-random":
@@ -260,6 +298,12 @@ def load_preset_target(target_name: str, quantization: str = "auto", device: str
     if dev.type == "cpu" and mode != "none":
         print(f"[poss] {cpu_cost_note(mode)}", file=sys.stderr)
     qcfg = bnb_config(mode, dtype or default_dtype(dev))
-    return load_target(target_name, device=str(dev), dtype=dtype, quantization_config=qcfg, quantization=mode,
-                       device_map=device_map, max_memory=max_memory)
-
+    return load_target(
+        target_name,
+        device=str(dev),
+        dtype=dtype,
+        quantization_config=qcfg,
+        quantization=mode,
+        device_map=device_map,
+        max_memory=max_memory,
+    )

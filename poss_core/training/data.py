@@ -26,8 +26,8 @@ from tqdm import tqdm
 
 from ..decoding.decoder import encode_prompt
 from ..errors import PossError, run_cli
-from ..prompt_files import jsonl_rows, prompt_from_row, read_prompts
 from ..models.target import TargetModel
+from ..prompt_files import jsonl_rows, prompt_from_row, read_prompts
 from .trainer import TrainSequence
 
 
@@ -78,9 +78,17 @@ def _clean_prompt(text: str) -> str | None:
 
 
 @torch.inference_mode()
-def write_self_prompts(target: TargetModel, n: int, path: Path, batch_size: int, seed: int,
-                       max_tokens: int = 96, temperature: float = 1.0, top_p: float = 0.95,
-                       progress: bool = True) -> list[str]:
+def write_self_prompts(
+    target: TargetModel,
+    n: int,
+    path: Path,
+    batch_size: int,
+    seed: int,
+    max_tokens: int = 96,
+    temperature: float = 1.0,
+    top_p: float = 0.95,
+    progress: bool = True,
+) -> list[str]:
     """The target writes `n` user prompts: fed only the template's user-turn prefix, an instruct model samples the
     kind of request it was tuned on (general chat, writing, coding, advice), which covers what the eval sets ask far
     better than the GSM8K-heavy training files. Kept in `path` (JSONL, one line per batch) so a rerun resumes."""
@@ -98,10 +106,17 @@ def write_self_prompts(target: TargetModel, n: int, path: Path, batch_size: int,
     for b in tqdm(todo, desc="self-prompts", unit="batch", disable=not progress):
         torch.manual_seed(seed * 100_003 + b)  # per batch, so a resumed run writes what an uninterrupted one would
         size = min(batch_size, n - b * batch_size)
-        out = target.model.generate(prefix.expand(size, -1), attention_mask=torch.ones_like(prefix).expand(size, -1),
-                                    do_sample=True, temperature=temperature, top_p=top_p, max_new_tokens=max_tokens,
-                                    pad_token_id=pad, eos_token_id=sorted(target.eos_ids))
-        texts = target.tokenizer.batch_decode(out[:, prefix.shape[1]:], skip_special_tokens=True)
+        out = target.model.generate(
+            prefix.expand(size, -1),
+            attention_mask=torch.ones_like(prefix).expand(size, -1),
+            do_sample=True,
+            temperature=temperature,
+            top_p=top_p,
+            max_new_tokens=max_tokens,
+            pad_token_id=pad,
+            eos_token_id=sorted(target.eos_ids),
+        )
+        texts = target.tokenizer.batch_decode(out[:, prefix.shape[1] :], skip_special_tokens=True)
         done[b] = [t for t in map(_clean_prompt, texts) if t]
         with open(path, "a") as f:
             f.write(json.dumps({"batch": b, "prompts": done[b]}) + "\n")
@@ -120,8 +135,9 @@ class DataConfig:
 
 
 @torch.inference_mode()
-def answer_batch(target: TargetModel, prompt_ids: list[list[int]],
-                 cfg: DataConfig) -> list[tuple[list[int], int, torch.Tensor]]:
+def answer_batch(
+    target: TargetModel, prompt_ids: list[list[int]], cfg: DataConfig
+) -> list[tuple[list[int], int, torch.Tensor]]:
     """Batched generation (left padding). Returns, per prompt, (prompt + answer ids up to and including EOS, prompt
     length, the target's last hidden states for those ids). The features come from the generation itself (the last
     hidden state is after the final norm), which saves a second forward over every sequence."""
@@ -131,10 +147,15 @@ def answer_batch(target: TargetModel, prompt_ids: list[list[int]],
     ids = torch.full((len(prompt_ids), width), pad, dtype=torch.long)
     mask = torch.zeros_like(ids)
     for i, p in enumerate(prompt_ids):
-        ids[i, width - len(p):] = torch.tensor(p)
-        mask[i, width - len(p):] = 1
-    kwargs = dict(do_sample=cfg.temperature > 0, max_new_tokens=cfg.max_new_tokens, pad_token_id=pad,
-                  output_hidden_states=True, return_dict_in_generate=True)
+        ids[i, width - len(p) :] = torch.tensor(p)
+        mask[i, width - len(p) :] = 1
+    kwargs = dict(
+        do_sample=cfg.temperature > 0,
+        max_new_tokens=cfg.max_new_tokens,
+        pad_token_id=pad,
+        output_hidden_states=True,
+        return_dict_in_generate=True,
+    )
     if cfg.temperature > 0:
         kwargs["temperature"] = cfg.temperature
     out = target.model.generate(ids.to(target.device), attention_mask=mask.to(target.device), **kwargs)
@@ -149,7 +170,7 @@ def answer_batch(target: TargetModel, prompt_ids: list[list[int]],
                 answer = answer[: j + 1]
                 break
         full = list(p) + answer
-        feats = last[i, width - len(p): width - len(p) + len(full)]
+        feats = last[i, width - len(p) : width - len(p) + len(full)]
         # The batch's very last token was never fed back, so it has no feature: drop it (one training row less).
         full = full[: feats.shape[0]]
         results.append((full, len(p), feats))
@@ -169,14 +190,15 @@ def features_batch(target: TargetModel, seqs: list[list[int]]) -> list[torch.Ten
     return [hidden[i, : len(s)].cpu() for i, s in enumerate(seqs)]
 
 
-def write_shard(path: Path, seqs: list[list[int]], prompt_lens: list[int],
-                hidden: list[torch.Tensor] | None) -> None:
+def write_shard(path: Path, seqs: list[list[int]], prompt_lens: list[int], hidden: list[torch.Tensor] | None) -> None:
     """One batch's rows; `hidden` None writes a tokens-only shard (the trainer computes its features per batch)."""
     tokens = torch.tensor([t for s in seqs for t in s], dtype=torch.int32)
-    loss_mask = torch.tensor([int(i >= pl) for s, pl in zip(seqs, prompt_lens) for i in range(len(s))],
-                             dtype=torch.uint8)
-    offsets = torch.tensor([0] + list(torch.cumsum(torch.tensor([len(s) for s in seqs]), 0).tolist()),
-                           dtype=torch.int64)
+    loss_mask = torch.tensor(
+        [int(i >= pl) for s, pl in zip(seqs, prompt_lens) for i in range(len(s))], dtype=torch.uint8
+    )
+    offsets = torch.tensor(
+        [0] + list(torch.cumsum(torch.tensor([len(s) for s in seqs]), 0).tolist()), dtype=torch.int64
+    )
     tensors = {"tokens": tokens, "loss_mask": loss_mask, "offsets": offsets}
     if hidden is not None:
         tensors["hidden"] = torch.cat(hidden).to(torch.bfloat16).contiguous()
@@ -195,7 +217,7 @@ def read_shards(folder: str | Path, max_len: int = 512) -> list[TrainSequence]:
         off = d["offsets"].tolist()
         for a, b in zip(off[:-1], off[1:]):
             b = min(b, a + max_len)
-            if not bool(d["loss_mask"][a + 1:b].any()):  # row 0 is never a prediction target
+            if not bool(d["loss_mask"][a + 1 : b].any()):  # row 0 is never a prediction target
                 continue
             hidden = d["hidden"][a:b] if "hidden" in d else None
             seqs.append(TrainSequence(d["tokens"][a:b].long(), hidden, d["loss_mask"][a:b]))
@@ -218,7 +240,7 @@ def prompts_in_folder(folder: str | Path) -> set[tuple[int, ...]]:
                 mask, tokens = shard.get_tensor("loss_mask"), shard.get_tensor("tokens")
             for a, b in zip(off[:-1], off[1:]):
                 prompt_len = (b - a) - int(mask[a:b].sum())  # the mask is 0 on the prompt, 1 on the answer
-                found.add(tuple(tokens[a:a + prompt_len].tolist()))
+                found.add(tuple(tokens[a : a + prompt_len].tolist()))
     if not found:
         raise PossError(f"--exclude {folder}: no rows found (expected tokens/tokens-*.json or shard-*.safetensors).")
     return found
@@ -250,7 +272,7 @@ def shard_plan(lengths: list[int], batch_size: int, seed: int) -> list[list[int]
     """Deterministic batches of prompt indices, the same on every (re)run: prompts of similar length share a batch
     (less padding), and the batches come in a seeded random order."""
     order = sorted(range(len(lengths)), key=lambda i: (lengths[i], i))
-    plan = [order[i: i + batch_size] for i in range(0, len(order), batch_size)]
+    plan = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
     random.Random(seed).shuffle(plan)
     return plan
 
@@ -262,6 +284,7 @@ def tokens_path(out: Path, i: int) -> Path:
 @dataclass
 class TokenShard:
     """One batch's generated rows: prompt + answer token ids and where each answer starts."""
+
     index: int
     input_ids: list[list[int]]
     prompt_lens: list[int]
@@ -283,10 +306,14 @@ def pack_token_ids(token_dir: Path, out_file: Path, card: dict | None = None) ->
             ids.extend(seq)
             row_lens.append(len(seq))
             prompt_lens.append(pl)
-    arrays = {"input_ids": np.asarray(ids, dtype=np.int32), "row_lens": np.asarray(row_lens, dtype=np.int32),
-              "prompt_lens": np.asarray(prompt_lens, dtype=np.int32),
-              "shard_index": np.asarray(shard_index, dtype=np.int32), "shard_rows": np.asarray(shard_rows, np.int32),
-              "card": np.asarray(json.dumps(card or {}))}  # a unicode scalar: loads without pickle
+    arrays = {
+        "input_ids": np.asarray(ids, dtype=np.int32),
+        "row_lens": np.asarray(row_lens, dtype=np.int32),
+        "prompt_lens": np.asarray(prompt_lens, dtype=np.int32),
+        "shard_index": np.asarray(shard_index, dtype=np.int32),
+        "shard_rows": np.asarray(shard_rows, np.int32),
+        "card": np.asarray(json.dumps(card or {})),
+    }  # a unicode scalar: loads without pickle
     out_file.parent.mkdir(parents=True, exist_ok=True)
     np.savez_compressed(out_file, **arrays)
     return {"shards": len(files), "rows": len(row_lens), "tokens": len(ids)}
@@ -314,10 +341,10 @@ def read_token_ids(path: str | Path) -> list[TokenShard]:
     shards, row, start = [], 0, 0
     for index, n in zip(shard_index.tolist(), shard_rows.tolist()):
         seqs = []
-        for length in row_lens[row: row + n].tolist():
-            seqs.append(ids[start: start + length].tolist())
+        for length in row_lens[row : row + n].tolist():
+            seqs.append(ids[start : start + length].tolist())
             start += length
-        shards.append(TokenShard(index, seqs, prompt_lens[row: row + n].tolist()))
+        shards.append(TokenShard(index, seqs, prompt_lens[row : row + n].tolist()))
         row += n
     return shards
 
@@ -330,12 +357,22 @@ def build_from_ids(target: TargetModel | None, shards: list[TokenShard], out: Pa
     t0, tokens = time.time(), 0
     bar = tqdm(todo, desc=f"{'features' if target else 'tokens'} {out.name}", unit="batch", disable=not progress)
     for s in bar:
-        write_shard(out / f"shard-{s.index:05d}.safetensors", s.input_ids, s.prompt_lens,
-                    features_batch(target, s.input_ids) if target else None)
+        write_shard(
+            out / f"shard-{s.index:05d}.safetensors",
+            s.input_ids,
+            s.prompt_lens,
+            features_batch(target, s.input_ids) if target else None,
+        )
         tokens += sum(len(q) for q in s.input_ids)
         bar.set_postfix(tok_s=f"{tokens / max(time.time() - t0, 1e-9):.0f}")
-    info = {"shards": len(shards), "built_now": len(todo), "from_saved_tokens": len(todo), "tokens_now": tokens,
-            "seconds_now": round(time.time() - t0, 1), "features": target is not None}
+    info = {
+        "shards": len(shards),
+        "built_now": len(todo),
+        "from_saved_tokens": len(todo),
+        "tokens_now": tokens,
+        "seconds_now": round(time.time() - t0, 1),
+        "features": target is not None,
+    }
     write_data_card(out, info, target.name if target else "none (tokens only)")
     return info
 
@@ -349,8 +386,7 @@ def write_data_card(out: Path, info: dict, target_name: str) -> None:
     card.write_text(json.dumps({**info, "target": target_name}, indent=2))
 
 
-def build(target: TargetModel, prompts: list[str], out: Path, cfg: DataConfig,
-          progress: bool = True) -> dict:
+def build(target: TargetModel, prompts: list[str], out: Path, cfg: DataConfig, progress: bool = True) -> dict:
     """Generate answers and features for every planned batch that has no shard yet.
 
     The generated token ids of each batch are also kept in `out/tokens/` (small: commit or copy them). Generation is
@@ -359,7 +395,7 @@ def build(target: TargetModel, prompts: list[str], out: Path, cfg: DataConfig,
     out.mkdir(parents=True, exist_ok=True)
     (out / "tokens").mkdir(exist_ok=True)
     torch.manual_seed(cfg.seed)
-    encoded = [encode_prompt(target.tokenizer, p)[-cfg.max_prompt_tokens:] for p in prompts]
+    encoded = [encode_prompt(target.tokenizer, p)[-cfg.max_prompt_tokens :] for p in prompts]
     plan = shard_plan([len(e) for e in encoded], cfg.batch_size, cfg.seed)[: cfg.max_shards or None]
     todo = [i for i in range(len(plan)) if not (out / f"shard-{i:05d}.safetensors").exists()]
     t0, tokens, reused = time.time(), 0, 0
@@ -373,16 +409,26 @@ def build(target: TargetModel, prompts: list[str], out: Path, cfg: DataConfig,
             reused += 1
         else:
             answered = answer_batch(target, [encoded[j] for j in plan[i]], cfg)
-            seqs, prompt_lens, hidden = [s for s, _, _ in answered], [p for _, p, _ in answered], \
-                [h for _, _, h in answered]
+            seqs, prompt_lens, hidden = (
+                [s for s, _, _ in answered],
+                [p for _, p, _ in answered],
+                [h for _, _, h in answered],
+            )
             tmp = saved.with_suffix(".partial")
             tmp.write_text(json.dumps({"input_ids": seqs, "prompt_lens": prompt_lens}))
             tmp.replace(saved)
         write_shard(out / f"shard-{i:05d}.safetensors", seqs, prompt_lens, hidden)
         tokens += sum(len(q) - pl for q, pl in zip(seqs, prompt_lens))
         bar.set_postfix(answer_tok_s=f"{tokens / (time.time() - t0):.0f}")
-    info = {"prompts": len(prompts), "shards": len(plan), "built_now": len(todo), "from_saved_tokens": reused,
-            "answer_tokens_now": tokens, "seconds_now": round(time.time() - t0, 1), **cfg.__dict__}
+    info = {
+        "prompts": len(prompts),
+        "shards": len(plan),
+        "built_now": len(todo),
+        "from_saved_tokens": reused,
+        "answer_tokens_now": tokens,
+        "seconds_now": round(time.time() - t0, 1),
+        **cfg.__dict__,
+    }
     write_data_card(out, info, target.name)
     return info
 
@@ -395,8 +441,14 @@ def encode_pair(tokenizer, prompt: str, answer: str, max_prompt_tokens: int, max
     return prompt_ids + answer_ids + ([eos] if eos is not None else []), len(prompt_ids)
 
 
-def build_fixed(target: TargetModel, pairs: list[tuple[str, str]], out: Path, cfg: DataConfig,
-                progress: bool = True, features: bool = True) -> dict:
+def build_fixed(
+    target: TargetModel,
+    pairs: list[tuple[str, str]],
+    out: Path,
+    cfg: DataConfig,
+    progress: bool = True,
+    features: bool = True,
+) -> dict:
     """Features of the target over fixed (prompt, answer) pairs: no generation, so ~10x cheaper per token. With
     `features` False, the shards hold tokens only (the tokenizer alone runs)."""
     out.mkdir(parents=True, exist_ok=True)
@@ -411,8 +463,16 @@ def build_fixed(target: TargetModel, pairs: list[tuple[str, str]], out: Path, cf
         write_shard(out / f"shard-{i:05d}.safetensors", seqs, [encoded[j][1] for j in plan[i]], hidden)
         tokens += sum(len(s) for s in seqs)
         bar.set_postfix(tok_s=f"{tokens / (time.time() - t0):.0f}")
-    info = {"pairs": len(pairs), "shards": len(plan), "built_now": len(todo), "tokens_now": tokens,
-            "seconds_now": round(time.time() - t0, 1), "answers": "dataset", "features": features, **cfg.__dict__}
+    info = {
+        "pairs": len(pairs),
+        "shards": len(plan),
+        "built_now": len(todo),
+        "tokens_now": tokens,
+        "seconds_now": round(time.time() - t0, 1),
+        "answers": "dataset",
+        "features": features,
+        **cfg.__dict__,
+    }
     write_data_card(out, info, target.name)
     return info
 
@@ -420,43 +480,84 @@ def build_fixed(target: TargetModel, pairs: list[tuple[str, str]], out: Path, cf
 def main(argv: list[str] | None = None) -> int:
     from ..models.loading import add_dtype_argument  # torch is loaded by every run anyway
 
-    p = argparse.ArgumentParser(prog="python -m poss_core.training.data", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m poss_core.training.data",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--preset", default="smollm2-135m")
     p.add_argument("--target", default=None, help="a model id or folder instead of the preset's target")
     p.add_argument("--prompts", nargs="+", default=[], help="JSONL or text files (globs allowed); never eval/")
-    p.add_argument("--self-prompts", type=int, default=0, metavar="N",
-                   help="the target first writes N user prompts itself (Magpie: sampled from the chat template's "
-                        "user-turn prefix; kept in OUT/self_prompts.jsonl) and answers them with the others")
+    p.add_argument(
+        "--self-prompts",
+        type=int,
+        default=0,
+        metavar="N",
+        help="the target first writes N user prompts itself (Magpie: sampled from the chat template's "
+        "user-turn prefix; kept in OUT/self_prompts.jsonl) and answers them with the others",
+    )
     p.add_argument("--limit", type=int, default=None, help="use the first N prompts after a seeded shuffle")
-    p.add_argument("--exclude", nargs="+", default=[], metavar="FOLDER",
-                   help="leave out prompts that these data folders already answered (file prompts before the shuffle, "
-                        "self-written ones once written), so a new folder adds only new prompts")
-    p.add_argument("--max-prompt-tokens", type=int, default=256,
-                   help="keep the last N tokens of a longer prompt (raise it for long-context data: drafts trained "
-                        "only on short prompts draft worse over long documents)")
-    p.add_argument("--min-prompt-tokens", type=int, default=0,
-                   help="use only prompts at least this long (through the chat template, before --max-prompt-tokens)")
-    p.add_argument("--instruction", default=None, metavar="TEXT",
-                   help="put TEXT and a blank line before every file prompt, e.g. to have the target summarize "
-                        "documents: --instruction 'Summarize the following text in a few sentences.'")
+    p.add_argument(
+        "--exclude",
+        nargs="+",
+        default=[],
+        metavar="FOLDER",
+        help="leave out prompts that these data folders already answered (file prompts before the shuffle, "
+        "self-written ones once written), so a new folder adds only new prompts",
+    )
+    p.add_argument(
+        "--max-prompt-tokens",
+        type=int,
+        default=256,
+        help="keep the last N tokens of a longer prompt (raise it for long-context data: drafts trained "
+        "only on short prompts draft worse over long documents)",
+    )
+    p.add_argument(
+        "--min-prompt-tokens",
+        type=int,
+        default=0,
+        help="use only prompts at least this long (through the chat template, before --max-prompt-tokens)",
+    )
+    p.add_argument(
+        "--instruction",
+        default=None,
+        metavar="TEXT",
+        help="put TEXT and a blank line before every file prompt, e.g. to have the target summarize "
+        "documents: --instruction 'Summarize the following text in a few sentences.'",
+    )
     p.add_argument("--out", required=True)
     p.add_argument("--max-new-tokens", type=int, default=192)
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--answers", choices=["target", "dataset"], default="target",
-                   help="target: the target writes the answers (self-distillation); dataset: use the rows' own "
-                        "answers and only extract features (much cheaper; EAGLE trained on fixed ShareGPT answers)")
-    p.add_argument("--max-shards", type=int, default=0, metavar="N",
-                   help="build only the first N planned shards (0 = all); with --from-ids, only the first N saved ones")
-    p.add_argument("--from-ids", default=None, metavar="FILE",
-                   help="rebuild the features from saved token ids (a .npz of pack_token_ids, e.g. "
-                        "assets/training_data/NAME.npz): nothing is generated and the prompt options are ignored")
-    p.add_argument("--tokens-only", action="store_true",
-                   help="with --from-ids or --answers dataset: write the rows' token ids without the target's "
-                        "features (no forward now, a fraction of the disk); the trainer then computes each batch's "
-                        "features when it uses the batch, so a short run pays only for the rows it trains on")
+    p.add_argument(
+        "--answers",
+        choices=["target", "dataset"],
+        default="target",
+        help="target: the target writes the answers (self-distillation); dataset: use the rows' own "
+        "answers and only extract features (much cheaper; EAGLE trained on fixed ShareGPT answers)",
+    )
+    p.add_argument(
+        "--max-shards",
+        type=int,
+        default=0,
+        metavar="N",
+        help="build only the first N planned shards (0 = all); with --from-ids, only the first N saved ones",
+    )
+    p.add_argument(
+        "--from-ids",
+        default=None,
+        metavar="FILE",
+        help="rebuild the features from saved token ids (a .npz of pack_token_ids, e.g. "
+        "assets/training_data/NAME.npz): nothing is generated and the prompt options are ignored",
+    )
+    p.add_argument(
+        "--tokens-only",
+        action="store_true",
+        help="with --from-ids or --answers dataset: write the rows' token ids without the target's "
+        "features (no forward now, a fraction of the disk); the trainer then computes each batch's "
+        "features when it uses the batch, so a short run pays only for the rows it trains on",
+    )
     add_dtype_argument(p, "the target's precision for generation (features are stored in bf16 either way)")
     return run_cli(run, p.parse_args(argv))
 
@@ -471,8 +572,9 @@ def run(args) -> int:
     if args.max_shards < 0:
         raise PossError(f"--max-shards must be 0 (all) or a positive count, not {args.max_shards}.")
     if args.tokens_only and not args.from_ids and args.answers != "dataset":
-        raise PossError("--tokens-only needs rows that exist without generating: give --from-ids FILE or "
-                        "--answers dataset.")
+        raise PossError(
+            "--tokens-only needs rows that exist without generating: give --from-ids FILE or --answers dataset."
+        )
     if args.from_ids:
         shards = read_token_ids(args.from_ids)[: args.max_shards or None]
         if args.tokens_only:
@@ -481,8 +583,9 @@ def run(args) -> int:
         target = load_preset_target(args.target or get_preset(args.preset).target, quantization="none", dtype=dtype)
         print(json.dumps(build_from_ids(target, shards, Path(args.out))))
         return 0
-    cfg = DataConfig(args.max_new_tokens, args.max_prompt_tokens, args.batch_size, args.temperature, args.seed,
-                     args.max_shards)
+    cfg = DataConfig(
+        args.max_new_tokens, args.max_prompt_tokens, args.batch_size, args.temperature, args.seed, args.max_shards
+    )
     if not args.prompts and not args.self_prompts:
         raise PossError("give --prompts FILES, --self-prompts N, or both.")
     if args.self_prompts and args.answers == "dataset":
@@ -496,16 +599,21 @@ def run(args) -> int:
     if args.min_prompt_tokens and items:
         before = len(items)
         items = [item for item in items if prompt_tokens(target.tokenizer, item) >= args.min_prompt_tokens]
-        print(f"[data] --min-prompt-tokens {args.min_prompt_tokens}: {len(items)} of {before} prompts are that long",
-              file=sys.stderr)
+        print(
+            f"[data] --min-prompt-tokens {args.min_prompt_tokens}: {len(items)} of {before} prompts are that long",
+            file=sys.stderr,
+        )
         if not items and not args.self_prompts:
             raise PossError(f"no prompt has {args.min_prompt_tokens} tokens or more: lower --min-prompt-tokens.")
     used = set().union(*(prompts_in_folder(f) for f in args.exclude))  # read once, for file and self-written prompts
     if args.exclude and items:
         before = len(items)
         items = drop_used_prompts(target.tokenizer, items, used, cfg.max_prompt_tokens)
-        print(f"[data] --exclude: {before - len(items)} of {before} prompts are already in "
-              f"{', '.join(args.exclude)}; {len(items)} left", file=sys.stderr)
+        print(
+            f"[data] --exclude: {before - len(items)} of {before} prompts are already in "
+            f"{', '.join(args.exclude)}; {len(items)} left",
+            file=sys.stderr,
+        )
         if not items and not args.self_prompts:
             raise PossError("every prompt is already in the --exclude folders: give new prompt files.")
     random.Random(args.seed).shuffle(items)
@@ -517,8 +625,11 @@ def run(args) -> int:
         written = write_self_prompts(target, args.self_prompts, out / "self_prompts.jsonl", args.batch_size, args.seed)
         if args.exclude:  # a common request ("What is the capital of France?") may already be in a held-out folder
             kept = drop_used_prompts(target.tokenizer, written, used, cfg.max_prompt_tokens)
-            print(f"[data] --exclude: {len(written) - len(kept)} of {len(written)} self-written prompts are already "
-                  f"in {', '.join(args.exclude)}", file=sys.stderr)
+            print(
+                f"[data] --exclude: {len(written) - len(kept)} of {len(written)} self-written prompts are already "
+                f"in {', '.join(args.exclude)}",
+                file=sys.stderr,
+            )
             written = kept
         items += written
     if not items:

@@ -31,21 +31,32 @@ from .trainer import UNROLLS, make_batch
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m poss_core.training.evaluate", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m poss_core.training.evaluate",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--preset", default="smollm2-135m")
     p.add_argument("--target", default=None, help="a model id or folder instead of the preset's target")
     p.add_argument("--data", nargs="+", required=True, help="data folders written by poss_core.training.data")
     p.add_argument("--drafts", nargs="+", required=True, help="folders holding one subfolder per method")
     p.add_argument("--methods", default="eagle,poss2,poss3,matched")
     p.add_argument("--depth", type=int, default=6, help="draft positions to unroll")
-    p.add_argument("--unroll", choices=list(UNROLLS), default="predicted",
-                   help="predicted: every context feature a prediction (POSS's default training unroll); decoding: "
-                        "true features up to the chain's anchor, predictions after it (as in decoding; ~3.5x the "
-                        "compute)")
+    p.add_argument(
+        "--unroll",
+        choices=list(UNROLLS),
+        default="predicted",
+        help="predicted: every context feature a prediction (POSS's default training unroll); decoding: "
+        "true features up to the chain's anchor, predictions after it (as in decoding; ~3.5x the "
+        "compute)",
+    )
     p.add_argument("--batch-size", type=int, default=4)
-    p.add_argument("--max-len", type=int, default=512,
-                   help="cut sequences to N tokens (raise it for long-context folders; their prompts alone exceed 512)")
+    p.add_argument(
+        "--max-len",
+        type=int,
+        default=512,
+        help="cut sequences to N tokens (raise it for long-context folders; their prompts alone exceed 512)",
+    )
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--out", default=None, help="also write the results here (JSON)")
     return run_cli(run, p.parse_args(argv))
@@ -61,10 +72,12 @@ def run(args) -> int:
         torch.set_num_threads(args.threads)
     seqs = [s for folder in args.data for s in read_shards(folder, args.max_len)]
     if not seqs:
-        raise PossError(f"no sequences with answer tokens in {args.data} within --max-len {args.max_len}: run "
-                        "python -m poss_core.training.data first, or raise --max-len for long prompts.")
+        raise PossError(
+            f"no sequences with answer tokens in {args.data} within --max-len {args.max_len}: run "
+            "python -m poss_core.training.data first, or raise --max-len for long prompts."
+        )
     target = load_preset_target(args.target or get_preset(args.preset).target, quantization="none")
-    batches = [make_batch(seqs[i: i + args.batch_size]) for i in range(0, len(seqs), args.batch_size)]
+    batches = [make_batch(seqs[i : i + args.batch_size]) for i in range(0, len(seqs), args.batch_size)]
     next_tokens = target_next_tokens(batches, target.lm_head_weight().detach().float())
     answer_rows = int(sum(float(b.mask.sum()) for b in batches))
     results = []
@@ -77,13 +90,24 @@ def run(args) -> int:
                 continue
             draft = load_draft(path, target).float()
             top1 = evaluate(draft, batches, args.depth, next_tokens, unroll=args.unroll)
-            results.append({"drafts": str(folder), "method": name, "label": draft.spec.label,
-                            "top1_by_position": [round(x, 4) for x in top1]})
+            results.append(
+                {
+                    "drafts": str(folder),
+                    "method": name,
+                    "label": draft.spec.label,
+                    "top1_by_position": [round(x, 4) for x in top1],
+                }
+            )
             print(json.dumps(results[-1]), flush=True)
     if not results:
         raise PossError(f"none of {methods} was found in {args.drafts}.")
-    report = {"data": args.data, "sequences": len(seqs), "answer_rows": answer_rows, "unroll": args.unroll,
-              "results": results}
+    report = {
+        "data": args.data,
+        "sequences": len(seqs),
+        "answer_rows": answer_rows,
+        "unroll": args.unroll,
+        "results": results,
+    }
     print(markdown_table(report))
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
@@ -93,13 +117,17 @@ def run(args) -> int:
 
 def markdown_table(report: dict) -> str:
     depth = max(len(r["top1_by_position"]) for r in report["results"])
-    lines = [f"Top-1 agreement with the target by draft position ({report['sequences']} sequences, "
-             f"{report['answer_rows']} answer tokens, {report.get('unroll', 'predicted')} unroll)", "",
-             "| drafts | draft | " + " | ".join(f"k={k}" for k in range(1, depth + 1)) + " |",
-             "|---|---|" + "---|" * depth]
+    lines = [
+        f"Top-1 agreement with the target by draft position ({report['sequences']} sequences, "
+        f"{report['answer_rows']} answer tokens, {report.get('unroll', 'predicted')} unroll)",
+        "",
+        "| drafts | draft | " + " | ".join(f"k={k}" for k in range(1, depth + 1)) + " |",
+        "|---|---|" + "---|" * depth,
+    ]
     for r in report["results"]:
-        lines.append(f"| {r['drafts']} | {r['label']} | " + " | ".join(f"{x:.3f}" for x in r["top1_by_position"])
-                     + " |")
+        lines.append(
+            f"| {r['drafts']} | {r['label']} | " + " | ".join(f"{x:.3f}" for x in r["top1_by_position"]) + " |"
+        )
     return "\n".join(lines)
 
 

@@ -35,8 +35,14 @@ def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (values * mask).sum() / mask.sum().clamp(min=1.0)
 
 
-def draft_loss(pred: torch.Tensor, target_feat: torch.Tensor, target_logits: torch.Tensor, draft_logits: torch.Tensor,
-               mask: torch.Tensor, weights: LossWeights) -> tuple[torch.Tensor, dict[str, float]]:
+def draft_loss(
+    pred: torch.Tensor,
+    target_feat: torch.Tensor,
+    target_logits: torch.Tensor,
+    draft_logits: torch.Tensor,
+    mask: torch.Tensor,
+    weights: LossWeights,
+) -> tuple[torch.Tensor, dict[str, float]]:
     """pred/target_feat [B, T, H]; target_logits/draft_logits [B, T, Vd] over the draft vocabulary; mask [B, T]."""
     feat = F.smooth_l1_loss(pred.float(), target_feat.float(), reduction="none").mean(-1)
     target_p = torch.softmax(target_logits.float(), dim=-1)

@@ -44,6 +44,7 @@ LAYER_SOURCE = "eagle"  # specialists_from copies this method's trained layer
 @dataclass
 class DataFolder:
     """One data folder: built from committed token ids (`tokens`) or by the data CLI with `args`."""
+
     name: str
     args: list[str] = field(default_factory=list)
     tokens: str = ""
@@ -56,6 +57,7 @@ class DataFolder:
 @dataclass
 class Step:
     """One training run per method, all from the same starting drafts, on the same data and batches."""
+
     name: str
     methods: list[str]
     data: list[str]
@@ -82,15 +84,19 @@ class Recipe:
         for d in self.data:
             if d.name == name:
                 return d
-        raise ConfigError(f"{self.path}: data folder {name!r} is not a [[data]] entry "
-                          f"(known: {', '.join(d.name for d in self.data)}).")
+        raise ConfigError(
+            f"{self.path}: data folder {name!r} is not a [[data]] entry "
+            f"(known: {', '.join(d.name for d in self.data)})."
+        )
 
     def step_index(self, name: str) -> int:
         for i, s in enumerate(self.steps):
             if s.name == name:
                 return i
-        raise ConfigError(f"{self.path}: no step named {name!r} (python -m poss_core.training.recipe show lists them: "
-                          f"{', '.join(s.name for s in self.steps)}).")
+        raise ConfigError(
+            f"{self.path}: no step named {name!r} (python -m poss_core.training.recipe show lists them: "
+            f"{', '.join(s.name for s in self.steps)})."
+        )
 
     def step(self, name: str) -> Step:
         return self.steps[self.step_index(name)]
@@ -108,8 +114,10 @@ def _str_list(value, where: str) -> list[str]:
 def _flags(table: dict, where: str) -> dict:
     bad = sorted(set(table) & RESERVED)
     if bad:
-        raise ConfigError(f"{where} sets {', '.join(bad)}: the recipe sets those itself (use the step's methods, "
-                          "data, init and specialists_from keys).")
+        raise ConfigError(
+            f"{where} sets {', '.join(bad)}: the recipe sets those itself (use the step's methods, "
+            "data, init and specialists_from keys)."
+        )
     return table
 
 
@@ -139,11 +147,17 @@ def _read_step(s: dict, i: int, defaults: dict, mixes: dict[str, list[str]], pat
     if "steps" not in s:
         raise ConfigError(f"{path}: step {name!r} has no steps.")
     data = _str_list(s.get("data", []), f"step {name} data")
-    step = Step(name=name, methods=_str_list(s.get("methods", []), f"step {name} methods"),
-                data=_expand(data, mixes), steps=int(s["steps"]),
-                mix=data[0] if len(data) == 1 and data[0] in mixes else "",
-                init=s.get("init", ""), specialists_from=s.get("specialists_from", ""),
-                flags={**defaults, **flags}, note=s.get("note", ""))
+    step = Step(
+        name=name,
+        methods=_str_list(s.get("methods", []), f"step {name} methods"),
+        data=_expand(data, mixes),
+        steps=int(s["steps"]),
+        mix=data[0] if len(data) == 1 and data[0] in mixes else "",
+        init=s.get("init", ""),
+        specialists_from=s.get("specialists_from", ""),
+        flags={**defaults, **flags},
+        note=s.get("note", ""),
+    )
     if not step.methods:
         raise ConfigError(f"{path}: step {name!r} trains no methods.")
     if step.init and step.specialists_from:
@@ -166,25 +180,40 @@ def load_recipe(path: str | Path) -> Recipe:
         raise ConfigError(f"{path} is not valid TOML: {e}") from e
     unknown = sorted(set(raw) - RECIPE_KEYS)
     if unknown:
-        raise ConfigError(f"{path}: {unknown[0]!r} is not part of a recipe: use {', '.join(sorted(RECIPE_KEYS))} "
-                          f"(each phase of training is a [[step]] with a name saying what it does).")
+        raise ConfigError(
+            f"{path}: {unknown[0]!r} is not part of a recipe: use {', '.join(sorted(RECIPE_KEYS))} "
+            f"(each phase of training is a [[step]] with a name saying what it does)."
+        )
     defaults = _flags(dict(raw.get("train", {})), f"{path} [train]")
     data = []
     for i, d in enumerate(raw.get("data", [])):
         if "name" not in d:
             raise ConfigError(f"{path}: [[data]] entry {i + 1} has no name.")
-        data.append(DataFolder(name=d["name"], args=_str_list(d.get("args", []), f"data {d['name']} args"),
-                               tokens=d.get("tokens", ""), heldout=bool(d.get("heldout", False)),
-                               max_shards=int(d.get("max_shards", 0)),
-                               eval_args=_str_list(d.get("eval_args", []), f"data {d['name']} eval_args"),
-                               note=d.get("note", "")))
+        data.append(
+            DataFolder(
+                name=d["name"],
+                args=_str_list(d.get("args", []), f"data {d['name']} args"),
+                tokens=d.get("tokens", ""),
+                heldout=bool(d.get("heldout", False)),
+                max_shards=int(d.get("max_shards", 0)),
+                eval_args=_str_list(d.get("eval_args", []), f"data {d['name']} eval_args"),
+                note=d.get("note", ""),
+            )
+        )
         if not data[-1].tokens and not data[-1].args:
             raise ConfigError(f"{path}: data {d['name']!r} has neither tokens nor args: say how it is built.")
     mixes = _read_mixes(raw, path)
     steps = [_read_step(s, i, defaults, mixes, path) for i, s in enumerate(raw.get("step", []))]
-    recipe = Recipe(path=path, preset=raw.get("preset", "smollm2-135m"), data_root=Path(raw.get("data_root", "data")),
-                    runs=Path(raw.get("runs", f"runs/{path.stem}")), bundle=Path(raw.get("bundle", "")),
-                    data=data, steps=steps, mixes=mixes)
+    recipe = Recipe(
+        path=path,
+        preset=raw.get("preset", "smollm2-135m"),
+        data_root=Path(raw.get("data_root", "data")),
+        runs=Path(raw.get("runs", f"runs/{path.stem}")),
+        bundle=Path(raw.get("bundle", "")),
+        data=data,
+        steps=steps,
+        mixes=mixes,
+    )
     check_references(recipe)
     return recipe
 
@@ -205,8 +234,9 @@ def check_references(recipe: Recipe) -> None:
                 raise ConfigError(f"{recipe.path}: step {step.name!r} starts from {ref!r}, which is no earlier step.")
             missing = [m for m in needs if m not in earlier[ref].methods]
             if missing:
-                raise ConfigError(f"{recipe.path}: step {step.name!r} starts from {ref!r}, which does not train "
-                                  f"{', '.join(missing)}.")
+                raise ConfigError(
+                    f"{recipe.path}: step {step.name!r} starts from {ref!r}, which does not train {', '.join(missing)}."
+                )
         earlier[step.name] = step
 
 
@@ -242,24 +272,40 @@ def lineage(recipe: Recipe, method: str, until: str | None = None) -> list[tuple
 def step_record(step: Step, who: str) -> dict:
     """One step of a lineage as a model card records it."""
     f = step.flags
-    start = (f"continues {step.init}" if step.init else
-             f"every layer a copy of {step.specialists_from}'s EAGLE layer" if step.specialists_from else
-             f"a fresh initial layer (seed {f.get('seed', 0)})")
+    start = (
+        f"continues {step.init}"
+        if step.init
+        else f"every layer a copy of {step.specialists_from}'s EAGLE layer"
+        if step.specialists_from
+        else f"a fresh initial layer (seed {f.get('seed', 0)})"
+    )
     forced = who in TEACHER_FORCED
-    return {"step": step.name, "method": who, "steps": step.steps, "start": start, "data": step.mix or step.data,
-            "objective": "teacher-forced" if forced else "unrolled", "unroll": None if forced else f.get("unroll"),
-            "loss": f.get("loss"), "lr": f.get("lr"), "batch_seed": f.get("batch_seed", f.get("seed", 0)),
-            "max_len": f.get("max_len")}
+    return {
+        "step": step.name,
+        "method": who,
+        "steps": step.steps,
+        "start": start,
+        "data": step.mix or step.data,
+        "objective": "teacher-forced" if forced else "unrolled",
+        "unroll": None if forced else f.get("unroll"),
+        "loss": f.get("loss"),
+        "lr": f.get("lr"),
+        "batch_seed": f.get("batch_seed", f.get("seed", 0)),
+        "max_len": f.get("max_len"),
+    }
 
 
 def card_lineage(recipe: Recipe, method: str, measured: bool = True) -> dict:
     """What a bundled draft's model card says of where it came from: data, steps, objective and unroll, step by
     step, from the recipe; `measured` says whether the card has held-out figures."""
     chain = lineage(recipe, method)
-    return {"recipe": _repo_path(recipe.path), "total_steps": sum(s.steps for s, _ in chain),
-            "heldout": HELDOUT_NOTE if measured else HELDOUT_MISSING,
-            "data_mixes": {s.mix: s.data for s, _ in chain if s.mix},
-            "steps": [step_record(s, who) for s, who in chain]}
+    return {
+        "recipe": _repo_path(recipe.path),
+        "total_steps": sum(s.steps for s, _ in chain),
+        "heldout": HELDOUT_NOTE if measured else HELDOUT_MISSING,
+        "data_mixes": {s.mix: s.data for s, _ in chain if s.mix},
+        "steps": [step_record(s, who) for s, who in chain],
+    }
 
 
 def _repo_path(path: Path) -> str:
@@ -270,10 +316,14 @@ def _repo_path(path: Path) -> str:
         return path.as_posix()
 
 
-HELDOUT_NOTE = ("heldout_top1_by_position_decoding: top-1 agreement with the target by draft position on the "
-                "training sequences held out of every draft's training (seed 0's split), decoding unroll")
-HELDOUT_MISSING = ("heldout_top1_by_position_decoding is null: not measured yet (python -m "
-                   "poss_core.training.evaluate on the last step's held-out split, or the step with final_eval)")
+HELDOUT_NOTE = (
+    "heldout_top1_by_position_decoding: top-1 agreement with the target by draft position on the "
+    "training sequences held out of every draft's training (seed 0's split), decoding unroll"
+)
+HELDOUT_MISSING = (
+    "heldout_top1_by_position_decoding is null: not measured yet (python -m "
+    "poss_core.training.evaluate on the last step's held-out split, or the step with final_eval)"
+)
 
 
 def card_text(card: dict) -> str:
@@ -283,8 +333,14 @@ def card_text(card: dict) -> str:
         return json.dumps(card, indent=2) + "\n"
     inline = {f"@{i}@": v for i, v in enumerate([*lin["data_mixes"].values(), *lin["steps"]])}
     marks = iter(inline)
-    shown = {**card, "lineage": {**lin, "data_mixes": {k: next(marks) for k in lin["data_mixes"]},
-                                 "steps": [next(marks) for _ in lin["steps"]]}}
+    shown = {
+        **card,
+        "lineage": {
+            **lin,
+            "data_mixes": {k: next(marks) for k in lin["data_mixes"]},
+            "steps": [next(marks) for _ in lin["steps"]],
+        },
+    }
     text = json.dumps(shown, indent=2)
     for mark, value in inline.items():
         text = text.replace(json.dumps(mark), json.dumps(value))
@@ -366,9 +422,24 @@ def train_command(recipe: Recipe, runs: Path, step: Step, method: str, max_steps
     steps = min(step.steps, max_steps) if max_steps else step.steps
     if max_steps:
         flags["final_eval"] = "none"  # a smoke run checks that training starts, not what it scores
-    cmd = [sys.executable, "-m", TRAIN_MODULE, "--preset", recipe.preset, "--methods", method,
-           "--data", *[str(recipe.data_root / n) for n in step.data], "--steps", str(steps),
-           *flag_args(flags), "--out", str(step_dir(runs, step) / "run"), "--export", str(export_dir(runs, step))]
+    cmd = [
+        sys.executable,
+        "-m",
+        TRAIN_MODULE,
+        "--preset",
+        recipe.preset,
+        "--methods",
+        method,
+        "--data",
+        *[str(recipe.data_root / n) for n in step.data],
+        "--steps",
+        str(steps),
+        *flag_args(flags),
+        "--out",
+        str(step_dir(runs, step) / "run"),
+        "--export",
+        str(export_dir(runs, step)),
+    ]
     if step.init:
         cmd += ["--init-from", str(export_dir(runs, step.init))]
     if step.specialists_from:
@@ -405,8 +476,11 @@ def build_data(recipe: Recipe, only: list[str], max_shards: int, dry_run: bool, 
         raise ConfigError(f"--only {', '.join(unknown)}: not a data folder of {recipe.path}.")
     todo = [d for d in recipe.data if not only or d.name in only]
     for i, d in enumerate(todo, 1):
-        run_step(data_command(recipe, d, max_shards=max_shards, tokens_only=tokens_only),
-                 f"data {i}/{len(todo)} {d.name}", dry_run)
+        run_step(
+            data_command(recipe, d, max_shards=max_shards, tokens_only=tokens_only),
+            f"data {i}/{len(todo)} {d.name}",
+            dry_run,
+        )
 
 
 def assemble_drafts(recipe: Recipe, runs: Path, last: int) -> Path:
@@ -429,15 +503,20 @@ def train_steps(recipe: Recipe, runs: Path, until: str | None, max_steps: int, d
     last = recipe.step_index(until) if until else len(recipe.steps) - 1
     missing = [n for n in needed_data(recipe, until) if not list((recipe.data_root / n).glob("shard-*.safetensors"))]
     if missing and not dry_run:
-        raise PossError(f"data folder(s) {', '.join(missing)} under {recipe.data_root}/ have no shards: run "
-                        f"python -m poss_core.training.recipe data --config {recipe.path} first.")
+        raise PossError(
+            f"data folder(s) {', '.join(missing)} under {recipe.data_root}/ have no shards: run "
+            f"python -m poss_core.training.recipe data --config {recipe.path} first."
+        )
     for step in recipe.steps[: last + 1]:
         todo = [m for m in step.methods if not (export_dir(runs, step) / m / "config.json").is_file()]
         if not todo:
             print(f"[recipe] {step.name}: done ({export_dir(runs, step)})", flush=True)
         for method in todo:
-            run_step(train_command(recipe, runs, step, method, max_steps),
-                     f"{step.name} {method} ({step.steps} steps)", dry_run)
+            run_step(
+                train_command(recipe, runs, step, method, max_steps),
+                f"{step.name} {method} ({step.steps} steps)",
+                dry_run,
+            )
     if dry_run:
         return None
     out = assemble_drafts(recipe, runs, last)
@@ -454,12 +533,31 @@ def heldout(recipe: Recipe, drafts: list[str], methods: str, out: Path, threads:
     for d in slices:
         folder = recipe.data_root / d.name
         if not dry_run and not list(folder.glob("shard-*.safetensors")):
-            raise PossError(f"held-out slice {folder} has no shards: run python -m poss_core.training.recipe data "
-                            f"--config {recipe.path} --only {d.name} first.")
+            raise PossError(
+                f"held-out slice {folder} has no shards: run python -m poss_core.training.recipe data "
+                f"--config {recipe.path} --only {d.name} first."
+            )
         path = out / f"{d.name}.json"
-        cmd = [sys.executable, "-m", EVAL_MODULE, "--preset", recipe.preset, "--data", str(folder), "--drafts",
-               *drafts, "--methods", methods, "--unroll", "decoding", "--threads", str(threads), *d.eval_args,
-               "--out", str(path)]
+        cmd = [
+            sys.executable,
+            "-m",
+            EVAL_MODULE,
+            "--preset",
+            recipe.preset,
+            "--data",
+            str(folder),
+            "--drafts",
+            *drafts,
+            "--methods",
+            methods,
+            "--unroll",
+            "decoding",
+            "--threads",
+            str(threads),
+            *d.eval_args,
+            "--out",
+            str(path),
+        ]
         run_step(cmd, f"held-out {d.name}", dry_run)
         written.append(path)
     return written
@@ -467,8 +565,11 @@ def heldout(recipe: Recipe, drafts: list[str], methods: str, out: Path, threads:
 
 # ----- CLI -----------------------------------------------------------------------------------------------------------
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m poss_core.training.recipe", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m poss_core.training.recipe",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = p.add_subparsers(dest="command", required=True)
 
     def common(q):
@@ -478,18 +579,34 @@ def main(argv: list[str] | None = None) -> int:
     d = sub.add_parser("data", help="build every data folder (from committed token ids where the recipe has them)")
     common(d)
     d.add_argument("--only", nargs="+", default=[], metavar="NAME", help="just these data folders")
-    d.add_argument("--max-shards", type=int, default=0, metavar="N",
-                   help="build at most N shards per folder (a quick smoke run; 0 = all)")
-    d.add_argument("--tokens-only", action="store_true",
-                   help="write the rows without the target's features: minutes instead of hours, and training "
-                        "computes each batch's features as it uses them (worth it for a run of a few hundred steps)")
+    d.add_argument(
+        "--max-shards",
+        type=int,
+        default=0,
+        metavar="N",
+        help="build at most N shards per folder (a quick smoke run; 0 = all)",
+    )
+    d.add_argument(
+        "--tokens-only",
+        action="store_true",
+        help="write the rows without the target's features: minutes instead of hours, and training "
+        "computes each batch's features as it uses them (worth it for a run of a few hundred steps)",
+    )
     t = sub.add_parser("train", help="run every training step in order (resumable)")
     common(t)
-    t.add_argument("--until", default=None, metavar="STEP",
-                   help="stop after this step (a name that `show` lists, e.g. teacher-forced-from-scratch)")
-    t.add_argument("--max-steps", type=int, default=0, metavar="N",
-                   help="cap every step at N optimizer steps (a smoke run; it trains under RUNS-max-steps-N, "
-                        "never RUNS)")
+    t.add_argument(
+        "--until",
+        default=None,
+        metavar="STEP",
+        help="stop after this step (a name that `show` lists, e.g. teacher-forced-from-scratch)",
+    )
+    t.add_argument(
+        "--max-steps",
+        type=int,
+        default=0,
+        metavar="N",
+        help="cap every step at N optimizer steps (a smoke run; it trains under RUNS-max-steps-N, never RUNS)",
+    )
     t.add_argument("--runs", default=None, help="where the steps train (default: the recipe's runs)")
     h = sub.add_parser("heldout", help="score drafts on the recipe's held-out slices")
     common(h)
@@ -499,8 +616,11 @@ def main(argv: list[str] | None = None) -> int:
     h.add_argument("--out", default="results/heldout", help="folder for one JSON per held-out slice")
     s = sub.add_parser("show", help="print the recipe's steps and the commands they run")
     common(s)
-    c = sub.add_parser("cards", help="print each bundled draft's lineage (data, steps, objective, unroll) from the "
-                                     "recipe; --write puts it in the drafts' model_card.json")
+    c = sub.add_parser(
+        "cards",
+        help="print each bundled draft's lineage (data, steps, objective, unroll) from the "
+        "recipe; --write puts it in the drafts' model_card.json",
+    )
     common(c)
     c.add_argument("--write", action="store_true", help="update the bundled model cards' lineage in place")
     return run_cli(run, p.parse_args(argv))
@@ -529,8 +649,7 @@ def run(args) -> int:
         print_lineages(recipe)
         stale = cards(recipe, Path.cwd(), write=args.write and not args.dry_run)
         if stale:
-            print(f"{'updated' if args.write and not args.dry_run else 'differ from the recipe'}: "
-                  f"{', '.join(stale)}")
+            print(f"{'updated' if args.write and not args.dry_run else 'differ from the recipe'}: {', '.join(stale)}")
     else:
         print_recipe(recipe)
     return 0
@@ -543,11 +662,16 @@ def heldout_table(paths: list[Path]) -> str:
         report = json.loads(path.read_text())
         depth = max(len(r["top1_by_position"]) for r in report["results"])
         if not lines:
-            lines += ["| slice | drafts | draft | " + " | ".join(f"k={k}" for k in range(1, depth + 1)) + " |",
-                      "|---|---|---|" + "---|" * depth]
+            lines += [
+                "| slice | drafts | draft | " + " | ".join(f"k={k}" for k in range(1, depth + 1)) + " |",
+                "|---|---|---|" + "---|" * depth,
+            ]
         for r in report["results"]:
-            lines.append(f"| {path.stem} ({report['sequences']}) | {r['drafts']} | {r['label']} | "
-                         + " | ".join(f"{x:.3f}" for x in r["top1_by_position"]) + " |")
+            lines.append(
+                f"| {path.stem} ({report['sequences']}) | {r['drafts']} | {r['label']} | "
+                + " | ".join(f"{x:.3f}" for x in r["top1_by_position"])
+                + " |"
+            )
     return "\n".join(lines)
 
 

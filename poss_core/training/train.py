@@ -29,8 +29,16 @@ from ..models.draft import DraftModel, DraftSpec, draft_config_from_target
 from ..models.target import TargetModel
 from .data import features_batch, read_shards
 from .losses import LossWeights
-from .trainer import (UNROLLS, RowBatch, TrainConfig, TrainSequence, make_batch, make_optimizer, optimizer_step,
-                      trainable)
+from .trainer import (
+    UNROLLS,
+    RowBatch,
+    TrainConfig,
+    TrainSequence,
+    make_batch,
+    make_optimizer,
+    optimizer_step,
+    trainable,
+)
 
 METHODS = {
     # name: (method, positions per specialist, simulated positions per step or 0 for "the depth")
@@ -117,8 +125,9 @@ class TokenBatches:
             next(self._rows)
 
 
-def token_batches(seqs: list[TrainSequence], tokens_per_batch: int, seed: int,
-                  fill: FeatureFill | None = None) -> TokenBatches:
+def token_batches(
+    seqs: list[TrainSequence], tokens_per_batch: int, seed: int, fill: FeatureFill | None = None
+) -> TokenBatches:
     return TokenBatches(seqs, tokens_per_batch, seed, fill)
 
 
@@ -143,8 +152,9 @@ def feature_fill(target_name: str, dtype: torch.dtype) -> FeatureFill:
     return fill
 
 
-def make_draft(target: TargetModel, name: str, depth: int, vocab: torch.Tensor | None, init: DraftModel | None,
-               seed: int) -> DraftModel:
+def make_draft(
+    target: TargetModel, name: str, depth: int, vocab: torch.Tensor | None, init: DraftModel | None, seed: int
+) -> DraftModel:
     """A draft of kind `name`; its layers copy `init`'s first layer (so every method starts the same)."""
     method, n, _ = METHODS[name]
     layers = 1 if method == "eagle" else math.ceil(depth / n)
@@ -174,8 +184,10 @@ def continue_from(draft: DraftModel, folder: str | Path, target: TargetModel, na
     target's, sliced, so only the fc and the layers carry over). Returns a description for the model card."""
     trained, path, source = trained_draft(folder, name, "--init-from", target)
     if trained.spec.method != draft.spec.method or len(trained.layers) != len(draft.layers):
-        raise PossError(f"{path} is a {trained.spec.label} draft with {len(trained.layers)} layer(s); '{name}' needs "
-                        f"{draft.spec.method} with {len(draft.layers)}: continue from the drafts of the same methods.")
+        raise PossError(
+            f"{path} is a {trained.spec.label} draft with {len(trained.layers)} layer(s); '{name}' needs "
+            f"{draft.spec.method} with {len(draft.layers)}: continue from the drafts of the same methods."
+        )
     weights = {k: v.float() for k, v in trained.state_dict().items() if not k.startswith("embed_tokens.")}
     draft.load_state_dict(weights, strict=False)
     return f"continued from {source}"
@@ -194,8 +206,13 @@ def target_next_tokens(batches: list[RowBatch], full_head: torch.Tensor) -> list
 
 
 @torch.no_grad()
-def evaluate(draft: DraftModel, batches: list[RowBatch], positions: int,
-             next_tokens: list[torch.Tensor] | None = None, unroll: str = "predicted") -> list[float]:
+def evaluate(
+    draft: DraftModel,
+    batches: list[RowBatch],
+    positions: int,
+    next_tokens: list[torch.Tensor] | None = None,
+    unroll: str = "predicted",
+) -> list[float]:
     """Held-out top-1 agreement with the target at each simulated draft position (1..positions), every draft
     unrolled the same way, so EAGLE and POSS are compared on equal terms.
 
@@ -226,8 +243,18 @@ FINAL_EVALS = {"both": ("predicted", "decoding"), "predicted": ("predicted",), "
 EVAL_KEYS = {"predicted": "heldout_top1_by_position", "decoding": "heldout_top1_by_position_decoding"}
 
 
-def train_one(name: str, draft: DraftModel, batches, cfg: TrainConfig, out: Path, heldout: list[RowBatch],
-              eval_positions: int, save_every: int, progress: bool = True, final_eval: str = "both") -> dict:
+def train_one(
+    name: str,
+    draft: DraftModel,
+    batches,
+    cfg: TrainConfig,
+    out: Path,
+    heldout: list[RowBatch],
+    eval_positions: int,
+    save_every: int,
+    progress: bool = True,
+    final_eval: str = "both",
+) -> dict:
     """Train one draft with resumable checkpoints; returns its training record (with the held-out top-1 agreement
     by position for each unroll that `final_eval` names)."""
     run_dir = out / name
@@ -257,8 +284,10 @@ def train_one(name: str, draft: DraftModel, batches, cfg: TrainConfig, out: Path
             bar.set_postfix(loss=f"{record['loss']:.3f}", acc=f"{record['positions'][0]['acc']:.2f}")
             if (step + 1) % save_every == 0 or step + 1 == cfg.steps:
                 log.flush()
-                torch.save({"model": draft.state_dict(), "optimizer": opt.state_dict(), "step": step + 1},
-                           ckpt.with_suffix(".tmp"))
+                torch.save(
+                    {"model": draft.state_dict(), "optimizer": opt.state_dict(), "step": step + 1},
+                    ckpt.with_suffix(".tmp"),
+                )
                 ckpt.with_suffix(".tmp").replace(ckpt)
     draft.eval()
     record = {"method": name, "steps": cfg.steps, "seconds_this_run": round(time.time() - t0, 1)}
@@ -268,8 +297,11 @@ def train_one(name: str, draft: DraftModel, batches, cfg: TrainConfig, out: Path
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m poss_core.training.train", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m poss_core.training.train",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--preset", default="smollm2-135m")
     p.add_argument("--target", default=None)
     p.add_argument("--data", nargs="+", required=True, help="data folders written by poss_core.training.data")
@@ -282,34 +314,62 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--noise", type=float, default=0.05, help="EAGLE's uniform input-feature noise (half-width)")
     p.add_argument("--draft-vocab", type=int, default=8192, help="0 = the full vocabulary")
     p.add_argument("--loss", default="paper", help="paper | hass | token-heavy")
-    p.add_argument("--unroll", choices=list(UNROLLS), default="predicted",
-                   help="how POSS's later training positions see their context: predicted = every context feature "
-                        "the previous step's prediction (cheap); decoding = the target's true features up to each "
-                        "chain's anchor and the draft's own after it, as decoding sees them (HASS's context "
-                        "alignment; about 3-4x the cost per step). Teacher-forced methods are unaffected")
+    p.add_argument(
+        "--unroll",
+        choices=list(UNROLLS),
+        default="predicted",
+        help="how POSS's later training positions see their context: predicted = every context feature "
+        "the previous step's prediction (cheap); decoding = the target's true features up to each "
+        "chain's anchor and the draft's own after it, as decoding sees them (HASS's context "
+        "alignment; about 3-4x the cost per step). Teacher-forced methods are unaffected",
+    )
     p.add_argument("--heldout", type=float, default=0.03, help="fraction of training sequences held out")
-    p.add_argument("--final-eval", choices=list(FINAL_EVALS), default="both",
-                   help="held-out top-1 agreement after training, by unroll (recorded in the model card); none for "
-                        "an intermediate step that a later one continues")
+    p.add_argument(
+        "--final-eval",
+        choices=list(FINAL_EVALS),
+        default="both",
+        help="held-out top-1 agreement after training, by unroll (recorded in the model card); none for "
+        "an intermediate step that a later one continues",
+    )
     p.add_argument("--save-every", type=int, default=50)
     p.add_argument("--seed", type=int, default=0, help="initialisation, held-out split and (by default) batch order")
-    p.add_argument("--batch-seed", type=int, default=None,
-                   help="a different batch order for a later training step, keeping --seed's held-out split")
+    p.add_argument(
+        "--batch-seed",
+        type=int,
+        default=None,
+        help="a different batch order for a later training step, keeping --seed's held-out split",
+    )
     p.add_argument("--out", required=True, help="run folder (resume state, logs, final drafts)")
-    p.add_argument("--init-from", default=None, metavar="FOLDER",
-                   help="continue training the drafts in FOLDER/<method> (e.g. the bundled ones) instead of a "
-                        "shared fresh initialisation; every method gets the same extra steps and batches")
-    p.add_argument("--specialists-from", default=None, metavar="FOLDER",
-                   help="start every method's layers (POSS's specialists, the matched control's stack, EAGLE's own "
-                        "layer) as copies of the trained FOLDER/eagle draft, as POSS's paper does; EAGLE thereby "
-                        "continues for the same steps, which keeps the comparison fair. Not with --init-from")
+    p.add_argument(
+        "--init-from",
+        default=None,
+        metavar="FOLDER",
+        help="continue training the drafts in FOLDER/<method> (e.g. the bundled ones) instead of a "
+        "shared fresh initialisation; every method gets the same extra steps and batches",
+    )
+    p.add_argument(
+        "--specialists-from",
+        default=None,
+        metavar="FOLDER",
+        help="start every method's layers (POSS's specialists, the matched control's stack, EAGLE's own "
+        "layer) as copies of the trained FOLDER/eagle draft, as POSS's paper does; EAGLE thereby "
+        "continues for the same steps, which keeps the comparison fair. Not with --init-from",
+    )
     p.add_argument("--export", default=None, help="also write the final drafts here (e.g. assets/drafts/NAME)")
     p.add_argument("--threads", type=int, default=None)
-    p.add_argument("--features-dtype", default="bfloat16", choices=["bfloat16", "float32"],
-                   help="the target's precision for the features of a tokens-only data folder (data --tokens-only)")
-    p.add_argument("--autocast", default="none", choices=["none", "bfloat16"],
-                   help="mixed precision for the draft's forward/backward (fp32 master weights); bfloat16 is "
-                        "about 2x faster for POSS on CPUs with AMX")
+    p.add_argument(
+        "--features-dtype",
+        default="bfloat16",
+        choices=["bfloat16", "float32"],
+        help="the target's precision for the features of a tokens-only data folder (data --tokens-only)",
+    )
+    p.add_argument(
+        "--autocast",
+        default="none",
+        choices=["none", "bfloat16"],
+        help="mixed precision for the draft's forward/backward (fp32 master weights); bfloat16 is "
+        "about 2x faster for POSS on CPUs with AMX",
+    )
     args = p.parse_args(argv)
     return run_cli(run, args)
 
@@ -327,8 +387,10 @@ def check_args(args) -> None:
         value = getattr(args, flag)
         ok = math.isfinite(value) and (lo <= value if closed_lo else lo < value) and value <= hi
         if not ok:
-            raise ConfigError(f"--{flag.replace('_', '-')}={value} is out of range: use a finite number "
-                              f"{'>=' if closed_lo else '>'} {lo:g} and <= {hi:g}.")
+            raise ConfigError(
+                f"--{flag.replace('_', '-')}={value} is out of range: use a finite number "
+                f"{'>=' if closed_lo else '>'} {lo:g} and <= {hi:g}."
+            )
 
     integer("steps", 1, 10**7)
     number("lr", 0.0, 1.0, closed_lo=True)  # 0 is allowed: a no-op step (continuing a draft unchanged)
@@ -366,19 +428,31 @@ def run(args) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     answer_tokens = sum(int(s.loss_mask.sum()) for s in train_seqs)
-    data_info = {"folders": args.data, "sequences": len(train_seqs), "heldout_sequences": len(held),
-                 "answer_tokens": answer_tokens, "tokens": sum(int(s.input_ids.numel()) for s in train_seqs),
-                 "draft_vocab": int(vocab.numel()) if vocab is not None else None,
-                 "draft_vocab_coverage": vocab_coverage(train_seqs, vocab) if vocab is not None else 1.0}
+    data_info = {
+        "folders": args.data,
+        "sequences": len(train_seqs),
+        "heldout_sequences": len(held),
+        "answer_tokens": answer_tokens,
+        "tokens": sum(int(s.input_ids.numel()) for s in train_seqs),
+        "draft_vocab": int(vocab.numel()) if vocab is not None else None,
+        "draft_vocab_coverage": vocab_coverage(train_seqs, vocab) if vocab is not None else 1.0,
+    }
     print(json.dumps({"data": data_info}), flush=True)
     fill = None
     if any(s.hidden is None for s in seqs):
         fill = feature_fill(args.target or get_preset(args.preset).target, parse_dtype(args.features_dtype))
-        print(f"[train] tokens-only data: each batch's features come from a {args.features_dtype} forward of the "
-              f"target as training uses it", file=sys.stderr, flush=True)
+        print(
+            f"[train] tokens-only data: each batch's features come from a {args.features_dtype} forward of the "
+            f"target as training uses it",
+            file=sys.stderr,
+            flush=True,
+        )
     # Held-out batches are only scored by the final evaluation: a tokens-only folder then pays their forward once.
-    heldout_batches = [] if args.final_eval == "none" else \
-        [make_batch(fill(held[i: i + 8]) if fill else held[i: i + 8]) for i in range(0, len(held), 8)]
+    heldout_batches = (
+        []
+        if args.final_eval == "none"
+        else [make_batch(fill(held[i : i + 8]) if fill else held[i : i + 8]) for i in range(0, len(held), 8)]
+    )
     weights = LossWeights.named(args.loss)
     init = make_draft(target, "eagle", args.depth, vocab, None, args.seed)
     init_note = "shared (EAGLE's initial layer, copied into every layer)"
@@ -389,24 +463,46 @@ def run(args) -> int:
     cards = {}
     for name in names:
         method, n, positions = METHODS[name]
-        cfg = TrainConfig(steps=args.steps, lr=args.lr, noise=args.noise, weights=weights, seed=args.seed,
-                          positions=positions or args.depth, autocast=args.autocast, unroll=args.unroll)
+        cfg = TrainConfig(
+            steps=args.steps,
+            lr=args.lr,
+            noise=args.noise,
+            weights=weights,
+            seed=args.seed,
+            positions=positions or args.depth,
+            autocast=args.autocast,
+            unroll=args.unroll,
+        )
         draft = make_draft(target, name, args.depth, vocab, init, args.seed)
         if args.init_from:
             init_note = continue_from(draft, args.init_from, target, name)
         batch_seed = args.seed if args.batch_seed is None else args.batch_seed
-        record = train_one(name, draft, token_batches(train_seqs, args.tokens_per_batch, batch_seed, fill), cfg, out,
-                           heldout_batches, args.depth, args.save_every, final_eval=args.final_eval)
-        card = {**record, "label": draft.spec.label, "train_config": {**asdict(cfg), "weights": asdict(weights)},
-                "tokens_per_batch": args.tokens_per_batch, "batch_seed": batch_seed, "data": data_info,
-                "target": target.name,
-                "init": init_note}
+        record = train_one(
+            name,
+            draft,
+            token_batches(train_seqs, args.tokens_per_batch, batch_seed, fill),
+            cfg,
+            out,
+            heldout_batches,
+            args.depth,
+            args.save_every,
+            final_eval=args.final_eval,
+        )
+        card = {
+            **record,
+            "label": draft.spec.label,
+            "train_config": {**asdict(cfg), "weights": asdict(weights)},
+            "tokens_per_batch": args.tokens_per_batch,
+            "batch_seed": batch_seed,
+            "data": data_info,
+            "target": target.name,
+            "init": init_note,
+        }
         for folder in [out / name / "final"] + ([Path(args.export) / name] if args.export else []):
             save_draft(draft, folder, target, extra_meta={"training": card})
             (folder / "model_card.json").write_text(json.dumps(card, indent=2))
         cards[name] = card
-        print(json.dumps({"trained": name, **{k: record[k] for k in EVAL_KEYS.values() if k in record}}),
-              flush=True)
+        print(json.dumps({"trained": name, **{k: record[k] for k in EVAL_KEYS.values() if k in record}}), flush=True)
     (out / "summary.json").write_text(json.dumps(cards, indent=2))
     return 0
 

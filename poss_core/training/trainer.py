@@ -100,7 +100,9 @@ def decoding_mask(steps: int, t: int, device=None) -> torch.Tensor:
     return context | chain
 
 
-def decoding_unroll(draft: DraftModel, batch: RowBatch, steps: int, noise: float = 0.0) -> list[tuple[int, torch.Tensor]]:
+def decoding_unroll(
+    draft: DraftModel, batch: RowBatch, steps: int, noise: float = 0.0
+) -> list[tuple[int, torch.Tensor]]:
     """Like `unroll`, but every step sees what it sees in decoding: the target's true features up to the chain's
     anchor and the draft's own predictions only after it (`unroll` makes every context feature a prediction). HASS's
     context alignment trains this way. Step j re-runs its specialist over the true rows and the earlier steps' rows
@@ -118,9 +120,14 @@ def decoding_unroll(draft: DraftModel, batch: RowBatch, steps: int, noise: float
             prev = preds[i - 2].detach()
             feats.append(torch.cat([torch.zeros_like(prev[:, :1]), prev[:, :-1]], dim=1))
         allowed = decoding_mask(j, t, batch.tokens.device)
-        x = draft.run_specialist(group, batch.tokens.repeat(1, j), torch.cat(feats, dim=1),
-                                 batch.positions.repeat(1, j), float_mask(allowed, batch.features.dtype))
-        pred = x[:, (j - 1) * t:]
+        x = draft.run_specialist(
+            group,
+            batch.tokens.repeat(1, j),
+            torch.cat(feats, dim=1),
+            batch.positions.repeat(1, j),
+            float_mask(allowed, batch.features.dtype),
+        )
+        pred = x[:, (j - 1) * t :]
         preds.append(pred)
         out.append((group, pred))
     return out
@@ -182,8 +189,14 @@ def trainable(draft: DraftModel) -> list[nn.Parameter]:
     return [p for p in draft.parameters() if p.requires_grad]
 
 
-def optimizer_step(draft: DraftModel, opt: torch.optim.Optimizer, params: list[nn.Parameter], batch: RowBatch,
-                   cfg: TrainConfig, step: int) -> dict:
+def optimizer_step(
+    draft: DraftModel,
+    opt: torch.optim.Optimizer,
+    params: list[nn.Parameter],
+    batch: RowBatch,
+    cfg: TrainConfig,
+    step: int,
+) -> dict:
     """One AdamW step at the scheduled learning rate, with gradient value clipping; returns the step's log record."""
     for group in opt.param_groups:
         group["lr"] = lr_at(step, cfg)

@@ -45,8 +45,12 @@ DEVIATION_TITLES = {
     "tree_on_path": "tree nodes on the accepted path",
     "tree_off_path": "tree nodes off the accepted path",
 }
-DEVIATION_UNITS = {"continuation": "rounds", "accepted": "accepted tokens", "tree_on_path": "nodes",
-                   "tree_off_path": "nodes"}
+DEVIATION_UNITS = {
+    "continuation": "rounds",
+    "accepted": "accepted tokens",
+    "tree_on_path": "nodes",
+    "tree_off_path": "nodes",
+}
 
 
 def plotly_text(text: object) -> str:
@@ -59,8 +63,9 @@ def specialist_color(specialist: int) -> str:
     return SPECIALIST_COLORS[specialist % len(SPECIALIST_COLORS)]
 
 
-def run_colors(labels: Sequence[str], plain: Sequence[str] = (),
-               known: Mapping[str, str] | None = None) -> dict[str, str]:
+def run_colors(
+    labels: Sequence[str], plain: Sequence[str] = (), known: Mapping[str, str] | None = None
+) -> dict[str, str]:
     """A colour per run label: the `known` ones (the methods' own colours), then the next free Okabe-Ito colour in
     order; runs named in `plain` (no draft) get grey."""
     out, i = {}, 0
@@ -85,11 +90,19 @@ def _style(fig: go.Figure, title: str, height: int = 340, subtitle: str = "", no
     text = "".join([plotly_text(title)] + [f"<br><sup>{line}</sup>" for line in lines])
     fig.update_layout(
         title={"text": text, "x": 0.01, "xanchor": "left", "font": {"size": 15}},
-        height=height, margin={"l": 52, "r": 16, "t": 46 + 24 * len(lines), "b": 46},
-        paper_bgcolor="rgba(0,0,0,0)", plot_bgcolor="rgba(0,0,0,0)",
+        height=height,
+        margin={"l": 52, "r": 16, "t": 46 + 24 * len(lines), "b": 46},
+        paper_bgcolor="rgba(0,0,0,0)",
+        plot_bgcolor="rgba(0,0,0,0)",
         font={"color": FONT_COLOR, "size": 12},
-        legend={"orientation": "h", "yanchor": "bottom", "y": 1.0, "xanchor": "right", "x": 1.0,
-                "bgcolor": "rgba(0,0,0,0)"},
+        legend={
+            "orientation": "h",
+            "yanchor": "bottom",
+            "y": 1.0,
+            "xanchor": "right",
+            "x": 1.0,
+            "bgcolor": "rgba(0,0,0,0)",
+        },
         hoverlabel={"font": {"size": 12}},
     )
     fig.update_xaxes(gridcolor=GRID_COLOR, zerolinecolor=GRID_COLOR, linecolor=GRID_COLOR)
@@ -100,8 +113,15 @@ def _style(fig: go.Figure, title: str, height: int = 340, subtitle: str = "", no
 def empty_figure(message: str, height: int = 300, title: str = "") -> go.Figure:
     """A blank figure that says why it is blank (no rounds yet, plain decoding drafts nothing, ...)."""
     fig = go.Figure()
-    fig.add_annotation(text=plotly_text(message), x=0.5, y=0.5, xref="paper", yref="paper", showarrow=False,
-                       font={"size": 14, "color": FONT_COLOR})
+    fig.add_annotation(
+        text=plotly_text(message),
+        x=0.5,
+        y=0.5,
+        xref="paper",
+        yref="paper",
+        showarrow=False,
+        font={"size": 14, "color": FONT_COLOR},
+    )
     _style(fig, title, height)
     fig.update_xaxes(visible=False)
     fig.update_yaxes(visible=False)
@@ -110,8 +130,9 @@ def empty_figure(message: str, height: int = 300, title: str = "") -> go.Figure:
 
 def acceptance_of(runs: Runs, depth: int | None = None) -> dict[str, AcceptanceStats]:
     """Every run as `AcceptanceStats`: events are summarised here, stats pass through."""
-    return {label: r if isinstance(r, AcceptanceStats) else metrics.acceptance_stats(r, depth)
-            for label, r in runs.items()}
+    return {
+        label: r if isinstance(r, AcceptanceStats) else metrics.acceptance_stats(r, depth) for label, r in runs.items()
+    }
 
 
 def _drafted(stats: Mapping[str, AcceptanceStats]) -> dict[str, AcceptanceStats]:
@@ -125,18 +146,30 @@ def _sample_sizes(stats: Mapping[str, AcceptanceStats]) -> str:
 
 def _error_bars(values: Sequence[float], intervals: Sequence[tuple[float, float]], color: str | None) -> dict:
     """Plotly's asymmetric error bars for an interval around each value (none where either is missing)."""
+
     def gap(a: float, b: float) -> float | None:
         return None if any(v is None or math.isnan(v) for v in (a, b)) else max(0.0, a - b)
 
-    return {"type": "data", "symmetric": False, "array": [gap(hi, v) for v, (_, hi) in zip(values, intervals)],
-            "arrayminus": [gap(v, lo) for v, (lo, _) in zip(values, intervals)], "color": color, "thickness": 1.3,
-            "width": 4}
+    return {
+        "type": "data",
+        "symmetric": False,
+        "array": [gap(hi, v) for v, (_, hi) in zip(values, intervals)],
+        "arrayminus": [gap(v, lo) for v, (lo, _) in zip(values, intervals)],
+        "color": color,
+        "thickness": 1.3,
+        "width": 4,
+    }
 
 
-def pos_acc_figure(runs: Runs, conditional: bool = True,
-                   specialist_bands: bool | Mapping[str, Sequence[int]] | None = True,
-                   depth: int | None = None, colors: Mapping[str, str] | None = None,
-                   height: int = 380, note: str = "") -> go.Figure:
+def pos_acc_figure(
+    runs: Runs,
+    conditional: bool = True,
+    specialist_bands: bool | Mapping[str, Sequence[int]] | None = True,
+    depth: int | None = None,
+    colors: Mapping[str, str] | None = None,
+    height: int = 380,
+    note: str = "",
+) -> go.Figure:
     """Position-wise acceptance per draft position, one line per run on shared axes, each point with its Wilson 95%
     interval and (on hover) the rounds it rests on.
 
@@ -147,8 +180,9 @@ def pos_acc_figure(runs: Runs, conditional: bool = True,
     specialist per position per run label, None/False leaves it out. Runs without draft rounds are skipped.
     `note` (here and in the other charts) is a second subtitle line saying what the runs are."""
     drafted = _drafted(acceptance_of(runs, depth))
-    name = "Position-wise acceptance, conditional (pos-acc)" if conditional else \
-        "Position-wise acceptance, unconditional"
+    name = (
+        "Position-wise acceptance, conditional (pos-acc)" if conditional else "Position-wise acceptance, unconditional"
+    )
     if not drafted:
         return empty_figure("No draft rounds yet (plain decoding drafts nothing).", height, name)
     colors = run_colors(list(runs), known=colors)
@@ -166,16 +200,25 @@ def pos_acc_figure(runs: Runs, conditional: bool = True,
         intervals = st.intervals(conditional)
         hits, base = st.counts(conditional)  # how many rounds each point rests on: the ratio's denominator
         x = list(range(1, len(values) + 1))
-        fig.add_trace(go.Scatter(
-            x=x, y=_none_for_nan(values), mode="lines+markers", name=plotly_text(label),
-            line={"color": colors.get(label), "width": 2.5}, marker={"size": 8},
-            error_y=_error_bars(values, intervals, colors.get(label)),
-            customdata=[[h, b, lo, hi] for h, b, (lo, hi) in zip(hits, base, intervals)],
-            hovertemplate=f"{plotly_text(label)}<br>position %{{x}}: %{{y:.2f}} (95%: %{{customdata[2]:.2f}}–"
-                          "%{customdata[3]:.2f})<br>%{customdata[0]} of %{customdata[1]} rounds<extra></extra>"),
-            row=1, col=1)
-    fig.update_yaxes(title_text="share accepted" if conditional else "share accepting ≥ k",
-                     range=[0, 1.05], row=1, col=1)
+        fig.add_trace(
+            go.Scatter(
+                x=x,
+                y=_none_for_nan(values),
+                mode="lines+markers",
+                name=plotly_text(label),
+                line={"color": colors.get(label), "width": 2.5},
+                marker={"size": 8},
+                error_y=_error_bars(values, intervals, colors.get(label)),
+                customdata=[[h, b, lo, hi] for h, b, (lo, hi) in zip(hits, base, intervals)],
+                hovertemplate=f"{plotly_text(label)}<br>position %{{x}}: %{{y:.2f}} (95%: %{{customdata[2]:.2f}}–"
+                "%{customdata[3]:.2f})<br>%{customdata[0]} of %{customdata[1]} rounds<extra></extra>",
+            ),
+            row=1,
+            col=1,
+        )
+    fig.update_yaxes(
+        title_text="share accepted" if conditional else "share accepting ≥ k", range=[0, 1.05], row=1, col=1
+    )
     if bands:
         labels = [plotly_text(label) for label in bands]
         width = max(len(v) for v in bands.values())
@@ -189,18 +232,39 @@ def pos_acc_figure(runs: Runs, conditional: bool = True,
             color = "rgba(0,0,0,0)" if s < 0 else specialist_color(s)
             lo, hi = (s + 1) / (steps + 1), (s + 2) / (steps + 1)
             scale += [[lo, color], [hi, color]]
-        fig.add_trace(go.Heatmap(
-            z=z, x=list(range(1, width + 1)), y=labels, zmin=-1.5, zmax=steps - 0.5, colorscale=scale,
-            showscale=False, xgap=2, ygap=2, name="specialists",
-            text=[[("" if s < 0 else f"S{s + 1} {_share(sh)}") for s, sh in zip(row, sh_row)]
-                  for row, sh_row in zip(z, shares)], texttemplate="%{text}",
-            hovertemplate="%{y}: position %{x} drafted by specialist %{text} of rounds<extra></extra>"), row=2, col=1)
+        fig.add_trace(
+            go.Heatmap(
+                z=z,
+                x=list(range(1, width + 1)),
+                y=labels,
+                zmin=-1.5,
+                zmax=steps - 0.5,
+                colorscale=scale,
+                showscale=False,
+                xgap=2,
+                ygap=2,
+                name="specialists",
+                text=[
+                    [("" if s < 0 else f"S{s + 1} {_share(sh)}") for s, sh in zip(row, sh_row)]
+                    for row, sh_row in zip(z, shares)
+                ],
+                texttemplate="%{text}",
+                hovertemplate="%{y}: position %{x} drafted by specialist %{text} of rounds<extra></extra>",
+            ),
+            row=2,
+            col=1,
+        )
         fig.update_yaxes(tickfont={"size": 10}, row=2, col=1)
         fig.update_xaxes(title_text="draft position k", dtick=1, row=2, col=1)
     else:
         fig.update_xaxes(title_text="draft position k", dtick=1, row=1, col=1)
-    return _style(fig, name, height, f"{POS_ACC_FORMULA if conditional else POS_RATE_FORMULA}; "
-                                     f"bars: Wilson 95%; {_sample_sizes(drafted)}", note)
+    return _style(
+        fig,
+        name,
+        height,
+        f"{POS_ACC_FORMULA if conditional else POS_RATE_FORMULA}; bars: Wilson 95%; {_sample_sizes(drafted)}",
+        note,
+    )
 
 
 def _share(value: float) -> str:
@@ -215,8 +279,14 @@ def deviation_kind_shown(stats: Mapping[str, AcceptanceStats], kind: str) -> str
     return kind
 
 
-def feature_deviation_figure(runs: Runs, metric: str = "l2", colors: Mapping[str, str] | None = None,
-                             height: int = 340, note: str = "", kind: str = "continuation") -> go.Figure:
+def feature_deviation_figure(
+    runs: Runs,
+    metric: str = "l2",
+    colors: Mapping[str, str] | None = None,
+    height: int = 340,
+    note: str = "",
+    kind: str = "continuation",
+) -> go.Figure:
     """Mean deviation between the draft's predicted feature and the target's true feature, by draft position.
 
     `kind` (metrics.DEVIATION_KINDS) says where it is measured: "continuation" (the draft rolled forward over the
@@ -239,20 +309,28 @@ def feature_deviation_figure(runs: Runs, metric: str = "l2", colors: Mapping[str
     fig = go.Figure()
     for label, d in data.items():
         x = list(range(1, len(d["count"]) + 1))
-        fig.add_trace(go.Scatter(
-            x=x, y=d[metric], mode="lines+markers", name=plotly_text(label),
-            line={"color": colors.get(label), "width": 2.5},
-            marker={"size": 8}, customdata=list(zip(d["l2"], d["cosine"], d["count"])),
-            hovertemplate=f"{plotly_text(label)}<br>position %{{x}}<br>L2 %{{customdata[0]:.3f}}, cosine distance "
-                          f"%{{customdata[1]:.4f}}<br>over %{{customdata[2]}} {unit}<extra></extra>"))
+        fig.add_trace(
+            go.Scatter(
+                x=x,
+                y=d[metric],
+                mode="lines+markers",
+                name=plotly_text(label),
+                line={"color": colors.get(label), "width": 2.5},
+                marker={"size": 8},
+                customdata=list(zip(d["l2"], d["cosine"], d["count"])),
+                hovertemplate=f"{plotly_text(label)}<br>position %{{x}}<br>L2 %{{customdata[0]:.3f}}, cosine distance "
+                f"%{{customdata[1]:.4f}}<br>over %{{customdata[2]}} {unit}<extra></extra>",
+            )
+        )
     fig.update_xaxes(title_text="draft position k", dtick=1)
     fig.update_yaxes(title_text="mean L2 distance" if metric == "l2" else "mean cosine distance", rangemode="tozero")
     counts = ", ".join(f"{plotly_text(label)} n={d['count'][0]}" for label, d in data.items())
     return _style(fig, title, height, f"draft's predicted vs target's true feature; {unit} at k=1: {counts}", note)
 
 
-def accept_hist_figure(runs: Runs, depth: int | None = None, colors: Mapping[str, str] | None = None,
-                       height: int = 340, note: str = "") -> go.Figure:
+def accept_hist_figure(
+    runs: Runs, depth: int | None = None, colors: Mapping[str, str] | None = None, height: int = 340, note: str = ""
+) -> go.Figure:
     """Share of rounds that accepted exactly k draft tokens (k = 0..depth), grouped bars per run; hover gives counts."""
     title = "Accept-length histogram"
     drafted = _drafted(acceptance_of(runs, depth))
@@ -262,12 +340,18 @@ def accept_hist_figure(runs: Runs, depth: int | None = None, colors: Mapping[str
     fig = go.Figure()
     for label, st in drafted.items():
         hist, total = st.hist, st.rounds
-        fig.add_trace(go.Bar(
-            x=list(range(len(hist))), y=[h / total for h in hist], name=plotly_text(label),
-            marker_color=colors.get(label), customdata=[[h, total] for h in hist],
-            hovertemplate=f"{plotly_text(label)}<br>accept_len %{{x}}: %{{y:.0%}} "
-                          "(%{customdata[0]} of %{customdata[1]} "
-                          "rounds)<extra></extra>"))
+        fig.add_trace(
+            go.Bar(
+                x=list(range(len(hist))),
+                y=[h / total for h in hist],
+                name=plotly_text(label),
+                marker_color=colors.get(label),
+                customdata=[[h, total] for h in hist],
+                hovertemplate=f"{plotly_text(label)}<br>accept_len %{{x}}: %{{y:.0%}} "
+                "(%{customdata[0]} of %{customdata[1]} "
+                "rounds)<extra></extra>",
+            )
+        )
     fig.update_layout(barmode="group", bargap=0.2)
     fig.update_xaxes(title_text="accepted draft tokens per round (accept_len)", dtick=1)
     fig.update_yaxes(title_text="share of rounds", tickformat=".0%", rangemode="tozero")
@@ -275,8 +359,13 @@ def accept_hist_figure(runs: Runs, depth: int | None = None, colors: Mapping[str
     return _style(fig, title, height, f"{_sample_sizes(drafted)}; {taus}", note)
 
 
-def tau_figure(taus: Mapping[str, Mapping[str, Estimate]], means: Mapping[str, Estimate] | None = None,
-               colors: Mapping[str, str] | None = None, sizes: str = "", height: int = 380) -> go.Figure:
+def tau_figure(
+    taus: Mapping[str, Mapping[str, Estimate]],
+    means: Mapping[str, Estimate] | None = None,
+    colors: Mapping[str, str] | None = None,
+    sizes: str = "",
+    height: int = 380,
+) -> go.Figure:
     """τ per dataset, grouped bars per method with their 95% intervals, and the mean of datasets (`means`, the
     paper's column) as the last group. `taus` maps a method's label to {dataset: Estimate} (its n: the rounds it
     rests on); `sizes` says how many questions."""
@@ -289,24 +378,35 @@ def tau_figure(taus: Mapping[str, Mapping[str, Estimate]], means: Mapping[str, E
     for label, rows in taus.items():
         groups = {**rows, **({"mean of datasets": means[label]} if means and label in means else {})}
         values = [e.value for e in groups.values()]
-        fig.add_trace(go.Bar(
-            x=[plotly_text(g) for g in groups], y=_none_for_nan(values), name=plotly_text(label),
-            marker_color=colors.get(label),
-            error_y=_error_bars(values, [(e.low, e.high) for e in groups.values()], FONT_COLOR),
-            customdata=[[e.low, e.high, e.n] for e in groups.values()],
-            hovertemplate=f"{plotly_text(label)}<br>%{{x}}: τ %{{y:.2f}} "
-                          "(95%: %{customdata[0]:.2f}–%{customdata[1]:.2f})"
-                          "<br>%{customdata[2]} rounds<extra></extra>"))
+        fig.add_trace(
+            go.Bar(
+                x=[plotly_text(g) for g in groups],
+                y=_none_for_nan(values),
+                name=plotly_text(label),
+                marker_color=colors.get(label),
+                error_y=_error_bars(values, [(e.low, e.high) for e in groups.values()], FONT_COLOR),
+                customdata=[[e.low, e.high, e.n] for e in groups.values()],
+                hovertemplate=f"{plotly_text(label)}<br>%{{x}}: τ %{{y:.2f}} "
+                "(95%: %{customdata[0]:.2f}–%{customdata[1]:.2f})"
+                "<br>%{customdata[2]} rounds<extra></extra>",
+            )
+        )
     fig.update_layout(barmode="group", bargap=0.2)
     fig.update_yaxes(title_text="τ: tokens per target forward", rangemode="tozero")
     rounds = ", ".join(f"{plotly_text(label)} n={sum(e.n for e in rows.values())}" for label, rows in taus.items())
     sizes = plotly_text(sizes)
-    return _style(fig, title, height, f"bars: 95% bootstrap over questions; {sizes + '; ' if sizes else ''}"
-                                      f"rounds: {rounds}")
+    return _style(
+        fig, title, height, f"bars: 95% bootstrap over questions; {sizes + '; ' if sizes else ''}rounds: {rounds}"
+    )
 
 
-def heldout_top1_figure(top1: Mapping[str, Sequence[float]], colors: Mapping[str, str] | None = None,
-                        sizes: str = "", height: int = 340, note: str = "") -> go.Figure:
+def heldout_top1_figure(
+    top1: Mapping[str, Sequence[float]],
+    colors: Mapping[str, str] | None = None,
+    sizes: str = "",
+    height: int = 340,
+    note: str = "",
+) -> go.Figure:
     """Each draft's held-out top-1 agreement with the target by draft position (from its model card: sequences no
     draft trained on, every position unrolled as decoding sees it). No tree, no verification: the draft alone."""
     title = "Held-out top-1 agreement by draft position (training's own check)"
@@ -316,18 +416,30 @@ def heldout_top1_figure(top1: Mapping[str, Sequence[float]], colors: Mapping[str
     colors = run_colors(list(top1), known=colors)
     fig = go.Figure()
     for label, values in top1.items():
-        fig.add_trace(go.Scatter(
-            x=list(range(1, len(values) + 1)), y=values, mode="lines+markers", name=plotly_text(label),
-            line={"color": colors.get(label), "width": 2.5}, marker={"size": 8},
-            hovertemplate=f"{plotly_text(label)}<br>position %{{x}}: %{{y:.3f}}<extra></extra>"))
+        fig.add_trace(
+            go.Scatter(
+                x=list(range(1, len(values) + 1)),
+                y=values,
+                mode="lines+markers",
+                name=plotly_text(label),
+                line={"color": colors.get(label), "width": 2.5},
+                marker={"size": 8},
+                hovertemplate=f"{plotly_text(label)}<br>position %{{x}}: %{{y:.3f}}<extra></extra>",
+            )
+        )
     fig.update_xaxes(title_text="draft position k", dtick=1)
     fig.update_yaxes(title_text="top-1 = target's next token")
     return _style(fig, title, height, sizes or "the draft's own top-1 vs the target's, decoding unroll", note)
 
 
-def speedup_figure(speedups: Mapping[str, Estimate], tokens_per_s: Mapping[str, Estimate] | None = None,
-                   colors: Mapping[str, str] | None = None, height: int = 340, note: str = "",
-                   title: str = "Speed-up over plain decoding") -> go.Figure:
+def speedup_figure(
+    speedups: Mapping[str, Estimate],
+    tokens_per_s: Mapping[str, Estimate] | None = None,
+    colors: Mapping[str, str] | None = None,
+    height: int = 340,
+    note: str = "",
+    title: str = "Speed-up over plain decoding",
+) -> go.Figure:
     """Speed-up over the faster plain decoder per method: the mean, and ± one std over runs as bars (the Estimate's
     low and high; its n: the runs). The hover adds tokens/s."""
     speedups = {label: e for label, e in speedups.items() if not math.isnan(e.value)}
@@ -337,34 +449,47 @@ def speedup_figure(speedups: Mapping[str, Estimate], tokens_per_s: Mapping[str, 
     tps = tokens_per_s or {}
     labels = list(speedups)
     values = [speedups[lb].value for lb in labels]
-    fig = go.Figure(go.Bar(
-        x=[plotly_text(lb) for lb in labels], y=values, marker_color=[colors.get(lb) for lb in labels],
-        name="speed-up",
-        error_y=_error_bars(values, [(speedups[lb].low, speedups[lb].high) for lb in labels], FONT_COLOR),
-        customdata=[[tps[lb].value if lb in tps else None, speedups[lb].n] for lb in labels],
-        hovertemplate="%{x}: ×%{y:.2f}<br>%{customdata[0]:.1f} tokens/s, %{customdata[1]} run(s)<extra></extra>"))
+    fig = go.Figure(
+        go.Bar(
+            x=[plotly_text(lb) for lb in labels],
+            y=values,
+            marker_color=[colors.get(lb) for lb in labels],
+            name="speed-up",
+            error_y=_error_bars(values, [(speedups[lb].low, speedups[lb].high) for lb in labels], FONT_COLOR),
+            customdata=[[tps[lb].value if lb in tps else None, speedups[lb].n] for lb in labels],
+            hovertemplate="%{x}: ×%{y:.2f}<br>%{customdata[0]:.1f} tokens/s, %{customdata[1]} run(s)<extra></extra>",
+        )
+    )
     fig.add_hline(y=1.0, line={"color": FONT_COLOR, "dash": "dot", "width": 1})
     fig.update_yaxes(title_text="× plain decoding's tokens/s", rangemode="tozero")
     runs = ", ".join(f"{plotly_text(label)} n={e.n}" for label, e in speedups.items())
     return _style(fig, title, height, f"mean ± std over runs; runs: {runs}", note)
 
 
-def tokens_per_s_figure(runs: Runs, colors: Mapping[str, str] | None = None, height: int = 340,
-                        note: str = "") -> go.Figure:
+def tokens_per_s_figure(
+    runs: Runs, colors: Mapping[str, str] | None = None, height: int = 340, note: str = ""
+) -> go.Figure:
     """Cumulative tokens/s against each run's own elapsed compute time (sum of its rounds' wall_ms)."""
     title = "Tokens/s over time"
-    series = {label: metrics.tokens_per_s_series(ev) for label, ev in runs.items()
-              if not isinstance(ev, AcceptanceStats)}  # a summary keeps no timeline
+    series = {
+        label: metrics.tokens_per_s_series(ev) for label, ev in runs.items() if not isinstance(ev, AcceptanceStats)
+    }  # a summary keeps no timeline
     series = {label: s for label, s in series.items() if s}
     if not series:
         return empty_figure("No rounds yet.", height, title)
     colors = run_colors(list(runs), known=colors)
     fig = go.Figure()
     for label, s in series.items():
-        fig.add_trace(go.Scatter(
-            x=[t for t, _ in s], y=[v for _, v in s], mode="lines", name=plotly_text(label),
-            line={"color": colors.get(label), "width": 2.5},
-            hovertemplate=f"{plotly_text(label)}<br>%{{x:.2f}} s: %{{y:.1f}} tokens/s<extra></extra>"))
+        fig.add_trace(
+            go.Scatter(
+                x=[t for t, _ in s],
+                y=[v for _, v in s],
+                mode="lines",
+                name=plotly_text(label),
+                line={"color": colors.get(label), "width": 2.5},
+                hovertemplate=f"{plotly_text(label)}<br>%{{x:.2f}} s: %{{y:.1f}} tokens/s<extra></extra>",
+            )
+        )
     fig.update_xaxes(title_text="the run's own compute time (s)", rangemode="tozero")
     fig.update_yaxes(title_text="tokens/s so far", rangemode="tozero")
     sizes = ", ".join(f"{plotly_text(label)} n={len(runs[label])}" for label in series)
@@ -396,8 +521,14 @@ def tree_layout(event: RoundEvent) -> tuple[list[float], list[float]]:
     return x, y
 
 
-def tree_figure(event: RoundEvent | None, labels: Sequence[str] | None = None, root_label: str = "root",
-                bonus_label: str | None = None, title: str | None = None, height: int = 420) -> go.Figure:
+def tree_figure(
+    event: RoundEvent | None,
+    labels: Sequence[str] | None = None,
+    root_label: str = "root",
+    bonus_label: str | None = None,
+    title: str | None = None,
+    height: int = 420,
+) -> go.Figure:
     """The draft tree of one round: nodes by depth, labelled with their token, coloured by specialist, sized by
     cumulative draft probability; the accepted path drawn thick, rejected branches faded, and the target's
     bonus token as a diamond after the accepted path.
@@ -410,8 +541,12 @@ def tree_figure(event: RoundEvent | None, labels: Sequence[str] | None = None, r
     if event.prefill and not event.nodes:
         return empty_figure("Prefill round: the target reads the prompt; nothing is drafted.", height, head)
     if not event.nodes and not event.draft_observed:
-        return empty_figure("No candidate was kept this round: transformers' generate does not show what, if "
-                            "anything, was proposed and rejected.", height, head)
+        return empty_figure(
+            "No candidate was kept this round: transformers' generate does not show what, if "
+            "anything, was proposed and rejected.",
+            height,
+            head,
+        )
     if not event.nodes:
         return empty_figure("Plain decoding drafts nothing: one target token per round.", height, head)
     nodes = event.nodes
@@ -428,43 +563,103 @@ def tree_figure(event: RoundEvent | None, labels: Sequence[str] | None = None, r
         tx, ty = (ax, ay) if i in accepted else (ex, ey)
         tx += [px, x[i + 1], None]
         ty += [py, y[i + 1], None]
-    fig.add_trace(go.Scatter(x=ex, y=ey, mode="lines", name="edges", line={"color": GRID_COLOR, "width": 1.2},
-                             hoverinfo="skip", showlegend=False))
+    fig.add_trace(
+        go.Scatter(
+            x=ex,
+            y=ey,
+            mode="lines",
+            name="edges",
+            line={"color": GRID_COLOR, "width": 1.2},
+            hoverinfo="skip",
+            showlegend=False,
+        )
+    )
     last = event.accepted[-1] + 1 if event.accepted else 0
     bx, by = x[last] + 1, y[last]
-    fig.add_trace(go.Scatter(x=ax + [x[last], bx], y=ay + [y[last], by], mode="lines", name="accepted path",
-                             line={"color": TARGET_COLOR, "width": 4}, hoverinfo="skip"))
+    fig.add_trace(
+        go.Scatter(
+            x=ax + [x[last], bx],
+            y=ay + [y[last], by],
+            mode="lines",
+            name="accepted path",
+            line={"color": TARGET_COLOR, "width": 4},
+            hoverinfo="skip",
+        )
+    )
     for spec in sorted({n.specialist for n in nodes}):
         idx = [i for i, n in enumerate(nodes) if n.specialist == spec]
-        fig.add_trace(go.Scatter(
-            x=[x[i + 1] for i in idx], y=[y[i + 1] for i in idx], mode="markers+text", name=f"specialist S{spec + 1}",
-            text=[shown[i] for i in idx], textposition="middle right", textfont={"size": text_size},
-            marker={"color": specialist_color(spec),
-                    "size": [8 + 18 * math.exp(nodes[i].score) if math.isfinite(nodes[i].score) else 14
-                             for i in idx],
+        fig.add_trace(
+            go.Scatter(
+                x=[x[i + 1] for i in idx],
+                y=[y[i + 1] for i in idx],
+                mode="markers+text",
+                name=f"specialist S{spec + 1}",
+                text=[shown[i] for i in idx],
+                textposition="middle right",
+                textfont={"size": text_size},
+                marker={
+                    "color": specialist_color(spec),
+                    "size": [8 + 18 * math.exp(nodes[i].score) if math.isfinite(nodes[i].score) else 14 for i in idx],
                     "opacity": [1.0 if i in accepted else 0.4 for i in idx],
-                    "line": {"color": [TARGET_COLOR if i in accepted else "rgba(0,0,0,0)" for i in idx],
-                             "width": 3}},
-            customdata=[[i, nodes[i].depth, nodes[i].draft_prob, math.exp(nodes[i].score),
-                         event.target_probs[i] if i < len(event.target_probs) else float("nan"),
-                         "accepted" if i in accepted else "rejected", plotly_text(repr(labels[i]))] for i in idx],
-            hovertemplate="%{customdata[6]} (node %{customdata[0]}, position %{customdata[1]})<br>"
-                          f"specialist S{spec + 1}; %{{customdata[5]}}<br>draft p %{{customdata[2]:.3f}}, "
-                          "path p %{customdata[3]:.3f}<br>target p %{customdata[4]:.3f}<extra></extra>"))
-    fig.add_trace(go.Scatter(x=[0], y=[y[0]], mode="markers+text", name="root", text=[plotly_text(root_label)],
-                             textposition="middle left", marker={"color": FONT_COLOR, "size": 12, "symbol": "square"},
-                             hovertemplate="root: the last verified token<extra></extra>", showlegend=False))
+                    "line": {"color": [TARGET_COLOR if i in accepted else "rgba(0,0,0,0)" for i in idx], "width": 3},
+                },
+                customdata=[
+                    [
+                        i,
+                        nodes[i].depth,
+                        nodes[i].draft_prob,
+                        math.exp(nodes[i].score),
+                        event.target_probs[i] if i < len(event.target_probs) else float("nan"),
+                        "accepted" if i in accepted else "rejected",
+                        plotly_text(repr(labels[i])),
+                    ]
+                    for i in idx
+                ],
+                hovertemplate="%{customdata[6]} (node %{customdata[0]}, position %{customdata[1]})<br>"
+                f"specialist S{spec + 1}; %{{customdata[5]}}<br>draft p %{{customdata[2]:.3f}}, "
+                "path p %{customdata[3]:.3f}<br>target p %{customdata[4]:.3f}<extra></extra>",
+            )
+        )
+    fig.add_trace(
+        go.Scatter(
+            x=[0],
+            y=[y[0]],
+            mode="markers+text",
+            name="root",
+            text=[plotly_text(root_label)],
+            textposition="middle left",
+            marker={"color": FONT_COLOR, "size": 12, "symbol": "square"},
+            hovertemplate="root: the last verified token<extra></extra>",
+            showlegend=False,
+        )
+    )
     bonus_text = bonus_label if bonus_label is not None else str(event.bonus)
-    fig.add_trace(go.Scatter(x=[bx], y=[by], mode="markers+text", name="target's token",
-                             text=[plotly_text(bonus_text)],
-                             textposition="middle right", textfont={"size": 13, "color": TARGET_COLOR},
-                             marker={"color": TARGET_COLOR, "size": 14, "symbol": "diamond"},
-                             hovertemplate=f"{plotly_text(repr(bonus_text))}: the target's own token (bonus/correction)"
-                                           "<extra></extra>"))
+    fig.add_trace(
+        go.Scatter(
+            x=[bx],
+            y=[by],
+            mode="markers+text",
+            name="target's token",
+            text=[plotly_text(bonus_text)],
+            textposition="middle right",
+            textfont={"size": 13, "color": TARGET_COLOR},
+            marker={"color": TARGET_COLOR, "size": 14, "symbol": "diamond"},
+            hovertemplate=f"{plotly_text(repr(bonus_text))}: the target's own token (bonus/correction)<extra></extra>",
+        )
+    )
     fig.update_xaxes(title_text="draft position (depth)", dtick=1, range=[-0.6, max(x) + 1.9])
     fig.update_yaxes(visible=False, range=[min(y) - 0.8, 0.8])
     if not event.draft_observed:
-        return _style(fig, head, height, f"{event.accept_len} candidates accepted, +1 target token; what was "
-                                         "rejected is not observable through transformers' generate")
-    return _style(fig, head, height, f"{len(nodes)} drafted, {event.accept_len} accepted, +1 target token; "
-                                     "size = path probability")
+        return _style(
+            fig,
+            head,
+            height,
+            f"{event.accept_len} candidates accepted, +1 target token; what was "
+            "rejected is not observable through transformers' generate",
+        )
+    return _style(
+        fig,
+        head,
+        height,
+        f"{len(nodes)} drafted, {event.accept_len} accepted, +1 target token; size = path probability",
+    )
