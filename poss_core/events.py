@@ -84,6 +84,22 @@ class RoundEvent:
     # the decode ends, since it needs the tokens committed after this round
     continuation_deviation: list[FeatureDeviation] = field(default_factory=list)
 
+    @classmethod
+    def target_only(cls, round: int, token: int, verify_ms: float, new_tokens: int, **more: Any) -> "RoundEvent":
+        """A round in which nothing was drafted: the prefill, or a step of plain decoding (the target's one token)."""
+        return cls(
+            round=round,
+            nodes=[],
+            accepted=[],
+            bonus=token,
+            target_probs=[],
+            feature_deviation=[],
+            draft_ms=0.0,
+            verify_ms=verify_ms,
+            new_tokens=new_tokens,
+            **more,
+        )
+
     @property
     def accept_len(self) -> int:
         return len(self.accepted)

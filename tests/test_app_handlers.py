@@ -58,21 +58,7 @@ def req(name):
 
 
 def prefill(token=40, ms=4.0):
-    return RoundEvent(
-        round=0,
-        nodes=[],
-        accepted=[],
-        bonus=token,
-        target_probs=[],
-        feature_deviation=[],
-        draft_ms=0.0,
-        verify_ms=ms,
-        new_tokens=1,
-        tokens=[token],
-        text="A",
-        wall_ms=ms,
-        prefill=True,
-    )
+    return RoundEvent.target_only(0, token, ms, 1, tokens=[token], text="A", wall_ms=ms, prefill=True)
 
 
 def spec_round(r, new_tokens):
@@ -120,20 +106,7 @@ def miss_round(r, new_tokens):
 
 
 def plain_round(r, token):
-    return RoundEvent(
-        round=r,
-        nodes=[],
-        accepted=[],
-        bonus=token,
-        target_probs=[],
-        feature_deviation=[],
-        draft_ms=0.0,
-        verify_ms=3.0,
-        new_tokens=r + 1,
-        tokens=[token],
-        text="x",
-        wall_ms=4.0,
-    )
+    return RoundEvent.target_only(r, token, 3.0, r + 1, tokens=[token], text="x", wall_ms=4.0)
 
 
 SPEC_EVENTS = [prefill(), spec_round(1, 4), miss_round(2, 5), spec_round(3, 8)]

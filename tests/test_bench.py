@@ -27,22 +27,7 @@ def events(accept_lens, wall_s, depth=DEPTH, spec=True):
     """A prefill event (1 token) then one round per accept length; wall time spread evenly over the events."""
     n = len(accept_lens) + 1
     ms = wall_s * 1000.0 / n
-    out = [
-        RoundEvent(
-            round=0,
-            nodes=[],
-            accepted=[],
-            bonus=5,
-            target_probs=[],
-            feature_deviation=[],
-            draft_ms=0.0,
-            verify_ms=ms,
-            new_tokens=1,
-            tokens=[5],
-            wall_ms=ms,
-            prefill=True,
-        )
-    ]
+    out = [RoundEvent.target_only(0, 5, ms, 1, tokens=[5], wall_ms=ms, prefill=True)]
     made = 1
     for i, a in enumerate(accept_lens, 1):
         nodes = [DraftNode(7, k - 1, k, -float(k), 0.5, 0) for k in range(depth)] if spec else []

@@ -86,40 +86,13 @@ def test_nothing_kept_and_nothing_left_to_reject():
 
 
 def test_prefill_and_plain_rounds():
-    pre = RoundEvent(
-        round=0,
-        nodes=[],
-        accepted=[],
-        bonus=40,
-        target_probs=[],
-        feature_deviation=[],
-        draft_ms=0.0,
-        verify_ms=4.0,
-        new_tokens=1,
-        tokens=[40],
-        text="Hello",
-        wall_ms=4.0,
-        prefill=True,
-    )
+    pre = RoundEvent.target_only(0, 40, 4.0, 1, tokens=[40], text="Hello", wall_ms=4.0, prefill=True)
     account = explain_round(pre, text)
     assert account.startswith(
         "Round 0 (prefill): the target read the whole prompt in one forward pass and picked "
         'the first token "Hello". Nothing was drafted.'
     )
-    plain = RoundEvent(
-        round=3,
-        nodes=[],
-        accepted=[],
-        bonus=50,
-        target_probs=[],
-        feature_deviation=[],
-        draft_ms=0.0,
-        verify_ms=3.0,
-        new_tokens=4,
-        tokens=[50],
-        text=" mat",
-        wall_ms=4.0,
-    )
+    plain = RoundEvent.target_only(3, 50, 3.0, 4, tokens=[50], text=" mat", wall_ms=4.0)
     account = explain_round(plain, text)
     assert (
         "Round 3 (plain decoding): nothing was drafted; the target ran one forward pass and picked one token, "

@@ -227,20 +227,7 @@ def test_the_round_told_in_words_claims_nothing_it_cannot_know():
     assert "not observable" in text.lower() and "first rejected" not in text and "draft p" not in text
     records = round_records(nodes_event, ["ab", "c"], ["ab"])
     assert records[0].source == "draft" and records[1].source == "bonus" and not records[1].rejected
-    empty = RoundEvent(
-        round=1,
-        nodes=[],
-        accepted=[],
-        bonus=9,
-        target_probs=[],
-        feature_deviation=[],
-        draft_ms=0.0,
-        verify_ms=1.0,
-        new_tokens=2,
-        tokens=[9],
-        wall_ms=1.0,
-        draft_observed=False,
-    )
+    empty = RoundEvent.target_only(1, 9, 1.0, 2, tokens=[9], wall_ms=1.0, draft_observed=False)
     assert "plain decoding" not in explain_round(empty, str) and "kept no candidate" in explain_round(empty, str)
 
 

@@ -116,23 +116,18 @@ class _BaseDecoder:
             stats=metrics.summarize(events, depth=self._stats_depth),
         )
 
+    def _stopped_before_round(self, stream: _Stream, cancel, n: int) -> bool:
+        """Whether the next round must not run (a cancelled call, or `n` committed tokens filling the context
+        window), its stop reason set on the stream if so."""
+        if cancel is not None and cancel.is_set():
+            stream.stop_reason = "cancelled"
+        elif n >= self.target.max_context:
+            stream.stop_reason = "context_limit"
+        return stream.stop_reason is not None
+
     def _prefill_event(self, first: int, stream: _Stream, ms: float) -> RoundEvent:
         kept, delta = stream.push([first])
-        return RoundEvent(
-            round=0,
-            nodes=[],
-            accepted=[],
-            bonus=first,
-            target_probs=[],
-            feature_deviation=[],
-            draft_ms=0.0,
-            verify_ms=ms,
-            new_tokens=len(stream.ids),
-            tokens=kept,
-            text=delta,
-            wall_ms=ms,
-            prefill=True,
-        )
+        return RoundEvent.target_only(0, first, ms, len(stream.ids), tokens=kept, text=delta, wall_ms=ms, prefill=True)
 
 
 class PlainDecoder(_BaseDecoder):
@@ -156,11 +151,7 @@ class PlainDecoder(_BaseDecoder):
         yield events[-1]
         n = len(ids) + 1
         while stream.stop_reason is None:
-            if cancel is not None and cancel.is_set():
-                stream.stop_reason = "cancelled"
-                break
-            if n >= self.target.max_context:
-                stream.stop_reason = "context_limit"
+            if self._stopped_before_round(stream, cancel, n):
                 break
             t0 = time.perf_counter()
             out = self.target.forward(
@@ -171,19 +162,8 @@ class PlainDecoder(_BaseDecoder):
             kept, delta = stream.push([token])
             n += 1
             events.append(
-                RoundEvent(
-                    round=len(events),
-                    nodes=[],
-                    accepted=[],
-                    bonus=token,
-                    target_probs=[],
-                    feature_deviation=[],
-                    draft_ms=0.0,
-                    verify_ms=verify_ms,
-                    new_tokens=len(stream.ids),
-                    tokens=kept,
-                    text=delta,
-                    wall_ms=_ms(t0),
+                RoundEvent.target_only(
+                    len(events), token, verify_ms, len(stream.ids), tokens=kept, text=delta, wall_ms=_ms(t0)
                 )
             )
             yield events[-1]
@@ -240,11 +220,7 @@ class SpeculativeDecoder(_BaseDecoder):
         yield events[-1]
         n = len(ids) + 1  # committed tokens; the target's cache holds n - 1 (the root is not yet read)
         while stream.stop_reason is None:
-            if cancel is not None and cancel.is_set():
-                stream.stop_reason = "cancelled"
-                break
-            if n >= self.target.max_context:
-                stream.stop_reason = "context_limit"
+            if self._stopped_before_round(stream, cancel, n):
                 break
             t_round = time.perf_counter()
             # Committed tokens never exceed the context window: accepted nodes plus the bonus must fit.
