@@ -73,6 +73,12 @@ class RunSpec:
     def check(self) -> "RunSpec":
         """Raise ConfigError (or PromptError) for settings no lane could run with, before anything loads; else type
         every value as the decoder takes it (a slider's 4.0 becomes 4) and return self."""
+        self.resolve()
+        return self
+
+    def resolve(self) -> "Resolved":
+        """Check the spec (as `check` does) and resolve, once, what every step of a run reads: its preset, decoding
+        config and offered methods."""
         check_messages(self.prompt)
         if not isinstance(self.methods, list) or not all(isinstance(m, str) for m in self.methods):
             raise ConfigError(f"methods={self.methods!r}: give a list of method names (e.g. plain, eagle, poss2).")
@@ -83,7 +89,7 @@ class RunSpec:
         if not isinstance(self.preset, str):
             raise ConfigError(f"preset={self.preset!r}: give a preset's name.")
         self.values = settings.checked(self.values)
-        self.config()
+        config = self.config()
         preset = get_preset(self.preset)
         offered = methods.lane_methods(preset)
         for m in self.methods:
@@ -97,13 +103,7 @@ class RunSpec:
             raise ConfigError(
                 f"preset {preset.name!r} needs a GPU and this machine has none: use smollm2-135m (CPU) or tiny-random."
             )
-        return self
-
-    def resolve(self) -> "Resolved":
-        """The checked spec with what every step of a run reads: its preset, decoding config and offered methods."""
-        self.check()
-        preset = get_preset(self.preset)
-        return Resolved(self, preset, self.config(), methods.lane_methods(preset))
+        return Resolved(self, preset, config, offered)
 
     def to_json(self) -> dict[str, Any]:
         return {"prompt": self.prompt, "methods": self.methods, "preset": self.preset, **self.values}
