@@ -61,8 +61,11 @@ def aggregate(records: Sequence[TurnRecord], depth: int, eagle: str = "eagle") -
         by_method.setdefault(r.method, []).append(r)
 
     def select(method: str, scope: str, run: int | None) -> list[list[RoundEvent]]:
-        return [r.events for r in by_method[method] if (scope == OVERALL or r.dataset == scope)
-                and (run is None or r.run == run)]
+        return [
+            r.events
+            for r in by_method[method]
+            if (scope == OVERALL or r.dataset == scope) and (run is None or r.run == run)
+        ]
 
     per_run: dict[str, dict[str, list[dict[str, Any]]]] = {}
     pooled: dict[str, dict[str, dict[str, Any]]] = {}
@@ -77,8 +80,9 @@ def aggregate(records: Sequence[TurnRecord], depth: int, eagle: str = "eagle") -
     for s in scopes:
         tps, which = [], []
         for i in range(len(runs)):
-            options = [(per_run[m][s][i]["tokens_per_s"], m) for m in plain
-                       if not math.isnan(per_run[m][s][i]["tokens_per_s"])]
+            options = [
+                (per_run[m][s][i]["tokens_per_s"], m) for m in plain if not math.isnan(per_run[m][s][i]["tokens_per_s"])
+            ]
             best = max(options) if options else (math.nan, "")
             tps.append(best[0])
             which.append(best[1])
@@ -89,21 +93,37 @@ def aggregate(records: Sequence[TurnRecord], depth: int, eagle: str = "eagle") -
         table[m] = {}
         for s in scopes:
             rows = per_run[m][s]
-            speedups = [metrics.speedup(row["tokens_per_s"], baseline[s]["tokens_per_s"][i])
-                        for i, row in enumerate(rows)]
-            cell: dict[str, Any] = {"runs": len(rows), "speedup_runs": speedups,
-                                    "tokens_per_s_runs": [row["tokens_per_s"] for row in rows]}
+            speedups = [
+                metrics.speedup(row["tokens_per_s"], baseline[s]["tokens_per_s"][i]) for i, row in enumerate(rows)
+            ]
+            cell: dict[str, Any] = {
+                "runs": len(rows),
+                "speedup_runs": speedups,
+                "tokens_per_s_runs": [row["tokens_per_s"] for row in rows],
+            }
             for key in ("tokens_per_s", "draft_ms", "verify_ms", "overhead_ms", "round_ms", "wall_s"):
                 cell[key], cell[key + "_std"] = mean_std([row[key] for row in rows])
             cell["speedup"], cell["speedup_std"] = mean_std(speedups)
             cell["tau"], cell["tau_std"] = mean_std([row["tau"] for row in rows])
             p = pooled[m][s]
-            cell.update({"tau_pooled": p["tau"], "pos_acc": p["pos_acc"], "pos_rate": p["pos_rate"],
-                         "accept_hist": p["accept_hist"], "feature_deviation": p["feature_deviation"],
-                         "deviation": p["deviation"], "drafted_share": p["drafted_share"],
-                         "new_tokens": p["new_tokens"], "rounds": p["rounds"]})
-            cell["overhead_share"] = (cell["overhead_ms"] / cell["round_ms"]
-                                      if cell["round_ms"] and not math.isnan(cell["round_ms"]) else math.nan)
+            cell.update(
+                {
+                    "tau_pooled": p["tau"],
+                    "pos_acc": p["pos_acc"],
+                    "pos_rate": p["pos_rate"],
+                    "accept_hist": p["accept_hist"],
+                    "feature_deviation": p["feature_deviation"],
+                    "deviation": p["deviation"],
+                    "drafted_share": p["drafted_share"],
+                    "new_tokens": p["new_tokens"],
+                    "rounds": p["rounds"],
+                }
+            )
+            cell["overhead_share"] = (
+                cell["overhead_ms"] / cell["round_ms"]
+                if cell["round_ms"] and not math.isnan(cell["round_ms"])
+                else math.nan
+            )
             table[m][s] = cell
 
     # The oracle's speed-up is the ceiling of this engine at these settings: each method's share of it, per run (the
@@ -112,8 +132,10 @@ def aggregate(records: Sequence[TurnRecord], depth: int, eagle: str = "eagle") -
         for s in scopes:
             cell = table[m][s]
             if ORACLE in methods:
-                fractions = [row["tokens_per_s"] / o["tokens_per_s"] if o["tokens_per_s"] else math.nan
-                             for row, o in zip(per_run[m][s], per_run[ORACLE][s])]
+                fractions = [
+                    row["tokens_per_s"] / o["tokens_per_s"] if o["tokens_per_s"] else math.nan
+                    for row, o in zip(per_run[m][s], per_run[ORACLE][s])
+                ]
             else:
                 fractions = []
             cell["oracle_fraction_runs"] = fractions
@@ -126,11 +148,16 @@ def aggregate(records: Sequence[TurnRecord], depth: int, eagle: str = "eagle") -
                 continue
             row: dict[str, Any] = {}
             for s in scopes:
-                ratios = [relative_change(a["tokens_per_s"], b["tokens_per_s"])
-                          for a, b in zip(per_run[m][s], per_run[eagle][s])]
+                ratios = [
+                    relative_change(a["tokens_per_s"], b["tokens_per_s"])
+                    for a, b in zip(per_run[m][s], per_run[eagle][s])
+                ]
                 sp, sp_std = mean_std(ratios)
-                row[s] = {"tau": relative_change(table[m][s]["tau_pooled"], table[eagle][s]["tau_pooled"]),
-                          "speed": sp, "speed_std": sp_std}
+                row[s] = {
+                    "tau": relative_change(table[m][s]["tau_pooled"], table[eagle][s]["tau_pooled"]),
+                    "speed": sp,
+                    "speed_std": sp_std,
+                }
             row["mean_over_datasets"] = {
                 "tau": mean_std([row[d]["tau"] for d in datasets])[0],
                 "speed": mean_std([row[d]["speed"] for d in datasets])[0],
@@ -143,14 +170,24 @@ def aggregate(records: Sequence[TurnRecord], depth: int, eagle: str = "eagle") -
     # The paper's "mean" column: every dataset weighs the same, however many rounds it took (the pooled τ weighs
     # each round the same, so datasets with short acceptances and long answers pull it down).
     mean_tau = {m: mean_std([table[m][d]["tau_pooled"] for d in datasets])[0] for m in methods}
-    return {"methods": methods, "datasets": datasets, "runs": runs, "depth": depth, "table": table,
-            "baseline": baseline, "vs_eagle": vs_eagle, "mean_speedup_over_datasets": mean_speedup,
-            "oracle": ORACLE if ORACLE in methods else None, "mean_oracle_fraction_over_datasets": mean_fraction,
-            "mean_tau_over_datasets": mean_tau}
+    return {
+        "methods": methods,
+        "datasets": datasets,
+        "runs": runs,
+        "depth": depth,
+        "table": table,
+        "baseline": baseline,
+        "vs_eagle": vs_eagle,
+        "mean_speedup_over_datasets": mean_speedup,
+        "oracle": ORACLE if ORACLE in methods else None,
+        "mean_oracle_fraction_over_datasets": mean_fraction,
+        "mean_tau_over_datasets": mean_tau,
+    }
 
 
-def tau_change_interval(records: Sequence[TurnRecord], method: str, base: str,
-                        datasets: Sequence[str]) -> dict[str, tuple[float, float, float]]:
+def tau_change_interval(
+    records: Sequence[TurnRecord], method: str, base: str, datasets: Sequence[str]
+) -> dict[str, tuple[float, float, float]]:
     """`method`'s τ change over `base` with a 95% paired-bootstrap interval over questions (`metrics`); a question's
     turns and runs count as one unit, since at temperature 0 its runs repeat the same rounds."""
     mine, theirs = question_totals(records, method), question_totals(records, base)
@@ -170,12 +207,15 @@ def question_totals(records: Sequence[TurnRecord], method: str) -> dict[tuple, m
     return by_question
 
 
-def pooled_events_by_method(records: Sequence[TurnRecord], methods: Sequence[str] | None = None,
-                            dataset: str | None = None) -> dict[str, list[RoundEvent]]:
+def pooled_events_by_method(
+    records: Sequence[TurnRecord], methods: Sequence[str] | None = None, dataset: str | None = None
+) -> dict[str, list[RoundEvent]]:
     """Every method's rounds pooled over questions and runs: what the app's chart builders take."""
     methods = list(methods) if methods is not None else list(dict.fromkeys(r.method for r in records))
-    return {m: pool_events(r.events for r in records if r.method == m and (dataset is None or r.dataset == dataset))
-            for m in methods}
+    return {
+        m: pool_events(r.events for r in records if r.method == m and (dataset is None or r.dataset == dataset))
+        for m in methods
+    }
 
 
 def identity_check(records: Sequence[TurnRecord], reference: str | None = None) -> dict[str, Any]:
@@ -197,11 +237,20 @@ def identity_check(records: Sequence[TurnRecord], reference: str | None = None) 
         if r.token_ids != want:
             i = first_difference(r.token_ids, want)
             i = min(len(r.token_ids), len(want)) if i is None else i  # one ended where the other went on
-            mismatches.append({"method": r.method, "run": r.run, "dataset": r.dataset, "question_id": r.question_id,
-                               "turn": r.turn, "index": i,
-                               "got": r.token_ids[i] if i < len(r.token_ids) else None,
-                               "want": want[i] if i < len(want) else None,
-                               "got_len": len(r.token_ids), "want_len": len(want)})
+            mismatches.append(
+                {
+                    "method": r.method,
+                    "run": r.run,
+                    "dataset": r.dataset,
+                    "question_id": r.question_id,
+                    "turn": r.turn,
+                    "index": i,
+                    "got": r.token_ids[i] if i < len(r.token_ids) else None,
+                    "want": want[i] if i < len(want) else None,
+                    "got_len": len(r.token_ids),
+                    "want_len": len(want),
+                }
+            )
     return {"reference": reference, "checked": checked, "mismatches": mismatches, "near_ties": []}
 
 
@@ -244,15 +293,22 @@ def subset_identity(identity: dict[str, Any], records: Sequence[TurnRecord]) -> 
     def keep(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         return [m for m in rows if (m["dataset"], m["question_id"]) in kept]
 
-    return {**identity, "checked": identity_check(records, identity.get("reference"))["checked"],
-            "mismatches": keep(identity.get("mismatches", [])), "near_ties": keep(identity.get("near_ties") or [])}
+    return {
+        **identity,
+        "checked": identity_check(records, identity.get("reference"))["checked"],
+        "mismatches": keep(identity.get("mismatches", [])),
+        "near_ties": keep(identity.get("near_ties") or []),
+    }
 
 
 def chosen_row(choice: dict[str, Any]) -> dict[str, Any] | None:
     """The row of a `BudgetChoice` table (as JSON) that `auto` picked."""
     for row in choice.get("table", []):
-        if (row["budget"] == choice["budget"] and row.get("depth_stop", 0.0) == choice.get("depth_stop", 0.0)
-                and (choice.get("depth") is None or row["depth"] == choice["depth"])):
+        if (
+            row["budget"] == choice["budget"]
+            and row.get("depth_stop", 0.0) == choice.get("depth_stop", 0.0)
+            and (choice.get("depth") is None or row["depth"] == choice["depth"])
+        ):
             return row
     return None
 
@@ -267,8 +323,17 @@ def auto_expectations(agg: dict[str, Any], meta: dict[str, Any]) -> list[dict[st
         if row is None or cell is None:
             continue
         tau, round_ms = cell["tau_pooled"], cell["round_ms"]
-        out.append({"method": m, "expected_tau": row["tau"], "tau": tau, "expected_round_ms": row["round_ms"],
-                    "round_ms": round_ms, "expected_tokens_per_s": row["tokens_per_s"],
-                    "rounds_only_tokens_per_s": 1000.0 * tau / round_ms if round_ms else math.nan,
-                    "tokens_per_s": cell["tokens_per_s"], "expected_plain_tokens_per_s": choice["plain_tokens_per_s"]})
+        out.append(
+            {
+                "method": m,
+                "expected_tau": row["tau"],
+                "tau": tau,
+                "expected_round_ms": row["round_ms"],
+                "round_ms": round_ms,
+                "expected_tokens_per_s": row["tokens_per_s"],
+                "rounds_only_tokens_per_s": 1000.0 * tau / round_ms if round_ms else math.nan,
+                "tokens_per_s": cell["tokens_per_s"],
+                "expected_plain_tokens_per_s": choice["plain_tokens_per_s"],
+            }
+        )
     return out

@@ -19,14 +19,13 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from .. import metrics
-from ..settings import LIMITS
 from ..errors import ConfigError
 from ..json_safe import clean_json
 from ..methods import ORACLE, color_of, is_plain, label_of, short_of
 from ..metrics import AcceptanceStats, Estimate
 from ..models.presets import presets
-from .analysis import (OVERALL, aggregate, identity_check, pooled_events_by_method, question_totals,
-                       tau_change_interval)
+from ..settings import LIMITS
+from .analysis import OVERALL, aggregate, identity_check, pooled_events_by_method, question_totals, tau_change_interval
 from .records import TurnRecord, records_in
 
 SCHEMA = "poss-evidence"
@@ -115,13 +114,22 @@ class Acceptance(_Strict):
 
     def stats(self, deviation: "Deviation | None" = None) -> AcceptanceStats:
         kept = [p for p in self.positions if p.deviation_n > 0]
-        kinds = {"accepted": {"l2": [_nan(p.l2) for p in kept], "cosine": [_nan(p.cosine) for p in kept],
-                              "count": [p.deviation_n for p in kept]}}
+        kinds = {
+            "accepted": {
+                "l2": [_nan(p.l2) for p in kept],
+                "cosine": [_nan(p.cosine) for p in kept],
+                "count": [p.deviation_n for p in kept],
+            }
+        }
         if deviation is not None:
             kinds.update(deviation.by_kind())
-        return AcceptanceStats(hist=list(self.hist), drafted_depth=self.drafted_depth,
-                               specialists=list(self.specialists), deviation=kinds,
-                               by_drafted=[list(r) for r in self.by_drafted] if self.by_drafted else None)
+        return AcceptanceStats(
+            hist=list(self.hist),
+            drafted_depth=self.drafted_depth,
+            specialists=list(self.specialists),
+            deviation=kinds,
+            by_drafted=[list(r) for r in self.by_drafted] if self.by_drafted else None,
+        )
 
 
 class DeviationPoint(_Strict):
@@ -149,8 +157,11 @@ class Deviation(_Strict):
         for kind in ("continuation", "tree_on_path", "tree_off_path"):
             points = getattr(self, kind)
             if points:
-                out[kind] = {"l2": [_nan(p.l2) for p in points], "cosine": [_nan(p.cosine) for p in points],
-                             "count": [p.n for p in points]}
+                out[kind] = {
+                    "l2": [_nan(p.l2) for p in points],
+                    "cosine": [_nan(p.cosine) for p in points],
+                    "count": [p.n for p in points],
+                }
         return out
 
 
@@ -231,8 +242,11 @@ class Evidence(_Strict):
     def _known_version(cls, data: Any) -> Any:
         # Checked before the fields, so a newer file says what to do instead of listing what changed.
         if isinstance(data, dict) and data.get("schema") == SCHEMA and data.get("version") not in READABLE:
-            raise ValueError(f"version {data.get('version')!r} of the evidence summary: this app reads versions "
-                             f"{', '.join(map(str, READABLE))}; write it again with this checkout's `python -m poss_core.bench evidence`")
+            raise ValueError(
+                f"version {data.get('version')!r} of the evidence summary: this app reads versions "
+                f"{', '.join(map(str, READABLE))}; write it again with this checkout's "
+                "`python -m poss_core.bench evidence`"
+            )
         return data
 
     @model_validator(mode="after")
@@ -259,22 +273,34 @@ class Evidence(_Strict):
 
     def acceptance(self, scope: str = OVERALL) -> dict[str, AcceptanceStats]:
         """Each draft method's acceptance statistics on `scope` (a dataset or overall), by its short label."""
-        return {m.short: self.results[m.name].scopes[scope].stats() for m in self.draft_methods()
-                if scope in self.results[m.name].scopes}
+        return {
+            m.short: self.results[m.name].scopes[scope].stats()
+            for m in self.draft_methods()
+            if scope in self.results[m.name].scopes
+        }
 
     def taus(self) -> tuple[dict[str, dict[str, Estimate]], dict[str, Estimate]]:
         """τ per dataset, and the mean of datasets, with 95% intervals, per draft method."""
         drafts = {m.short: self.results[m.name] for m in self.draft_methods()}
-        return ({label: {d: r.scopes[d].tau.estimate() for d in self.datasets if d in r.scopes}
-                 for label, r in drafts.items()},
-                {label: r.tau_mean_of_datasets.estimate() for label, r in drafts.items()})
+        return (
+            {
+                label: {d: r.scopes[d].tau.estimate() for d in self.datasets if d in r.scopes}
+                for label, r in drafts.items()
+            },
+            {label: r.tau_mean_of_datasets.estimate() for label, r in drafts.items()},
+        )
 
     def speedups(self, scope: str = OVERALL) -> tuple[dict[str, Estimate], dict[str, Estimate]]:
         """(speed-up, tokens/s) per method on `scope`, mean ± std over runs."""
-        cells = {m.short: self.results[m.name].scopes[scope] for m in self.methods
-                 if m.name in self.results and scope in self.results[m.name].scopes}
-        return ({label: c.speedup.estimate() for label, c in cells.items()},
-                {label: c.tokens_per_s.estimate() for label, c in cells.items()})
+        cells = {
+            m.short: self.results[m.name].scopes[scope]
+            for m in self.methods
+            if m.name in self.results and scope in self.results[m.name].scopes
+        }
+        return (
+            {label: c.speedup.estimate() for label, c in cells.items()},
+            {label: c.tokens_per_s.estimate() for label, c in cells.items()},
+        )
 
     def questions(self) -> dict[str, int]:
         """Questions per dataset (those of the first method that has the dataset)."""
@@ -317,8 +343,13 @@ def acceptance_json(stats: AcceptanceStats) -> dict[str, Any]:
         if k <= len(dev["count"]):
             row.update(l2=dev["l2"][k - 1], cosine=dev["cosine"][k - 1], deviation_n=dev["count"][k - 1])
         positions.append(row)
-    return {"hist": stats.hist, "by_drafted": stats.joint(), "drafted_depth": stats.drafted_depth,
-            "specialists": stats.specialists, "positions": positions}
+    return {
+        "hist": stats.hist,
+        "by_drafted": stats.joint(),
+        "drafted_depth": stats.drafted_depth,
+        "specialists": stats.specialists,
+        "positions": positions,
+    }
 
 
 def deviation_json(stats: AcceptanceStats) -> dict[str, list[dict[str, Any]]]:
@@ -326,14 +357,22 @@ def deviation_json(stats: AcceptanceStats) -> dict[str, list[dict[str, Any]]]:
     out = {}
     for kind in ("continuation", "tree_on_path", "tree_off_path"):
         d = stats.deviation_of(kind)
-        out[kind] = [{"k": k, "l2": d["l2"][k - 1], "cosine": d["cosine"][k - 1], "n": n}
-                     for k, n in enumerate(d["count"], 1) if n]
+        out[kind] = [
+            {"k": k, "l2": d["l2"][k - 1], "cosine": d["cosine"][k - 1], "n": n}
+            for k, n in enumerate(d["count"], 1)
+            if n
+        ]
     return out
 
 
-def build_evidence(records: Sequence[TurnRecord], meta: dict[str, Any], depth: int,
-                   identity: dict[str, Any] | None = None, summary_command: str = "",
-                   agg: dict[str, Any] | None = None) -> dict[str, Any]:
+def build_evidence(
+    records: Sequence[TurnRecord],
+    meta: dict[str, Any],
+    depth: int,
+    identity: dict[str, Any] | None = None,
+    summary_command: str = "",
+    agg: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """The evidence summary of benchmark records, as a JSON-ready dict (checked against `Evidence`)."""
     if not records:
         raise ConfigError("no benchmark records to summarise: run `python -m poss_core.bench ... --out DIR` first.")
@@ -343,10 +382,17 @@ def build_evidence(records: Sequence[TurnRecord], meta: dict[str, Any], depth: i
     labels = meta.get("labels") if isinstance(meta.get("labels"), dict) else {}
     datasets = agg["datasets"]
     known = presets().get(preset)
-    methods_info = [{"name": m, "label": _label(labels.get(m)) or label_of(m, known), "short": short_of(m),
-                     "color": color_of(m) or "#999999", "plain": is_plain(m),
-                     "trained": not (known and m in known.drafts and not known.drafts[m].trained)}
-                    for m in agg["methods"]]
+    methods_info = [
+        {
+            "name": m,
+            "label": _label(labels.get(m)) or label_of(m, known),
+            "short": short_of(m),
+            "color": color_of(m) or "#999999",
+            "plain": is_plain(m),
+            "trained": not (known and m in known.drafts and not known.drafts[m].trained),
+        }
+        for m in agg["methods"]
+    ]
     results = {}
     by_method: dict[str, list[TurnRecord]] = {}
     for r in records:  # one pass: each method's scopes then look only at its own records
@@ -364,32 +410,48 @@ def build_evidence(records: Sequence[TurnRecord], meta: dict[str, Any], depth: i
             events = pooled_events_by_method(mine, [m], None if scope == OVERALL else scope)[m]
             stats = metrics.acceptance_stats(events, depth)
             scopes[scope] = {
-                "tau": interval(tau, cell["rounds"]), "questions": sum(len(r) for r in rows),
-                "rounds": cell["rounds"], "new_tokens": cell["new_tokens"],
+                "tau": interval(tau, cell["rounds"]),
+                "questions": sum(len(r) for r in rows),
+                "rounds": cell["rounds"],
+                "new_tokens": cell["new_tokens"],
                 "speedup": _spread(cell["speedup"], cell["speedup_std"], cell["speedup_runs"]),
                 "tokens_per_s": _spread(cell["tokens_per_s"], cell["tokens_per_s_std"], cell["tokens_per_s_runs"]),
                 "acceptance": acceptance_json(stats),
                 "deviation": deviation_json(stats),
             }
-        result: dict[str, Any] = {"scopes": scopes,
-                                  "tau_mean_of_datasets": interval(overall["mean_of_datasets"],
-                                                                   agg["table"][m][OVERALL]["rounds"])}
+        result: dict[str, Any] = {
+            "scopes": scopes,
+            "tau_mean_of_datasets": interval(overall["mean_of_datasets"], agg["table"][m][OVERALL]["rounds"]),
+        }
         if m in agg["vs_eagle"]:
-            result["tau_vs_eagle"] = interval(agg["vs_eagle"][m]["tau_interval"]["mean_of_datasets"],
-                                              sum(len(r) for r in per_set))
+            result["tau_vs_eagle"] = interval(
+                agg["vs_eagle"][m]["tau_interval"]["mean_of_datasets"], sum(len(r) for r in per_set)
+            )
         if HASS in agg["methods"] and m != HASS and not is_plain(m) and m != ORACLE:
             result["tau_vs_hass"] = interval(
-                tau_change_interval(records, m, HASS, datasets)["mean_of_datasets"], sum(len(r) for r in per_set))
+                tau_change_interval(records, m, HASS, datasets)["mean_of_datasets"], sum(len(r) for r in per_set)
+            )
         results[m] = result
     if ORACLE in agg["methods"]:
-        meta = {**meta, "notes": list(meta.get("notes", [])) + [
-            "The oracle drafts the target's own continuation: its τ and speed-up are the ceiling, not a method."]}
+        meta = {
+            **meta,
+            "notes": list(meta.get("notes", []))
+            + ["The oracle drafts the target's own continuation: its τ and speed-up are the ceiling, not a method."],
+        }
     out = {
-        "schema": SCHEMA, "version": VERSION, "preset": preset, "depth": depth, "datasets": datasets,
-        "methods": methods_info, "results": results,
-        "identity": {"reference": identity.get("reference"), "checked": identity.get("checked", 0),
-                     "mismatches": len(identity.get("mismatches") or []),
-                     "near_ties": len(identity.get("near_ties") or [])},
+        "schema": SCHEMA,
+        "version": VERSION,
+        "preset": preset,
+        "depth": depth,
+        "datasets": datasets,
+        "methods": methods_info,
+        "results": results,
+        "identity": {
+            "reference": identity.get("reference"),
+            "checked": identity.get("checked", 0),
+            "mismatches": len(identity.get("mismatches") or []),
+            "near_ties": len(identity.get("near_ties") or []),
+        },
         "meta": {**_known_meta(meta), "summary_command": summary_command or meta.get("command", "")},
     }
     out = _rounded(clean_json(out))
@@ -439,15 +501,18 @@ def write_evidence(path: Path, evidence: dict[str, Any]) -> Path:
 
 def _validate(data: Any, where: str) -> Evidence:
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
-        raise ConfigError(f"{where} is not an evidence summary (no \"schema\": \"{SCHEMA}\"): load a file written by "
-                          f"`python -m poss_core.bench evidence RESULTS_DIR --out FILE`, or a results folder.")
+        raise ConfigError(
+            f'{where} is not an evidence summary (no "schema": "{SCHEMA}"): load a file written by '
+            f"`python -m poss_core.bench evidence RESULTS_DIR --out FILE`, or a results folder."
+        )
     try:
         return Evidence.model_validate(data)
     except ValidationError as err:
         first = err.errors()[0]
         field = ".".join(str(p) for p in first["loc"]) or "(top level)"
-        raise ConfigError(f"{where} is not a valid evidence summary: {field}: {first['msg']} "
-                          f"({err.error_count()} problem(s)).") from None
+        raise ConfigError(
+            f"{where} is not a valid evidence summary: {field}: {first['msg']} ({err.error_count()} problem(s))."
+        ) from None
 
 
 Roots = Sequence[Path] | None  # the resolved folders a load may read files from (None: a path the server chose)
@@ -482,9 +547,11 @@ def _read_text(path: Path, limit: int, roots: Roots = None) -> str:
     real, shown = _regular_file(path, roots), shown_path(path, roots)
     size = real.stat().st_size
     if size > limit:
-        raise ConfigError(f"{shown} is {size / 2**20:.1f} MB, over the {limit / 2**20:.0f} MB an evidence "
-                          f"summary or results folder may be here: summarise it with `python -m poss_core.bench "
-                          f"evidence FOLDER --out FILE` and load that file.")
+        raise ConfigError(
+            f"{shown} is {size / 2**20:.1f} MB, over the {limit / 2**20:.0f} MB an evidence "
+            f"summary or results folder may be here: summarise it with `python -m poss_core.bench "
+            f"evidence FOLDER --out FILE` and load that file."
+        )
     try:
         return real.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:
@@ -512,8 +579,21 @@ class _Rounds(BaseModel):
     tokens: list[Annotated[list[int], Field(max_length=MAX_DEPTH + 1)]] = []
     bonus: list[int] = []
     # score and draft probability are null where the draft is not observable (prompt lookup, assisted generation)
-    nodes: list[Annotated[list[tuple[int, int, Annotated[int, Field(ge=1, le=MAX_DEPTH)], float | None, float | None,
-                                     Annotated[int, Field(ge=0, le=MAX_DEPTH)]]], Field(max_length=MAX_NODES)]] = []
+    nodes: list[
+        Annotated[
+            list[
+                tuple[
+                    int,
+                    int,
+                    Annotated[int, Field(ge=1, le=MAX_DEPTH)],
+                    float | None,
+                    float | None,
+                    Annotated[int, Field(ge=0, le=MAX_DEPTH)],
+                ]
+            ],
+            Field(max_length=MAX_NODES),
+        ]
+    ] = []
 
 
 class _Record(BaseModel):
@@ -543,18 +623,23 @@ def parse_records(text: str, where: str, capped: bool = True) -> list[TurnRecord
             field = ".".join(str(p) for p in first["loc"])
             raise ConfigError(f"{where} line {i} is not a benchmark record: {field}: {first['msg']}.") from None
         if max_rounds is not None and rounds > max_rounds:
-            raise ConfigError(f"{where} holds more than {max_rounds:,} rounds (line {i}), more than this app builds "
-                              f"a summary from: summarise it with `python -m poss_core.bench evidence FOLDER --out "
-                              f"FILE` and load that file.")
+            raise ConfigError(
+                f"{where} holds more than {max_rounds:,} rounds (line {i}), more than this app builds "
+                f"a summary from: summarise it with `python -m poss_core.bench evidence FOLDER --out "
+                f"FILE` and load that file."
+            )
         try:
             out.append(TurnRecord.from_json(row))
         except (KeyError, TypeError, ValueError) as err:
             raise ConfigError(f"{where} line {i} is not a benchmark record ({type(err).__name__}: {err}).") from None
     if not out:
         raise ConfigError(f"{where} holds no benchmark records.")
-    extent = [("methods", {r.method for r in out}, MAX_METHODS), ("datasets", {r.dataset for r in out}, MAX_DATASETS),
-              ("runs", {r.run for r in out}, MAX_RUNS),
-              ("questions", {(r.dataset, r.question_id) for r in out}, MAX_QUESTIONS)]
+    extent = [
+        ("methods", {r.method for r in out}, MAX_METHODS),
+        ("datasets", {r.dataset for r in out}, MAX_DATASETS),
+        ("runs", {r.run for r in out}, MAX_RUNS),
+        ("questions", {(r.dataset, r.question_id) for r in out}, MAX_QUESTIONS),
+    ]
     for name, found, cap in extent:
         if len(found) > cap:
             raise ConfigError(f"{where} holds {len(found)} {name}; a summary covers at most {cap}: split the run.")
@@ -574,8 +659,13 @@ def _from_records(records_path: Path, summary_path: Path | None, capped: bool = 
             if isinstance(summary.get("depth"), int) and 1 <= summary["depth"] <= MAX_DEPTH:
                 depth = max(depth, summary["depth"])
     try:
-        built = build_evidence(records, meta, depth, identity if _identity_ok(identity) else None,
-                               summary_command=f"built from {records_path.parent.name}/{records_path.name}")
+        built = build_evidence(
+            records,
+            meta,
+            depth,
+            identity if _identity_ok(identity) else None,
+            summary_command=f"built from {records_path.parent.name}/{records_path.name}",
+        )
     except (KeyError, TypeError, ZeroDivisionError) as err:
         raise ConfigError(f"{records_path.name} could not be summarised ({type(err).__name__}: {err}).") from None
     return Evidence.model_validate(built)
@@ -583,9 +673,12 @@ def _from_records(records_path: Path, summary_path: Path | None, capped: bool = 
 
 def _identity_ok(identity: Any) -> bool:
     """A summary.json's identity check is used only when it has the shape the benchmark writes."""
-    return (isinstance(identity, dict) and isinstance(identity.get("reference"), (str, type(None)))
-            and isinstance(identity.get("checked", 0), int)
-            and all(isinstance(identity.get(k) or [], list) for k in ("mismatches", "near_ties")))
+    return (
+        isinstance(identity, dict)
+        and isinstance(identity.get("reference"), (str, type(None)))
+        and isinstance(identity.get("checked", 0), int)
+        and all(isinstance(identity.get(k) or [], list) for k in ("mismatches", "near_ties"))
+    )
 
 
 def load_evidence(path: str | Path, roots: Roots = None) -> Evidence:
@@ -607,14 +700,18 @@ def _load(path: Path, roots: Roots) -> Evidence:
         elif (path / "records.jsonl").is_file():
             return _from_records(path / "records.jsonl", path / "summary.json", roots=roots)
         else:
-            raise ConfigError(f"{shown_path(path, roots)} is not a results folder: it has neither {FILE_NAME} nor "
-                              f"records.jsonl (a folder written by `python -m poss_core.bench ... --out DIR`).")
+            raise ConfigError(
+                f"{shown_path(path, roots)} is not a results folder: it has neither {FILE_NAME} nor "
+                f"records.jsonl (a folder written by `python -m poss_core.bench ... --out DIR`)."
+            )
     if not path.is_file():
-        raise ConfigError(f"{shown_path(path, roots)} does not exist: give an evidence .json, a records.jsonl or a "
-                          f"results folder.")
+        raise ConfigError(
+            f"{shown_path(path, roots)} does not exist: give an evidence .json, a records.jsonl or a results folder."
+        )
     if path.suffix == ".jsonl":
-        return _from_records(path, path.with_name("summary.json") if path.name == "records.jsonl" else None,
-                             roots=roots)
+        return _from_records(
+            path, path.with_name("summary.json") if path.name == "records.jsonl" else None, roots=roots
+        )
     return _validate(_parse_json(_read_text(path, MAX_EVIDENCE_BYTES, roots), path.name), path.name)
 
 
@@ -625,10 +722,11 @@ def evidence_main(argv: Sequence[str]) -> int:
     p = argparse.ArgumentParser(
         prog="python -m poss_core.bench evidence",
         description="Write the evidence summary (what the app's Evidence tab shows) of a results folder: τ per "
-                    "dataset with 95% intervals, pos-acc and the unconditional rate per position with Wilson "
-                    "intervals and their n, feature deviation, speed-up and tokens/s, with the run's command, "
-                    "hardware and date. For the bundled drafts: python -m poss_core.bench evidence results/paper "
-                    "--out assets/evidence/smollm2-135m.json")
+        "dataset with 95% intervals, pos-acc and the unconditional rate per position with Wilson "
+        "intervals and their n, feature deviation, speed-up and tokens/s, with the run's command, "
+        "hardware and date. For the bundled drafts: python -m poss_core.bench evidence results/paper "
+        "--out assets/evidence/smollm2-135m.json",
+    )
     p.add_argument("folder", help="a results folder (records.jsonl and summary.json, from python -m poss_core.bench)")
     p.add_argument("--out", default=None, help=f"where to write it (default FOLDER/{FILE_NAME})")
     args = p.parse_args(argv)

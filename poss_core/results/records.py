@@ -4,12 +4,12 @@ pooled into one event stream per method, and written as records.jsonl and in Spe
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .. import metrics, methods
+from .. import methods, metrics
 from ..errors import ConfigError
 from ..events import DraftNode, FeatureDeviation, RoundEvent, TreeDeviation
 
@@ -46,9 +46,17 @@ class TurnRecord:
         """Columnar rounds: a long decode costs a few numbers per round on disk."""
         ev = self.events
         return {
-            "run": self.run, "method": self.method, "dataset": self.dataset, "question_id": self.question_id,
-            "category": self.category, "turn": self.turn, "token_ids": self.token_ids, "text": self.text,
-            "stop_reason": self.stop_reason, "wall_time": self.wall_time, "prompt_ids": self.prompt_ids,
+            "run": self.run,
+            "method": self.method,
+            "dataset": self.dataset,
+            "question_id": self.question_id,
+            "category": self.category,
+            "turn": self.turn,
+            "token_ids": self.token_ids,
+            "text": self.text,
+            "stop_reason": self.stop_reason,
+            "wall_time": self.wall_time,
+            "prompt_ids": self.prompt_ids,
             "rounds": {
                 "prefill": [e.prefill for e in ev],
                 "accept_len": [e.accept_len for e in ev],
@@ -59,8 +67,9 @@ class TurnRecord:
                 "feature_deviation": [[[d.l2, d.cosine] for d in e.feature_deviation] for e in ev],
                 "tokens": [e.tokens for e in ev],
                 "bonus": [e.bonus for e in ev],
-                "nodes": [[[n.token, n.parent, n.depth, n.score, n.draft_prob, n.specialist] for n in e.nodes]
-                          for e in ev],
+                "nodes": [
+                    [[n.token, n.parent, n.depth, n.score, n.draft_prob, n.specialist] for n in e.nodes] for e in ev
+                ],
                 "draft_observed": [e.draft_observed for e in ev],
                 "continuation_deviation": [[[d.l2, d.cosine] for d in e.continuation_deviation] for e in ev],
                 "tree_deviation": [[[d.k, d.on_path, d.l2, d.cosine, d.n] for d in e.tree_deviation] for e in ev],
@@ -76,32 +85,64 @@ class TurnRecord:
             return r.get(name) or [default] * n
 
         events = [
-            RoundEvent(round=i, nodes=[DraftNode.of(*node) for node in nodes],
-                       accepted=list(range(acc)), bonus=int(bonus), target_probs=[],
-                       feature_deviation=[FeatureDeviation(float(a), float(b)) for a, b in dev],
-                       draft_ms=float(dm), verify_ms=float(vm), new_tokens=int(nt), tokens=[int(t) for t in toks],
-                       wall_ms=float(wm), prefill=bool(pf), draft_observed=bool(seen),
-                       continuation_deviation=[FeatureDeviation(float(a), float(b)) for a, b in cont],
-                       tree_deviation=[TreeDeviation(int(k), bool(on), float(a), float(b), int(m))
-                                       for k, on, a, b, m in tree])
-            for i, (pf, acc, nt, dm, vm, wm, dev, toks, bonus, nodes, seen, cont, tree) in enumerate(zip(
-                col("prefill", False), col("accept_len", 0), col("new_tokens", 0), col("draft_ms", 0.0),
-                col("verify_ms", 0.0), col("wall_ms", 0.0), col("feature_deviation", []), col("tokens", []),
-                col("bonus", -1), col("nodes", []), col("draft_observed", True), col("continuation_deviation", []),
-                col("tree_deviation", [])))
+            RoundEvent(
+                round=i,
+                nodes=[DraftNode.of(*node) for node in nodes],
+                accepted=list(range(acc)),
+                bonus=int(bonus),
+                target_probs=[],
+                feature_deviation=[FeatureDeviation(float(a), float(b)) for a, b in dev],
+                draft_ms=float(dm),
+                verify_ms=float(vm),
+                new_tokens=int(nt),
+                tokens=[int(t) for t in toks],
+                wall_ms=float(wm),
+                prefill=bool(pf),
+                draft_observed=bool(seen),
+                continuation_deviation=[FeatureDeviation(float(a), float(b)) for a, b in cont],
+                tree_deviation=[TreeDeviation(int(k), bool(on), float(a), float(b), int(m)) for k, on, a, b, m in tree],
+            )
+            for i, (pf, acc, nt, dm, vm, wm, dev, toks, bonus, nodes, seen, cont, tree) in enumerate(
+                zip(
+                    col("prefill", False),
+                    col("accept_len", 0),
+                    col("new_tokens", 0),
+                    col("draft_ms", 0.0),
+                    col("verify_ms", 0.0),
+                    col("wall_ms", 0.0),
+                    col("feature_deviation", []),
+                    col("tokens", []),
+                    col("bonus", -1),
+                    col("nodes", []),
+                    col("draft_observed", True),
+                    col("continuation_deviation", []),
+                    col("tree_deviation", []),
+                )
+            )
         ]
-        return cls(run=int(obj["run"]), method=obj["method"], dataset=obj["dataset"], question_id=obj["question_id"],
-                   category=obj.get("category", ""), turn=int(obj["turn"]), token_ids=list(obj["token_ids"]),
-                   text=obj.get("text", ""), stop_reason=obj.get("stop_reason", ""),
-                   wall_time=float(obj["wall_time"]), events=events, prompt_ids=list(obj.get("prompt_ids", [])))
+        return cls(
+            run=int(obj["run"]),
+            method=obj["method"],
+            dataset=obj["dataset"],
+            question_id=obj["question_id"],
+            category=obj.get("category", ""),
+            turn=int(obj["turn"]),
+            token_ids=list(obj["token_ids"]),
+            text=obj.get("text", ""),
+            stop_reason=obj.get("stop_reason", ""),
+            wall_time=float(obj["wall_time"]),
+            events=events,
+            prompt_ids=list(obj.get("prompt_ids", [])),
+        )
 
 
 def records_in(folder: Path) -> Path:
     """A results folder's records.jsonl, or a ConfigError saying which folder to give instead."""
     path = Path(folder) / "records.jsonl"
     if not path.is_file():
-        raise ConfigError(f"{folder} has no records.jsonl: give a folder written by `python -m poss_core.bench ... "
-                          f"--out DIR`.")
+        raise ConfigError(
+            f"{folder} has no records.jsonl: give a folder written by `python -m poss_core.bench ... --out DIR`."
+        )
     return path
 
 
@@ -127,10 +168,27 @@ def spec_bench_rows(records: Sequence[TurnRecord], method: str, model_id: str) -
     mine = sorted((r for r in records if r.method == method), key=lambda r: (r.run, r.turn))
     for r in mine:
         qkey = (r.dataset, r.question_id)
-        row = rows.setdefault(qkey, {"question_id": r.question_id, "category": r.category, "dataset": r.dataset,
-                                     "model_id": f"{model_id}-{method}", "choices": {}})
-        choice = row["choices"].setdefault(r.run, {"index": r.run, "turns": [], "decoding_steps": [],
-                                                   "new_tokens": [], "wall_time": [], "accept_lengths": []})
+        row = rows.setdefault(
+            qkey,
+            {
+                "question_id": r.question_id,
+                "category": r.category,
+                "dataset": r.dataset,
+                "model_id": f"{model_id}-{method}",
+                "choices": {},
+            },
+        )
+        choice = row["choices"].setdefault(
+            r.run,
+            {
+                "index": r.run,
+                "turns": [],
+                "decoding_steps": [],
+                "new_tokens": [],
+                "wall_time": [],
+                "accept_lengths": [],
+            },
+        )
         choice["turns"].append(r.text)
         choice["decoding_steps"].append(len(metrics.draft_rounds(r.events)) + 1)
         choice["new_tokens"].append(r.new_tokens)
