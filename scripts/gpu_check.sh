@@ -62,7 +62,7 @@ GEN=("$PY" -m poss_core.generate --preset smollm2-135m --device cuda --prompt "$
 
 # The first run also prepares the default target once (a clear error if the wheel is missing).
 step prepare-default-target "$PY" -c "from poss_core.models.default_model import prepare_default_model as p; print(p())"
-step bf16-plain    "${GEN[@]}" --dtype bfloat16 --quantization none --method ar
+step bf16-plain    "${GEN[@]}" --dtype bfloat16 --quantization none --method plain
 step bf16-poss2    "${GEN[@]}" --dtype bfloat16 --quantization none --draft poss2
 step bf16-eagle    "${GEN[@]}" --dtype bfloat16 --quantization none --draft eagle
 step fp16-poss2    "${GEN[@]}" --dtype float16 --quantization none --draft poss2
@@ -71,7 +71,7 @@ step 4bit-poss2    "${GEN[@]}" --quantization 4bit --draft poss2
 
 # Greedy identity: the tree-mask tests (tiny models), then plain vs speculative text on the GPU in fp32.
 step identity-tests "$PY" -m pytest -q -p no:cacheprovider tests/test_greedy_identity.py tests/test_quantization.py
-step identity-plain "${GEN[@]}" --dtype float32 --quantization none --method ar --jsonl
+step identity-plain "${GEN[@]}" --dtype float32 --quantization none --method plain --jsonl
 step identity-poss2 "${GEN[@]}" --dtype float32 --quantization none --draft poss2 --jsonl
 step identity-compare "$PY" - "$OUT/logs/identity-plain.log" "$OUT/logs/identity-poss2.log" <<'EOF'
 import json, sys
@@ -98,7 +98,7 @@ with open(sys.argv[1], "w") as f:
 EOF
     DATA=("$OUT/examples.jsonl")
 fi
-step bench-bf16 "$PY" -m poss_core.bench --preset smollm2-135m --methods ar,eagle,poss2,poss3 --data "${DATA[@]}" \
+step bench-bf16 "$PY" -m poss_core.bench --preset smollm2-135m --methods plain,eagle,poss2,poss3 --data "${DATA[@]}" \
     --limit 2 --max-new-tokens 128 --runs 2 --dtype bfloat16 --quantization none --device cuda --no-progress \
     --out "$OUT/bench"
 
