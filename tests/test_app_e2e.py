@@ -328,7 +328,7 @@ def test_browser_example_replays_at_once_while_another_tab_runs_and_the_class_po
         other.goto(server)
         other.wait_for_selector("#poss-run", timeout=60_000)
         live.fill("#poss-prompt textarea", "Tell me a long story about a lighthouse keeper.")
-        live.locator("#poss-max-new input[type=number]").fill("2000")
+        live.locator("#poss-max-new-tokens input[type=number]").fill("2000")
         live.click("#poss-run")
         wait_for_status(live, wording.RUNNING, timeout=60_000)
         t0 = time.monotonic()
