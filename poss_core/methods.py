@@ -1,7 +1,7 @@
 """The one registry of decoding methods: name, label, colour, trained or not, and how to build its decoder.
 
-Plain decoding is `plain` everywhere (CLI, benchmark files, app, charts); the older spelling `ar` (and `ar-hf`,
-`ar-float32`, ...) is still read wherever a saved file or a command line may use it. A draft method is named after
+Plain decoding is `plain` everywhere (CLI, benchmark files, app, charts); saved runs and benchmark records that name
+it `ar` are read with today's names (`migrated`). A draft method is named after
 its preset's draft (`eagle`, `poss1`, `poss2`, `poss3`, `matched`, ...). `pld` (prompt lookup) and `assisted` (a
 smaller model of the preset drafts) are transformers' own speculative `generate`: speculative decoding without a
 trained draft, offered beside the drafts so a class sees what training buys."""

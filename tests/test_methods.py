@@ -1,5 +1,5 @@
-"""The method registry: one name per method everywhere (older spellings read), labels without paths, the `trained`
-flag behind the app's "untrained" badge, and the one build_decoder every caller uses."""
+"""The method registry: one name per method everywhere (old files' spellings migrated on load), labels without
+paths, the `trained` flag behind the app's "untrained" badge, and the one build_decoder every caller uses."""
 
 from __future__ import annotations
 
