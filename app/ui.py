@@ -348,7 +348,8 @@ def build_demo(
     return demo
 
 
-# How the app's settings (state.APP_SETTINGS) are laid out: one row each, in the table's order within a row.
+# How the app's settings (state.APP_SETTINGS) are laid out, row by row; a setting no row names gets a row of its own
+# after these (control_rows), so a new setting shows up without a change here.
 CONTROL_ROWS = (
     ("temperature", "top_p"),
     ("depth", "top_k", "tree_budget"),
@@ -368,7 +369,6 @@ def run_controls(start: dict[str, Any], gpu: bool, precision: str) -> dict[str, 
     """One control per setting the app offers, made from its declaration (settings.SETTINGS: label, bounds, step,
     choices, help), laid out in CONTROL_ROWS; `start` holds the preset's tree defaults (state.ui_defaults), `gpu`
     and `precision` what this machine offers and starts with."""
-    assert sorted(n for row in CONTROL_ROWS for n in row) == sorted(state.APP_SETTINGS), "a setting has no row"
     top_tokens = min(LIMITS["max_new_tokens"][1], state.MAX_NEW_TOKENS or LIMITS["max_new_tokens"][1])
     # What differs from the declaration here: this machine's words and offers, and this server's cap.
     special: dict[str, dict[str, Any]] = {
@@ -383,13 +383,20 @@ def run_controls(start: dict[str, Any], gpu: bool, precision: str) -> dict[str, 
         "temperature": {"info": "0 = greedy: every lane must match plain decoding"},
     }
     controls = {}
-    for row in CONTROL_ROWS:
+    for row in control_rows():
         with gr.Row():
             for name in row:
                 controls[name] = setting_control(
                     settings.SETTINGS[name], **{"value": start.get(name), **special.get(name, {})}
                 )
     return controls
+
+
+def control_rows() -> list[tuple[str, ...]]:
+    """CONTROL_ROWS with the settings the app offers (and only those), then a row for each one they leave out."""
+    placed = [tuple(n for n in row if n in state.APP_SETTINGS) for row in CONTROL_ROWS]
+    named = {n for row in placed for n in row}
+    return [row for row in placed if row] + [(n,) for n in state.APP_SETTINGS if n not in named]
 
 
 def setting_control(s: settings.Setting, value: Any = None, **kwargs: Any) -> gr.components.Component:

@@ -53,6 +53,14 @@ def test_the_apps_controls_are_made_from_the_table():
             assert {v for _, v in control.choices} <= set(s.choices)
 
 
+def test_a_setting_the_layout_does_not_name_gets_its_own_row(monkeypatch):
+    from app import state, ui
+
+    monkeypatch.setattr(state, "APP_SETTINGS", state.APP_SETTINGS + ("depth_stop",))
+    rows = ui.control_rows()
+    assert rows[-1] == ("depth_stop",) and sorted(n for row in rows for n in row) == sorted(state.APP_SETTINGS)
+
+
 def test_a_setting_added_to_the_table_reaches_the_command_lines(monkeypatch):
     extra = settings.Setting(
         "draft_temperature",
