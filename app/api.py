@@ -26,14 +26,12 @@ PROGRESS_EVERY_S = 1.0  # how often /compare yields while it works: the points w
 QUEUE_POLL_S = 0.1  # how often a waiting /compare call checks for its live slot
 
 
-# The /compare parameters after prompt, methods and preset: the settings the API offers (settings.API), with
-# max_new_tokens first (the order clients give them in positionally). A tree setting and max_new_tokens default to 0,
-# which means the app's default for the preset (state.ui_defaults); tree_budget 0 fits each draft's budget instead.
+# The /compare parameters after prompt, methods and preset: the settings the API offers, in the table's order (that of
+# /run's inputs) except max_new_tokens, which /compare's clients give first. One the app sets per preset
+# (state.PRESET_SETTINGS) defaults to 0, which means the app's default for the preset (state.ui_defaults);
+# tree_budget 0 fits each draft's budget instead.
 API_SETTINGS = ("max_new_tokens",) + tuple(n for n in settings.offered_on(settings.API) if n != "max_new_tokens")
-API_DEFAULTS = {
-    n: 0 if settings.SETTINGS[n].from_preset or n == "max_new_tokens" else settings.SETTINGS[n].default
-    for n in API_SETTINGS
-}
+API_DEFAULTS = {n: 0 if n in state.PRESET_SETTINGS else settings.SETTINGS[n].default for n in API_SETTINGS}
 
 
 def api_signature() -> inspect.Signature:

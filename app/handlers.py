@@ -650,20 +650,17 @@ def new_conversation_handler(request: gr.Request | None = None) -> str:
     return conversation_html(session.history)
 
 
-PRESET_SETTINGS = ("depth", "top_k", "tree_budget", "max_new_tokens")  # what choosing a preset sets (ui_defaults)
-
-
 def preset_handler(preset_name: str) -> list:
     """New preset: its methods, tree settings and draft notes."""
     try:
         preset = get_preset(preset_name)
     except PossError as err:
-        return [gr.skip()] * (2 + len(PRESET_SETTINGS)) + [status_html(str(err), "error")]
+        return [gr.skip()] * (2 + len(state.PRESET_SETTINGS)) + [status_html(str(err), "error")]
     d = ui_defaults(preset)
     choices = method_choices(preset)
     keep = [m for m in DEFAULT_METHODS if m in dict((v, k) for k, v in choices)]
     return (
         [gr.CheckboxGroup(choices=choices, value=keep)]
-        + [gr.update(value=d[n]) for n in PRESET_SETTINGS]
+        + [gr.update(value=d[n]) for n in state.PRESET_SETTINGS]
         + [draft_note(preset), gr.skip()]
     )

@@ -18,7 +18,7 @@ from poss_core.decoding.config import check_prompt_text
 from poss_core.errors import ConfigError, PromptError
 from poss_core.events import RoundEvent
 from poss_core.models.hardware import cpu_bf16_units
-from poss_core.models.presets import Preset, get_preset
+from poss_core.models.presets import Preset
 from poss_core.views.pooling import light_event, pool_events
 
 from .class_pool import CLASS
@@ -70,7 +70,7 @@ class View:
 APP_SETTINGS = settings.offered_on(settings.APP)  # the Run controls after the prompt, preset and methods
 
 
-class RunSettings:
+class RunSettings(settings.ByName):
     """The Run settings as the UI holds them: the prompt, Multi-turn, the preset, the methods, and the value of every
     setting the app offers (`APP_SETTINGS`, by name, as the controls send them: a slider's 4.0 for an integer)."""
 
@@ -85,45 +85,31 @@ class RunSettings:
         """From the controls' values in the order ui.py lists them (one per APP_SETTINGS name)."""
         return cls(prompt, multi_turn, preset, methods, **dict(zip(APP_SETTINGS, values)))
 
-    def __getattr__(self, name: str) -> Any:
-        values = self.__dict__.get("values", {})
-        if name in values:
-            return values[name]
-        raise AttributeError(f"RunSettings has no {name!r}")
-
     def spec(self, history: list[dict]) -> RunSpec:
-        """What a comparison runs, checked (raises PossError with a readable message): the prompt, after `history`
-        when Multi-turn is ticked, the chosen methods in the preset's order, every setting typed and in bounds."""
+        """What a comparison runs, checked by `RunSpec.resolve` (raises PossError with a readable message): the
+        prompt, after `history` when Multi-turn is ticked, the chosen methods once each in the preset's order, every
+        setting typed and in bounds, and no more new tokens than this server gives a run."""
         if self.prompt is None or (isinstance(self.prompt, str) and not self.prompt.strip()):
             raise PromptError("the prompt is empty: type a question or instruction (or pick an example).")
-        check_prompt_text(self.prompt)
-        if self.methods is not None and (
-            not isinstance(self.methods, (list, tuple)) or not all(isinstance(m, str) for m in self.methods)
-        ):
-            raise ConfigError(f"methods={self.methods!r}: give a list of method names (e.g. plain, eagle, poss2).")
-        if not isinstance(self.preset, str):
-            raise ConfigError(f"preset={self.preset!r}: give a preset's name.")
+        check_prompt_text(self.prompt)  # named "prompt", also when it follows a conversation
         if self.multi_turn and history:
             message: str | list[dict] = list(history) + [{"role": "user", "content": self.prompt}]
         else:
             message = self.prompt
-        asked = self.values.get("max_new_tokens")
-        if (
-            MAX_NEW_TOKENS is not None
-            and isinstance(asked, (int, float))
-            and not isinstance(asked, bool)
-            and asked > MAX_NEW_TOKENS
-        ):
-            raise ConfigError(
-                f"max_new_tokens={asked:g} is more than this server gives one run "
-                f"({MAX_NEW_TOKENS}, so that every visitor gets a turn): ask for {MAX_NEW_TOKENS} or "
-                f"fewer."
-            )
-        order = list(methods.lane_methods(get_preset(self.preset)))
-        chosen = sorted(set(self.methods or []), key=lambda m: order.index(m) if m in order else len(order))
+        chosen = self.methods or []
+        if isinstance(chosen, (list, tuple)):
+            chosen = list(dict.fromkeys(chosen))  # a checkbox group's values, once each
         # An unset choice (a radio Gradio sends as None) reads its default; anything else is checked as sent.
         values = {k: v for k, v in self.values.items() if not (v in (None, "") and settings.SETTINGS[k].choices)}
-        return RunSpec(message, chosen, self.preset, **values).check()
+        spec = RunSpec(message, chosen, self.preset, **values)
+        order = list(spec.resolve().offered)
+        spec.methods.sort(key=order.index)
+        if MAX_NEW_TOKENS is not None and spec.max_new_tokens > MAX_NEW_TOKENS:
+            raise ConfigError(
+                f"max_new_tokens={spec.max_new_tokens} is more than this server gives one run "
+                f"({MAX_NEW_TOKENS}, so that every visitor gets a turn): ask for {MAX_NEW_TOKENS} or fewer."
+            )
+        return spec
 
 
 @dataclass
@@ -417,6 +403,9 @@ class SessionStore:
 
 
 SESSIONS = SessionStore()
+
+
+PRESET_SETTINGS = ("depth", "top_k", "tree_budget", "max_new_tokens")  # what ui_defaults sets per preset
 
 
 def ui_defaults(preset: Preset) -> dict[str, Any]:

@@ -324,7 +324,7 @@ def build_demo(
         preset_dd.change(
             handlers.preset_handler,
             preset_dd,
-            [method_boxes] + [controls[n] for n in handlers.PRESET_SETTINGS] + [note, status],
+            [method_boxes] + [controls[n] for n in state.PRESET_SETTINGS] + [note, status],
             api_visibility="private",
             **light,
         )

@@ -36,7 +36,7 @@ PLAIN = methods.PLAIN  # the plain-decoding lane's method name
 MAX_LANES = 3
 
 
-class RunSpec:
+class RunSpec(settings.ByName):
     """What a comparison runs: the prompt, the methods (one lane each), the preset, and every run setting of the
     settings table (`settings.RUN`: decoding, precision, quantization, fitted budget), read as attributes
     (`spec.depth`). A setting not given reads its declared default. `check()` validates it once: every value typed and
@@ -48,12 +48,6 @@ class RunSpec:
             raise ConfigError(f"{unknown[0]!r} is not a setting of a comparison: use {', '.join(settings.RUN)}.")
         self.prompt, self.methods, self.preset = prompt, methods, preset
         self.values: dict[str, Any] = {**settings.defaults(settings.RUN), **values}
-
-    def __getattr__(self, name: str) -> Any:
-        values = self.__dict__.get("values", {})
-        if name in values:
-            return values[name]
-        raise AttributeError(f"RunSpec has no {name!r}")
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, RunSpec) and self.to_json() == other.to_json()

@@ -207,6 +207,19 @@ RUN = tuple(s.name for s in _ALL if s.offered & {APP, API})  # what a comparison
 LIMITS: dict[str, tuple[float, float]] = {s.name: s.bounds for s in _ALL if s.bounds is not None}
 
 
+class ByName:
+    """Settings held by name in `self.values` and read as attributes (`spec.depth`): a run spec, the app's Run
+    settings."""
+
+    values: dict[str, Any]
+
+    def __getattr__(self, name: str) -> Any:
+        values = self.__dict__.get("values", {})
+        if name in values:
+            return values[name]
+        raise AttributeError(f"{type(self).__name__} has no {name!r}")
+
+
 def offered_on(surface: str) -> tuple[str, ...]:
     """The settings a surface offers, in the table's order."""
     return tuple(s.name for s in _ALL if surface in s.offered)

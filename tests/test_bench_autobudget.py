@@ -42,8 +42,9 @@ def test_curve_is_made_non_decreasing_and_adds_post_processing():
     assert choice.plain_tokens_per_s == pytest.approx(1000 / 11.0)
 
 
-def test_accepted_ranks_and_accept_len_at_budget():
-    # Scores: node 0 -0.1, node 1 -0.3, node 2 (child of 0) -0.2, node 3 (child of 2) -0.9, node 4 (child of 1) -0.4
+def five_node_round(accepted: list[int]) -> RoundEvent:
+    """One round of a five-node tree. Scores: node 0 -0.1, node 1 -0.3, node 2 (child of 0) -0.2, node 3 (child of
+    2) -0.9, node 4 (child of 1) -0.4; `accepted` the path taken."""
     nodes = [
         DraftNode(1, -1, 1, -0.1, 0.9, 0),
         DraftNode(2, -1, 1, -0.3, 0.7, 0),
@@ -51,17 +52,21 @@ def test_accepted_ranks_and_accept_len_at_budget():
         DraftNode(4, 2, 3, -0.9, 0.5, 2),
         DraftNode(5, 1, 2, -0.4, 0.8, 1),
     ]
-    e = RoundEvent(
+    return RoundEvent(
         round=1,
         nodes=nodes,
-        accepted=[0, 2, 3],
+        accepted=accepted,
         bonus=0,
         target_probs=[],
         feature_deviation=[],
         draft_ms=0,
         verify_ms=0,
-        new_tokens=4,
+        new_tokens=len(accepted) + 1,
     )
+
+
+def test_accepted_ranks_and_accept_len_at_budget():
+    e = five_node_round(accepted=[0, 2, 3])
     ranks = ab.accepted_ranks(e)
     assert ranks == [0, 1, 4]
     assert [ab.accept_len_at_budget(ranks, b) for b in (2, 3, 5, 6, 60)] == [1, 2, 2, 3, 3]
@@ -69,38 +74,11 @@ def test_accepted_ranks_and_accept_len_at_budget():
 
 def test_head_rows_count_the_slots_with_children_and_a_stopping_leaf():
     # Pruning order: node 0 (-0.1), 2 (-0.2), 1 (-0.3), 4 (-0.4), 3 (-0.9); the accepted path 0 -> 2 -> 3.
-    nodes = [
-        DraftNode(1, -1, 1, -0.1, 0.9, 0),
-        DraftNode(2, -1, 1, -0.3, 0.7, 0),
-        DraftNode(3, 0, 2, -0.2, 0.9, 1),
-        DraftNode(4, 2, 3, -0.9, 0.5, 2),
-        DraftNode(5, 1, 2, -0.4, 0.8, 1),
-    ]
-    e = RoundEvent(
-        round=1,
-        nodes=nodes,
-        accepted=[0, 2, 3],
-        bonus=0,
-        target_probs=[],
-        feature_deviation=[],
-        draft_ms=0,
-        verify_ms=0,
-        new_tokens=4,
-    )
+    e = five_node_round(accepted=[0, 2, 3])
     # b=2: root + leaf 0; b=3: root, 0 + leaf 2; b=4 adds node 1 under the root; b=5 node 4 under 1; b=6 leaf 3.
     assert [c + leaf for c, leaf in ab.head_reads_by_budget(e, 7)][2:] == [2, 3, 3, 4, 5, 5]
     # Acceptance stopping at node 0, which has children: no extra row.
-    stops_inside = RoundEvent(
-        round=1,
-        nodes=nodes,
-        accepted=[0],
-        bonus=0,
-        target_probs=[],
-        feature_deviation=[],
-        draft_ms=0,
-        verify_ms=0,
-        new_tokens=2,
-    )
+    stops_inside = five_node_round(accepted=[0])
     assert sum(ab.head_reads_by_budget(stops_inside, 6)[6]) == 4
     assert sum(ab.head_reads_by_budget(e, 6, max_depth=1)[6]) == 2  # only the root has children; leaf 0 stops it
     prof = ab.profile_from_events([e, stops_inside], max_budget=6, depth=3)
