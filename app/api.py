@@ -180,7 +180,7 @@ def compare_endpoint(app_preset: str, wrap: Callable = lambda fn: fn):
         with share.running(request):
             spec = api_spec(prompt, methods, preset, quiet_refusals=True, **a)
             try:
-                ticket = share.LIVE.join(work=len(spec.methods) * int(spec.max_new_tokens))
+                ticket = share.LIVE.join(len(spec.methods) * int(spec.max_new_tokens), *share.request_client(request))
             except PossError as err:
                 raise gr.Error(str(err), print_exception=False) from err
             try:

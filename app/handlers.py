@@ -161,10 +161,10 @@ def _queue_wait(session: Session, budget: CallBudget, ticket: int) -> Iterator[l
     budget.restart(state.CALL_LIMIT_S)
 
 
-def _slot_blocking(budget: CallBudget, work: float) -> int:
+def _slot_blocking(budget: CallBudget, work: float, request: Any = None) -> int:
     """A live slot for a call that cannot stream its wait (a Step): blocks until it is this call's turn (Stop leaves
     the line); returns the ticket to leave with."""
-    ticket = share.LIVE.join(work=work)
+    ticket = share.LIVE.join(work, *share.request_client(request))
     while not share.LIVE.try_start(ticket):
         if budget.is_set():
             share.LIVE.leave(ticket)
@@ -271,7 +271,7 @@ def run_handler(settings: RunSettings, view: View, request: gr.Request | None = 
             spec.check()
             session.pins.clear()
             # One line for every live run on the server, in arrival order; its work sizes the wait it causes.
-            ticket = share.LIVE.join(work=len(spec.methods) * int(spec.max_new_tokens))
+            ticket = share.LIVE.join(len(spec.methods) * int(spec.max_new_tokens), *share.request_client(request))
             try:
                 yield from _queue_wait(session, budget, ticket)
                 loading = skip_all(session, (f"Loading {spec.preset} and {len(spec.methods)} lane(s)…", "busy"))
@@ -313,7 +313,7 @@ def step_handler(settings: RunSettings, view: View, request: gr.Request | None =
             paused = session.stepping and comp is not None and not comp.finished
             if not (comp.replay if paused else session.loaded is not None):  # a live round: it takes a live slot
                 session.call = session.call or CallBudget()  # Stop reaches the wait, which has no clock
-                ticket = _slot_blocking(session.call, work=compare.MAX_LANES)  # one round of each lane
+                ticket = _slot_blocking(session.call, compare.MAX_LANES, request)  # one round of each lane
             released, session.released = session.released, None
             if not (session.stepping and comp is not None and not comp.finished):
                 session.pool_run(comp)  # the run on show ended (pooled once, whatever ended it)

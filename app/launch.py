@@ -86,9 +86,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--max-calls-per-address",
         type=int,
-        default=0,
-        help="the same per client address (the first X-Forwarded-For hop behind a proxy); 0, the "
-        "default, sets none (a class behind one NAT shares an address)",
+        default=40,
+        help="the same per client address (the first X-Forwarded-For hop behind a proxy; 0: no limit). The "
+        "default, 40, lets a class of thirty behind one NAT run at once; the line of live runs serves "
+        "addresses in turn, then tabs, so one address's many calls do not delay the others",
     )
     p.add_argument(
         "--cache-minutes",
@@ -245,7 +246,7 @@ def main(argv: list[str] | None = None) -> None:
     state.SESSIONS.idle_s = args.idle_minutes * 60.0
     state.MAX_NEW_TOKENS = max_new_tokens(args.max_new_tokens, cuda_available())
     share.SHARE.per_client, share.SHARE.per_address = args.max_calls_per_client, args.max_calls_per_address
-    share.LIVE.max_waiting = args.queue_size
+    share.LIVE.max_waiting, share.LIVE.cap_s = args.queue_size, args.max_call_seconds
     CLASS.reset_key = args.class_reset_key
     print(
         f"[poss] live runs: {concurrency} at once, at most {state.MAX_NEW_TOKENS} new tokens each, up to "

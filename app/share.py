@@ -1,5 +1,5 @@
 """Each client's share of the queue: at most so many decoding calls (Run, Step, Replay, /compare) waiting or running
-per browser tab or API client (its Gradio session hash) and, optionally, per address. A call past its client's share
+per browser tab or API client (its Gradio session hash) and per address. A call past its client's share
 is refused when it asks to join the queue, with a message that says why, so one client cannot hold the queue's slots
 or the decoding workers that every other client waits for.
 
@@ -8,9 +8,10 @@ Counting: `QueueShareMiddleware` (an ASGI middleware on the app, `launch(app_kwa
 (`ClientShare.running`) and lets it go when it ends, however it ends. A pending call that never starts (its client
 left, or cancelled it, while it waited) stops counting after `pending_ttl_s`.
 
-Live runs (Run, Step, /compare) then take turns in `LiveQueue`: `slots` of them decode at once, the rest wait in
-arrival order, and a waiting run's status shows its place in line and an estimate of the wait (from how long the
-recent live runs held their slot). Replays and the class charts never enter it."""
+Live runs (Run, Step, /compare) then take turns in `LiveQueue`: `slots` of them decode at once, the rest wait in a
+line where addresses take turns, then sessions within an address, and a waiting run's status shows its place in
+line and an estimate of the wait (the expected seconds of the runs ahead, from how long the recent live runs held
+their slot and the per-call cap). Replays and the class charts never enter it."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ import json
 import os
 import threading
 import time
-from collections import defaultdict, deque
+from collections import OrderedDict, defaultdict, deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -29,7 +30,9 @@ from typing import Any
 from poss_core.errors import PossError
 
 PER_CLIENT = 2  # calls waiting or running per session (`python app.py --max-calls-per-client`)
-PER_ADDRESS = 0  # per client address; 0: no limit (`--max-calls-per-address`; a class behind one NAT shares one)
+# Per client address (`--max-calls-per-address`; 0: no limit). A class behind one NAT shares one address: thirty
+# students with a call each fit, and the line's turns keep one address's calls from delaying other addresses.
+PER_ADDRESS = 40
 
 
 def client_address(host: str | None, forwarded_for: str | None) -> str:
@@ -138,26 +141,45 @@ def _ordinal(n: int) -> str:
 
 
 class LiveQueue:
-    """Live runs in arrival order: `slots` decode at once, up to `max_waiting` wait. A ticket's place is 0 while it
-    decodes and k for the k-th in line. Each ticket carries its work (lanes times the new tokens it asked for); the
-    wait is estimated by playing the line forward with each run holding its slot for its work times the seconds per
-    unit of work that the last few runs took (`typical_s_per_unit` before any run ended)."""
+    """Live runs in a fair line: `slots` decode at once, up to `max_waiting` wait. The next to start is the oldest
+    call of the least recently served session of the least recently served address (an address or session not
+    served yet comes first), so addresses take turns, then sessions within an address: one address's flood waits
+    behind every other address's next call, and one tab's behind its neighbours'. A ticket's place is 0 while it
+    decodes and k for the k-th in that order.
+
+    Each ticket carries its work (lanes times the new tokens it asked for). The wait is estimated by playing the line
+    forward, each run holding its slot for its expected seconds: its work times the seconds per unit of work that
+    the last few runs took (`typical_s_per_unit` before any run ended), never more than `cap_s` (a call is stopped
+    at the per-call cap)."""
 
     def __init__(
-        self, slots: int = 1, max_waiting: int = 64, typical_s_per_unit: float = TYPICAL_S_PER_UNIT, history: int = 8
+        self,
+        slots: int = 1,
+        max_waiting: int = 64,
+        typical_s_per_unit: float = TYPICAL_S_PER_UNIT,
+        history: int = 8,
+        cap_s: float | None = None,
     ) -> None:
         self.slots = slots
         self.max_waiting = max_waiting
         self.typical_s_per_unit = typical_s_per_unit
+        self.cap_s = cap_s  # the per-call cap (`--max-call-seconds`): the longest a run holds its slot
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
         self._waiting: list[int] = []  # tickets in arrival order
+        self._who: dict[int, tuple[str, str]] = {}  # ticket -> (address, session)
         self._running: dict[int, float] = {}  # ticket -> when it got its slot
         self._work: dict[int, float] = {}  # ticket -> lanes x new tokens asked for
         self._done: deque[tuple[float, float]] = deque(maxlen=history)  # (seconds held, work) of the last runs
+        # When each address and session last got a slot; kept after their calls end, so leaving the line and
+        # joining again does not jump it (pruned to the most recent SERVED_KEPT).
+        self._served: OrderedDict[tuple[str, ...], float] = OrderedDict()
 
-    def join(self, work: float = 1.0) -> int:
-        """A ticket at the back of the line for a run of `work` units (QueueFull past `max_waiting`)."""
+    SERVED_KEPT = 4096
+
+    def join(self, work: float = 1.0, session: str | None = None, address: str | None = None) -> int:
+        """A ticket in the line for a run of `work` units from `session` at `address` (QueueFull past
+        `max_waiting`)."""
         with self._lock:
             if len(self._waiting) >= self.max_waiting:
                 raise QueueFull(
@@ -166,18 +188,51 @@ class LiveQueue:
                 )
             ticket = next(self._ids)
             self._waiting.append(ticket)
+            self._who[ticket] = (address or "?", session or "?")
             self._work[ticket] = max(1.0, float(work))
             return ticket
 
+    def _order(self) -> list[int]:
+        """The waiting tickets in the order they will start (see the class): played forward, each start making
+        its address and session the most recently served."""
+        served: dict[tuple[str, ...], tuple[int, float]] = {k: (0, t) for k, t in self._served.items()}
+        queues: dict[str, dict[str, deque[int]]] = {}
+        for t in self._waiting:  # arrival order within each session
+            address, session = self._who[t]
+            queues.setdefault(address, {}).setdefault(session, deque()).append(t)
+
+        def key(k: tuple[str, ...], first: int) -> tuple[int, float, int]:
+            # Never served sorts first; ties go to the one whose oldest waiting call came first.
+            return (*served.get(k, (0, float("-inf"))), first)
+
+        order: list[int] = []
+        for step in range(len(self._waiting)):
+            address = min(queues, key=lambda a: key(("a", a), min(q[0] for q in queues[a].values())))
+            sessions = queues[address]
+            session = min(sessions, key=lambda s: key(("s", address, s), sessions[s][0]))
+            order.append(sessions[session].popleft())
+            served[("a", address)] = served[("s", address, session)] = (1, float(step))  # after every real start
+            if not sessions[session]:
+                del sessions[session]
+            if not sessions:
+                del queues[address]
+        return order
+
     def try_start(self, ticket: int) -> bool:
-        """Take a slot if one is free and no one who came earlier is still waiting for it; True once running."""
+        """Take a slot if one is free and no one the line puts first is still waiting for it; True once running."""
         with self._lock:
             if ticket in self._running:
                 return True
             free = self.slots - len(self._running)
-            if ticket in self._waiting[: max(0, free)]:
+            if free > 0 and ticket in self._order()[:free]:
                 self._waiting.remove(ticket)
-                self._running[ticket] = time.monotonic()
+                now = self._running[ticket] = time.monotonic()
+                address, session = self._who[ticket]
+                for k in (("a", address), ("s", address, session)):
+                    self._served.pop(k, None)
+                    self._served[k] = now
+                while len(self._served) > self.SERVED_KEPT:
+                    self._served.popitem(last=False)
                 return True
             return False
 
@@ -186,6 +241,7 @@ class LiveQueue:
         with self._lock:
             began = self._running.pop(ticket, None)
             work = self._work.pop(ticket, 1.0)
+            self._who.pop(ticket, None)
             if began is not None:
                 self._done.append((time.monotonic() - began, work))
             elif ticket in self._waiting:
@@ -193,16 +249,26 @@ class LiveQueue:
 
     def rate(self) -> float:
         """Seconds a slot is held per unit of work over the last runs (their seconds over their work, so a short run
-        that also loaded the model weighs little), else the typical figure."""
+        that also loaded the model weighs little), else the typical figure. A run stopped at the cap did only part
+        of its work: it counts only as a floor (the rate is at least its seconds over its work)."""
         with self._lock:
-            work = sum(w for _, w in self._done)
-            return sum(s for s, _ in self._done) / work if work else self.typical_s_per_unit
+            capped = [(s, w) for s, w in self._done if self.cap_s is not None and s >= 0.95 * self.cap_s]
+            whole = [(s, w) for s, w in self._done if (s, w) not in capped]
+            work = sum(w for _, w in whole)
+            rate = sum(s for s, _ in whole) / work if work else self.typical_s_per_unit
+            return max([rate] + [s / w for s, w in capped])
+
+    def hold_s(self, work: float, rate: float | None = None) -> float:
+        """The seconds a run of `work` units is expected to hold its slot: its work at the rate, at most the cap."""
+        hold = (self.rate() if rate is None else rate) * max(1.0, float(work))
+        return min(hold, self.cap_s) if self.cap_s else hold
 
     def place(self, ticket: int) -> int:
         with self._lock:
             if ticket in self._running:
                 return 0
-            return self._waiting.index(ticket) + 1 if ticket in self._waiting else 0
+            order = self._order()
+            return order.index(ticket) + 1 if ticket in order else 0
 
     def counts(self) -> tuple[int, int]:
         """(runs decoding, runs waiting)."""
@@ -210,20 +276,21 @@ class LiveQueue:
             return len(self._running), len(self._waiting)
 
     def estimate_s(self, ticket: int) -> float:
-        """Seconds until this ticket gets a slot if every run holds one for its work at the recent rate (0 once
-        running)."""
+        """Seconds until this ticket gets a slot: the expected seconds of every run ahead of it in the line
+        (`hold_s`), played over the slots after what the running ones have left (0 once running)."""
         rate = self.rate()
         now = time.monotonic()
         with self._lock:
             if ticket not in self._waiting:
                 return 0.0
-            ahead = self._waiting[: self._waiting.index(ticket)]
+            order = self._order()
+            ahead = order[: order.index(ticket)]
             # A run past its estimate is taken to end soon (a tenth of it), not never.
             free_at = [
-                max(rate * self._work[t] - (now - began), 0.1 * rate * self._work[t])
+                max(self.hold_s(self._work[t], rate) - (now - began), 0.1 * self.hold_s(self._work[t], rate))
                 for t, began in self._running.items()
             ]
-            holds = [rate * self._work[t] for t in ahead]
+            holds = [self.hold_s(self._work[t], rate) for t in ahead]
         free_at += [0.0] * max(0, self.slots - len(free_at))
         heapq.heapify(free_at)
         for hold in holds:
@@ -240,10 +307,12 @@ class LiveQueue:
             if done
             else f"no live run has finished yet: {rate * 3 * 64:.0f} s per 64-token three-lane run is assumed"
         )
+        capped = f", each at most {self.cap_s:g} s" if self.cap_s else ""
         return (
             f"Waiting for a live slot: {_ordinal(place)} in line ({running} of {self.slots} slot"
-            f"{'s' if self.slots != 1 else ''} decoding, {waiting} waiting); about {est:.0f} s to go ({basis}). "
-            f"Stop leaves the queue; recorded examples replay at once meanwhile."
+            f"{'s' if self.slots != 1 else ''} decoding, {waiting} waiting); about {est:.0f} s to go ({basis}"
+            f"{capped}). Addresses, then tabs, take turns. Stop leaves the queue; recorded examples replay at once "
+            f"meanwhile."
         )
 
 
