@@ -44,7 +44,8 @@ SCOPED = ("speedup", "pos_acc", "pos_rate", "deviation")  # the charts the scope
 DEMO_SUFFIX = "-demo"  # assets/evidence/<preset>-demo.json: the same drafts with the Demo tab's default tree, bf16
 # The deviation picker: where the deviation is measured (metrics.DEVIATION_KINDS), the unbiased measure first.
 DEVIATION_CHOICES = [
-    ("along the target's continuation", "continuation"),
+    ("along the continuation, from every position", "every_position"),
+    ("along the continuation, from round roots only", "continuation"),
     ("tree nodes off the accepted path", "tree_off_path"),
     ("tree nodes on the accepted path", "tree_on_path"),
     ("accepted positions only (conditional)", "accepted"),
@@ -271,7 +272,7 @@ def table_html(ev: Evidence) -> str:
     )
 
 
-def scoped_charts(ev: Evidence, scope: str = OVERALL, kind: str = "continuation") -> dict[str, Any]:
+def scoped_charts(ev: Evidence, scope: str = OVERALL, kind: str = "every_position") -> dict[str, Any]:
     """The charts the scope picker redraws: speed-up, pos-acc, the unconditional rate and deviation (measured as
     `kind` says) on one dataset (or all of them pooled); each states the rounds it rests on, so a single dataset's
     wider intervals show."""
@@ -471,7 +472,7 @@ def upload_handler(file: Any) -> list:
     return _guarded(lambda: load_apart(path), f"the uploaded {path.name}")
 
 
-def scope_handler(ev: Evidence | None, scope: Any, kind: Any = "continuation") -> list:
+def scope_handler(ev: Evidence | None, scope: Any, kind: Any = "every_position") -> list:
     """The scoped charts for the dataset and deviation kind picked (the summary shown is kept in the session's
     state)."""
     if (
@@ -522,10 +523,10 @@ def build_tab(demo: gr.Blocks, preset: str, preset_choices: list) -> None:
             )
             dev_kind = gr.Radio(
                 DEVIATION_CHOICES,
-                value="continuation",
+                value="every_position",
                 label="Deviation measured",
-                info="along the continuation: every round at every position (no survivor bias); "
-                "accepted only: conditional on acceptance",
+                info="from every position: chains start at each token of the target's continuation (a sample of "
+                "the text); round roots: only where the last draft failed; accepted only: conditional on acceptance",
                 elem_id="poss-evidence-dev-kind",
             )
     shown = gr.State(None)  # the summary on screen, for the dataset picker

@@ -51,6 +51,17 @@ class TreeDeviation:
 
 
 @dataclass
+class StartDeviation:
+    """Mean feature deviation at position k of the chains the draft rolled forward from `n` positions of the
+    target's continuation: every position a round covered (its root and the tokens it accepted), not only the root."""
+
+    k: int
+    l2: float
+    cosine: float
+    n: int = 1
+
+
+@dataclass
 class RoundEvent:
     """Everything one round did; plain decoding emits the same events with an empty tree."""
 
@@ -83,6 +94,9 @@ class RoundEvent:
     # Positions 1..m along the target's own continuation from this round's root (continuation.py): filled in when
     # the decode ends, since it needs the tokens committed after this round
     continuation_deviation: list[FeatureDeviation] = field(default_factory=list)
+    # Positions 1..m along the continuation from every position this round covered (its root and accepted tokens),
+    # averaged over those starts: a sample of the text, where round roots are the places the last draft failed
+    every_position_deviation: list[StartDeviation] = field(default_factory=list)
 
     @classmethod
     def target_only(cls, round: int, token: int, verify_ms: float, new_tokens: int, **more: Any) -> "RoundEvent":
@@ -129,6 +143,7 @@ class RoundEvent:
             "draft_observed": self.draft_observed,
             "tree_deviation": [asdict(d) for d in self.tree_deviation],
             "continuation_deviation": [asdict(d) for d in self.continuation_deviation],
+            "every_position_deviation": [asdict(d) for d in self.every_position_deviation],
         }
 
     @classmethod
@@ -156,6 +171,10 @@ class RoundEvent:
                 for d in obj.get("tree_deviation", [])
             ],
             continuation_deviation=[FeatureDeviation(**d) for d in obj.get("continuation_deviation", [])],
+            every_position_deviation=[
+                StartDeviation(int(d["k"]), float(d["l2"]), float(d["cosine"]), int(d.get("n", 1)))
+                for d in obj.get("every_position_deviation", [])
+            ],
         )
 
 

@@ -223,8 +223,10 @@ def pos_acc(events: Iterable[RoundEvent], depth: int | None = None) -> list[floa
 
 
 # Where a deviation is measured (events.py): on accepted positions only (conditional on acceptance, survivor-biased),
-# along the target's own continuation from every round's root, or on every drafted tree slot on / off the accepted path.
-DEVIATION_KINDS = ("accepted", "continuation", "tree_on_path", "tree_off_path")
+# along the target's own continuation from every position of it ("every_position": a sample of the text) or from each
+# round's root only ("continuation": the places the last draft failed), or on every drafted tree slot on / off the
+# accepted path.
+DEVIATION_KINDS = ("accepted", "every_position", "continuation", "tree_on_path", "tree_off_path")
 
 
 def _deviation_rows(e: RoundEvent, kind: str) -> list[tuple[int, float, float, int]]:
@@ -233,6 +235,8 @@ def _deviation_rows(e: RoundEvent, kind: str) -> list[tuple[int, float, float, i
         return [(k, d.l2, d.cosine, 1) for k, d in enumerate(e.feature_deviation, start=1)]
     if kind == "continuation":
         return [(k, d.l2, d.cosine, 1) for k, d in enumerate(e.continuation_deviation, start=1)]
+    if kind == "every_position":
+        return [(d.k, d.l2, d.cosine, d.n) for d in e.every_position_deviation]
     if kind in ("tree_on_path", "tree_off_path"):
         on = kind == "tree_on_path"
         return [(d.k, d.l2, d.cosine, d.n) for d in e.tree_deviation if d.on_path == on]

@@ -137,6 +137,11 @@ class _TreeDeviation(_Deviation):
     n: Annotated[int, Field(ge=1, le=MAX_NODES)] = 1
 
 
+class _StartDeviation(_Deviation):
+    k: Annotated[int, Field(ge=1, le=MAX_DEPTH)]
+    n: Annotated[int, Field(ge=1, le=MAX_DEPTH + 1)] = 1  # a round covers its root and at most depth accepted tokens
+
+
 class _Event(_Model):
     round: Annotated[int, Field(ge=0, le=MAX_ROUNDS)]
     nodes: Annotated[list[_Node], Field(max_length=MAX_NODES)] = []
@@ -156,6 +161,7 @@ class _Event(_Model):
     draft_observed: bool = True
     tree_deviation: Annotated[list[_TreeDeviation], Field(max_length=2 * MAX_DEPTH)] = []
     continuation_deviation: Annotated[list[_Deviation], Field(max_length=MAX_DEPTH)] = []
+    every_position_deviation: Annotated[list[_StartDeviation], Field(max_length=MAX_DEPTH)] = []
 
     @model_validator(mode="after")
     def _a_tree(self):

@@ -126,12 +126,18 @@ def pos_acc_table(ev: Evidence) -> str:
 
 
 def deviation_table(ev: Evidence) -> str:
-    """Mean L2 deviation by position: along the continuation, and on tree nodes off the accepted path."""
+    """Mean L2 deviation by position: along the continuation (from every position, and from round roots), and on tree
+    nodes off the accepted path."""
     head = ["method", "measured", *[f"k={k}" for k in range(1, ev.depth + 1)], "n at k=1"]
     rows = []
     for m in ev.draft_methods():
         dev = ev.results[m.name].scopes[OVERALL].deviation
-        for name, points in (("continuation", dev.continuation), ("tree, off path", dev.tree_off_path)):
+        measured = (
+            ("continuation, every position", dev.every_position),
+            ("continuation, round roots", dev.continuation),
+            ("tree, off path", dev.tree_off_path),
+        )
+        for name, points in measured:
             if not points:
                 continue
             by_k = {p.k: p for p in points}

@@ -155,3 +155,50 @@ def test_deviation_kinds_pool_by_position_with_their_slot_counts(tiny_target, tr
     back = TurnRecord.from_json(rec.to_json())
     assert [e.continuation_deviation for e in back.events] == [e.continuation_deviation for e in events]
     assert [e.tree_deviation for e in back.events] == [e.tree_deviation for e in events]
+
+
+def test_every_position_starts_a_chain_at_each_committed_token(tiny_target, trained_drafts):
+    """Every position of the continuation is a start: n at k=1 is the number of generated tokens with a known
+    feature after them, each round's mean covers its root and accepted tokens, and its root's chain is the
+    round-root measure."""
+    from poss_core import metrics
+    from poss_core.decoding.continuation import ANCHORS_PER_PASS, start_deviations
+
+    cfg = DecodeConfig(max_new_tokens=40, depth=5, top_k=4, tree_budget=24)
+    ids = encode_prompt(tiny_target.tokenizer, "count with me: one two three")
+    items = list(SpeculativeDecoder(tiny_target, trained_drafts["poss2"], cfg).generate(ids))
+    events = [e for e in items if isinstance(e, RoundEvent)]
+    drafted = [e for e in events if e.nodes]
+    every = metrics.feature_deviation_by_position(events, "every_position")
+    roots = metrics.feature_deviation_by_position(events, "continuation")
+    generated = events[-1].new_tokens
+    # Starts run from the first round's root to the last token with a feature after it (the final bonus has none).
+    assert generated - 2 <= every["count"][0] <= generated
+    assert every["count"][0] > roots["count"][0] == len(drafted)
+    for e in drafted:
+        assert e.every_position_deviation[0].n == e.accept_len + 1 or e is drafted[-1]
+        assert [d.k for d in e.every_position_deviation] == list(range(1, len(e.every_position_deviation) + 1))
+    # A round that accepted nothing covers its root alone: the mean is the round-root chain itself.
+    lone = [e for e in drafted[:-1] if e.accept_len == 0]
+    for e in lone:
+        assert e.every_position_deviation[0].l2 == pytest.approx(e.continuation_deviation[0].l2, rel=1e-5)
+    assert items[-1].stats["deviation"]["every_position"]["count"] == every["count"]
+    back = RoundEvent.from_json(drafted[0].to_json())
+    assert back.every_position_deviation == drafted[0].every_position_deviation
+
+    # Slicing the starts into passes gives the same chains as one pass.
+    draft = trained_drafts["eagle"]
+    seq, hidden = sequence(tiny_target, "a sentence long enough for the chains to be cut into several passes")
+    starts = list(range(1, len(seq)))
+    one = start_deviations(draft, seq, hidden, starts, 4)
+    import poss_core.decoding.continuation as continuation
+
+    old = continuation.ANCHORS_PER_PASS
+    continuation.ANCHORS_PER_PASS = 3
+    try:
+        sliced = start_deviations(draft, seq, hidden, starts, 4)
+    finally:
+        continuation.ANCHORS_PER_PASS = old
+    assert ANCHORS_PER_PASS == old and sliced.keys() == one.keys()
+    for p in one:
+        assert [d.l2 for d in sliced[p]] == pytest.approx([d.l2 for d in one[p]], rel=1e-4, abs=1e-5)

@@ -555,7 +555,7 @@ def test_changes_over_the_hass_control_and_the_unbiased_deviations_are_in_the_su
     assert res["poss2"]["tau_vs_hass"] == res["poss2"]["tau_vs_eagle"]
     assert "tau_vs_hass" not in res["hass"] and "tau_vs_hass" not in res["plain"]
     cell = res["eagle"]["scopes"]["overall"]
-    assert set(cell["deviation"]) == {"continuation", "tree_on_path", "tree_off_path"}
+    assert set(cell["deviation"]) == {"every_position", "continuation", "tree_on_path", "tree_off_path"}
     acc = cell["acceptance"]
     assert sum(map(sum, acc["by_drafted"])) == sum(acc["hist"])
     assert all(p["drafted_share"] == pytest.approx(1.0) for p in acc["positions"])

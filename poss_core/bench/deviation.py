@@ -1,7 +1,7 @@
 """The deviation along the target's continuation for a results folder's records, computed after the run: one target
 forward over each answer gives the features of the tokens it committed, and the same function the decoder runs
-(`decoding.continuation.continuation_deviation`) rolls each round's draft forward from its root. For records a run
-wrote without it (the decoder fills it in when a decode ends).
+(`decoding.continuation.every_position_deviation`) rolls the draft forward from each round's root and from every
+position the round covered. For records a run wrote without them (the decoder fills them in when a decode ends).
 
     python -m poss_core.bench deviation results/paper-10q [--threads 2]
 
@@ -19,7 +19,7 @@ import torch
 from tqdm import tqdm
 
 from .. import methods
-from ..decoding.continuation import continuation_deviation
+from ..decoding.continuation import every_position_deviation
 from ..errors import ConfigError
 from ..models.loading import load_preset_target, parse_dtype
 from ..models.presets import get_preset
@@ -38,7 +38,8 @@ def roots_of(record: TurnRecord) -> list[int]:
 
 @torch.inference_mode()
 def fill_record(record: TurnRecord, prompt_ids: list[int], target: TargetModel, draft, depth: int) -> bool:
-    """Fill `record`'s rounds' continuation deviation; False when it has no drafting rounds or no prompt ids."""
+    """Fill `record`'s rounds' continuation deviations (round roots and every position); False when it has no
+    drafting rounds or no prompt ids."""
     drafted = [i for i, e in enumerate(record.events) if not e.prefill and e.nodes and e.draft_observed]
     if not drafted or not prompt_ids:
         return False
@@ -47,9 +48,11 @@ def fill_record(record: TurnRecord, prompt_ids: list[int], target: TargetModel, 
     hidden = target.decoder(input_ids=tokens[None].to(target.device)).last_hidden_state[0]
     features = hidden[: len(tokens) - 1]  # as in decoding: the last token was never read
     roots = roots_of(record)  # (`record` may be a copy with the prompt: its events are the same objects)
-    found = continuation_deviation(draft, tokens, features, [roots[i] for i in drafted], depth)
-    for i, deviation in zip(drafted, found):
-        record.events[i].continuation_deviation = deviation
+    ends = [*roots[1:], len(tokens)]  # a round covers its root up to the next round's root
+    from_root, every = every_position_deviation(draft, tokens, features, [(roots[i], ends[i]) for i in drafted], depth)
+    for i, root_dev, every_dev in zip(drafted, from_root, every):
+        record.events[i].continuation_deviation = root_dev
+        record.events[i].every_position_deviation = every_dev
     return True
 
 

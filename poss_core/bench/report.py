@@ -306,7 +306,8 @@ def by_position_sections(agg: dict[str, Any], labels: dict[str, str]) -> list[st
     rows = [[_title(m, labels)] + [str(v) for v in t[m][OVERALL]["accept_hist"]] for m in spec]
     out += [_md_table(["method"] + [str(k) for k in range(depth + 1)], rows), ""]
     kinds = (
-        ("along the target's continuation (every round)", lambda c: c["deviation"]["continuation"]),
+        ("along the target's continuation, from every position", lambda c: c["deviation"]["every_position"]),
+        ("along the target's continuation, from round roots only", lambda c: c["deviation"]["continuation"]),
         ("on tree nodes off the accepted path", lambda c: c["deviation"]["tree_off_path"]),
         ("on tree nodes on the accepted path", lambda c: c["deviation"]["tree_on_path"]),
         ("on accepted positions only (conditional on acceptance)", lambda c: c["feature_deviation"]),

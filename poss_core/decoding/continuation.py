@@ -5,13 +5,17 @@ each position's predicted feature is compared with the target's true feature for
 Measured only on accepted tree positions, deviation is survivor-biased (the feature that caused a rejection is never
 counted, and deep positions average only the easiest rounds). Along the continuation every round counts at every
 position the committed text reaches, whatever the draft proposed. It needs draft passes only: the target's features
-of the committed tokens were computed by verification and kept."""
+of the committed tokens were computed by verification and kept.
+
+Round roots are not a sample of the text: a round starts right after the previous draft failed. So chains also start
+from every position of the continuation (`every_position_deviation`), the curve the paper draws; the round-root one
+stays, named for what it is."""
 
 from __future__ import annotations
 
 import torch
 
-from ..events import FeatureDeviation
+from ..events import FeatureDeviation, StartDeviation
 from ..models.draft import DraftModel
 from ..models.target import float_mask
 
@@ -72,28 +76,64 @@ def unroll_chains(
     return out
 
 
+# Chains rolled forward in one pass: the mask grows with (chains x depth)^2, so long answers go in slices of this many.
+ANCHORS_PER_PASS = 256
+
+
+def start_deviations(
+    draft: DraftModel, tokens: torch.Tensor, features: torch.Tensor, starts: list[int], steps: int
+) -> dict[int, list[FeatureDeviation]]:
+    """For each start position p (the chain's first token is `tokens[p]`): the deviation at positions 1..m between
+    the draft's chained prediction and the target's feature of the same token, m = min(steps, positions the
+    committed text reaches). `tokens` are the committed ids [L]; `features` the target's features of the tokens it
+    read [F <= L] (row j of `features` is the feature at token j). Starts with nothing to compare are left out."""
+    rows = int(features.shape[0]) - 1  # rows with a known next feature to compare with
+    usable = sorted({p for p in starts if 1 <= p <= rows})
+    if not usable or steps < 1:
+        return {}
+    w = draft.fc.weight
+    feats = features.to(device=w.device, dtype=w.dtype)
+    ids = tokens.to(w.device)
+    found: dict[int, list[FeatureDeviation]] = {}
+    for i in range(0, len(usable), ANCHORS_PER_PASS):
+        chunk = usable[i : i + ANCHORS_PER_PASS]
+        anchors = torch.tensor([p - 1 for p in chunk], device=w.device)
+        reach = min(steps, rows - chunk[0] + 1)
+        preds = unroll_chains(draft, ids, feats[:rows], anchors, reach)
+        for idx, p in enumerate(chunk):
+            m = min(reach, rows - p + 1)  # step k compares the feature of token p + k - 1
+            pred = torch.stack([preds[k][idx] for k in range(m)]).float()
+            true = feats[p : p + m].float()
+            l2 = (pred - true).norm(dim=-1)
+            cos = 1.0 - torch.nn.functional.cosine_similarity(pred, true, dim=-1)
+            found[p] = [FeatureDeviation(float(a), float(b)) for a, b in zip(l2.tolist(), cos.tolist())]
+    return found
+
+
 def continuation_deviation(
     draft: DraftModel, tokens: torch.Tensor, features: torch.Tensor, roots: list[int], steps: int
 ) -> list[list[FeatureDeviation]]:
-    """For each round's root position p (the root token is `tokens[p]`): the deviation at positions 1..m between
-    the draft's chained prediction and the target's feature of the same token, m = min(steps, positions the
-    committed text reaches). `tokens` are the committed ids [L]; `features` the target's features of the tokens it
-    read [F <= L] (row j of `features` is the feature at token j)."""
-    rows = int(features.shape[0]) - 1  # rows with a known next feature to compare with
-    usable = [p for p in roots if 1 <= p <= rows]
-    if not usable or steps < 1:
-        return [[] for _ in roots]
-    w = draft.fc.weight
-    feats = features.to(device=w.device, dtype=w.dtype)
-    anchors = torch.tensor([p - 1 for p in usable], device=w.device)
-    reach = min(steps, rows - min(usable) + 1)
-    preds = unroll_chains(draft, tokens.to(w.device), feats[:rows], anchors, reach)
-    by_root: dict[int, list[FeatureDeviation]] = {}
-    for idx, p in enumerate(usable):
-        m = min(reach, rows - p + 1)  # step k compares the feature of token p + k - 1
-        pred = torch.stack([preds[k][idx] for k in range(m)]).float()
-        true = feats[p : p + m].float()
-        l2 = (pred - true).norm(dim=-1)
-        cos = 1.0 - torch.nn.functional.cosine_similarity(pred, true, dim=-1)
-        by_root[p] = [FeatureDeviation(float(a), float(b)) for a, b in zip(l2.tolist(), cos.tolist())]
-    return [by_root.get(p, []) for p in roots]
+    """For each round's root position p (the root token is `tokens[p]`), `start_deviations` from p alone."""
+    found = start_deviations(draft, tokens, features, roots, steps)
+    return [found.get(p, []) for p in roots]
+
+
+def mean_by_position(chains: list[list[FeatureDeviation]]) -> list[StartDeviation]:
+    """Several chains' deviations averaged position by position, each position with the chains that reached it."""
+    out: list[StartDeviation] = []
+    for k in range(1, max((len(c) for c in chains), default=0) + 1):
+        at = [c[k - 1] for c in chains if len(c) >= k]
+        out.append(StartDeviation(k, sum(d.l2 for d in at) / len(at), sum(d.cosine for d in at) / len(at), len(at)))
+    return out
+
+
+def every_position_deviation(
+    draft: DraftModel, tokens: torch.Tensor, features: torch.Tensor, spans: list[tuple[int, int]], steps: int
+) -> tuple[list[list[FeatureDeviation]], list[list[StartDeviation]]]:
+    """Chains from every position of the continuation in one batched unroll: for each round's span [root, end) of
+    positions (its root and the tokens it accepted), the chain from its root alone (the round-root measure) and the
+    mean over the chains from every position of the span (the every-position measure)."""
+    found = start_deviations(draft, tokens, features, [p for a, b in spans for p in range(a, b)], steps)
+    from_root = [found.get(a, []) for a, _ in spans]
+    every = [mean_by_position([found[p] for p in range(a, b) if p in found]) for a, b in spans]
+    return from_root, every

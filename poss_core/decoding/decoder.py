@@ -14,7 +14,7 @@ from ..events import DecodeSummary, DraftNode, FeatureDeviation, RoundEvent, Tre
 from ..models.draft import DraftModel, DraftState, check_draft_fits
 from ..models.target import TargetModel, causal_allowed, keep_cache_slots
 from .config import DecodeConfig
-from .continuation import continuation_deviation
+from .continuation import every_position_deviation
 from .detokenizer import Detokenizer
 from .tree import DraftTree, build_tree
 from .tree import ms_since as _ms
@@ -100,9 +100,11 @@ class _BaseDecoder:
         probs = target_distribution(logits, self.config.temperature, self.config.top_p)
         return int(torch.multinomial(probs, 1, generator=generator))
 
-    def _prefill(self, ids: torch.Tensor, cache, generator: torch.Generator):
-        out = self.target.forward(ids, torch.arange(len(ids)), causal_allowed(len(ids), 0), cache, logits="last")
-        return out, self._pick(out.logits[-1], generator)
+    def _prefill(self, ids: torch.Tensor, cache, generator: torch.Generator, cancel=None):
+        """Read the prompt (in chunks, `cancel` checked between them) and pick the first token; (None, None) when
+        the call was stopped meanwhile."""
+        out = self.target.prefill(ids, cache, cancel)
+        return (None, None) if out is None else (out, self._pick(out.logits[-1], generator))
 
     def _generator(self) -> torch.Generator:
         return torch.Generator().manual_seed(self.config.seed)
@@ -145,7 +147,10 @@ class PlainDecoder(_BaseDecoder):
         cache = self.target.new_cache()
         events: list[RoundEvent] = []
         t0 = time.perf_counter()
-        out, token = self._prefill(ids, cache, gen)
+        out, token = self._prefill(ids, cache, gen, cancel)
+        if out is None:  # stopped while reading the prompt
+            yield self._finish(events, stream, "cancelled")
+            return
         ms = _ms(t0)
         events.append(self._prefill_event(token, stream, ms))
         yield events[-1]
@@ -211,7 +216,10 @@ class SpeculativeDecoder(_BaseDecoder):
         events: list[RoundEvent] = []
 
         t0 = time.perf_counter()
-        out, root = self._prefill(ids, cache, gen)
+        out, root = self._prefill(ids, cache, gen, cancel)
+        if out is None:  # stopped while reading the prompt
+            yield self._finish(events, stream, "cancelled")
+            return
         # Row j of the draft pairs token x[j+1] with the target feature at j.
         state.add_rows(torch.cat([ids[1:], torch.tensor([root])]), out.hidden)
         events.append(self._prefill_event(root, stream, _ms(t0)))
@@ -289,14 +297,19 @@ class SpeculativeDecoder(_BaseDecoder):
     def _add_continuation(
         self, events: list[RoundEvent], roots: list[int], tokens: torch.Tensor, features: torch.Tensor
     ) -> None:
-        """Each drafting round's deviation along the target's own continuation from its root (continuation.py)."""
-        drafted = [(e, p) for e, p in zip(events, roots) if not e.prefill and e.nodes]
+        """Each drafting round's deviation along the target's own continuation, from its root and from every
+        position it covered (continuation.py), in one batched unroll."""
+        ends = [*roots[1:], len(tokens)]  # a round covers its root up to the next round's root
+        drafted = [(e, (p, end)) for e, p, end in zip(events, roots, ends) if not e.prefill and e.nodes]
         if not drafted or self.draft is None:  # the oracle drafts without a draft model, so without features
             return
         t0 = time.perf_counter()
-        found = continuation_deviation(self.draft, tokens, features, [p for _, p in drafted], self.config.depth)
-        for (event, _), deviation in zip(drafted, found):
-            event.continuation_deviation = deviation
+        from_root, every = every_position_deviation(
+            self.draft, tokens, features, [span for _, span in drafted], self.config.depth
+        )
+        for (event, _), root_dev, every_dev in zip(drafted, from_root, every):
+            event.continuation_deviation = root_dev
+            event.every_position_deviation = every_dev
         self.untimed_s += time.perf_counter() - t0
 
 

@@ -132,6 +132,10 @@ class Acceptance(_Strict):
         )
 
 
+# The deviations measured without survivor bias (metrics.DEVIATION_KINDS less "accepted"), as the file names them.
+UNBIASED_KINDS = ("every_position", "continuation", "tree_on_path", "tree_off_path")
+
+
 class DeviationPoint(_Strict):
     """Mean feature deviation at draft position k over n rounds (continuation) or tree nodes."""
 
@@ -145,16 +149,17 @@ Curve = Annotated[list[DeviationPoint], Field(max_length=MAX_DEPTH)]
 
 
 class Deviation(_Strict):
-    """Feature deviation by position, measured without survivor bias: along the target's own continuation from each
-    round's root, and on every drafted tree node on / off the accepted path."""
+    """Feature deviation by position, measured without survivor bias: along the target's own continuation from every
+    position of it and from each round's root, and on every drafted tree node on / off the accepted path."""
 
+    every_position: Curve = []
     continuation: Curve = []
     tree_on_path: Curve = []
     tree_off_path: Curve = []
 
     def by_kind(self) -> dict[str, dict[str, list]]:
         out = {}
-        for kind in ("continuation", "tree_on_path", "tree_off_path"):
+        for kind in UNBIASED_KINDS:
             points = getattr(self, kind)
             if points:
                 out[kind] = {
@@ -355,7 +360,7 @@ def acceptance_json(stats: AcceptanceStats) -> dict[str, Any]:
 def deviation_json(stats: AcceptanceStats) -> dict[str, list[dict[str, Any]]]:
     """The unbiased deviations by position, as the evidence file names them for outside tools."""
     out = {}
-    for kind in ("continuation", "tree_on_path", "tree_off_path"):
+    for kind in UNBIASED_KINDS:
         d = stats.deviation_of(kind)
         out[kind] = [
             {"k": k, "l2": d["l2"][k - 1], "cosine": d["cosine"][k - 1], "n": n}

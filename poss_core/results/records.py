@@ -11,7 +11,7 @@ from typing import Any
 
 from .. import methods, metrics
 from ..errors import ConfigError
-from ..events import DraftNode, FeatureDeviation, RoundEvent, TreeDeviation
+from ..events import DraftNode, FeatureDeviation, RoundEvent, StartDeviation, TreeDeviation
 
 
 @dataclass
@@ -72,6 +72,9 @@ class TurnRecord:
                 ],
                 "draft_observed": [e.draft_observed for e in ev],
                 "continuation_deviation": [[[d.l2, d.cosine] for d in e.continuation_deviation] for e in ev],
+                "every_position_deviation": [
+                    [[d.k, d.l2, d.cosine, d.n] for d in e.every_position_deviation] for e in ev
+                ],
                 "tree_deviation": [[[d.k, d.on_path, d.l2, d.cosine, d.n] for d in e.tree_deviation] for e in ev],
             },
         }
@@ -100,9 +103,10 @@ class TurnRecord:
                 prefill=bool(pf),
                 draft_observed=bool(seen),
                 continuation_deviation=[FeatureDeviation(float(a), float(b)) for a, b in cont],
+                every_position_deviation=[StartDeviation(int(k), float(a), float(b), int(m)) for k, a, b, m in every],
                 tree_deviation=[TreeDeviation(int(k), bool(on), float(a), float(b), int(m)) for k, on, a, b, m in tree],
             )
-            for i, (pf, acc, nt, dm, vm, wm, dev, toks, bonus, nodes, seen, cont, tree) in enumerate(
+            for i, (pf, acc, nt, dm, vm, wm, dev, toks, bonus, nodes, seen, cont, tree, every) in enumerate(
                 zip(
                     col("prefill", False),
                     col("accept_len", 0),
@@ -117,6 +121,7 @@ class TurnRecord:
                     col("draft_observed", True),
                     col("continuation_deviation", []),
                     col("tree_deviation", []),
+                    col("every_position_deviation", []),
                 )
             )
         ]

@@ -40,12 +40,14 @@ POS_RATE_FORMULA = "rate<sub>k</sub>: of rounds that drafted k, the share that a
 
 # What each kind of feature deviation (metrics.DEVIATION_KINDS) is measured on, as a chart says it.
 DEVIATION_TITLES = {
-    "continuation": "along the target's own continuation",
+    "every_position": "along the target's own continuation, from every position",
+    "continuation": "along the target's continuation, from round roots only (where the last draft failed)",
     "accepted": "accepted positions only (conditional on acceptance)",
     "tree_on_path": "tree nodes on the accepted path",
     "tree_off_path": "tree nodes off the accepted path",
 }
 DEVIATION_UNITS = {
+    "every_position": "starting positions",
     "continuation": "rounds",
     "accepted": "accepted tokens",
     "tree_on_path": "nodes",
@@ -271,11 +273,15 @@ def _share(value: float) -> str:
     return "" if value != value else f"{value:.0%}"
 
 
+# What a chart draws instead where no run measured a kind (a run saved before it existed); the title says which.
+DEVIATION_FALLBACK = {"every_position": "continuation", "continuation": "accepted"}
+
+
 def deviation_kind_shown(stats: Mapping[str, AcceptanceStats], kind: str) -> str:
-    """`kind`, or the accepted-only deviation where no run measured `kind` (a run saved before the continuation
-    deviation existed): the chart then says which one it draws."""
-    if kind != "accepted" and not any(any(st.deviation_of(kind)["count"]) for st in stats.values()):
-        return "accepted"
+    """`kind`, or the next measure in DEVIATION_FALLBACK (ending at the accepted-only deviation) where no run
+    measured `kind`: the chart then says which one it draws."""
+    while kind != "accepted" and not any(any(st.deviation_of(kind)["count"]) for st in stats.values()):
+        kind = DEVIATION_FALLBACK.get(kind, "accepted")
     return kind
 
 
@@ -285,12 +291,13 @@ def feature_deviation_figure(
     colors: Mapping[str, str] | None = None,
     height: int = 340,
     note: str = "",
-    kind: str = "continuation",
+    kind: str = "every_position",
 ) -> go.Figure:
     """Mean deviation between the draft's predicted feature and the target's true feature, by draft position.
 
-    `kind` (metrics.DEVIATION_KINDS) says where it is measured: "continuation" (the draft rolled forward over the
-    tokens the target went on to write, every round: no survivor bias), "accepted" (accepted positions only:
+    `kind` (metrics.DEVIATION_KINDS) says where it is measured: "every_position" (the draft rolled forward over the
+    tokens the target went on to write, from every position of them: no survivor bias), "continuation" (the same from
+    each round's root only, where the last draft had just failed), "accepted" (accepted positions only:
     conditional on acceptance, so deep positions keep only the easy rounds), or the tree's nodes on / off the
     accepted path. `metric` is "l2" (L2 norm) or "cosine" (1 - cos); the hover shows both and the sample size."""
     if metric not in ("l2", "cosine"):
