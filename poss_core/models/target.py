@@ -10,6 +10,11 @@ from transformers.cache_utils import DynamicLayer
 
 from .numerics import Numerics, target_numerics
 
+# Prompt tokens read per forward in a prefill: a call's budget is checked between chunks, so a stop or the cap lands
+# within one chunk (about a second for the default model on one CPU thread) instead of after the whole prompt; a
+# chunk this long keeps the forwards' matmuls as efficient as one forward over the prompt.
+PREFILL_CHUNK = 256
+
 
 @dataclass
 class TargetOutput:
@@ -216,6 +221,35 @@ class TargetModel:
             return TargetOutput(None, hidden)
         head_in = hidden[-1:] if logits == "last" else hidden
         return TargetOutput(self.lm_head(head_in).float(), hidden)
+
+    @torch.inference_mode()
+    def prefill(
+        self, ids: torch.Tensor, cache: DynamicCache, cancel=None, chunk: int = PREFILL_CHUNK
+    ) -> TargetOutput | None:
+        """Read the prompt `ids` [n] into an empty `cache`, `chunk` tokens per forward, with the last row's logits
+        and every row's features. `cancel` (an Event, e.g. a call's budget) is checked before each chunk, so a long
+        prompt is stopped within one chunk of it: None then (the cache holds the chunks read so far). Each chunk
+        sees the whole past and itself causally, as one forward over the prompt would: the same logits and features
+        up to float rounding (matmuls of other shapes sum in another order), and bit for bit for a prompt of one
+        chunk. Every lane of a comparison reads its prompt this way, so they stay alike."""
+        n, step = len(ids), max(1, int(chunk))
+        hidden = []
+        out = None
+        for begin in range(0, n, step):
+            if cancel is not None and cancel.is_set():
+                return None
+            end = min(n, begin + step)
+            out = self.forward(
+                ids[begin:end],
+                torch.arange(begin, end),
+                causal_allowed(end - begin, begin),
+                cache,
+                logits="last" if end == n else "none",
+            )
+            hidden.append(out.hidden)
+        if out is None:
+            raise ValueError("prefill needs at least one token")
+        return TargetOutput(out.logits, hidden[0] if len(hidden) == 1 else torch.cat(hidden))
 
     @torch.inference_mode()
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:

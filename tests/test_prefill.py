@@ -1,0 +1,76 @@
+"""The prompt is read in chunks with the call's budget checked between them: the same logits, features and cache as
+one forward over the prompt, and a stop (or the cap) lands within one chunk."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+
+from poss_core.decoding.config import DecodeConfig
+from poss_core.decoding.decoder import PlainDecoder
+from poss_core.events import DecodeSummary
+from poss_core.models.target import causal_allowed
+
+
+def one_shot(target, ids):
+    cache = target.new_cache()
+    out = target.forward(ids, torch.arange(len(ids)), causal_allowed(len(ids), 0), cache, logits="last")
+    return out, cache
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 64, 299, 300, 512])
+def test_a_chunked_prefill_gives_the_one_shot_logits_features_and_cache(tiny_target, chunk):
+    ids = torch.randint(0, tiny_target.vocab_size, (300,), generator=torch.Generator().manual_seed(1))
+    want, want_cache = one_shot(tiny_target, ids)
+    cache = tiny_target.new_cache()
+    got = tiny_target.prefill(ids, cache, chunk=chunk)
+    assert got.hidden.shape == want.hidden.shape
+    assert got.logits.shape == want.logits.shape == (1, tiny_target.vocab_size)
+    if chunk >= len(ids):  # one chunk: the very same forward
+        assert torch.equal(got.hidden, want.hidden) and torch.equal(got.logits, want.logits)
+    # Other chunks: matmuls of other shapes sum in another order, so float rounding only (fp32: about 1e-6).
+    torch.testing.assert_close(got.hidden, want.hidden, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(got.logits, want.logits, rtol=1e-5, atol=1e-5)
+    assert int(got.logits.argmax()) == int(want.logits.argmax())
+    assert cache.get_seq_length() == want_cache.get_seq_length() == len(ids)
+    for a, b in zip(cache.layers, want_cache.layers):
+        torch.testing.assert_close(a.keys, b.keys, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(a.values, b.values, rtol=1e-5, atol=1e-5)
+
+
+class StopAfter(threading.Event):
+    """An Event that sets itself at its `n`-th check: a call's budget running out mid-prefill."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.n, self.checks = n, 0
+
+    def is_set(self) -> bool:
+        self.checks += 1
+        if self.checks >= self.n:
+            self.set()
+        return super().is_set()
+
+
+def test_a_stop_lands_within_one_chunk_of_the_prompt(tiny_target, monkeypatch):
+    ids = torch.randint(0, tiny_target.vocab_size, (300,), generator=torch.Generator().manual_seed(2))
+    forwards = []
+    real = tiny_target.forward
+    monkeypatch.setattr(tiny_target, "forward", lambda *a, **k: forwards.append(len(a[0])) or real(*a, **k))
+    cache = tiny_target.new_cache()
+    assert tiny_target.prefill(ids, cache, StopAfter(3), chunk=64) is None
+    assert forwards == [64, 64]  # two chunks read, then the budget was seen set: the other three never ran
+    assert cache.get_seq_length() == 128
+
+
+def test_a_decode_stopped_while_reading_its_prompt_ends_cancelled(tiny_target):
+    config = DecodeConfig(max_new_tokens=8)
+    ids = torch.randint(0, tiny_target.vocab_size, (300,), generator=torch.Generator().manual_seed(3)).tolist()
+    items = list(PlainDecoder(tiny_target, config).generate(ids, cancel=StopAfter(2)))
+    assert len(items) == 1 and isinstance(items[0], DecodeSummary)
+    assert items[0].stop_reason == "cancelled" and items[0].token_ids == []
+    # Unstopped, the same decode reads its prompt in chunks and runs as before.
+    done = list(PlainDecoder(tiny_target, config).generate(ids))
+    assert done[-1].stop_reason in ("max_new_tokens", "eos") and len(done[-1].token_ids) >= 1
