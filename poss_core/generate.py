@@ -16,6 +16,7 @@ from .errors import PossError, run_cli
 from .events import DecodeSummary
 from .json_safe import clean_json
 from .models.loading import load_preset_target, parse_dtype
+from .models.numerics import NEAR_TIE, identity_divergence
 from .models.presets import DraftRef, get_preset, resolve_draft_name
 
 
@@ -56,7 +57,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:1, mps (default: the best available)")
     p.add_argument("--no-chat-template", action="store_true", help="feed the prompt as raw text")
     p.add_argument("--jsonl", action="store_true", help="one JSON object per round, then a summary object")
+    p.add_argument(
+        "--check-identity",
+        action="store_true",
+        help="then decode the prompt with plain decoding and compare token for token (temperature 0, where speculative "
+        "decoding must reproduce it; a divergence is classified by plain's logit margin against the precision's "
+        "rounding tolerance); exit 1 on a real mismatch",
+    )
     return p
+
+
+def _decode_config(args, preset):
+    return methods.decode_config(preset, **settings.decoding(settings.from_flags(args, settings.GENERATE)))
 
 
 def make_decoder(args):
@@ -64,7 +76,7 @@ def make_decoder(args):
     preset = get_preset(args.preset) if args.preset else None
     if preset is None and not args.target:
         raise PossError("give --preset NAME or --target ID_OR_FOLDER (e.g. --preset smollm2-135m).")
-    config = methods.decode_config(preset, **settings.decoding(settings.from_flags(args, settings.GENERATE)))
+    config = _decode_config(args, preset)
     free = None  # prompt lookup or assisted generation: resolved before anything loads (a preset may lack one)
     if args.method in methods.TRAINING_FREE:
         if preset is None and args.method == methods.ASSISTED:
@@ -101,8 +113,10 @@ def run(args) -> int:
     decoder, target = make_decoder(args)
     ids = encode_prompt(target.tokenizer, args.prompt, use_chat_template=not args.no_chat_template)
     check_prompt_tokens(len(ids), target.max_context)
+    summary = None
     for item in decoder.generate(ids):
         if isinstance(item, DecodeSummary):
+            summary = item
             if args.jsonl:
                 print(json.dumps(clean_json(item.to_json())), flush=True)
             else:
@@ -116,7 +130,30 @@ def run(args) -> int:
             print(json.dumps(clean_json(item.to_json())), flush=True)
         else:
             print(item.text, end="", flush=True)
-    return 0
+    if summary is None or args.method == methods.PLAIN or not args.check_identity or args.temperature != 0:
+        return 0
+    return identity_check(args, target, ids, summary)
+
+
+def identity_check(args, target, ids: list[int], summary: DecodeSummary) -> int:
+    """Decode the prompt with plain decoding and compare token for token: one line on stderr, 1 on a real mismatch
+    (a divergence beyond the precision's rounding tolerance), 0 when identical or parted at a rounding near-tie."""
+    preset = get_preset(args.preset) if args.preset else None
+    plain = methods.build_decoder(methods.PLAIN_METHODS[methods.PLAIN], target, _decode_config(args, preset))
+    plain_ids = next(i for i in plain.generate(ids) if isinstance(i, DecodeSummary)).token_ids
+    where = f"{str(target.dtype).replace('torch.', '')} on {target.device.type}"
+    div = identity_divergence(target, ids, summary.token_ids, plain_ids)
+    if div is None:
+        line = f"Identity check PASSED: {len(plain_ids)} tokens identical to plain decoding ({where})"
+    elif div.kind == NEAR_TIE:
+        line = (
+            f"Identity check PASSED up to rounding ({where}): parts from plain decoding at token {div.index} of "
+            f"{len(plain_ids)}, {div.tie}: {div.reason}"
+        )
+    else:
+        line = f"Identity check FAILED ({where}): parts from plain decoding at token {div.index}: {div.reason}"
+    print(f"[{args.method}] {line}", file=sys.stderr, flush=True)
+    return 1 if div is not None and div.kind != NEAR_TIE else 0
 
 
 def main(argv: list[str] | None = None) -> int:

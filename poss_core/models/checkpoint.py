@@ -17,6 +17,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
@@ -32,14 +33,43 @@ WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 INDEX_FILES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
 
 
+# The fingerprint's sample: a strided set of vocabulary rows, their first columns (all of a small embedding).
+FINGERPRINT_ROWS, FINGERPRINT_COLS = 256, 1024
+
+
 def target_fingerprint(target: TargetModel) -> str:
-    """A short hash of the target's sizes and a strided sample of its input embedding (dtype-independent)."""
+    """A short hash of the target's sizes and the sign bits of a strided sample of its input embedding.
+
+    Only sign bits are used because they are the one thing every precision keeps: rounding to nearest never changes
+    a sign, and a value too small for float16 (below its subnormal range) becomes a signed zero. Magnitudes are
+    not: float32 -> bfloat16 and float32 -> float16 -> bfloat16 round differently (double rounding, float16's
+    subnormals), and any bucketing of magnitudes has edges a rounding can cross. So the same weights give the same
+    fingerprint in float32, bfloat16 and float16, on any device, and with a quantized target (whose embedding is
+    kept in the compute dtype). A different model, or a fine-tune that moved the embedding, flips some of the
+    256 x 1024 sampled signs (an unrelated one about half of them)."""
+    emb = target.input_embedding_weight().detach()
+    sample = emb[:: max(1, emb.shape[0] // FINGERPRINT_ROWS)][:FINGERPRINT_ROWS, :FINGERPRINT_COLS]
+    signs = torch.signbit(sample).to("cpu").numpy()
+    h = hashlib.sha256()
+    h.update(f"signs:{target.vocab_size}x{target.hidden_size}:{tuple(sample.shape)}".encode())
+    h.update(np.packbits(signs).tobytes())
+    return h.hexdigest()[:16]
+
+
+def legacy_target_fingerprint(target: TargetModel) -> str:
+    """The fingerprint drafts saved before the sign-bit scheme carry: a bf16 rounding of the sample, which matches
+    for a float32 or bfloat16 target only (float16 -> bfloat16 rounds some values differently)."""
     emb = target.input_embedding_weight().detach()
     sample = emb[:: max(1, emb.shape[0] // 64)][:64, :256].float().cpu().to(torch.bfloat16)
     h = hashlib.sha256()
     h.update(f"{target.vocab_size}x{target.hidden_size}".encode())
     h.update(sample.view(torch.int16).numpy().tobytes())
     return h.hexdigest()[:16]
+
+
+def fingerprint_matches(stored: str, target: TargetModel) -> bool:
+    """Whether a draft's stored fingerprint is this target's, in today's scheme or the legacy one."""
+    return stored == target_fingerprint(target) or stored == legacy_target_fingerprint(target)
 
 
 def _weights_file(folder: Path) -> Path:
@@ -139,11 +169,16 @@ def load_draft(
     check_draft_config(raw_cfg, meta, target, positions_per_specialist, where=str(folder / "config.json"))
     state = read_weights(folder)  # one file or the Hub's shards
     fp = meta.get("target_fingerprint")
-    if fp and fp != target_fingerprint(target):
+    if fp and not fingerprint_matches(fp, target):
         msg = (
             f"this draft was trained for target {meta.get('target', '?')!r} (fingerprint {fp}) but the loaded "
             f"target's weights differ (fingerprint {target_fingerprint(target)}); acceptance will suffer."
         )
+        if target.input_embedding_weight().dtype == torch.float16:  # legacy: computable in float32 or bf16 only
+            msg += (
+                " A fingerprint saved before the sign-bit scheme can be checked only on a float32 or bfloat16 "
+                "target: load it once in one of those, or re-save the draft."
+            )
         if not allow_other_target:
             raise CheckpointError(msg + " Pass allow_other_target=True (--allow-other-target) to use it anyway.")
         warnings.warn(msg, stacklevel=2)

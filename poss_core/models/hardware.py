@@ -28,6 +28,28 @@ def cpu_bf16_units() -> str | None:
     return "AVX-512 BF16" if "avx512_bf16" in flags else None
 
 
+def cuda_bf16_units(device: torch.device | int | None = None) -> bool:
+    """Whether a CUDA card multiplies bf16 in hardware: compute capability 8.0 (Ampere) or newer. Asked of the
+    capability rather than `torch.cuda.is_bf16_supported()`, which also says yes for older cards that only emulate
+    bf16 (slowly); a T4 (7.5), V100 (7.0) or P100 (6.0) has fp16 units only."""
+    try:
+        major, _minor = torch.cuda.get_device_capability(device)
+    except Exception:  # noqa: BLE001 - no CUDA here: no bf16 units to use
+        return False
+    return major >= 8
+
+
+def auto_dtype(device: torch.device) -> torch.dtype:
+    """The precision `auto` loads a target in: float32 on a CPU (exact identity with plain decoding), bf16 on a CUDA
+    card with bf16 units and fp16 on one without (a T4 has no bf16 units; fp16 keeps its tensor cores busy), bf16 on
+    other accelerators (Apple MPS)."""
+    if device.type == "cpu":
+        return torch.float32
+    if device.type == "cuda":
+        return torch.bfloat16 if cuda_bf16_units(device) else torch.float16
+    return torch.bfloat16
+
+
 def device_description(device: torch.device) -> str:
     """The hardware a timing belongs to: GPU name, or CPU model, core count and torch threads."""
     if device.type == "cuda":

@@ -13,6 +13,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from .. import settings
 from ..errors import CheckpointError, ConfigError, ModelLoadError
 from .draft import DraftModel, DraftSpec, draft_config_from_target
+from .hardware import auto_dtype
 from .target import TargetModel
 
 RANDOM_DRAFTS = {
@@ -102,8 +103,9 @@ def parse_dtype(name: str | None) -> torch.dtype | None:
 
 
 def default_dtype(device: torch.device) -> torch.dtype:
-    """bf16 on accelerators (fp16 overflows for Qwen2), fp32 on CPU."""
-    return torch.float32 if device.type == "cpu" else torch.bfloat16
+    """What `auto` means on `device`: fp32 on CPU, bf16 on GPUs with bf16 units, fp16 on older ones
+    (hardware.auto_dtype)."""
+    return auto_dtype(device)
 
 
 def parse_max_memory(text: str | None) -> dict | None:

@@ -157,3 +157,17 @@ def first_difference(tokens: list[int], plain_tokens: list[int]) -> int | None:
     """The first index where two token lists differ (None: equal as far as both go)."""
     n = min(len(tokens), len(plain_tokens))
     return next((i for i in range(n) if tokens[i] != plain_tokens[i]), None)
+
+
+def identity_divergence(target, prompt_ids: list[int], tokens: list[int], plain_tokens: list[int]) -> Divergence | None:
+    """Where a greedy lane's tokens first part from plain decoding's on the same prompt, classified by the plain
+    target's margin there against what its numerics allow (None: identical). A lane that stopped early or went on
+    counts as parting where the shorter one ended (its margin is plain's top-1 minus top-2 there)."""
+    i = first_difference(tokens, plain_tokens)
+    if i is None:
+        if len(tokens) == len(plain_tokens):
+            return None
+        i = min(len(tokens), len(plain_tokens))
+    got = tokens[i] if i < len(tokens) and i < len(plain_tokens) else None
+    margin = plain_margin(target, prompt_ids, plain_tokens, i, got)
+    return classify_divergence(i, margin, target.numerics)
