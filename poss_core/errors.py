@@ -26,6 +26,11 @@ class CallStopped(PossError):
     limit per call (what was cut short, e.g. a tree-budget fit, is not kept)."""
 
 
+class StallError(PossError):
+    """A decode made no progress (no new round) for longer than its bound: it is ended instead of hanging, naming
+    the method and what it was decoding."""
+
+
 def run_cli(body, *args) -> int:
     """Run a command-line entry point: a PossError or any other failure becomes one `error:` line on stderr and a
     non-zero exit code, never a traceback (POSS_DEBUG=1 shows it)."""

@@ -35,6 +35,7 @@ import transformers
 
 from .. import methods, settings
 from ..decoding.config import DecodeConfig
+from ..decoding.hf_generate import STALL_SECONDS
 from ..errors import ConfigError, PossError, run_cli
 from ..models.hardware import device_description
 from ..models.loading import load_preset_target, parse_dtype
@@ -48,7 +49,8 @@ from ..settings import LIMITS
 from . import runner
 from .overhead import linear_main, overhead_main
 from .report import identity_banner, write_outputs
-from .runner import calibration_texts, decode_turn, load_questions, parse_methods, run_questions
+from .runner import calibration_texts, load_questions, parse_methods, run_questions, watched_decode
+from .stall import StallWatch
 
 DEFAULT_METHODS = "plain,eagle,hass,poss1,poss2,poss3,matched"
 
@@ -119,7 +121,18 @@ def build_parser() -> argparse.ArgumentParser:
         default="inline",
         help="inline works offline (the HTML is ~4 MB); cdn keeps it small",
     )
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress bar (with a terminal) and no line per finished decode (without one)",
+    )
+    p.add_argument(
+        "--stall-seconds",
+        type=float,
+        default=STALL_SECONDS,
+        help="a decode with no new round (no target forward) for this long ends the run with an error naming the "
+        f"method and question, instead of hanging; 0: wait without a bound (default {STALL_SECONDS:g})",
+    )
     p.add_argument("--out", default="results", help="output folder")
     return p
 
@@ -189,10 +202,15 @@ def run_benchmark(args, argv: Sequence[str]) -> int:
         preset.target, quantization=args.quantization, device=args.device, dtype=parse_dtype(args.precision)
     )
     lanes = runner.make_lanes(args, preset, target, names, base_cfg, say, calibration)
+    for lane in lanes:
+        if hasattr(lane.decoder, "stall_s"):  # transformers' generate: its own wait for a round has the same bound
+            lane.decoder.stall_s = args.stall_seconds or None
     tokens = min(args.warmup_tokens, args.max_new_tokens)
-    warm_up(lanes, runner.warm_up_prompt(target, questions, args.max_new_tokens), tokens)
-
-    records, skipped = run_questions(lanes, target, questions, args.runs, progress=not args.no_progress)
+    progress = not args.no_progress
+    with StallWatch(args.stall_seconds) as watch:
+        say(f"warming up {len(lanes)} methods ({', '.join(m.name for m in lanes)}), {tokens} tokens each ...")
+        warm_up(lanes, runner.warm_up_prompt(target, questions, args.max_new_tokens), tokens, watch, progress)
+        records, skipped = run_questions(lanes, target, questions, args.runs, progress=progress, watch=watch)
     for line in skipped:
         say(f"skipped {line}")
     identity = check_identity(records, target, args.temperature)
@@ -231,6 +249,8 @@ def tree_budget_arg(args) -> int | str:
         value, (lo, hi) = getattr(args, flag), LIMITS["max_new_tokens"]
         if not lo <= value <= hi:
             raise ConfigError(f"--{flag.replace('_', '-')}={value} is out of range: use an integer from {lo} to {hi}.")
+    if not args.stall_seconds >= 0:  # also refuses NaN
+        raise ConfigError(f"--stall-seconds={args.stall_seconds} is out of range: use seconds >= 0 (0: no bound).")
     lo, hi = LIMITS["tree_budget"]
     if not lo <= args.max_tree_budget <= hi:
         raise ConfigError(
@@ -265,10 +285,19 @@ def check_methods(names: Sequence[str], preset: Preset) -> None:
             )
 
 
-def warm_up(lanes: Sequence[runner.BenchLane], ids: list[int], tokens: int) -> None:
-    """Every method decodes the first prompt that fits once, untimed."""
+def warm_up(
+    lanes: Sequence[runner.BenchLane],
+    ids: list[int],
+    tokens: int,
+    watch: StallWatch | None = None,
+    progress: bool | str = True,
+) -> None:
+    """Every method decodes the first prompt that fits once, untimed (a line each without a terminal)."""
+    lines = runner.progress_mode(progress) == "lines"
     for lane in lanes:
-        decode_turn(runner.with_max_tokens(lane, tokens), ids)
+        got, _, _, wall, _ = watched_decode(watch, runner.with_max_tokens(lane, tokens), ids, "the warm-up prompt")
+        if lines:
+            say(f"warm-up {lane.name}: {len(got)} tokens in {wall:.2f} s")
 
 
 def check_identity(records, target, temperature: float) -> dict:

@@ -1,5 +1,10 @@
 """The benchmark's timed runs: the questions, one lane per method (its decoder, with `--tree-budget auto` its fitted
-budget), and the loop that decodes every turn of every question with every method, run after run."""
+budget), and the loop that decodes every turn of every question with every method, run after run.
+
+What the loop tells while it runs: with a terminal, a progress bar; without one (a log, CI, `2>&1 | tee`), one line
+per finished decode on stderr (method, question, tokens, seconds), since a bar redrawn with carriage returns shows
+nothing in a log until the run ends. Every decode runs under the stall watch (`stall.py`), and a decode that fails
+becomes a LaneError naming the method and the question."""
 
 from __future__ import annotations
 
@@ -10,7 +15,7 @@ import glob
 import json
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -21,12 +26,13 @@ from .. import methods
 from ..autobudget import CALIBRATION_PROMPTS, DEPTH_STOPS, auto_tree_budget, load_or_measure_curve
 from ..decoding.config import check_messages, check_prompt_tokens
 from ..decoding.decoder import encode_prompt
-from ..errors import ConfigError, PromptError
+from ..errors import ConfigError, PossError, PromptError
 from ..events import DecodeSummary
 from ..models.loading import load_preset_target, parse_dtype
 from ..prompt_files import read_prompts
 from ..results.records import TurnRecord
 from ..views.pooling import light_event
+from .stall import StallWatch, lane_failed
 
 
 @dataclass
@@ -112,16 +118,24 @@ def calibration_texts(args: argparse.Namespace) -> list[str]:
     return texts[: args.calibration_prompts]
 
 
-def decode_turn(method: BenchLane, ids: list[int]) -> tuple[list[int], str, str, float, list]:
+def decode_turn(
+    method: BenchLane, ids: list[int], beat: Callable[[], None] | None = None
+) -> tuple[list[int], str, str, float, list]:
     """Run one decode; return (token ids, text, stop reason, wall seconds, light events). The wall time is taken
     around the whole call; what the rounds' own wall_ms do not cover (set-up, the closing summary) is booked as
     overhead of the last round, so tokens/s from events equals new tokens over this wall time (for transformers'
-    generate too: its decoder's events are its streamer's rounds)."""
+    generate too: its decoder's events are its streamer's rounds). `beat` is called at every round (and, for
+    transformers' generate, at every target forward): the stall watch's progress."""
     events, originals, summary = [], [], None
-    if hasattr(method.decoder, "prepare"):  # the oracle's plain run of this prompt: known before the clock starts
-        method.decoder.prepare(ids)
+    decoder = method.decoder
+    if beat is not None and hasattr(decoder, "progress"):
+        decoder.progress = beat  # generate runs whole before its rounds are read: its streamer beats instead
+    if hasattr(decoder, "prepare"):  # the oracle's plain run of this prompt: known before the clock starts
+        decoder.prepare(ids)
     t0 = time.perf_counter()
-    for item in method.decoder.generate(ids):
+    for item in decoder.generate(ids):
+        if beat is not None:
+            beat()
         if isinstance(item, DecodeSummary):
             summary = item
         else:
@@ -129,15 +143,37 @@ def decode_turn(method: BenchLane, ids: list[int]) -> tuple[list[int], str, str,
             events.append(light_event(item))
     for light, event in zip(events, originals):  # filled in by the decoder when the decode ended, after the copy
         light.continuation_deviation = event.continuation_deviation
-        light.every_position_deviation = event.every_position_deviation
     # The oracle re-deriving its continuation after a rounding near-tie is not decoding work.
-    wall = time.perf_counter() - t0 - getattr(method.decoder, "untimed_s", 0.0)
+    wall = time.perf_counter() - t0 - getattr(decoder, "untimed_s", 0.0)
     tokens, text, stop = summary.token_ids, summary.text, summary.stop_reason
     if events:
         rest = wall * 1000.0 - sum(e.wall_ms for e in events)
         if rest > 0:
             events[-1].wall_ms += rest
     return tokens, text, stop, wall, events
+
+
+def watched_decode(
+    watch: StallWatch | None, lane: BenchLane, ids: list[int], where: str
+) -> tuple[list[int], str, str, float, list]:
+    """`decode_turn` under the stall watch: a stall is a StallError, any other failure a LaneError, each naming the
+    method and `where` (the question, turn and run, or the warm-up)."""
+    name = f"{lane.name} ({lane.label})" if lane.label and lane.label != lane.name else lane.name
+    if watch is None:
+        watch = StallWatch(None)
+    try:
+        with watch.watching(f"{name}, decoding {where},"):
+            return decode_turn(lane, ids, watch.beat)
+    except PossError:
+        raise
+    except Exception as err:  # a device error, a bug, an error inside transformers' generate
+        raise lane_failed(name, where, err) from err
+
+
+def progress_line(done: int, total: int, where: str, lane: str, tokens: int, seconds: float) -> str:
+    """One finished decode, for a log: [bench] 5/96 run 1 alpaca/3 turn 0 plain-hf: 128 tokens in 2.41 s (53.1/s)."""
+    rate = f" ({tokens / seconds:.1f} tokens/s)" if seconds > 0 else ""
+    return f"[bench] {done}/{total} {where} {lane}: {tokens} tokens in {seconds:.2f} s{rate}"
 
 
 def make_lanes(args, preset, target, names: list[str], base_cfg, say, calibration: list[str]) -> list[BenchLane]:
@@ -251,16 +287,35 @@ def warm_up_prompt(target, questions: Sequence[Question], max_new_tokens: int) -
     )
 
 
+def progress_mode(progress: bool | str, stream=None) -> str:
+    """ "bar" with a terminal, "lines" without one (a log), "none" when asked for no progress at all."""
+    if progress is False or progress == "none":
+        return "none"
+    if progress in ("bar", "lines"):
+        return progress
+    stream = sys.stderr if stream is None else stream
+    return "bar" if getattr(stream, "isatty", lambda: False)() else "lines"
+
+
 def run_questions(
-    lanes: Sequence[BenchLane], target, questions: Sequence[Question], runs: int, progress: bool = True
+    lanes: Sequence[BenchLane],
+    target,
+    questions: Sequence[Question],
+    runs: int,
+    progress: bool | str = True,
+    watch: StallWatch | None = None,
 ) -> tuple[list, list[str]]:
     """The timed loop: for each run, each question, every method (order rotated per question), every turn with the
-    method's own earlier answers in context. Returns the turn records and the turns skipped for lack of context."""
+    method's own earlier answers in context. Returns the turn records and the turns skipped for lack of context.
+    `progress`: True (a bar with a terminal, else a line per decode), "bar", "lines", or False; `watch`: the stall
+    watch every decode runs under."""
+    mode = progress_mode(progress)
     total = runs * sum(len(q.turns) for q in questions) * len(lanes)
-    bar = tqdm(total=total, unit="decode", desc="bench", disable=not progress, dynamic_ncols=True, file=sys.stderr)
+    bar = tqdm(total=total, unit="decode", desc="bench", disable=mode != "bar", dynamic_ncols=True, file=sys.stderr)
     records: list[TurnRecord] = []
     skipped: list[str] = []
     lanes = list(lanes)
+    done = 0
     for run in range(runs):
         for qi, q in enumerate(questions):
             shift = qi % len(lanes)
@@ -274,9 +329,11 @@ def run_questions(
                     if ids is None:
                         skipped.append(f"{q.dataset}/{q.question_id} turn {ti} ({lane.name}): {why}")
                         bar.update(len(q.turns) - ti)
+                        done += len(q.turns) - ti
                         break
+                    where = f"run {run + 1} {q.dataset}/{q.question_id} turn {ti}"
                     bar.set_postfix_str(f"run {run + 1} {q.dataset}/{q.question_id} {lane.name}", refresh=False)
-                    tokens, text, stop, wall, events = decode_turn(lane, ids)
+                    tokens, text, stop, wall, events = watched_decode(watch, lane, ids, where)
                     records.append(
                         TurnRecord(
                             run=run,
@@ -296,5 +353,9 @@ def run_questions(
                     )
                     messages.append({"role": "assistant", "content": text})
                     bar.update(1)
+                    done += 1
+                    if mode == "lines":
+                        line = progress_line(done, total, where, lane.name, len(tokens), wall)
+                        print(line, file=sys.stderr, flush=True)
     bar.close()
     return records, skipped

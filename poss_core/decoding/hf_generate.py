@@ -26,7 +26,15 @@ put, `_assisted_decoding` right after it), and the thread is joined before the d
 time runs from the worker's resumption to its put; drafting and verifying are not split by transformers, so
 `draft_ms` is the time spent inside the assistant's forward passes (hooks on it; 0 for prompt lookup, whose
 n-gram search is not timed apart) and `verify_ms` the rest. Sampling (temperature > 0) seeds
-torch's global generator with `config.seed`, the only one generate uses."""
+torch's global generator with `config.seed`, the only one generate uses.
+
+No silent hang. The worker's exception (raised inside `generate`, a hook, a stopping criterion or the streamer) goes
+through the queue and is raised in the consumer. The consumer never waits on the queue without a bound: after
+`stall_s` seconds without a round (a `generate` stuck inside transformers or a device call, a streamer that is never
+called) it raises `StallError` naming the method, and a worker that ended without saying so is an error too. The
+worker's own wait for the consumer is not bounded: in the app a paused Step run waits on its user, and closing the
+decoder's generator releases it. `progress`, when set, is called at every put, in the thread running `generate`:
+the benchmark's stall watch hears each target forward even while `generate` runs in its own thread."""
 
 from __future__ import annotations
 
@@ -34,19 +42,23 @@ import math
 import queue
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
 
-from ..errors import ConfigError
+from ..errors import ConfigError, StallError
 from ..events import DecodeSummary, DraftNode, RoundEvent
 from ..models.target import TargetModel
 from .config import DecodeConfig
 from .decoder import _BaseDecoder, _Stream
 
 MODES = ("plain", "pld", "assisted")
+# Seconds without a new round before a decode counts as stalled. A round is one target forward: far under a second for
+# the presets on their devices, and tens of seconds only for the first forward of a large model on a CPU.
+STALL_SECONDS = 180.0
+_POLL_S = 0.25  # how often the consumer looks at the worker while it waits for a round
 
 
 class _Flags(StoppingCriteria):
@@ -64,8 +76,11 @@ class _Lockstep:
     """A transformers streamer that hands each put to the consumer and waits until it asks for the next round. It
     stamps the round's wall time (from the worker's resumption to the put) and the assistant's forward time."""
 
-    def __init__(self, stop: threading.Event, lockstep: bool = True) -> None:
+    def __init__(
+        self, stop: threading.Event, lockstep: bool = True, progress: Callable[[], None] | None = None
+    ) -> None:
         self.items: queue.Queue = queue.Queue()
+        self.progress = progress
         self.lockstep = lockstep  # False: generate runs in the consumer's own thread, which reads the rounds after
         self.go = threading.Semaphore(0)
         self.stop = stop
@@ -78,6 +93,8 @@ class _Lockstep:
             self._prompt_seen = True
             return
         wall_s, draft_s = time.perf_counter() - self.mark, self.draft_s
+        if self.progress is not None:
+            self.progress()
         self.items.put(("round", ([int(t) for t in value.reshape(-1).tolist()], wall_s, draft_s)))
         if self.lockstep and not self.stop.is_set():  # after a stop nobody waits: let generate reach its stop check
             self.go.acquire()
@@ -124,6 +141,7 @@ class HFGenerateDecoder(_BaseDecoder):
         mode: str = "plain",
         assistant: TargetModel | None = None,
         in_caller_thread: bool = False,
+        stall_s: float | None = STALL_SECONDS,
     ) -> None:
         super().__init__(target, config)
         if mode not in MODES:
@@ -141,6 +159,8 @@ class HFGenerateDecoder(_BaseDecoder):
         # benchmark: with OpenMP, a second thread's parallel regions run ~1.7x slower while the calling thread's
         # team exists, measured by `python scripts/generate_thread_cost.py`); False: rounds stream from a worker.
         self.in_caller_thread = in_caller_thread
+        self.stall_s = stall_s  # None or 0: wait for a round without a bound
+        self.progress: Callable[[], None] | None = None  # called at every put (the benchmark's stall watch)
         self.method = {"plain": "plain-hf"}.get(mode, mode)
         self._stats_depth = 0 if mode == "plain" else config.depth
 
@@ -214,12 +234,52 @@ class HFGenerateDecoder(_BaseDecoder):
             draft_observed=self.mode == "plain",
         )
 
+    def _next(self, pipe: _Lockstep, worker: threading.Thread | None) -> tuple[str, Any]:
+        """The worker's next message, waiting at most `stall_s` seconds: a StallError past that (or a RuntimeError
+        when the worker ended without a message), never a wait without end."""
+        ended = RuntimeError(f"{self.method}: transformers' generate ended without a result or an error")
+        if worker is None:  # generate already ran in this thread: every message is queued
+            try:
+                return pipe.items.get_nowait()
+            except queue.Empty:
+                raise ended from None
+        bound = self.stall_s or None
+        began = time.monotonic()
+        while True:
+            try:
+                return pipe.items.get(timeout=_POLL_S)
+            except queue.Empty:
+                pass
+            waited = time.monotonic() - began
+            if not worker.is_alive() and pipe.items.empty():
+                raise ended
+            if bound is not None and waited >= bound:
+                raise StallError(
+                    f"{self.method} (transformers' generate, mode {self.mode}) made no progress for {waited:.0f} s: "
+                    f"no target forward reached its streamer. Its device may be stuck or far too slow; raise the "
+                    f"bound (--stall-seconds) only if one forward of this model really takes that long."
+                )
+
+    def _end_worker(self, pipe: _Lockstep, worker: threading.Thread | None, quiet: bool) -> None:
+        """End generate at its next stop check and wait for its thread, at most `stall_s` seconds (a StallError
+        past that unless `quiet`, when another error is already on its way)."""
+        pipe.stop.set()
+        pipe.go.release()
+        if worker is None:
+            return
+        worker.join(timeout=self.stall_s or None)
+        if worker.is_alive() and not quiet:
+            raise StallError(
+                f"{self.method} (transformers' generate) did not stop within {self.stall_s:g} s of being asked to: "
+                f"its thread is left running."
+            )
+
     def generate(
         self, input_ids: Sequence[int], cancel: threading.Event | None = None
     ) -> Iterator[RoundEvent | DecodeSummary]:
         ids = self._check_prompt(input_ids)
         stream = _Stream(self.target.tokenizer, self.target.eos_ids, self.config.max_new_tokens)
-        pipe = _Lockstep(threading.Event(), lockstep=not self.in_caller_thread)
+        pipe = _Lockstep(threading.Event(), lockstep=not self.in_caller_thread, progress=self.progress)
         events: list[RoundEvent] = []
         reason = None
         worker = None
@@ -232,7 +292,7 @@ class HFGenerateDecoder(_BaseDecoder):
             worker.start()
         try:
             while True:
-                kind, payload = pipe.items.get()
+                kind, payload = self._next(pipe, worker)
                 if kind == "error":
                     raise payload
                 if kind == "done":
@@ -245,11 +305,10 @@ class HFGenerateDecoder(_BaseDecoder):
                     reason = "cancelled"
                     break
                 pipe.go.release()
-        finally:  # a stop, an error or a closed generator: end generate at its next check and wait for it
-            pipe.stop.set()
-            pipe.go.release()
-            if worker is not None:
-                worker.join()
+        except BaseException:  # an error or a closed generator: end generate at its next check, keep the first error
+            self._end_worker(pipe, worker, quiet=True)
+            raise
+        self._end_worker(pipe, worker, quiet=False)
         if reason is None and stream.stop_reason is None and len(stream.ids) >= self._budget(len(ids)):
             reason = "context_limit"
         yield self._finish(events, stream, stream.stop_reason or reason)
