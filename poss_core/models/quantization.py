@@ -137,3 +137,66 @@ def use_row_independent_kernels(model: torch.nn.Module) -> int:
             module.support_avx512bf16_for_cpu = False
             switched += 1
     return switched
+
+
+# Which 4-bit kernels a target's layers use (`use_kernels`):
+# - "row-independent": every forward dequantizes the weights and multiplies in the compute dtype, for one row as for
+#   sixty, so a tree's verify pass and a plain step compute a row alike (exact identity in float32 on a CPU). Plain
+#   decoding then pays a whole dequantization per layer per token.
+# - "fast": bitsandbytes' own choice. On a GPU (bitsandbytes 0.50, `gemm_4bit`) its fused 4-bit kernel for up to 4
+#   rows, which reads the packed weights without dequantizing them, and for more rows the fused kernel or
+#   dequantize-and-multiply by shape and architecture; on a CPU with AVX-512 BF16 its fused kernel, which rounds the
+#   activations to bf16. Rows then round differently alone and in a batch: identity holds up to the near-ties that
+#   numerics.py classifies (bf16 compute parts there already).
+# "auto": row-independent on a CPU (exact identity, and the faster of the two for trees there), fast on a GPU.
+KERNELS = ("auto", "row-independent", "fast")
+KERNEL_ENV = "POSS_4BIT_KERNEL"  # the choice for every target this process loads (scripts/gpu_check.sh sets it)
+
+
+def kernel_choice(device_type: str, asked: str | None = None) -> str:
+    """The 4-bit kernels for a target on `device_type`: `asked`, else $POSS_4BIT_KERNEL, else auto's choice."""
+    import os
+
+    value = (asked if asked is not None else os.environ.get(KERNEL_ENV, "auto")).strip().lower() or "auto"
+    if value not in KERNELS:
+        source = "kernel" if asked is not None else KERNEL_ENV
+        raise ConfigError(f"{source}={value!r} is unknown: use one of {', '.join(KERNELS)}.")
+    if value == "auto":
+        return "row-independent" if device_type == "cpu" else "fast"
+    return value
+
+
+def _four_bit_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
+    return [m for m in model.modules() if getattr(getattr(m, "weight", None), "quant_state", None) is not None]
+
+
+def dequantized_forward(module: torch.nn.Module):
+    """A 4-bit layer's forward as dequantize-and-multiply in its compute dtype, whatever the number of rows (what
+    bitsandbytes itself does for many rows on a GPU): the row-independent path off the CPU."""
+    import bitsandbytes.functional as bnbf
+    import torch.nn.functional as F
+
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        dtype = getattr(module, "compute_dtype", None) or x.dtype
+        weight = bnbf.dequantize_4bit(module.weight.data, module.weight.quant_state).to(dtype)
+        bias = None if module.bias is None else module.bias.to(dtype)
+        return F.linear(x.to(dtype), weight, bias).to(x.dtype)
+
+    return forward
+
+
+def use_kernels(model: torch.nn.Module, kernel: str | None = None) -> str | None:
+    """Set up `model`'s 4-bit layers for `kernel` (see KERNELS; None: $POSS_4BIT_KERNEL, else auto) before its first
+    forward. Returns the kernels chosen, or None when the model has no 4-bit layer (8-bit has no such choice)."""
+    layers = _four_bit_layers(model)
+    if not layers:
+        return None
+    device_type = layers[0].weight.device.type
+    choice = kernel_choice(device_type, kernel)
+    if choice == "row-independent":
+        if device_type == "cpu":
+            use_row_independent_kernels(model)
+        else:
+            for layer in layers:
+                layer.forward = dequantized_forward(layer)
+    return choice

@@ -166,10 +166,11 @@ class TargetModel:
         quantization: str = "none",
     ) -> None:
         self.model = model.eval()
+        self.kernel: str | None = None  # a 4-bit target's kernels: "row-independent" or "fast" (quantization.py)
         if quantization != "none":
-            from .quantization import use_row_independent_kernels
+            from .quantization import use_kernels
 
-            use_row_independent_kernels(self.model)
+            self.kernel = use_kernels(self.model)
         self.tokenizer = tokenizer
         self.name = name
         self.quantization = quantization
