@@ -39,7 +39,7 @@ batches. **POSS minus hass** is what specialisation adds; **POSS minus EAGLE** i
 gives both, with their intervals.
 
 ### What the bundled drafts show (SmolLM2-135M, six evaluation sets, 60 questions)
-* Along the target's own continuation, every draft's feature deviation grows with draft position (EAGLE's L2 from
+* Along the target's own continuation (chains from round roots), every draft's feature deviation grows with draft position (EAGLE's L2 from
   24.6 at position 1 to 26.5 at position 5), as the paper says; the drafts trained on their own errors (POSS and
   hass) grow less (24.7 to 26.2).
 * POSS-3 accepts 2.2% more than EAGLE (τ 3.09 against 3.02, interval +0.9 to +3.4%), but only 1.5% more than hass
@@ -73,10 +73,11 @@ METRICS = """
   the share of rounds that drafted each position.
 * **Feature deviation** at position *k*: the distance (mean L2 norm, and cosine distance 1 − cos) between the
   draft's predicted feature and the target's true feature for the same token. The charts measure it **along the
-  target's own continuation**: once a round's next tokens are known, the draft is rolled forward from the round's
-  root over the tokens the target wrote, on its own predicted features as in decoding, and each position is
-  compared with the target's feature there (no extra target forward; untimed). Every round counts at every
-  position, so nothing is left out. Measured on *accepted* positions only, the deviation is conditional on
+  target's own continuation**: once the answer is known, the draft is rolled forward from **every position** of it
+  over the tokens the target wrote, on its own predicted features as in decoding, and each position is compared
+  with the target's feature there (no extra target forward; untimed; one batched pass per answer). Every start
+  counts at every position, so nothing is left out. The same measured from round roots only (the Evidence tab's
+  picker) starts where the last draft had just failed, which is not a sample of the text. Measured on *accepted* positions only, the deviation is conditional on
   acceptance: deep positions keep only the easy rounds, and the curve can fall with depth for that reason alone.
 * **Tokens/s**: new tokens over the lane's own compute time (prefill included). **Speed-up** = a lane's tokens/s ÷
   the plain lane's tokens/s, same target, same hardware, same prompt and max tokens, batch 1.

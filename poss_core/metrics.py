@@ -207,13 +207,6 @@ def pos_acc_from_hist(hist: Sequence[int]) -> list[float]:
     return AcceptanceStats(list(hist), len(hist) - 1).rates(conditional=True)
 
 
-def only_drafted(values: Sequence[float], events: Iterable[RoundEvent]) -> list[float]:
-    """NaN at positions deeper than any drafted node (a depth-2 tree under a depth-6 setting, or plain decoding):
-    nothing was proposed there, so a rate of 0 would be a claim the data cannot make."""
-    deepest = max_depth(events)
-    return [v if k <= deepest else math.nan for k, v in enumerate(values, 1)]
-
-
 def pos_rate(events: Iterable[RoundEvent], depth: int | None = None) -> list[float]:
     return acceptance_stats(events, depth).rates(conditional=False)
 
