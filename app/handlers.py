@@ -296,6 +296,7 @@ def run_handler(settings: RunSettings, view: View, request: gr.Request | None = 
     finally:
         session.call = None
         session.lock.release()
+    SESSIONS.enforce_budget(keep=session)  # the finished run now counts in what every tab holds
 
 
 @counted
@@ -360,6 +361,7 @@ def step_handler(settings: RunSettings, view: View, request: gr.Request | None =
             share.LIVE.leave(ticket)
         session.call = None
         session.lock.release()
+        SESSIONS.enforce_budget(keep=session)  # a paused Step holds its lanes' caches
 
 
 def stop_handler(view: View, request: gr.Request | None = None) -> list:
@@ -395,7 +397,8 @@ def replay_handler(view: View, request: gr.Request | None = None) -> Iterator[li
     try:
         source = session.loaded or session.comparison
         if source is None or (not source.finished and source is session.comparison):
-            yield skip_all(session, ("Nothing to replay yet: Run a comparison or load a saved run.", "error"))
+            nothing = session.freed or "Nothing to replay yet: Run a comparison or load a saved run."
+            yield skip_all(session, (nothing, "error"))
             return
         session.loaded = source
         comp = saved_runs.replay(source)
@@ -404,6 +407,7 @@ def replay_handler(view: View, request: gr.Request | None = None) -> Iterator[li
         yield from _guard(session, view, lambda: _stream(session, view, comp, "Replaying"))
     finally:
         session.lock.release()
+    SESSIONS.enforce_budget(keep=session)
 
 
 def example_handler(prompt: str, preset: str, view: View, request: gr.Request | None = None) -> Iterator[list]:
@@ -473,7 +477,7 @@ def class_reset_handler(key: str, view: View, request: gr.Request | None = None)
 def class_tick_handler(view: View, request: gr.Request | None = None) -> list:
     """The timer's redraw of the four charts while they show "everyone on this server": drawn again only when the
     class pool changed since this tab last drew it (else nothing is sent)."""
-    session = SESSIONS.get(request)
+    session = SESSIONS.get(request, touch=False)  # a timer, not the tab acting: it never postpones reaping
     if not view.everyone or session.class_seen == (CLASS.version, view.conditional):
         return [gr.skip()] * len(CHART_NAMES)
     return chart_outputs(session, view)
@@ -481,14 +485,14 @@ def class_tick_handler(view: View, request: gr.Request | None = None) -> list:
 
 def view_handler(view: View, request: gr.Request | None = None) -> list:
     """Redraw after a toggle (colour by position/specialist, rejected drafts, conditional/unconditional)."""
-    session = SESSIONS.get(request)
+    session = SESSIONS.get(request, touch=False)  # reading only: it never postpones reaping what the tab holds
     return render(session, view)
 
 
 def tree_handler(lane_index: int, round_index: float, request: gr.Request | None = None) -> list:
     """The tree of lane `lane_index` at a chosen round (the slider) and that round told in words; the last round
     re-follows the live one."""
-    session = SESSIONS.get(request)
+    session = SESSIONS.get(request, touch=False)
     comp = session.comparison
     if comp is None or lane_index >= len(comp.lanes):
         return [gr.skip(), gr.skip()]
@@ -511,7 +515,7 @@ def tree_for(lane_index: int):
 def round_pick_handler(lane_index: int, round_index: Any, request: gr.Request | None = None) -> list:
     """A clicked token's round: lane `lane_index`'s slider moves there, with its tree and account (slider, tree,
     account). Anything but a round the lane has leaves them as they are."""
-    session = SESSIONS.get(request)
+    session = SESSIONS.get(request, touch=False)
     comp = session.comparison
     try:
         r = int(round_index)
@@ -554,10 +558,10 @@ def save_handler(request: gr.Request | None = None) -> Any:
     """Write this tab's last run (all events plus settings) as JSONL and offer it for download. A run is written
     once (saving it again offers the same file) into Gradio's cache, whose sweep deletes it; the folder also keeps
     at most SAVED_RUNS_KEPT files (`prune_saved_runs`)."""
-    session = SESSIONS.get(request)
+    session = SESSIONS.get(request, touch=False)
     comp = session.comparison
     if comp is None or not any(lane.events for lane in comp.lanes):
-        raise gr.Error("Nothing to save yet: run a comparison first.")
+        raise gr.Error(session.freed or "Nothing to save yet: run a comparison first.")
     known = _SAVED.get(comp)
     if known is not None and known.is_file():
         return str(known)
@@ -642,6 +646,7 @@ def load_handler(file: Any, view: View, request: gr.Request | None = None) -> li
         return render(session, view, (str(err), "error"))
     finally:
         session.lock.release()
+        SESSIONS.enforce_budget(keep=session)  # a loaded run counts in what every tab holds
 
 
 def new_conversation_handler(request: gr.Request | None = None) -> str:

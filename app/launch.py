@@ -104,6 +104,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="a tab idle this long has its paused Step ended and the runs it holds freed (default 10)",
     )
     p.add_argument(
+        "--session-memory-mb",
+        type=float,
+        default=float(os.environ.get("POSS_SESSION_MEMORY_MB", "4096")),
+        help="the memory every tab together may hold: paused Steps with their caches, finished and loaded runs, "
+        "pooled rounds; past it the least recently used tab's are freed and the tab is told why (default 4096, "
+        "sized for a 16 GB Space; also POSS_SESSION_MEMORY_MB)",
+    )
+    p.add_argument(
         "--threads",
         type=int,
         default=None,
@@ -222,6 +230,7 @@ def main(argv: list[str] | None = None) -> None:
         ("--max-call-seconds", args.max_call_seconds),
         ("--cache-minutes", args.cache_minutes),
         ("--idle-minutes", args.idle_minutes),
+        ("--session-memory-mb", args.session_memory_mb),
     ):
         if not 0 < value < float("inf"):
             build_parser().error(f"{flag}={value}: use a number > 0.")
@@ -244,6 +253,7 @@ def main(argv: list[str] | None = None) -> None:
     threads = cpu_threads(args.threads)
     concurrency = args.concurrency or share.auto_slots(os.cpu_count(), threads)
     state.SESSIONS.idle_s = args.idle_minutes * 60.0
+    state.SESSIONS.budget_mb = args.session_memory_mb
     state.MAX_NEW_TOKENS = max_new_tokens(args.max_new_tokens, cuda_available())
     share.SHARE.per_client, share.SHARE.per_address = args.max_calls_per_client, args.max_calls_per_address
     share.LIVE.max_waiting, share.LIVE.cap_s = args.queue_size, args.max_call_seconds

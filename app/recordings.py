@@ -49,6 +49,12 @@ def recording_for(index: int, preset: str, folder: Path | None = None) -> Compar
     return None
 
 
+def loaded_runs() -> set[int]:
+    """The ids of the recordings parsed so far: every tab shares them (a tab showing one holds no copy of its own)."""
+    with _LOCK:
+        return {id(c) for c in _LOADED.values()}
+
+
 def hardware_line(comp: Comparison) -> str:
     """The machine a recording was made on, in a few words (its saved hardware: CPU, threads, dtype, the note)."""
     hw = comp.hardware or {}

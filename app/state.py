@@ -4,6 +4,9 @@ toggles), the Run settings as one value, and the settings the UI starts with."""
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import gc
 import threading
 import time
 import weakref
@@ -13,7 +16,7 @@ from typing import Any
 
 from poss_core import methods, settings
 from poss_core.call_budget import CallBudget
-from poss_core.compare import Comparison, Lane, RunSpec
+from poss_core.compare import ROUND_BYTES, Comparison, Lane, RunSpec
 from poss_core.decoding.config import check_prompt_text
 from poss_core.errors import ConfigError, PromptError
 from poss_core.events import RoundEvent
@@ -21,6 +24,7 @@ from poss_core.models.hardware import cpu_bf16_units
 from poss_core.models.presets import Preset
 from poss_core.views.pooling import light_event, pool_events
 
+from . import recordings
 from .class_pool import CLASS
 
 DEFAULT_METHODS = [methods.PLAIN, "eagle", "poss2"]
@@ -35,6 +39,11 @@ CALL_FITS = True
 # round is light (the accepted path and one node per other depth, no token ids): about 0.8 KB at depth 6, so a full
 # method pool is about 2.5 MB (docs/architecture.md, "Limits a public app needs", says how this was measured).
 POOL_ROUNDS = 3000
+POOLED_ROUND_BYTES = 850  # a pooled round's memory, rounded up from the 816 bytes measured (see POOL_ROUNDS)
+# What every tab together may hold (paused Steps with their caches, finished and loaded runs, pooled rounds): past it
+# the least recently used tab's holdings are freed and the tab is told why (`python app.py --session-memory-mb`).
+# Sized for a 16 GB Space: the models, the live run's caches and the web server keep well within the rest.
+SESSION_MEMORY_MB = 4096.0
 POOLED_VIEW = "all my runs"  # the charts' source control: "this run", this, or CLASS_VIEW
 CLASS_VIEW = "everyone on this server"  # every finished live run on the server, pooled (app/class_pool.py)
 # The most new tokens one live run may ask for (`python app.py --max-new-tokens`; the UI's slider stops there too).
@@ -224,6 +233,7 @@ class Session:
     status: tuple[str, str] = ("Type a prompt (or pick an example) and press Run.", "info")
     last_seen: float = field(default_factory=time.monotonic)  # the tab's last request
     released: str | None = None  # why the store ended this tab's paused work (said on the next Step)
+    freed: str | None = None  # why the store let go of the runs this tab showed (said when it asks for them again)
     pools: dict[str, Pools] = field(default_factory=dict)  # preset -> method -> the rounds of every run decoded here
     # The comparisons `pools` took, held weakly (a pooled run's lanes are freed with it): each run goes in once.
     pooled: list[weakref.ref] = field(default_factory=list)
@@ -288,6 +298,15 @@ class Session:
             finally:
                 self.lock.release()
 
+    def held_bytes(self) -> int:
+        """An estimate of the memory this tab holds: its comparison and loaded run (their rounds and, while a Step is
+        paused, its decoders' caches: `Comparison.held_bytes`) and its pooled rounds. The bundled examples'
+        recordings are shared by every tab and count for none."""
+        shared = recordings.loaded_runs()
+        comps = {id(c): c for c in (self.comparison, self.loaded) if c is not None and id(c) not in shared}
+        rounds = sum(p.rounds for pools in self.pools.values() for p in pools.values())
+        return sum(c.held_bytes() for c in comps.values()) + POOLED_ROUND_BYTES * rounds
+
     def free_runs(self, why: str) -> None:
         """Let go of the finished (or stopped) run on show and a loaded saved run, with what they hold; "All my runs"
         keeps its pooled rounds. Nothing happens while a handler holds the tab."""
@@ -295,6 +314,8 @@ class Session:
             return
         try:
             if self.comparison is not None and not self.comparison.finished:
+                return
+            if self.comparison is None and self.loaded is None:
                 return
             self.pool_run(self.comparison)  # pooled once, whatever ended it
             self.comparison, self.loaded, self.stepping = None, None, False
@@ -304,8 +325,27 @@ class Session:
                 f"Run, or load a saved run, to see lanes again.",
                 "info",
             )
+            self.freed = self.status[0]
         finally:
             self.lock.release()
+
+    def release(self, why: str, pools: bool = False) -> None:
+        """Free what this tab holds, saying why: a paused Step's decoders (their caches), then the run on show and a
+        loaded run (`end_work`, `free_runs`); with `pools`, its pooled rounds too. Nothing is freed while a handler
+        holds the tab."""
+        if self.comparison is not None and not self.comparison.finished:
+            self.end_work(why)
+        self.free_runs(why)
+        if pools and self.pools and self.lock.acquire(blocking=False):
+            try:
+                self.forget_runs()
+                self.status = (
+                    f'This tab\'s pooled runs ("All my runs") and the run on show were cleared to free memory '
+                    f"because {why}. Run, or load a saved run, to see lanes again.",
+                    "info",
+                )
+            finally:
+                self.lock.release()
 
 
 class SessionStore:
@@ -314,9 +354,10 @@ class SessionStore:
     nothing keeps decoding, or holding caches, for a tab the store no longer serves. An evicted tab that comes back
     gets a fresh session with the same lock while its old work is still ending, so two runs of one tab never overlap."""
 
-    def __init__(self, capacity: int = 256, idle_s: float = 600.0) -> None:
+    def __init__(self, capacity: int = 256, idle_s: float = 600.0, budget_mb: float | None = SESSION_MEMORY_MB) -> None:
         self.capacity = capacity
         self.idle_s = idle_s
+        self.budget_mb = budget_mb  # what every tab together may hold (None: no total)
         self._lock = threading.Lock()
         self._sessions: OrderedDict[str, Session] = OrderedDict()
         self._ending: dict[str, Session] = {}  # evicted sessions whose work may still be running, by key
@@ -327,7 +368,10 @@ class SessionStore:
     def key(request: Any) -> str:
         return str(getattr(request, "session_hash", None) or "local")
 
-    def get(self, request: Any) -> Session:
+    def get(self, request: Any, touch: bool = True) -> Session:
+        """The tab's session (a new one for a tab not seen yet). `touch=False` for a call that only reads (a view
+        toggle, a tree slider, the class charts' timer, Save): it does not count as the tab being active, so it
+        never postpones the idle reaping of what the tab holds."""
         key = self.key(request)
         evicted = []
         with self._lock:
@@ -342,8 +386,9 @@ class SessionStore:
                     self._ending[old_key] = old
                 for k in [k for k, s in self._ending.items() if not s.lock.locked()]:
                     del self._ending[k]
-            self._sessions.move_to_end(key)
-            session.last_seen = time.monotonic()
+            if touch:
+                self._sessions.move_to_end(key)
+                session.last_seen = time.monotonic()
         for old in evicted:
             old.end_work(f"this tab was evicted (the server serves at most {self.capacity} tabs at once)")
         if time.monotonic() - self._last_reap > min(10.0, self.idle_s):
@@ -370,10 +415,64 @@ class SessionStore:
         idle_for = f"{minutes:g} minute{'s' if minutes != 1 else ''}"
         for s in idle:
             if s.comparison is not None and not s.comparison.finished:
-                s.end_work(f"it waited more than {idle_for} for the next Step")
+                s.end_work(f"it waited more than {idle_for} for the next Step")  # its lanes stay shown until later
             else:
                 s.free_runs(f"this tab was idle for more than {idle_for}")
+        if idle:
+            release_memory()
         return len(idle)
+
+    def enforce_budget(self, keep: Session | None = None) -> int:
+        """Keep what every tab holds (`Session.held_bytes`) within `budget_mb`: past it, free the holdings of the
+        least recently used tabs first (their runs and paused Steps, then, if still past it, their pooled rounds),
+        each told why, until the total fits. A tab a handler is serving (its lock held) and `keep` (the tab that
+        just acted) are counted but not freed. Returns how many tabs were freed."""
+        if not self.budget_mb:
+            return 0
+        budget = self.budget_mb * 2**20
+        with self._lock:
+            sessions = list(self._sessions.values())
+        held = {id(s): self._held(s) for s in sessions}
+        total = sum(held.values())
+        if total <= budget:
+            return 0
+        why = (
+            f"the memory this server gives every tab together ({self.budget_mb:g} MB) was full and this tab had "
+            f"been idle longest"
+        )
+        freed: set[int] = set()
+        for pools_too in (False, True):
+            for s in sorted(sessions, key=lambda s: s.last_seen):
+                if total <= budget:
+                    break
+                if s is keep or not held[id(s)] or s.lock.locked():
+                    continue
+                s.release(why, pools=pools_too)
+                now_held = self._held(s)
+                total -= held[id(s)] - now_held
+                held[id(s)] = now_held
+                freed.add(id(s))
+        if freed:
+            release_memory()
+        return len(freed)
+
+    @staticmethod
+    def _held(session: Session) -> int:
+        """`session.held_bytes()` while no handler turns its lanes (a running tab's caches are bounded by the live
+        slots and the per-call cap: counted as its rounds only)."""
+        if not session.lock.acquire(blocking=False):
+            comp = session.comparison
+            return 0 if comp is None else ROUND_BYTES * sum(len(lane.events) for lane in comp.lanes)
+        try:
+            return session.held_bytes()
+        finally:
+            session.lock.release()
+
+    def held_mb(self) -> float:
+        """What every tab holds together, MB (for tests and the server checks)."""
+        with self._lock:
+            sessions = list(self._sessions.values())
+        return sum(self._held(s) for s in sessions) / 2**20
 
     def start_reaper(self) -> None:
         """A daemon thread that reaps idle tabs even when no request comes in (started once)."""
@@ -383,9 +482,12 @@ class SessionStore:
 
             def loop() -> None:
                 while True:
-                    time.sleep(max(1.0, self.idle_s / 4))
+                    # Often enough that a tab's holdings go soon after --idle-minutes, and the total soon after a
+                    # tab grew past the budget.
+                    time.sleep(max(1.0, min(15.0, self.idle_s / 4)))
                     try:
                         self.reap()
+                        self.enforce_budget()
                     except Exception:  # noqa: BLE001 - the reaper must outlive a bad session
                         pass
 
@@ -397,12 +499,31 @@ class SessionStore:
             session = self._sessions.pop(self.key(request), None)
         if session is not None:
             session.end_work("the tab was closed")
+            release_memory()
 
     def __len__(self) -> int:
         return len(self._sessions)
 
 
 SESSIONS = SessionStore()
+
+
+_MALLOC_TRIM: Any = None
+
+
+def release_memory() -> bool:
+    """Return freed memory to the system: collect Python's cycles, then ask glibc to give back the free pages it
+    keeps (`malloc_trim(0)`; without it the process's RSS stays at its peak after tabs' caches are freed). False
+    where the C library has no malloc_trim (musl, macOS): collecting is all then."""
+    global _MALLOC_TRIM
+    gc.collect()
+    if _MALLOC_TRIM is None:
+        try:
+            _MALLOC_TRIM = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+            _MALLOC_TRIM.argtypes, _MALLOC_TRIM.restype = [ctypes.c_size_t], ctypes.c_int
+        except (OSError, AttributeError):
+            _MALLOC_TRIM = False
+    return bool(_MALLOC_TRIM and _MALLOC_TRIM(0))
 
 
 PRESET_SETTINGS = ("depth", "top_k", "tree_budget", "max_new_tokens")  # what ui_defaults sets per preset
