@@ -25,6 +25,15 @@ RANDOM_DRAFTS = {
     "poss3": ("poss", 3),
     "matched": ("stacked", 2),  # as many stacked layers as POSS-2 has specialists, all run at every position
 }
+# Random drafts in the layouts the paper's Llama-3-8B-Instruct drafts were released in: kind -> (method, positions
+# per specialist, layers). Llama-3 drafts have no fc bias (their config.json says "bias": false); a POSS draft's
+# layers are its forward_num_total over its positions per layer (7/1, 8/2, 12/3), whatever depth decoding uses.
+RELEASED_LLAMA3 = {
+    "llama3-eagle": ("eagle", 1, 1),  # yuhuili/EAGLE-LLaMA3-Instruct-8B; the HASS and EAGLE retrains alike
+    "llama3-poss1": ("poss", 1, 7),  # HINT-lab/PosS1-Llama3-8B-Instruct
+    "llama3-poss2": ("poss", 2, 4),  # HINT-lab/PosS2-Llama3-8B-Instruct
+    "llama3-poss3": ("poss", 3, 4),  # HINT-lab/PosS3-Llama3-8B-Instruct
+}
 
 
 def pick_device(device: str | None = None) -> torch.device:
@@ -194,17 +203,25 @@ def load_target(
 
 def random_draft(target: TargetModel, kind: str, depth: int = 6, seed: int = 0) -> DraftModel:
     """An untrained draft of the given kind for this target: what a draft knows before training (nothing)."""
-    if kind not in RANDOM_DRAFTS:
-        raise CheckpointError(f"random draft {kind!r} is unknown: use random:{', random:'.join(RANDOM_DRAFTS)}.")
-    method, n = RANDOM_DRAFTS[kind]
-    layers = 1 if method == "eagle" else -(-depth // n)
-    spec = DraftSpec(method=method, num_layers=layers, positions_per_specialist=n, bias=True)
+    if kind in RELEASED_LLAMA3:
+        method, n, layers = RELEASED_LLAMA3[kind]
+        spec = DraftSpec(method=method, num_layers=layers, positions_per_specialist=n, bias=False)
+    elif kind in RANDOM_DRAFTS:
+        method, n = RANDOM_DRAFTS[kind]
+        layers = 1 if method == "eagle" else -(-depth // n)
+        spec = DraftSpec(method=method, num_layers=layers, positions_per_specialist=n, bias=True)
+    else:
+        kinds = [*RANDOM_DRAFTS, *RELEASED_LLAMA3]
+        raise CheckpointError(f"random draft {kind!r} is unknown: use random:{', random:'.join(kinds)}.")
     torch.manual_seed(seed)
-    draft = DraftModel(draft_config_from_target(target.config), spec)
-    for layer in draft.layers:  # small init, as a freshly initialised draft would have
-        for p in layer.parameters():
-            if p.dim() > 1:
-                torch.nn.init.normal_(p, std=0.02)
+    # Built where it will run: a paper-scale draft (POSS-1 on Llama-3-8B: 7 layers of 218M parameters) would
+    # otherwise be allocated and initialised on the CPU first.
+    with torch.device(target.device):
+        draft = DraftModel(draft_config_from_target(target.config), spec)
+        for layer in draft.layers:  # small init, as a freshly initialised draft would have
+            for p in layer.parameters():
+                if p.dim() > 1:
+                    torch.nn.init.normal_(p, std=0.02)
     draft = draft.to(device=target.device, dtype=target.dtype if target.dtype.is_floating_point else torch.float32)
     draft.bind_target(target.input_embedding_weight(), target.lm_head_weight())
     return draft.eval()
@@ -251,7 +268,8 @@ def load_preset_target(
     device_map: str | None = None,
     max_memory: dict | None = None,
 ) -> TargetModel:
-    """Load a preset's target (`builtin:smollm2-135m`, `builtin:tiny-random`, or an id/folder), quantized when
+    """Load a preset's target (`builtin:smollm2-135m`, `builtin:tiny-random`, a twin such as `builtin:llama3-8b-twin`
+    (models/twin.py), or an id/folder), quantized when
     `quantization` says so or `auto` finds it would not fit. `device_map` (default `$POSS_DEVICE_MAP`) `auto` spreads
     it over every visible GPU and the CPU instead, by `max_memory` (default `$POSS_MAX_MEMORY`, e.g.
     `0:20GiB,1:20GiB,cpu:60GiB`), so every CLI and the app take it."""
@@ -276,6 +294,15 @@ def load_preset_target(
         from .tiny import tiny_target
 
         return tiny_target(seed=1, dtype=dtype, layers=1, device=named)
+    if target_name.startswith("builtin:llama3-"):  # a paper-scale twin: random weights, built on the device
+        from .twin import FULL, is_twin, twin_target
+
+        name = target_name.split(":", 1)[1]
+        if is_twin(name):
+            if quantization not in ("auto", "none", "4bit"):
+                raise ConfigError(f"a twin is built with quantization none or 4bit, not {quantization!r}.")
+            mode = "4bit" if quantization == "4bit" else "none"  # auto: 16 GB of bf16 fits the GPUs it is meant for
+            return twin_target(name, dtype=dtype, device=dev if name == FULL else named, quantization=mode)
     if target_name == "builtin:smollm2-135m":
         from .default_model import prepare_default_model
 

@@ -151,9 +151,44 @@ def _tiny() -> Preset:
     )
 
 
+def _twin(name: str, device: str, description: str) -> Preset:
+    """Llama-3-8B-Instruct's architecture with random weights (models/twin.py) and random drafts in the layouts the
+    paper's Llama-3 drafts were released in: what the paper's scale costs, without gated downloads."""
+    note = "random weights in the released layout: a twin measures cost, not acceptance"
+    return Preset(
+        name=name,
+        target=f"builtin:{name}",
+        drafts={
+            "eagle": DraftRef("random:llama3-eagle", 1, "EAGLE layout (1 layer)", note),
+            "poss1": DraftRef("random:llama3-poss1", 1, "POSS-1 layout (7 specialists)", note),
+            "poss2": DraftRef("random:llama3-poss2", 2, "POSS-2 layout (4 specialists)", note),
+            "poss3": DraftRef("random:llama3-poss3", 3, "POSS-3 layout (4 specialists)", note),
+        },
+        depth=6,
+        top_k=10,
+        tree_budget=60,
+        device=device,
+        description=description,
+        assistant_note="a twin's tokenizer is its own; no smaller model shares it",
+    )
+
+
 def presets() -> dict[str, Preset]:
     """Built fresh each call so drafts trained after start-up are picked up."""
-    return {p.name: p for p in (_smollm2(), _llama3(), _llama2(), _tiny())}
+    twins = (
+        _twin(
+            "llama3-8b-twin",
+            "gpu",
+            "Llama-3-8B-Instruct's architecture with random weights and random drafts in the released layouts "
+            "(GPU; no download): the paper's scale, measured without the gated weights",
+        ),
+        _twin(
+            "llama3-twin-tiny",
+            "cpu",
+            "The Llama-3 twin shrunk (hidden 64, 2 layers), random weights, drafts in the released layouts: for tests",
+        ),
+    )
+    return {p.name: p for p in (_smollm2(), _llama3(), _llama2(), _tiny(), *twins)}
 
 
 def get_preset(name: str) -> Preset:
