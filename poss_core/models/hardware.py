@@ -42,7 +42,8 @@ def cuda_bf16_units(device: torch.device | int | None = None) -> bool:
 def auto_dtype(device: torch.device) -> torch.dtype:
     """The precision `auto` loads a target in: float32 on a CPU (exact identity with plain decoding), bf16 on a CUDA
     card with bf16 units and fp16 on one without (a T4 has no bf16 units; fp16 keeps its tensor cores busy), bf16 on
-    other accelerators (Apple MPS)."""
+    other accelerators (Apple MPS). fp16's range is narrower: a model whose activations overflow it (Qwen2) needs
+    --dtype float32 on such a card."""
     if device.type == "cpu":
         return torch.float32
     if device.type == "cuda":
