@@ -174,6 +174,7 @@ class LiveQueue:
         # When each address and session last got a slot; kept after their calls end, so leaving the line and
         # joining again does not jump it (pruned to the most recent SERVED_KEPT).
         self._served: OrderedDict[tuple[str, ...], float] = OrderedDict()
+        self._ordered: list[int] | None = None  # the waiting tickets in starting order (None: to work out again)
 
     SERVED_KEPT = 4096
 
@@ -188,13 +189,20 @@ class LiveQueue:
                 )
             ticket = next(self._ids)
             self._waiting.append(ticket)
+            self._ordered = None
             self._who[ticket] = (address or "?", session or "?")
             self._work[ticket] = max(1.0, float(work))
             return ticket
 
     def _order(self) -> list[int]:
-        """The waiting tickets in the order they will start (see the class): played forward, each start making
-        its address and session the most recently served."""
+        """The waiting tickets in the order they will start (see the class), worked out again only after the line
+        changed (every waiting call polls for its slot ten times a second)."""
+        if self._ordered is None:
+            self._ordered = self._play_order()
+        return self._ordered
+
+    def _play_order(self) -> list[int]:
+        """The line played forward, each start making its address and session the most recently served."""
         served: dict[tuple[str, ...], tuple[int, float]] = {k: (0, t) for k, t in self._served.items()}
         queues: dict[str, dict[str, deque[int]]] = {}
         for t in self._waiting:  # arrival order within each session
@@ -226,6 +234,7 @@ class LiveQueue:
             free = self.slots - len(self._running)
             if free > 0 and ticket in self._order()[:free]:
                 self._waiting.remove(ticket)
+                self._ordered = None
                 now = self._running[ticket] = time.monotonic()
                 address, session = self._who[ticket]
                 for k in (("a", address), ("s", address, session)):
@@ -246,6 +255,7 @@ class LiveQueue:
                 self._done.append((time.monotonic() - began, work))
             elif ticket in self._waiting:
                 self._waiting.remove(ticket)
+                self._ordered = None
 
     def rate(self) -> float:
         """Seconds a slot is held per unit of work over the last runs (their seconds over their work, so a short run
