@@ -131,3 +131,26 @@ def test_identity_divergence_names_where_a_lane_parts_from_plain():
     assert div is not None and div.index == 1 and div.margin is not None
     short = identity_divergence(target, ids, [5, 6], [5, 6, 7])
     assert short is not None and short.index == 2
+
+
+def test_generate_checks_identity_at_the_precisions_tolerance(capsys):
+    from helpers import run_main
+
+    from poss_core import generate
+    from poss_core.events import DecodeSummary
+
+    argv = ["--preset", "tiny-random", "--draft", "poss2", "--prompt", "hello", "--max-new-tokens", "12"]
+    r = run_main(generate.main, [*argv, "--dtype", "float16", "--check-identity"])
+    assert r.returncode == 0 and "[spec] Identity check PASSED" in r.stderr and "float16 on cpu" in r.stderr
+    assert "Identity check" not in run_main(generate.main, argv).stderr  # only when asked
+    # A lane that parts from plain where plain's margin is beyond float32's tolerance is a real mismatch: exit 1.
+    args = generate.build_parser().parse_args([*argv, "--check-identity"])
+    target = tiny_target_in(torch.float32)
+    ids = target.tokenizer.encode("hello")
+    plain = generate.methods.build_decoder(
+        generate.methods.PLAIN_METHODS["plain"], target, generate._decode_config(args, None)
+    )
+    want = next(x for x in plain.generate(ids) if isinstance(x, DecodeSummary)).token_ids
+    wrong = DecodeSummary("", [*want[:3], (want[3] + 1) % target.vocab_size, *want[4:]], "max_new_tokens", {})
+    assert generate.identity_check(args, target, ids, wrong) == 1
+    assert "Identity check FAILED" in capsys.readouterr().err
