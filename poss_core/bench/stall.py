@@ -113,7 +113,7 @@ class StallWatch:
                 continue
             self._fired = True
             self.message = (
-                f"{self.doing} made no progress for {idle:.0f} s (the bound, --stall-seconds, is {self.seconds:g} "
+                f"{self.doing} made no progress for {idle:.3g} s (the bound, --stall-seconds, is {self.seconds:g} "
                 f"s): no round and no target forward. Its device may be stuck or far too slow; raise the bound only "
                 f"if one forward of this model really takes that long."
             )

@@ -255,7 +255,7 @@ class HFGenerateDecoder(_BaseDecoder):
                 raise ended
             if bound is not None and waited >= bound:
                 raise StallError(
-                    f"{self.method} (transformers' generate, mode {self.mode}) made no progress for {waited:.0f} s: "
+                    f"{self.method} (transformers' generate, mode {self.mode}) made no progress for {waited:.3g} s: "
                     f"no target forward reached its streamer. Its device may be stuck or far too slow; raise the "
                     f"bound (--stall-seconds) only if one forward of this model really takes that long."
                 )
