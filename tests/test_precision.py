@@ -39,6 +39,16 @@ def test_the_fingerprint_is_the_same_in_every_precision_and_differs_between_targ
     assert legacy[torch.float32] == legacy[torch.bfloat16] != legacy[torch.float16]
 
 
+def test_the_fingerprint_of_a_checkpoint_loaded_in_each_precision_is_the_same(tmp_path):
+    from poss_core.models.loading import load_target
+
+    source = tiny_target(seed=0)
+    source.model.save_pretrained(tmp_path / "t")
+    source.tokenizer.save_pretrained(tmp_path / "t")
+    prints = {target_fingerprint(load_target(str(tmp_path / "t"), device="cpu", dtype=dt)) for dt in DTYPES}
+    assert prints == {target_fingerprint(source)}
+
+
 def test_a_draft_saved_from_float32_loads_on_a_bf16_and_fp16_target(tmp_path, tiny_target, trained_drafts):
     folder = save_draft(trained_drafts["poss2"], tmp_path / "d", tiny_target)
     for dt in (torch.bfloat16, torch.float16):
