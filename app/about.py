@@ -3,6 +3,8 @@ hardware."""
 
 from __future__ import annotations
 
+from .server_text import neutral_paths
+
 INTRO = """
 ### Speculative decoding in one minute
 A large language model writes one token per forward pass, and on most hardware that pass is limited by moving the
@@ -166,5 +168,5 @@ def hardware_markdown(info: dict[str, str] | None, note: str = "") -> str:
     """The hardware, dtype and quantization in use (filled once a model is loaded)."""
     if not info:
         return "### Hardware in use\nNo model loaded yet: the first Run loads it." + (f"\n\n{note}" if note else "")
-    rows = "\n".join(f"| {plain_markdown(k)} | {plain_markdown(str(v))} |" for k, v in info.items())
+    rows = "\n".join(f"| {plain_markdown(k)} | {plain_markdown(neutral_paths(str(v)))} |" for k, v in info.items())
     return f"### Hardware in use\n| setting | value |\n|---|---|\n{rows}" + (f"\n\n{note}" if note else "")

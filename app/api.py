@@ -20,6 +20,7 @@ from poss_core.models.presets import DEFAULT_PRESET, get_preset
 
 from . import share, state
 from .class_pool import CLASS
+from .server_text import neutral_paths
 from .state import RunSettings, ui_defaults
 
 PROGRESS_EVERY_S = 1.0  # how often /compare yields while it works: the points where a gone client is noticed
@@ -84,7 +85,7 @@ def compare_api(
             raise gr.Error("cancelled before the comparison started.", print_exception=not quiet_refusals)
         comp = compare.run_to_end(compare.start(spec, cancel=budget, wait_for_fits=False, new_fits=state.CALL_FITS))
     except PossError as err:
-        raise gr.Error(str(err), print_exception=not quiet_refusals) from err
+        raise gr.Error(neutral_paths(str(err)), print_exception=not quiet_refusals) from err
     CLASS.add_run(comp)  # "everyone on this server" counts API runs too (numbers only)
     plain = comp.lane(PLAIN)
     out_lanes = []
@@ -97,7 +98,7 @@ def compare_api(
                 "method": lane.method,
                 "label": lane.label,
                 "text": lane.text,
-                "error": lane.error,
+                "error": neutral_paths(lane.error) if lane.error else lane.error,
                 "stop_reason": summary.get("stop_reason"),
                 "tree_budget": lane.budget,
                 "budget_auto": lane.budget_auto,
@@ -116,7 +117,7 @@ def compare_api(
             "preset": name,
             "settings": comp.spec.to_json(),
             "lanes": out_lanes,
-            "hardware": comp.hardware,
+            "hardware": {k: neutral_paths(v) if isinstance(v, str) else v for k, v in (comp.hardware or {}).items()},
             "timing": "lanes run in turns, one round each; tokens/s counts each lane's own compute",
             "timed_out": comp.timed_out,
             **(
@@ -143,7 +144,13 @@ def api_spec(prompt: str, methods: list[str], preset: str, quiet_refusals: bool 
         settings_ = RunSettings(prompt, False, preset, methods, auto_budget=auto, **values)
         return settings_.spec([])
     except PossError as err:
-        raise gr.Error(str(err), print_exception=not quiet_refusals) from err
+        raise gr.Error(neutral_paths(str(err)), print_exception=not quiet_refusals) from err
+
+
+def _retrieved(future: asyncio.Future) -> None:
+    """Reads a finished worker's exception, so that its loss is not logged as never retrieved."""
+    if not future.cancelled():
+        future.exception()
 
 
 def _budget_note(comp: compare.Comparison, lane: compare.Lane) -> str | None:
@@ -204,6 +211,9 @@ def compare_endpoint(app_preset: str, wrap: Callable = lambda fn: fn):
                         yield {"running": True, "seconds": round(time.monotonic() - began, 1)}
                 except (asyncio.CancelledError, GeneratorExit):  # cancelled, or closed because the client went away
                     cancel.set()
+                    # Nobody awaits the worker now: take its outcome (a "cancelled" refusal) when it ends, or asyncio
+                    # logs "Future exception was never retrieved" with its trace.
+                    answer.add_done_callback(_retrieved)
                     raise
             finally:
                 share.LIVE.leave(ticket)

@@ -13,6 +13,7 @@ import argparse
 import os
 import sys
 import threading
+from pathlib import Path
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -96,6 +97,23 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=10.0,
         help="uploads and downloads in Gradio's cache are deleted once this old (default 10)",
+    )
+    p.add_argument(
+        "--disk-cap-mb",
+        type=float,
+        default=float(os.environ.get("POSS_DISK_CAP_MB", "2048")),
+        help="the most MB Gradio's cache (uploads, saved runs, Gradio's copies of outputs, temporary files) may "
+        "hold: past it the oldest files are deleted, and an upload that does not fit is refused (default 2048: "
+        "a free Space's disk is about 50 GB, and 2 GB holds over a hundred of the largest saved runs; also "
+        "POSS_DISK_CAP_MB)",
+    )
+    p.add_argument(
+        "--upload-mb-per-second",
+        type=float,
+        default=float(os.environ.get("POSS_UPLOAD_MB_PER_SECOND", "2")),
+        help="uploads one client address may send, MB per second, after a burst of 64 MB (four of the largest "
+        "saved runs; default 2: a class behind one address uploads its runs at once, while one address alone "
+        "writes at most about 1.3 GB in a 10-minute cache age, under the cap; also POSS_UPLOAD_MB_PER_SECOND)",
     )
     p.add_argument(
         "--idle-minutes",
@@ -214,6 +232,27 @@ def max_new_tokens(requested: int | None, gpu: bool) -> int:
     return top if gpu else min(top, CPU_MAX_NEW_TOKENS)
 
 
+def start_disk_budget(demo, cap_mb: float, upload_mb_per_s: float, age_s: float) -> None:
+    """Cap Gradio's cache folder (`disk_budget.BUDGET`, swept by age and size in a daemon thread), set the uploads'
+    rate per address (`disk_budget.RATE`), and keep Gradio's traces of refused calls to one line (`server_text`)."""
+    from gradio.utils import get_upload_folder
+
+    from app import disk_budget, server_text
+
+    budget = disk_budget.BUDGET
+    budget.folder, budget.cap_bytes, budget.age_s = Path(get_upload_folder()), int(cap_mb * 2**20), age_s
+    # Files a component keeps for good (Gradio's keep_in_cache) count against the cap but are never deleted.
+    budget.keep = lambda: {p for block in demo.blocks.values() for p in getattr(block, "keep_in_cache", ())}
+    disk_budget.RATE.bytes_per_s = upload_mb_per_s * 2**20
+    budget.start()
+    server_text.install()
+    print(
+        f"[poss] disk: Gradio's cache capped at {cap_mb:.0f} MB, uploads {upload_mb_per_s:g} MB/s per address",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     import torch
@@ -231,6 +270,7 @@ def main(argv: list[str] | None = None) -> None:
         ("--cache-minutes", args.cache_minutes),
         ("--idle-minutes", args.idle_minutes),
         ("--session-memory-mb", args.session_memory_mb),
+        ("--upload-mb-per-second", args.upload_mb_per_second),
     ):
         if not 0 < value < float("inf"):
             build_parser().error(f"{flag}={value}: use a number > 0.")
@@ -250,6 +290,8 @@ def main(argv: list[str] | None = None) -> None:
     ):
         if value is not None and not 1 <= value <= most:
             build_parser().error(f"{flag}={value}: use a whole number from 1 to {most}.")
+    if not 64 <= args.disk_cap_mb < float("inf"):  # the cap must hold at least one burst of uploads
+        build_parser().error(f"--disk-cap-mb={args.disk_cap_mb}: use a number >= 64.")
     threads = cpu_threads(args.threads)
     concurrency = args.concurrency or share.auto_slots(os.cpu_count(), threads)
     state.SESSIONS.idle_s = args.idle_minutes * 60.0
@@ -274,6 +316,7 @@ def main(argv: list[str] | None = None) -> None:
         cache_age_s=args.cache_minutes * 60.0,
     )
     demo.queue(max_size=args.queue_size, default_concurrency_limit=concurrency)
+    start_disk_budget(demo, args.disk_cap_mb, args.upload_mb_per_second, args.cache_minutes * 60.0)
     if not args.no_preload:
         prepare_target(args.preset)  # before the page is up: its first Run then only loads a prepared checkpoint
         threading.Thread(target=preload, args=(args.preset, precision), daemon=True, name="poss-preload").start()

@@ -21,6 +21,7 @@ from poss_core.views import figures
 
 from . import about, state
 from .class_pool import CLASS, ClassEntry
+from .server_text import neutral_paths
 from .state import DEFAULT_METHODS, Pools, Session, View
 
 MAX_SHADES = 8  # draft positions and specialists beyond this reuse the last shade
@@ -203,7 +204,7 @@ def stat_line(items: list[tuple[str, str]]) -> str:
 def status_html(message: str, kind: str = "info") -> str:
     """The status line above the lanes: kind is "info", "busy" or "error" (a message a user can act on)."""
     icon = {"error": "⚠ ", "busy": "⏳ ", "info": ""}.get(kind, "")
-    return f'<div class="poss-status {kind}">{icon}{html.escape(message, quote=False)}</div>'
+    return f'<div class="poss-status {kind}">{icon}{html.escape(neutral_paths(message), quote=False)}</div>'
 
 
 # ---------------------------------------------------------------- lanes, charts, every output
@@ -257,7 +258,7 @@ def lane_head_html(lane: Lane, comp: Comparison, running: bool) -> str:
             )
         )
     if lane.error:
-        state = f'<div class="poss-lane-error">⚠ {html.escape(lane.error)}</div>'
+        state = f'<div class="poss-lane-error">⚠ {html.escape(neutral_paths(lane.error))}</div>'
     elif lane.finished:
         reason = lane.stop_reason or ""
         nice = {

@@ -15,7 +15,7 @@ from poss_core.models.presets import DEFAULT_PRESET, get_preset, presets
 from poss_core.settings import LIMITS, PRECISIONS
 from poss_core.views import figures
 
-from . import about, evidence_view, handlers, recordings, share, state
+from . import about, disk_budget, evidence_view, handlers, recordings, share, state
 from .api import compare_endpoint
 from .render import OUTPUT_NAMES, TOKEN_CLICK_JS, conversation_html, draft_note, legend_html, status_html
 from .state import DEFAULT_METHODS, RunSettings, View, method_choices, precision_note, quantization_note, ui_defaults
@@ -461,7 +461,7 @@ def decoding_events(demo: gr.Blocks) -> set[int]:
 def launch_kwargs(demo: gr.Blocks | None = None) -> dict[str, Any]:
     """What `launch()` needs besides host and port: CSS and theme (Gradio 6 takes them at launch), the largest
     upload (a saved run; Gradio refuses bigger files before they reach a handler) and, given the demo, the middleware
-    that gives each client its share of the queue."""
+    that gives each client its share of the queue and the one that limits uploads (`disk_budget`)."""
     kwargs: dict[str, Any] = {
         "css": CSS,
         "theme": theme(),
@@ -472,6 +472,10 @@ def launch_kwargs(demo: gr.Blocks | None = None) -> dict[str, Any]:
         from starlette.middleware import Middleware
 
         kwargs["app_kwargs"] = {
-            "middleware": [Middleware(share.QueueShareMiddleware, fn_indexes=decoding_events(demo))]
+            "middleware": [
+                Middleware(share.QueueShareMiddleware, fn_indexes=decoding_events(demo)),
+                # uploads are sized, rated per address and fitted under the disk cap before Gradio writes them
+                Middleware(disk_budget.UploadLimitMiddleware, max_bytes=saved_runs.MAX_RUN_BYTES + 2**20),
+            ]
         }
     return kwargs

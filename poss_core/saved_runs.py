@@ -338,11 +338,11 @@ def load_run(path: str | Path) -> Comparison:
     for i, text in enumerate(texts, start=1):
         try:
             lines.append(json.loads(text))
-        except (json.JSONDecodeError, RecursionError) as err:
-            raise RunFileError(
-                f"could not read the saved run {path.name!r}: line {i} is not JSON "
-                f"({getattr(err, 'msg', type(err).__name__)})."
-            ) from err
+        except (ValueError, RecursionError) as err:  # ValueError: also an integer past Python's digit limit
+            why = getattr(err, "msg", None) or (
+                "a number too long to read" if "digits" in str(err) else type(err).__name__
+            )
+            raise RunFileError(f"could not read the saved run {path.name!r}: line {i} is not JSON ({why}).") from err
     if not isinstance(lines[0], dict) or lines[0].get("type") != "run":
         raise RunFileError(f'{path.name!r} is not a saved run (its first line should be a "run" object).')
     try:

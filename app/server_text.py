@@ -1,0 +1,106 @@
+"""What the server writes for people stays short and names nothing of the machine: a refused call is one line in the
+log (no trace, no echo of the values it was sent), and a message shown to a user has the server's folders replaced
+by neutral names (`neutral_paths`)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import traceback as _traceback
+from functools import lru_cache
+from pathlib import Path
+from types import TracebackType
+
+LINE_CHARS = 300  # a trace line longer than this (a value echoed in an exception's message) is cut here
+
+
+@lru_cache(maxsize=1)
+def _server_paths() -> tuple[tuple[str, str], ...]:
+    """(path, neutral name) for the folders a message could name, longest first so a folder inside another gets
+    its own name."""
+    from poss_core.models.default_model import cache_root
+    from poss_core.paths import PROJECT_ROOT as ROOT
+
+    named = {
+        str(cache_root()): "the model cache",
+        os.environ.get("GRADIO_TEMP_DIR") or str(Path(tempfile.gettempdir()) / "gradio"): "the upload folder",
+        tempfile.gettempdir(): "a temporary folder",
+        str(ROOT): "the app's folder",
+        str(Path.home()): "the server's home folder",
+    }
+    pairs = {}
+    for path, name in named.items():
+        for form in {path, os.path.realpath(path)}:
+            if len(form) > 1:  # never "/"
+                pairs[form.rstrip(os.sep)] = name
+    return tuple(sorted(pairs.items(), key=lambda p: len(p[0]), reverse=True))
+
+
+def neutral_paths(text: str) -> str:
+    """`text` with every server folder it names (the model cache, Gradio's upload folder, the temporary folder, the
+    app's folder, the home folder) replaced by a neutral name: "could not load '<the model cache>/smollm2-...'"."""
+    if not text or os.sep not in text:
+        return text
+    for path, name in _server_paths():
+        text = text.replace(path, f"<{name}>")
+    return text
+
+
+def _frames(tb: TracebackType | None):
+    while tb is not None:
+        yield tb.tb_frame
+        tb = tb.tb_next
+
+
+REFUSING = {"preprocess_data", "validate_inputs"}  # Gradio checking a call's inputs against its components
+
+
+def refused_call(tb: TracebackType | None) -> str | None:
+    """The endpoint ("/run") whose call Gradio refused while checking its inputs, "a call" when it cannot be told,
+    or None when the exception happened elsewhere (a fault worth its trace)."""
+    frames = list(_frames(tb))
+    if not any(f.f_code.co_name in REFUSING and "gradio" in f.f_code.co_filename for f in frames):
+        return None
+    for f in frames:
+        fn = f.f_locals.get("fn") if f.f_code.co_name in ("call_process_api", "process_api") else None
+        name = getattr(fn, "api_name", None)
+        if name:
+            return f"/{name}"
+    return "a call"
+
+
+def print_exc(limit: int | None = None, file=None, chain: bool = True) -> None:
+    """`traceback.print_exc` for Gradio's error paths: a call refused by Gradio's input checks is one line without
+    its values; anything else keeps its trace, each line cut at LINE_CHARS."""
+    out = file or sys.stderr
+    kind, err, tb = sys.exc_info()
+    if err is None:
+        return
+    where = refused_call(tb)
+    if where is not None:
+        print(f"[poss] refused {where}: its inputs did not pass the checks ({kind.__name__})", file=out, flush=True)
+        return
+    for chunk in _traceback.format_exception(kind, err, tb, limit=limit, chain=chain):
+        for line in chunk.rstrip("\n").split("\n"):
+            print(line if len(line) <= LINE_CHARS else line[:LINE_CHARS] + " ...", file=out)
+    out.flush()
+
+
+class _QuietTraceback:
+    """The `traceback` module as Gradio's error paths see it, with `print_exc` above."""
+
+    print_exc = staticmethod(print_exc)
+
+    def __getattr__(self, name: str):
+        return getattr(_traceback, name)
+
+
+def install() -> None:
+    """Route Gradio's "print the trace of a failed call" through `print_exc` (its queue and its direct routes)."""
+    import gradio.queueing
+    import gradio.routes
+
+    for module in (gradio.queueing, gradio.routes):
+        if getattr(module, "traceback", None) is _traceback:
+            module.traceback = _QuietTraceback()
