@@ -26,6 +26,7 @@ import torch
 from tqdm import tqdm
 
 from poss_core import methods
+from poss_core.autobudget.timing import measure_forward_curve
 from poss_core.decoding.config import DecodeConfig
 from poss_core.decoding.decoder import encode_prompt
 from poss_core.errors import ConfigError, run_cli
@@ -46,6 +47,7 @@ PROMPT = (
 # section 6, ±0.5). With P(accept_len >= k) the product of pos-acc 1..k, tau = 1 + sum over k of that product: the
 # acceptance the paper's drafts reach at depth 6. EAGLE-2's positions 5 and 6 are "below 65": 65 makes its tau an
 # upper bound. Each is timed with the draft layout it was released in.
+CONTEXT = 256  # tokens already in the cache when the verify pass is timed
 PUBLISHED_POS_ACC = {
     "EAGLE-2": ([92.0, 78.4, 71.7, 67.1, 65.0, 65.0], "eagle", "at most: positions 5-6 read as below 65%"),
     "HASS": ([91.6, 83.7, 75.9, 71.8, 70.0, 70.8], "eagle", ""),
@@ -82,6 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--budgets", default="8,16,32,60", help="tree sizes whose verify pass is timed (default 8,16,32,60)")
     p.add_argument("--tokens", type=int, default=24, help="new tokens per timed decode (default 24)")
+    p.add_argument("--repeats", type=int, default=5, help="timings per tree size, the median kept (default 5)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
 
@@ -129,6 +132,8 @@ def measure_mode(args, preset, device: torch.device, dtype, mode: str, budgets: 
         "hardware": hardware_info(target),
     }
     result["memory_target"] = _memory(target, device)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)  # from here: the peak while decoding (a 4-bit build peaks in bf16)
     bar.update()
     ids = encode_prompt(target.tokenizer, PROMPT)
     result["prompt_tokens"] = len(ids)
@@ -142,7 +147,15 @@ def measure_mode(args, preset, device: torch.device, dtype, mode: str, budgets: 
         "tokens": len(plain_ids),
     }
     bar.update()
-    verify_by_size: dict[int, float | None] = {1: result["plain"]["verify_ms"]}
+    bar.set_description(f"{mode}: verify pass by tree size")
+    # The verify forward timed on its own, synchronised (a round's own split is not, on a GPU: its kernels run on
+    # while the host goes on, so the round's wall time is what a projection may use, not its verify/overhead split).
+    curve = measure_forward_curve(target, sizes=budgets, context=CONTEXT, repeats=args.repeats)
+    result["verify_ms_by_tree_size"] = {
+        str(n): {"forward_ms": f, "lm_head_ms": h, "total_ms": f + h}
+        for n, f, h in zip(curve.sizes, curve.ms, curve.post_ms or [0.0] * len(curve.sizes))
+    }
+    bar.update()
     drafts: dict[str, dict] = {}
     identity = {"checked": 0, "identical": 0, "divergences": []}
     for name, ref in preset.drafts.items():
@@ -157,28 +170,25 @@ def measure_mode(args, preset, device: torch.device, dtype, mode: str, budgets: 
             "build_s": time.perf_counter() - t0,
             "parameter_gb": parameter_bytes(draft) / 1e9,
         }
-        sizes = budgets if name == "eagle" else [preset.tree_budget]  # the verify pass does not depend on the draft
-        for size in sizes:
-            run_cfg = DecodeConfig(max_new_tokens=args.tokens, depth=preset.depth, top_k=preset.top_k, tree_budget=size)
-            rounds, tokens = _decode(method, target, run_cfg, ids, draft)
-            if size == preset.tree_budget:
-                by_depth = [r.draft_ms_by_depth for r in rounds if r.draft_ms_by_depth]
-                info["draft_ms_by_depth"] = [
-                    _median([d[k] for d in by_depth if len(d) > k]) for k in range(preset.depth)
-                ]
-                info["round_ms"] = _median([r.wall_ms for r in rounds])
-                info["verify_ms"] = _median([r.verify_ms for r in rounds])
-                info["overhead_ms"] = _median([r.overhead_ms for r in rounds])
-                info["tree_nodes"] = _median([float(len(r.nodes)) for r in rounds])
-            if name == "eagle":
-                verify_by_size[size] = _median([r.verify_ms for r in rounds])
-            identity["checked"] += 1
-            div = identity_divergence(target, ids, tokens, plain_ids)
-            if div is None:
-                identity["identical"] += 1
-            else:
-                identity["divergences"].append({"draft": name, "tree": size, "index": div.index, "kind": div.kind})
-            bar.update()
+        run_cfg = DecodeConfig(
+            max_new_tokens=args.tokens, depth=preset.depth, top_k=preset.top_k, tree_budget=preset.tree_budget
+        )
+        rounds, tokens = _decode(method, target, run_cfg, ids, draft)
+        by_depth = [r.draft_ms_by_depth for r in rounds if r.draft_ms_by_depth]
+        info["draft_ms_by_depth"] = [_median([d[k] for d in by_depth if len(d) > k]) for k in range(preset.depth)]
+        info["round_ms"] = _median([r.wall_ms for r in rounds])
+        info["verify_ms"] = _median([r.verify_ms for r in rounds])
+        info["overhead_ms"] = _median([r.overhead_ms for r in rounds])
+        info["tree_nodes"] = _median([float(len(r.nodes)) for r in rounds])
+        identity["checked"] += 1
+        div = identity_divergence(target, ids, tokens, plain_ids)
+        if div is None:
+            identity["identical"] += 1
+        else:
+            identity["divergences"].append(
+                {"draft": name, "index": div.index, "kind": div.kind, "margin": div.margin, "tolerance": div.tolerance}
+            )
+        bar.update()
         drafts[name] = info
         del draft
         gc.collect()
@@ -186,7 +196,6 @@ def measure_mode(args, preset, device: torch.device, dtype, mode: str, budgets: 
             torch.cuda.empty_cache()  # the peak stays recorded: it is read once every draft has decoded
     if device.type == "cuda":
         result["memory_peak_decoding_gb"] = torch.cuda.max_memory_allocated(device) / 1e9
-    result["verify_ms_by_tree_size"] = {str(k): v for k, v in sorted(verify_by_size.items())}
     result["drafts"] = drafts
     result["identity"] = identity
     result["projection"] = project(result)
@@ -243,6 +252,7 @@ def markdown(report: dict) -> str:
     for mode in report["modes"]:
         hw = mode["hardware"]
         mem = mode["memory_target"]
+        sizes = mode["verify_ms_by_tree_size"]
         lines += [
             f"## {mode['dtype']}, quantization {mode['quantization']} ({hw['device']}, torch {hw['torch']})",
             "",
@@ -261,9 +271,17 @@ def markdown(report: dict) -> str:
             + (f"; divergences {mode['identity']['divergences']}" if mode["identity"]["divergences"] else "")
             + ".",
             "",
-            "| verified tokens | " + " | ".join(mode["verify_ms_by_tree_size"]) + " |",
-            "|---|" + "---|" * len(mode["verify_ms_by_tree_size"]),
-            "| verify ms | " + " | ".join(_fmt(v) for v in mode["verify_ms_by_tree_size"].values()) + " |",
+            f"Verify pass after a {CONTEXT}-token context (median of {report['repeats']}, synchronised):",
+            "",
+            "| verified tokens | " + " | ".join(sizes) + " |",
+            "|---|" + "---|" * len(sizes),
+            "| forward ms | " + " | ".join(_fmt(sizes[n]["forward_ms"]) for n in sizes) + " |",
+            "| LM head ms (every row) | " + " | ".join(_fmt(sizes[n]["lm_head_ms"]) for n in sizes) + " |",
+            "| total ms | " + " | ".join(_fmt(sizes[n]["total_ms"]) for n in sizes) + " |",
+            "",
+            f"Each draft decoding {report['settings']['tree_budget']}-node trees of depth {report['settings']['depth']}"
+            " (a round's verify/overhead split is the decoder's own, unsynchronised on a GPU; its round ms is wall "
+            "time):",
             "",
             "| draft (layout) | layers | fc bias | memory | draft ms at depth 1..6 | verify ms | overhead ms "
             "| round ms |",
@@ -316,16 +334,19 @@ def run(args) -> int:
         budgets = sorted({int(b) for b in args.budgets.split(",") if b.strip()} | {preset.tree_budget})
     except ValueError:
         raise ConfigError(f"--budgets {args.budgets!r}: use comma-separated tree sizes, e.g. 8,16,32,60.") from None
+    if args.repeats < 1 or args.tokens < 2:
+        raise ConfigError(f"--repeats {args.repeats} and --tokens {args.tokens}: use at least 1 and 2.")
     dtype = parse_dtype(args.dtype)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    steps_per_mode = 2 + len(budgets) + len(preset.drafts) - 1
+    steps_per_mode = 3 + len(preset.drafts)
     report = {
         "preset": preset.name,
         "description": preset.description,
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "command": " ".join(["python", "scripts/twin_check.py", *sys.argv[1:]]),
         "settings": {"depth": preset.depth, "top_k": preset.top_k, "tree_budget": preset.tree_budget},
+        "repeats": args.repeats,
         "modes": [],
     }
     with tqdm(total=steps_per_mode * len(modes), disable=args.no_progress, file=sys.stderr) as bar:

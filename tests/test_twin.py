@@ -115,18 +115,17 @@ def test_twin_check_writes_its_report_on_the_tiny_twin(tmp_path):
     sys.path.insert(0, str(ROOT / "scripts"))
     import twin_check
 
-    r = run_main(
-        twin_check.main,
-        ["--preset", TINY, "--out", str(tmp_path), "--tokens", "3", "--budgets", "8", "--no-progress"],
-    )
+    quick = ["--tokens", "3", "--budgets", "8", "--repeats", "1", "--no-progress"]
+    r = run_main(twin_check.main, ["--preset", TINY, "--out", str(tmp_path), *quick])
     assert r.returncode == 0, r.stderr
     report = json.loads((tmp_path / "twin_check.json").read_text())
     (none, four) = report["modes"]
     assert (none["quantization"], four["quantization"]) == ("none", "4bit")
-    assert set(none["verify_ms_by_tree_size"]) == {"1", "8", "60"}
+    assert set(none["verify_ms_by_tree_size"]) == {"1", "8", "60"}  # plain's one row, the asked size, the preset's
+    assert all(v["total_ms"] >= v["forward_ms"] > 0 for v in none["verify_ms_by_tree_size"].values())
     assert all(len(d["draft_ms_by_depth"]) == 6 for d in none["drafts"].values())
     assert {d["layers"] for d in none["drafts"].values()} == {1, 7, 4}
-    assert none["identity"]["identical"] == none["identity"]["checked"] == 5
+    assert none["identity"]["identical"] == none["identity"]["checked"] == 4  # float32 on a CPU: exact
     assert [row["method"] for row in none["projection"]] == ["EAGLE-2", "HASS", "POSS-1", "POSS-3"]
     assert abs(none["projection"][1]["published_tau"] - 4.18) < 0.01  # HASS: 1 + Σ Π pos-acc
     md = (tmp_path / "twin_check.md").read_text()
