@@ -257,7 +257,7 @@ class HFGenerateDecoder(_BaseDecoder):
                 raise StallError(
                     f"{self.method} (transformers' generate, mode {self.mode}) made no progress for {waited:.3g} s: "
                     f"no target forward reached its streamer. Its device may be stuck or far too slow; raise the "
-                    f"bound (--stall-seconds) only if one forward of this model really takes that long."
+                    f"bound (the benchmark's --stall-seconds) only if one forward of this model really takes that long."
                 )
 
     def _end_worker(self, pipe: _Lockstep, worker: threading.Thread | None, quiet: bool) -> None:
