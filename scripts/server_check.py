@@ -4,8 +4,11 @@
   fit      one one-token /compare that needs a new tree-budget fit: seconds taken against the cap
   abandon  N clients start long /compare calls and are killed after K s: the server's CPU afterwards
   flood    one client submits M long /compare calls at once: how many were let in and how many refused
-  disk     N uploads of a saved run and N /save_run calls: the temp folders' growth, then after the cache sweep
-  refuse   M /compare calls with a bad setting: what the server's log shows for them
+  disk     a flood of random uploads (one address, then many): the temp folders' peak against the disk cap; N
+           saved runs loaded and saved: what is left after the cache sweep (copies, empty temporary files)
+  refuse   log bytes per refused or cancelled call (a bad setting, malformed values, a 100,000-digit integer in
+           a saved run, a /compare cancelled while its model loads, a model that fails to load, with
+           --quantized an 8-bit /run), and whether a message names a server folder
   memory   (in-process, no server) K tabs each load a saved run, then go idle: traced memory before and after the
            idle reaper
 
@@ -17,8 +20,8 @@ fits made here never touch ~/.cache/poss-demo), and stops it at the end. Only lo
     python scripts/server_check.py fit --preset smollm2-135m --cap 20 [--server-args=--no-call-fits]
     python scripts/server_check.py abandon --preset smollm2-135m --clients 4 --kill-after 6
     python scripts/server_check.py flood --preset smollm2-135m --cap 5 --calls 6
-    python scripts/server_check.py disk --uploads 6 --wait 8 --server-args=--cache-minutes=0.05
-    python scripts/server_check.py refuse --calls 5
+    python scripts/server_check.py disk --uploads 6 --wait 25
+    python scripts/server_check.py refuse --calls 5 [--quantized]
     python scripts/server_check.py memory --tabs 8
 
 (--server-args takes its value after "=" when it starts with "--".)
@@ -253,20 +256,152 @@ def case_flood(a) -> None:
     )
 
 
+def _log_size(server: Server) -> int:
+    server.log.flush()
+    return (server.dir / "server.log").stat().st_size
+
+
+def _logged(server: Server, since: int, settle: float = 1.5) -> str:
+    """What the server's log gained since byte `since`, once it has settled."""
+    time.sleep(settle)
+    server.log.flush()
+    with open(server.dir / "server.log", "rb") as f:
+        f.seek(since)
+        return f.read().decode(errors="replace")
+
+
+def _api_inputs(c, api_name: str, **by_label) -> list:
+    """An endpoint's inputs at the app's own defaults (from its API description), some replaced by label."""
+    params = c.view_api(return_format="dict", print_info=False)["named_endpoints"][api_name]["parameters"]
+    return [by_label.get(p.get("label"), p.get("parameter_default")) for p in params]
+
+
+def _outcome(fn) -> str:
+    """What the client was told: the answer's first output, or the error's text."""
+    try:
+        out = fn()
+        return str(out[0] if isinstance(out, (list, tuple)) and out else out)
+    except Exception as err:  # noqa: BLE001 - the refusal the client is meant to get
+        return str(err)
+
+
 def case_refuse(a) -> None:
+    """Log bytes per refused or cancelled call, and whether a message names a server folder."""
+    from gradio_client import handle_file
+
+    big_int = Path(tempfile.mkdtemp()) / "big-integer.jsonl"
+    big_int.write_text('{"type": "run", "settings": {"max_new_tokens": ' + "1" * 100_000 + "}}\n")
+    echo = "9" * 200_000
+    rows: list[tuple[str, int, str, str]] = []  # (what, calls, log text, what the client was told)
     with Server(a.root, "tiny-random", a.cap, a.extra) as server:
         c = client(server.url)
-        for _ in range(a.calls):
-            try:
-                c.predict(*compare_args("Hi", ["plain", "eagle"], 4, depth=20), api_name="/compare")
-            except Exception:  # noqa: BLE001 - the refusal the client is meant to get
-                pass
-        time.sleep(1.0)
+        home = str(Path.home())
+
+        def measure(what: str, calls: int, fn) -> None:
+            since, told = _log_size(server), ""
+            for _ in range(calls):
+                told = _outcome(lambda: fn(client(server.url)))  # a fresh client each: a refused call may hold its
+                # client's share of the queue for a while, which is not what is measured here
+            rows.append((what, calls, _logged(server, since), told))
+
+        measure(
+            "refused /compare (depth=20)",
+            a.calls,
+            lambda c: c.predict(*compare_args("Hi", ["plain", "eagle"], 4, depth=20), api_name="/compare"),
+        )
+        inputs = len(_api_inputs(c, "/run"))
+        measure("malformed /run (200 KB values)", a.calls, lambda c: c.predict(*[echo] * inputs, api_name="/run"))
+        measure("malformed /load_run (200 KB value)", a.calls, lambda c: c.predict(echo, *VIEW, api_name="/load_run"))
+        measure(
+            "saved run with a 100,000-digit integer",
+            a.calls,
+            lambda c: c.predict(handle_file(str(big_int)), *VIEW, api_name="/load_run"),
+        )
+
+        def cancelled(c) -> str:  # cancelled while the default model loads (its first call, about 25 s here)
+            args = compare_args("Hi", ["plain", "eagle"], 8)
+            args[2] = "smollm2-135m"
+            job = c.submit(*args, api_name="/compare")
+            time.sleep(a.cancel_after)
+            job.cancel()
+            since, t0, quiet = _log_size(server), time.monotonic(), 0
+            while time.monotonic() - t0 < 120 and quiet < 5:  # until the load it started has ended
+                quiet = quiet + 1 if server.cpu_percent(1.0) < 10 else 0
+                if "never retrieved" in _logged(server, since, 0):
+                    break
+            return "cancelled"
+
+        measure("/compare cancelled while its model loads", 1, cancelled)
+        measure(
+            "/compare answered on the default model",
+            1,
+            lambda c: c.predict("Hi", ["plain"], "smollm2-135m", 1, api_name="/compare"),
+        )
+        if a.quantized:
+            measure(
+                "8-bit /run (smollm2-135m, 32 tokens)",
+                1,
+                lambda c: c.predict(
+                    *_api_inputs(
+                        c,
+                        "/run",
+                        **{
+                            "Prompt": "Tell me about the sea.",
+                            "Model (preset)": "smollm2-135m",
+                            "Quantization (the target's weights)": "8bit",
+                            "Max new tokens": 32,
+                        },
+                    ),
+                    api_name="/run",
+                ),
+            )
+        # A load that fails names the model's folder in its error: break the default model's folder here (the
+        # server's own cache folder links the prepared model in; this replaces the link, not the model) and ask
+        # for it in another precision, which loads it again.
+        model = server.dir / "cache" / "smollm2-135m-instruct"
+        if model.is_symlink():
+            model.unlink()
+        model.mkdir(exist_ok=True)
+        (model / "config.json").write_text("{}")
+        (model / "model.safetensors").write_bytes(b"")
+        measure(
+            "/compare whose model fails to load",
+            1,
+            lambda c: c.predict(
+                *compare_args("Hi", ["plain"], 1, precision="bfloat16")[:2],
+                "smollm2-135m",
+                *compare_args("Hi", ["plain"], 1, precision="bfloat16")[3:],
+                api_name="/compare",
+            ),
+        )
+        time.sleep(2.0)
         log = server.log_text()
-    lines = [line for line in log.splitlines() if "depth=20" in line or "Traceback" in line]
+    ok = True
+    # asyncio reports a lost exception when the future is collected, which may be calls later: the whole log counts
+    lost_anywhere = log.count("never retrieved")
+    for what, calls, text, told in rows:
+        traces = text.count("Traceback")
+        lost = lost_anywhere if what.startswith("/compare cancelled") else 0
+        longest = max((len(line) for line in text.splitlines()), default=0)
+        paths = [p for p in (str(server.dir), home) if p in told]  # what a user is told; the log may name them
+        # One line per call at most, no value echoed, no trace, nothing lost, no folder of the server named.
+        fine = traces == 0 and lost == 0 and longest <= 500 and not paths and len(text) <= 400 * calls
+        if what.startswith("8-bit"):  # a run logs bitsandbytes' warnings once, not per matmul
+            fine = len(text) <= 4000 and traces == 0
+        if what.startswith("/compare cancelled"):  # its log also has the load's own lines (progress, notes)
+            fine = traces == 0 and lost == 0
+        ok &= fine
+        print(
+            f"[refuse] {what}: {calls} call{'s' if calls > 1 else ''}, {len(text.encode()):,} log bytes "
+            f"({len(text.encode()) // calls:,} per call), {len(text.splitlines())} lines, {traces} traces, longest "
+            f"line {longest:,} chars{', ' + str(lost) + ' never retrieved' if lost else ''}"
+            f"{', names ' + ' and '.join(paths) if paths else ''}; told: "
+            f"{(told[max(0, told.find(paths[0]) - 60) :] if paths else told).strip()[:100]!r}"
+            f"{'' if fine else '  <- FAIL; the log begins ' + repr(text[:240])}"
+        )
     print(
-        f"[refuse] {a.calls} refused /compare calls: {log.count('Traceback')} tracebacks and {len(log.splitlines())} "
-        f"lines in the server's log ({len(lines)} naming the refusal)"
+        f"[refuse] {'PASS' if ok else 'FAIL'} (each refused or cancelled call: at most one log line, no trace, no "
+        f"echoed value, no server folder named)"
     )
 
 
@@ -293,26 +428,75 @@ def _saved_run(path: Path, seed: int) -> Path:
     return saved_runs.save_run(comp, path)
 
 
+def _flood(url: str, uploads: int, mb: float, addresses: list[str], measure) -> tuple[dict[int, int], float, float]:
+    """`uploads` POSTs of `mb` MB of random bytes to /gradio_api/upload, spread over `addresses` (sent as
+    X-Forwarded-For, which the app trusts from a loopback peer, as from the Space's proxy): the answers' status
+    counts, the largest `measure()` seen after each, and the seconds taken."""
+    import httpx
+
+    statuses: dict[int, int] = {}
+    peak, t0 = measure(), time.monotonic()
+    with httpx.Client(timeout=120) as http:
+        for i in range(uploads):
+            data = os.urandom(int(mb * 2**20))
+            answer = http.post(
+                url + "gradio_api/upload",
+                files={"files": (f"flood{i}.bin", data)},
+                headers={"x-forwarded-for": addresses[i % len(addresses)]},
+            )
+            statuses[answer.status_code] = statuses.get(answer.status_code, 0) + 1
+            peak = max(peak, measure())
+    return statuses, peak, time.monotonic() - t0
+
+
 def case_disk(a) -> None:
+    """A flood of random uploads from one address, then from many; then saved runs loaded and saved, with the
+    client's downloads landing in the server's Gradio folder (what a client on the same machine does by default):
+    the folders' peak against the cap, and what is left once the sweep has run."""
+    from gradio_client import Client, handle_file
+
     files = [_saved_run(Path(tempfile.mkdtemp()) / f"run{i}.jsonl", i) for i in range(a.uploads)]
     mb = sum(f.stat().st_size for f in files) / 2**20
-    with Server(a.root, "tiny-random", a.cap, a.extra) as server:
-        from gradio_client import handle_file
+    cap = _flag(a.root, "--disk-cap-mb", f"{a.disk_limit_mb:g}")
+    with Server(a.root, "tiny-random", a.cap, ["--cache-minutes", f"{a.cache_minutes:g}", *cap, *a.extra]) as server:
 
-        c = client(server.url)
-        view = ["draft position", False, "conditional (POSS pos-acc)", "this run"]
-        base = folder_mb(server.gradio_tmp) + folder_mb(server.tmp)
+        def used() -> float:
+            return folder_mb(server.gradio_tmp) + folder_mb(server.tmp)
+
+        base = used()
+        one = _flood(server.url, a.flood_uploads, a.flood_mb, ["203.0.113.1"], used)
+        many = _flood(server.url, a.flood_uploads, a.flood_mb, [f"198.51.100.{i}" for i in range(1, 255)], used)
+        c = Client(server.url, verbose=False, download_files=str(server.gradio_tmp))
         for f in files:
-            c.predict(handle_file(str(f)), *view, api_name="/load_run")
+            c.predict(handle_file(str(f)), *VIEW, api_name="/load_run")
             c.predict(api_name="/save_run")
-        grown = folder_mb(server.gradio_tmp) + folder_mb(server.tmp) - base
-        runs = len(list(server.dir.rglob("poss-run-*.jsonl")))
+        grown = used() - base
         time.sleep(a.wait)
-        left = folder_mb(server.gradio_tmp) + folder_mb(server.tmp) - base
+        left = used() - base
+        leftovers = [p for p in server.gradio_tmp.rglob("*") if p.is_file()]
+        runs = sum(1 for p in leftovers if p.name.startswith("poss-run-"))
+        empty = sum(1 for p in leftovers if p.stat().st_size == 0)
+    limit = a.disk_limit_mb + 1  # the folder of a Server holds its log too
+    ok = one[1] - base <= limit and many[1] - base <= limit and runs == 0 and empty == 0 and left <= 1.0
+    for who, (statuses, peak, took) in (("one address", one), ("254 addresses", many)):
+        print(
+            f"[disk] {a.flood_uploads} uploads of {a.flood_mb:g} MB of random bytes from {who} in {took:.1f} s: "
+            f"answers {dict(sorted(statuses.items()))}; the temp folders peaked {peak - base:.0f} MB above the start"
+        )
     print(
-        f"[disk] {a.uploads} uploads ({mb:.1f} MB in all) and {a.uploads} saves: temp folders grew {grown:.1f} MB "
-        f"({runs} saved-run files of ours); {a.wait:g} s later: {left:.1f} MB above the start"
+        f"[disk] then {a.uploads} loads ({mb:.1f} MB in all) and {a.uploads} saves: {grown:.1f} MB above the start; "
+        f"{a.wait:g} s later (cache age {a.cache_minutes:g} min): {left:.1f} MB, {len(leftovers)} files left "
+        f"({runs} saved runs or copies, {empty} empty temporary files). {'PASS' if ok else 'FAIL'} (peaks within "
+        f"{a.disk_limit_mb:g} MB, nothing left after the sweep)"
     )
+
+
+VIEW = ["draft position", False, "conditional (POSS pos-acc)", "this run"]  # /view's and /load_run's view values
+
+
+def _flag(root: Path, flag: str, value: str) -> list[str]:
+    """[flag, value] where the checkout's app.py has the flag (an older checkout runs without it)."""
+    return [flag, value] if flag in (root / "app" / "launch.py").read_text() else []
 
 
 def case_memory(a) -> None:
@@ -373,7 +557,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--window", type=float, default=5.0, help="abandon: seconds of CPU measured")
     p.add_argument("--calls", type=int, default=6, help="flood: calls one client submits; refuse: bad calls")
     p.add_argument("--uploads", type=int, default=6, help="disk: saved runs uploaded and saved")
-    p.add_argument("--wait", type=float, default=70.0, help="disk: seconds to wait for the cache sweep")
+    p.add_argument("--wait", type=float, default=25.0, help="disk: seconds to wait for the cache sweep")
+    p.add_argument("--cache-minutes", type=float, default=0.05, help="disk: the server's --cache-minutes")
+    p.add_argument("--flood-uploads", type=int, default=20, help="disk: random uploads from one address, then many")
+    p.add_argument("--flood-mb", type=float, default=16.0, help="disk: MB of each random upload")
+    p.add_argument("--disk-limit-mb", type=float, default=128.0, help="disk: the cap (--disk-cap-mb) that must hold")
+    p.add_argument("--cancel-after", type=float, default=2.0, help="refuse: seconds before /compare is cancelled")
+    p.add_argument("--quantized", action="store_true", help="refuse: also an 8-bit /run of smollm2-135m")
     p.add_argument("--tabs", type=int, default=8, help="memory: tabs that load a saved run")
     a = p.parse_args(argv)
     a.extra = shlex.split(a.server_args)
