@@ -233,11 +233,11 @@ def max_new_tokens(requested: int | None, gpu: bool) -> int:
 
 
 def start_disk_budget(demo, cap_mb: float, upload_mb_per_s: float, age_s: float) -> None:
-    """Cap Gradio's cache folder (`disk_budget.BUDGET`, swept by age and size in a daemon thread), set the uploads'
-    rate per address (`disk_budget.RATE`), and keep Gradio's traces of refused calls to one line (`server_text`)."""
+    """Cap Gradio's cache folder (`disk_budget.BUDGET`, swept by age and size in a daemon thread) and set the uploads'
+    rate per address (`disk_budget.RATE`)."""
     from gradio.utils import get_upload_folder
 
-    from app import disk_budget, server_text
+    from app import disk_budget
 
     budget = disk_budget.BUDGET
     budget.folder, budget.cap_bytes, budget.age_s = Path(get_upload_folder()), int(cap_mb * 2**20), age_s
@@ -245,7 +245,6 @@ def start_disk_budget(demo, cap_mb: float, upload_mb_per_s: float, age_s: float)
     budget.keep = lambda: {p for block in demo.blocks.values() for p in getattr(block, "keep_in_cache", ())}
     disk_budget.RATE.bytes_per_s = upload_mb_per_s * 2**20
     budget.start()
-    server_text.install()
     print(
         f"[poss] disk: Gradio's cache capped at {cap_mb:.0f} MB, uploads {upload_mb_per_s:g} MB/s per address",
         file=sys.stderr,
@@ -258,7 +257,7 @@ def main(argv: list[str] | None = None) -> None:
     import torch
 
     torch.set_num_threads(cpu_threads(args.threads))
-    from app import share, state
+    from app import server_text, share, state
     from app.class_pool import CLASS
     from app.state import initial_precision
     from app.ui import build_demo, launch_kwargs
@@ -317,6 +316,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     demo.queue(max_size=args.queue_size, default_concurrency_limit=concurrency)
     start_disk_budget(demo, args.disk_cap_mb, args.upload_mb_per_second, args.cache_minutes * 60.0)
+    server_text.install()  # a call Gradio refuses on its inputs: one log line, not a trace echoing its values
     if not args.no_preload:
         prepare_target(args.preset)  # before the page is up: its first Run then only loads a prepared checkpoint
         threading.Thread(target=preload, args=(args.preset, precision), daemon=True, name="poss-preload").start()
