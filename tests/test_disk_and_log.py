@@ -226,6 +226,16 @@ def test_messages_name_no_server_folder():
     assert str(cache_root()) not in status_html(text, "error")
 
 
+def test_the_hardware_record_names_a_prepared_model_by_its_folder_not_the_cache_path(monkeypatch, tmp_path):
+    from poss_core.models.default_model import prepared_dir
+    from poss_core.models.hardware import model_label
+
+    monkeypatch.setenv("POSS_CACHE_DIR", str(tmp_path / "cache"))
+    shown = model_label(str(prepared_dir()))
+    assert shown == "smollm2-135m-instruct (prepared in the model cache)" and str(tmp_path) not in shown
+    assert model_label("HuggingFaceTB/SmolLM2-135M-Instruct") == "HuggingFaceTB/SmolLM2-135M-Instruct"
+
+
 def test_bitsandbytes_warning_is_logged_once_per_process():
     from poss_core.models.quantization import BNB_LOGGERS, warn_once
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import platform
+from pathlib import Path
 
 import torch
 
@@ -64,6 +65,19 @@ def device_description(device: torch.device) -> str:
     return f"{device.type}:{name}, {os.cpu_count()} cores, {torch.get_num_threads()} torch threads"
 
 
+def model_label(name: str) -> str:
+    """A target's name as the hardware record shows it: a model prepared in the model cache by its folder name
+    ("smollm2-135m-instruct (prepared in the model cache)"), since the cache's path is this machine's (and a public
+    server's record must not name its folders); a Hub id or another folder as it is."""
+    from .default_model import cache_root
+
+    try:
+        inside = Path(name).resolve().relative_to(cache_root().resolve())
+    except (ValueError, OSError):
+        return name
+    return f"{inside} (prepared in the model cache)"
+
+
 def hardware_info(target) -> dict[str, str]:
     device = str(target.device)
     if target.device.type == "cuda":
@@ -71,7 +85,7 @@ def hardware_info(target) -> dict[str, str]:
     else:
         device += f" ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
     return {
-        "model": str(target.name),
+        "model": model_label(str(target.name)),
         "device": device,
         "dtype": str(target.dtype).replace("torch.", ""),
         "quantization": str(target.quantization),
