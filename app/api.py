@@ -65,8 +65,9 @@ def compare_api(
     tree_budget: 0 fits each draft's budget to this machine (the UI's "Fastest tree for this machine"; the first call
     per draft and setting calibrates it within the call's time limit, or, on a server started with --no-call-fits,
     uses the default budget where no fit is cached: the lane's "budget_note" says so).
-    temperature, top_p, seed: sampling (temperature 0 is greedy). precision: auto (fp32 on a CPU, bf16 on a GPU),
-    float32 or bfloat16, the target's dtype.
+    temperature, top_p, seed: sampling (temperature 0 is greedy). precision: the target's dtype, auto (fp32 on a
+    CPU; bf16 on a GPU with bf16 units, fp16 on an older one), float32, bfloat16 or float16 (a GPU's).
+    quantization: the target's weights, auto, none, 8bit or 4bit (bitsandbytes).
     Returns {"preset", "settings", "lanes": [{"method", "label", "text", "stop_reason", "tree_budget",
     "identical_to_plain", "speedup_vs_plain", "summary": {tau, pos_acc, pos_rate, accept_hist, tokens_per_s,
     new_tokens, rounds, ...}}],

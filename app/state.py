@@ -555,7 +555,10 @@ def initial_precision(requested: str, gpu: bool, bf16_units: str | None) -> str:
 def precision_note(gpu: bool) -> str:
     """The Precision setting's explanation, for this machine."""
     if gpu:
-        return "auto = bfloat16 on a GPU; float32 shows token-for-token identity with plain decoding"
+        return (
+            "auto = bfloat16 on a GPU with bf16 units, float16 on an older one (a T4); float32 shows token-for-token "
+            "identity with plain decoding"
+        )
     units = cpu_bf16_units()
     speed = (
         f"this CPU has {units}, so bfloat16 is faster here"

@@ -167,12 +167,6 @@ _ALL = (
         bounds=(0, 2**32 - 1),
     ),
     Setting(
-        "quantization", str, "auto",
-        label="Quantization (the target's weights)",
-        help="the target's weights: auto (none unless the preset asks for it), none, or bitsandbytes 8bit / 4bit",
-        choices=QUANTIZATIONS, decode=False, offered=frozenset({APP, GENERATE, BENCH}),
-    ),
-    Setting(
         "auto_budget", bool, False,
         label="Fastest tree for this machine: each draft lane gets its own fitted budget and depth stop",
         help="fit each draft lane's tree budget and depth stop to this machine (tree_budget is then ignored)",
@@ -186,6 +180,12 @@ _ALL = (
         "makes verifying a 16-token tree cost about what one plain step costs, so speculative decoding gains more "
         "(its outputs may then differ from plain decoding's at rounding near-ties)",
         choices=PRECISIONS, decode=False, flag="--dtype",
+    ),
+    Setting(
+        "quantization", str, "auto",
+        label="Quantization (the target's weights)",
+        help="the target's weights: auto (none unless the preset asks for it), none, or bitsandbytes 8bit / 4bit",
+        choices=QUANTIZATIONS, decode=False, offered=EVERYWHERE,
     ),
     Setting(
         "depth_stop", float, 0.0,

@@ -42,8 +42,9 @@ def rounding_tolerance(dtype) -> float:
 INT8_TOLERANCE = 2.0
 
 
-def target_numerics(device_type: str, dtype, quantization: str = "none") -> Numerics:
-    """The identity a target of this device, compute dtype and quantization mode allows."""
+def target_numerics(device_type: str, dtype, quantization: str = "none", kernel: str | None = None) -> Numerics:
+    """The identity a target of this device, compute dtype and quantization mode allows. `kernel` is a 4-bit
+    target's (quantization.py): None means the default for the device (row-independent on a CPU, fused on a GPU)."""
     name = _dtype_name(dtype)
     tol = rounding_tolerance(dtype)
     if quantization == "8bit":
@@ -60,9 +61,12 @@ def target_numerics(device_type: str, dtype, quantization: str = "none") -> Nume
             ),
             "int8 rounding noise",
         )
+    # On a GPU bitsandbytes' fused kernel serves a few rows and dequantize-and-multiply many, unless the
+    # row-independent kernel was chosen; on a CPU the row-independent path is the default.
+    fused = quantization == "4bit" and device_type == "cuda" and kernel != "row-independent"
     quant = (
         "; NF4 weights are dequantized and multiplied in the compute dtype, whatever the number of rows"
-        if quantization == "4bit"
+        if quantization == "4bit" and not fused
         else ""
     )
     if name in ("bfloat16", "float16"):
@@ -70,7 +74,7 @@ def target_numerics(device_type: str, dtype, quantization: str = "none") -> Nume
             f"{name}: a batched verify pass and a one-token plain step round differently, so two tokens whose "
             f"logits are within about {tol:g} can swap (a rounding near-tie; float32 gives exact identity)"
         )
-        if quantization == "4bit" and device_type == "cuda":
+        if fused:
             why += (
                 "; bitsandbytes' NF4 kernel for a few rows and its dequantize-and-multiply for many also round "
                 "differently"

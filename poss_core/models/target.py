@@ -266,7 +266,7 @@ class TargetModel:
     @property
     def numerics(self) -> Numerics:
         """What identity with plain decoding this target's device, compute dtype and quantization allow."""
-        return target_numerics(self.device.type, self.dtype_for_mask, self.quantization)
+        return target_numerics(self.device.type, self.dtype_for_mask, self.quantization, self.kernel)
 
     def input_embedding_weight(self) -> torch.Tensor:
         return self.model.get_input_embeddings().weight
