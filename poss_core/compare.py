@@ -258,15 +258,16 @@ class Lane:
     def token_ids(self) -> list[int]:
         return [t for e in self.events for t in e.tokens]
 
-    def held_bytes(self) -> int:
-        """An estimate of the memory this lane holds: its rounds (ROUND_BYTES each, NODE_BYTES per drafted node) and
-        the tensors its open decoder keeps between rounds (its KV caches and the draft's state, by the sizes of
-        their storages)."""
+    def held_bytes(self, tensors: bool = True) -> int:
+        """An estimate of the memory this lane holds: its rounds (ROUND_BYTES each, NODE_BYTES per drafted node) and,
+        with `tensors`, those its open decoder keeps between rounds (its KV caches and the draft's state, by the
+        sizes of their storages; a replay's source holds none worth walking)."""
         counted = getattr(self, "_counted", (0, 0))  # (rounds, nodes) counted so far: events are only appended
         if counted[0] != len(self.events):
             counted = (len(self.events), counted[1] + sum(len(e.nodes) for e in self.events[counted[0] :]))
             self._counted = counted
-        return ROUND_BYTES * counted[0] + NODE_BYTES * counted[1] + generator_tensor_bytes(self.source)
+        live = generator_tensor_bytes(self.source) if tensors else 0
+        return ROUND_BYTES * counted[0] + NODE_BYTES * counted[1] + live
 
     @property
     def text(self) -> str:
@@ -415,7 +416,7 @@ class Comparison:
 
     def held_bytes(self) -> int:
         """An estimate of the memory this comparison holds (`Lane.held_bytes`, every lane)."""
-        return sum(lane.held_bytes() for lane in self.lanes)
+        return sum(lane.held_bytes(tensors=not self.replay) for lane in self.lanes)
 
     def close(self) -> None:
         """Close every lane's decoder (its caches are freed with it)."""

@@ -9,8 +9,12 @@
   refuse   log bytes per refused or cancelled call (a bad setting, malformed values, a 100,000-digit integer in
            a saved run, a /compare cancelled while its model loads, a model that fails to load, with
            --quantized an 8-bit /run), and whether a message names a server folder
-  memory   (in-process, no server) K tabs each load a saved run, then go idle: traced memory before and after the
-           idle reaper
+  memory   K tabs pause a Step on a long prompt and L tabs load a saved run, then only read (/view) past
+           --idle-minutes: the server's RSS at start, at the peak and after reaping, and what a reaped tab is told
+  fair     N fresh clients at one address queue two long /compare calls each; a visitor from another address
+           joins: the place and wait it is told, and when its call started
+  prefill  one /compare with the longest prompt and the largest tree (depth 10, top-k 20, budget 256): seconds
+           taken against the cap
 
 Each starts its own server from --root (default: this checkout; point it at an older checkout for "before"
 figures) with its own Gradio temp folder, $TMPDIR and cache folder (the prepared default model is linked in, so
@@ -22,7 +26,9 @@ fits made here never touch ~/.cache/poss-demo), and stops it at the end. Only lo
     python scripts/server_check.py flood --preset smollm2-135m --cap 5 --calls 6
     python scripts/server_check.py disk --uploads 6 --wait 25
     python scripts/server_check.py refuse --calls 5 [--quantized]
-    python scripts/server_check.py memory --tabs 8
+    python scripts/server_check.py memory --preset smollm2-135m --steps 8 --loads 6
+    python scripts/server_check.py fair --preset smollm2-135m --cap 4 --flood-clients 8
+    python scripts/server_check.py prefill --preset smollm2-135m --cap 20 --prompt-tokens 2016
 
 (--server-args takes its value after "=" when it starts with "--".)
 """
@@ -405,7 +411,7 @@ def case_refuse(a) -> None:
     )
 
 
-def _saved_run(path: Path, seed: int) -> Path:
+def _saved_run(path: Path, seed: int, tokens: int = 400) -> Path:
     """A valid saved run of the tiny model, made here (different content for each seed)."""
     sys.path.insert(0, str(ROOT))
     from poss_core import compare, saved_runs
@@ -416,7 +422,7 @@ def _saved_run(path: Path, seed: int) -> Path:
                 "Tell me a story.",
                 ["plain", "eagle", "poss2"],
                 "tiny-random",
-                max_new_tokens=400,
+                max_new_tokens=tokens,
                 seed=seed,
                 temperature=1.0,
                 depth=6,
@@ -492,6 +498,36 @@ def case_disk(a) -> None:
 
 
 VIEW = ["draft position", False, "conditional (POSS pos-acc)", "this run"]  # /view's and /load_run's view values
+PROMPT_UNIT = "Tell me everything you know about the history of the printing press, in detail. "  # 16 tokens
+
+
+def long_prompt(tokens: int) -> str:
+    """A prompt of about `tokens` tokens of the default model (its tokenizer reads PROMPT_UNIT as 16)."""
+    return PROMPT_UNIT * max(1, tokens // 16)
+
+
+def rss_mb(pid: int) -> float:
+    """A process's resident memory, MB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def step_args(prompt: str, preset: str, methods: list[str], max_new_tokens: int, precision: str = "float32") -> list:
+    """/step's (and /run's) inputs: the prompt, the methods and the preset's default tree, then the view."""
+    sys.path.insert(0, str(ROOT))
+    from app.state import APP_SETTINGS, ui_defaults
+    from poss_core import settings
+    from poss_core.models.presets import get_preset
+
+    values = {
+        **settings.defaults(APP_SETTINGS),
+        **ui_defaults(get_preset(preset)),
+        "max_new_tokens": max_new_tokens,
+        "precision": precision,
+    }
+    return [prompt, False, preset, methods] + [values[n] for n in APP_SETTINGS] + VIEW
 
 
 def _flag(root: Path, flag: str, value: str) -> list[str]:
@@ -499,34 +535,149 @@ def _flag(root: Path, flag: str, value: str) -> list[str]:
     return [flag, value] if flag in (root / "app" / "launch.py").read_text() else []
 
 
+def _status_text(out) -> str:
+    """The status line's text from a handler's outputs (its first output is the status HTML)."""
+    import html
+    import re
+
+    first = out[0] if isinstance(out, (list, tuple)) and out else out
+    return html.unescape(re.sub(r"<[^>]+>", "", str(first))).strip()
+
+
 def case_memory(a) -> None:
-    import gc
-    import tracemalloc
-    from types import SimpleNamespace
+    import threading
 
-    sys.path.insert(0, str(a.root))
-    from app import handlers, state
+    from gradio_client import handle_file
 
-    path = _saved_run(Path(tempfile.mkdtemp()) / "run.jsonl", 0)
-    store = state.SessionStore(capacity=256, idle_s=60.0)
-    handlers.SESSIONS = store
-    view = state.View()
-    tracemalloc.start()
-    # A first load imports and caches what drawing needs (plotly and friends): that is not a tab's memory.
-    handlers.load_handler(str(path), view, request=SimpleNamespace(session_hash="warm-up"))
-    store.reap(now=time.monotonic() + 120.0)
-    gc.collect()
-    base = tracemalloc.get_traced_memory()[0]
-    for i in range(a.tabs):
-        handlers.load_handler(str(path), view, request=SimpleNamespace(session_hash=f"tab{i}"))
-    gc.collect()
-    held = tracemalloc.get_traced_memory()[0] - base
-    store.reap(now=time.monotonic() + 120.0)
-    gc.collect()
-    left = tracemalloc.get_traced_memory()[0] - base
+    run = _saved_run(Path(tempfile.mkdtemp()) / "run.jsonl", 0, tokens=a.run_tokens)
+    extra = ["--idle-minutes", f"{a.idle_minutes:g}", *_flag(a.root, "--session-memory-mb", str(a.budget_mb))]
+    with Server(a.root, a.preset, a.cap, extra + a.extra) as server:
+        pid = server.proc.pid
+        methods = ["plain", "eagle", "poss2"]
+        warm = client(server.url)  # loads the target and the drafts, then lets go of its paused Step
+        warm.predict(*step_args("Hello", a.preset, methods, 4), api_name="/step")
+        warm.predict(*VIEW, api_name="/stop")
+        time.sleep(2.0)
+        base = peak = rss_mb(pid)
+        tabs: list = []
+        done = threading.Event()
+
+        def read() -> None:
+            """Every tab keeps reading from its first call on (a view toggle redraws, nothing decodes), as an open
+            page does: that must not keep what it holds past --idle-minutes."""
+            nonlocal peak
+            while not done.wait(a.view_every):
+                for c in list(tabs):
+                    c.predict(*VIEW, api_name="/view")
+                    peak = max(peak, rss_mb(pid))
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        t0 = time.monotonic()
+        for _ in range(a.steps):  # each pauses after its prefill, holding its lanes' caches
+            c = client(server.url)
+            c.predict(*step_args(long_prompt(a.prompt_tokens), a.preset, methods, 256), api_name="/step")
+            tabs.append(c)
+            peak = max(peak, rss_mb(pid))
+        stepped = rss_mb(pid)
+        for _ in range(a.loads):
+            c = client(server.url)
+            c.predict(handle_file(str(run)), *VIEW, api_name="/load_run")
+            tabs.append(c)
+            peak = max(peak, rss_mb(pid))
+        took = time.monotonic() - t0
+        time.sleep(a.idle_minutes * 60.0 + a.reap_wait)
+        done.set()
+        reader.join()
+        after = rss_mb(pid)
+        told = _status_text(tabs[0].predict(*step_args("Hello", a.preset, methods, 4), api_name="/step"))
+    held, left = peak - base, after - base
+    ok = left <= a.slack_mb and "freed" in told
     print(
-        f"[memory] {a.tabs} tabs each loaded a {path.stat().st_size / 2**20:.1f} MB saved run: {held / 2**20:.1f} MB "
-        f"held; after they idled past the reaper: {left / 2**20:.1f} MB"
+        f"[memory] {a.steps} paused Steps ({a.prompt_tokens}-token prompt, {', '.join(methods)}, fp32) and "
+        f"{a.loads} loaded runs ({run.stat().st_size / 2**20:.1f} MB file) in {took:.0f} s, every tab reading "
+        f"/view every {a.view_every:g} s throughout: RSS {base:.0f} MB at start, {stepped:.0f} MB after the Steps, "
+        f"peak {peak:.0f} MB (+{held:.0f} MB); {a.idle_minutes:g} min idle + {a.reap_wait:g} s after the last: "
+        f"{after:.0f} MB (+{left:.0f} MB). The first tab's next Step says: {told[:150]!r}. "
+        f"{'PASS' if ok else 'FAIL'} (within {a.slack_mb:g} MB of the start, and the tab told why)"
+    )
+
+
+def _queued(job) -> dict | None:
+    """The first {"queued": true, ...} value a /compare job yielded, if any yet."""
+    for out in job.outputs():
+        if isinstance(out, dict) and out.get("queued"):
+            return out
+    return None
+
+
+def _warm(url: str, args: list, tries: int = 8) -> None:
+    """Load the target and the drafts with short /compare calls (a short cap may stop the first ones mid-load;
+    what they loaded stays loaded)."""
+    for _ in range(tries):
+        try:
+            client(url).predict(*args, api_name="/compare")
+            return
+        except Exception:  # noqa: BLE001 - stopped at the cap while loading: the next call goes further
+            pass
+
+
+def case_fair(a) -> None:
+    from gradio_client import Client
+
+    # A short prompt: each call then holds its slot for the cap (the long prompt's prefill is the prefill case's).
+    args = compare_args(
+        long_prompt(32), ["plain", "eagle"], 256, depth=10, top_k=20, tree_budget=256, precision="float32"
+    )
+    with Server(a.root, a.preset, a.cap, a.extra) as server:
+        _warm(server.url, compare_args("Hi", ["plain", "eagle"], 1, tree_budget=16))
+        flood = [client(server.url) for _ in range(a.flood_clients)]  # fresh sessions, all from one address
+        jobs = [c.submit(*args, api_name="/compare") for c in flood for _ in range(a.calls_each)]
+        time.sleep(a.settle)  # every call joined the line
+        last = jobs[-1]
+        victim = Client(server.url, verbose=False, headers={"X-Forwarded-For": "198.51.100.7"})
+        t0 = time.monotonic()
+        job = victim.submit(*compare_args("Hi", ["plain", "eagle"], 4, tree_budget=16), api_name="/compare")
+        told = None
+        while not job.done():
+            told = told or _queued(job)
+            if any(isinstance(o, dict) and o.get("running") for o in job.outputs()):
+                break
+            time.sleep(0.2)
+        waited = time.monotonic() - t0
+        told = told or _queued(job) or {"place": 0, "wait_s": 0.0}
+        flood_told = _queued(last) or {}
+        for j in jobs:
+            j.cancel()
+    ok = waited <= 2 * a.cap + 5 and abs(told["wait_s"] - waited) <= max(a.cap, 0.5 * waited)
+    print(
+        f"[fair] {a.flood_clients} fresh clients at one address queued {len(jobs)} calls (cap {a.cap:g} s each); a "
+        f"visitor from another address was told place {told['place']}, wait_s {told['wait_s']}; its call started "
+        f"after {waited:.1f} s. The flood's last call was told place {flood_told.get('place')}, wait_s "
+        f"{flood_told.get('wait_s')}. {'PASS' if ok else 'FAIL'} (started within 2 x cap + 5 s, told within "
+        f"max(cap, half the wait) of it)"
+    )
+
+
+def case_prefill(a) -> None:
+    args = compare_args(
+        long_prompt(a.prompt_tokens),
+        ["matched", "poss3", "hass"],
+        256,
+        depth=10,
+        top_k=20,
+        tree_budget=256,
+        precision="float32",
+    )
+    with Server(a.root, a.preset, a.cap, a.extra) as server:
+        warm = compare_args("Hi", ["matched", "poss3", "hass"], 1, depth=10, top_k=20, tree_budget=256)
+        _warm(server.url, warm)
+        took, how = timed_compare(server.url, args, a.timeout)
+    ok = took <= a.cap + a.round_s and not how.startswith("error")
+    print(
+        f"[prefill] a {a.prompt_tokens}-token prompt (the chat template adds about 23), matched / POSS-3 / HASS "
+        f"at depth 10, top-k 20, budget 256, 256 tokens, fp32: {took:.1f} s against a {a.cap:g} s cap ({how}). "
+        f"{'PASS' if ok else 'FAIL'} (within the cap + {a.round_s:g} s for one round and the client)"
     )
 
 
@@ -538,6 +689,8 @@ CASES = {
     "disk": case_disk,
     "refuse": case_refuse,
     "memory": case_memory,
+    "fair": case_fair,
+    "prefill": case_prefill,
 }
 
 
@@ -564,7 +717,19 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--disk-limit-mb", type=float, default=128.0, help="disk: the cap (--disk-cap-mb) that must hold")
     p.add_argument("--cancel-after", type=float, default=2.0, help="refuse: seconds before /compare is cancelled")
     p.add_argument("--quantized", action="store_true", help="refuse: also an 8-bit /run of smollm2-135m")
-    p.add_argument("--tabs", type=int, default=8, help="memory: tabs that load a saved run")
+    p.add_argument("--steps", type=int, default=8, help="memory: tabs that pause a Step on a long prompt")
+    p.add_argument("--loads", type=int, default=6, help="memory: tabs that load a saved run")
+    p.add_argument("--run-tokens", type=int, default=400, help="memory: new tokens of the saved run loaded")
+    p.add_argument("--idle-minutes", type=float, default=0.5, help="memory: the server's --idle-minutes")
+    p.add_argument("--budget-mb", type=float, default=600.0, help="memory: --session-memory-mb, where there is one")
+    p.add_argument("--view-every", type=float, default=10.0, help="memory: seconds between each tab's /view")
+    p.add_argument("--reap-wait", type=float, default=25.0, help="memory: seconds past the idle time to wait")
+    p.add_argument("--slack-mb", type=float, default=250.0, help="memory: RSS above the start that passes")
+    p.add_argument("--prompt-tokens", type=int, default=1900, help="memory, fair, prefill: the long prompt's tokens")
+    p.add_argument("--flood-clients", type=int, default=8, help="fair: fresh clients at one address")
+    p.add_argument("--calls-each", type=int, default=2, help="fair: long /compare calls each of them submits")
+    p.add_argument("--settle", type=float, default=5.0, help="fair: seconds for the flood to join the line")
+    p.add_argument("--round-s", type=float, default=6.0, help="prefill: one round and the client, past the cap")
     a = p.parse_args(argv)
     a.extra = shlex.split(a.server_args)
     CASES[a.case](a)

@@ -92,3 +92,21 @@ def test_the_temp_folders_shrink_back_and_refusals_log_no_traceback(tmp_path):
         time.sleep(8.0)
         assert check.folder_mb(server.gradio_tmp) + check.folder_mb(server.tmp) < 0.05, "the temp folders grew"
         assert "Traceback" not in server.log_text()
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        # Before: 75.6 s against a 20 s cap (each lane read its 2,040-token prompt in one forward).
+        ["prefill", "--preset", REAL, "--cap", "20", "--prompt-tokens", "2016"],
+        # Before: a visitor from another address was told place 15 and 87 s, and waited 71 s.
+        ["fair", "--preset", REAL, "--cap", "4", "--flood-clients", "8"],
+        # Before: reading /view kept every tab's paused Step and loaded run past --idle-minutes.
+        ["memory", "--preset", REAL, "--steps", "8", "--loads", "6", "--prompt-tokens", "1000"],
+    ],
+    ids=lambda case: case[0],
+)
+def test_the_memory_queue_and_prefill_cases_pass(case, capsys):
+    check.main(case)
+    said = capsys.readouterr().out
+    assert "PASS" in said and "FAIL" not in said, said
