@@ -202,3 +202,15 @@ def test_every_position_starts_a_chain_at_each_committed_token(tiny_target, trai
     assert ANCHORS_PER_PASS == old and sliced.keys() == one.keys()
     for p in one:
         assert [d.l2 for d in sliced[p]] == pytest.approx([d.l2 for d in one[p]], rel=1e-4, abs=1e-5)
+
+
+def test_the_benchmarks_light_events_keep_both_continuation_deviations(tiny_target, trained_drafts):
+    """Filled in when a decode ends, after the benchmark copied each round: the copies must get them too."""
+    from poss_core.bench.runner import BenchLane, decode_turn
+
+    cfg = DecodeConfig(max_new_tokens=24, depth=4, top_k=4, tree_budget=16)
+    lane = BenchLane("eagle", "EAGLE", SpeculativeDecoder(tiny_target, trained_drafts["eagle"], cfg))
+    *_, events = decode_turn(lane, encode_prompt(tiny_target.tokenizer, "one two three four"))
+    drafted = [e for e in events if e.nodes]
+    assert drafted and all(e.every_position_deviation for e in drafted)
+    assert all(e.continuation_deviation for e in drafted[:-1])

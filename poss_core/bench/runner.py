@@ -143,6 +143,7 @@ def decode_turn(
             events.append(light_event(item))
     for light, event in zip(events, originals):  # filled in by the decoder when the decode ended, after the copy
         light.continuation_deviation = event.continuation_deviation
+        light.every_position_deviation = event.every_position_deviation
     # The oracle re-deriving its continuation after a rounding near-tie is not decoding work.
     wall = time.perf_counter() - t0 - getattr(decoder, "untimed_s", 0.0)
     tokens, text, stop = summary.token_ids, summary.text, summary.stop_reason
