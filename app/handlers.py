@@ -329,7 +329,14 @@ def step_handler(settings: RunSettings, view: View, request: gr.Request | None =
                     budget.seconds = None  # started: a paused Step's lanes wait for the next Step without a clock
                 session.comparison, session.stepping = comp, True
                 session.pins.clear()
-            comp.turn()
+            clock = isinstance(comp.cancel, CallBudget) and not comp.replay
+            if clock:  # each Step's round (the first reads the prompt) is capped like a call; the pause is not
+                comp.cancel.restart(state.CALL_LIMIT_S)
+            try:
+                comp.turn()
+            finally:
+                if clock:
+                    comp.cancel.seconds = None
             if comp.finished:
                 comp.close()
                 session.stepping = False

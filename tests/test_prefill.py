@@ -74,3 +74,45 @@ def test_a_decode_stopped_while_reading_its_prompt_ends_cancelled(tiny_target):
     # Unstopped, the same decode reads its prompt in chunks and runs as before.
     done = list(PlainDecoder(tiny_target, config).generate(ids))
     assert done[-1].stop_reason in ("max_new_tokens", "eos") and len(done[-1].token_ids) >= 1
+
+
+@pytest.fixture
+def slow_per_token(monkeypatch):
+    """Every target forward takes 4 ms per token it reads (a prompt read in one forward is as slow as it is long),
+    and prompts are read 16 tokens at a time."""
+    import time
+
+    from poss_core.models import target as target_module
+
+    real = target_module.TargetModel.forward
+
+    def forward(self, input_ids, *a, **k):
+        time.sleep(0.004 * len(input_ids))
+        return real(self, input_ids, *a, **k)
+
+    monkeypatch.setattr(target_module.TargetModel, "forward", forward)
+    monkeypatch.setattr(target_module, "PREFILL_CHUNK", 16)
+
+
+@pytest.mark.parametrize("handler", ["run", "step"])
+def test_the_cap_holds_inside_the_prefill_of_a_run_and_a_step(slow_per_token, monkeypatch, handler):
+    import time
+
+    import page
+    import wording
+    from app_settings import req, run_settings
+
+    from app import handlers, state
+
+    monkeypatch.setattr(state, "CALL_LIMIT_S", 0.5)
+    monkeypatch.setattr(handlers, "SESSIONS", state.SessionStore(budget_mb=None))
+    # About 450 tokens: read in one forward, each of the three lanes would take 1.8 s, 5.4 s in all.
+    settings = run_settings(prompt="word " * 88, methods=["plain", "eagle", "poss2"], max_new_tokens=8)
+    t0 = time.monotonic()
+    if handler == "run":
+        out = list(handlers.run_handler(settings, state.View(), request=req(f"cap-{handler}")))[-1]
+    else:
+        out = handlers.step_handler(settings, state.View(), request=req(f"cap-{handler}"))
+    took = time.monotonic() - t0
+    assert took < 0.5 + 0.6, took  # the cap, one 16-token chunk (64 ms) and the drawing
+    assert wording.says_call_limit(page.status(out).text, 0.5), page.status(out)

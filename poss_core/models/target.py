@@ -225,15 +225,15 @@ class TargetModel:
 
     @torch.inference_mode()
     def prefill(
-        self, ids: torch.Tensor, cache: DynamicCache, cancel=None, chunk: int = PREFILL_CHUNK
+        self, ids: torch.Tensor, cache: DynamicCache, cancel=None, chunk: int | None = None
     ) -> TargetOutput | None:
-        """Read the prompt `ids` [n] into an empty `cache`, `chunk` tokens per forward, with the last row's logits
-        and every row's features. `cancel` (an Event, e.g. a call's budget) is checked before each chunk, so a long
-        prompt is stopped within one chunk of it: None then (the cache holds the chunks read so far). Each chunk
-        sees the whole past and itself causally, as one forward over the prompt would: the same logits and features
-        up to float rounding (matmuls of other shapes sum in another order), and bit for bit for a prompt of one
-        chunk. Every lane of a comparison reads its prompt this way, so they stay alike."""
-        n, step = len(ids), max(1, int(chunk))
+        """Read the prompt `ids` [n] into an empty `cache`, `chunk` (PREFILL_CHUNK) tokens per forward, with the last
+        row's logits and every row's features. `cancel` (an Event, e.g. a call's budget) is checked before each
+        chunk, so a long prompt is stopped within one chunk of it: None then (the cache holds the chunks read so
+        far). Each chunk sees the whole past and itself causally, as one forward over the prompt would: the same
+        logits and features up to float rounding (matmuls of other shapes sum in another order), and bit for bit
+        for a prompt of one chunk. Every lane of a comparison reads its prompt this way, so they stay alike."""
+        n, step = len(ids), max(1, int(PREFILL_CHUNK if chunk is None else chunk))
         hidden = []
         out = None
         for begin in range(0, n, step):
