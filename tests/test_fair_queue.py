@@ -79,3 +79,15 @@ def test_a_run_stopped_at_the_cap_does_not_make_the_rate_look_fast():
     q.leave(t2)
     assert q.rate() >= 0.01  # the capped run still sets the floor
     assert "each at most 1 s" in q.status(q.join(1, "b", "B"))
+
+
+def test_an_address_has_a_share_by_default_that_a_class_behind_one_nat_fits_in():
+    share_ = share.ClientShare()  # the defaults `python app.py` starts with
+    assert share_.per_client == 2 and 30 <= share_.per_address <= 40
+    for student in range(30):  # a class of thirty behind one address, a call each
+        assert share_.join(f"student{student}", "203.0.113.1") is None
+    for extra in range(share_.per_address - 30):
+        assert share_.join(f"extra{extra}", "203.0.113.1") is None
+    refused = share_.join("one-more", "203.0.113.1")  # fresh sessions cannot grow one address's share past it
+    assert refused and "your address" in refused
+    assert share_.join("elsewhere", "198.51.100.2") is None  # another address is not held up by it
