@@ -41,9 +41,10 @@ batches. **POSS minus hass** is what specialisation adds; **POSS minus EAGLE** i
 gives both, with their intervals.
 
 ### What the bundled drafts show (SmolLM2-135M, six evaluation sets, 60 questions)
-* Along the target's own continuation (chains from round roots), every draft's feature deviation grows with draft position (EAGLE's L2 from
-  24.6 at position 1 to 26.5 at position 5), as the paper says; the drafts trained on their own errors (POSS and
-  hass) grow less (24.7 to 26.2).
+* Along the target's own continuation (chains from round roots), every draft's feature deviation grows with draft
+  position (EAGLE's L2 from 24.6 at position 1 to 26.5 at position 5), as the paper says; the drafts trained on
+  their own errors (POSS and hass) grow less (24.7 to 26.2). From every position the curve starts lower and grows
+  more (EAGLE 22.2 to 26.4 on 42 turns: docs/results.md).
 * POSS-3 accepts 2.2% more than EAGLE (τ 3.09 against 3.02, interval +0.9 to +3.4%), but only 1.5% more than hass
   (+0.0 to +2.9%), and POSS-2's 0.5% over hass is not resolved: on this small target specialisation adds little
   beyond training on one's own errors. The matched control, three layers at every position, leads everything by
@@ -79,8 +80,9 @@ METRICS = """
   over the tokens the target wrote, on its own predicted features as in decoding, and each position is compared
   with the target's feature there (no extra target forward; untimed; one batched pass per answer). Every start
   counts at every position, so nothing is left out. The same measured from round roots only (the Evidence tab's
-  picker) starts where the last draft had just failed, which is not a sample of the text. Measured on *accepted* positions only, the deviation is conditional on
-  acceptance: deep positions keep only the easy rounds, and the curve can fall with depth for that reason alone.
+  picker) starts where the last draft had just failed, which is not a sample of the text. Measured on *accepted*
+  positions only, the deviation is conditional on acceptance: deep positions keep only the easy rounds, and the
+  curve can fall with depth for that reason alone.
 * **Tokens/s**: new tokens over the lane's own compute time (prefill included). **Speed-up** = a lane's tokens/s ÷
   the plain lane's tokens/s, same target, same hardware, same prompt and max tokens, batch 1.
 * Lanes run **in turns, one round each**, on one machine; each lane's time is the sum of its own rounds, so its
