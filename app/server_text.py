@@ -56,13 +56,9 @@ def _frames(tb: TracebackType | None):
 REFUSING = {"preprocess_data", "validate_inputs"}  # Gradio checking a call's inputs against its components
 
 
-def refused_call(tb: TracebackType | None) -> str | None:
-    """The endpoint ("/run") whose call Gradio refused while checking its inputs, "a call" when it cannot be told,
-    or None when the exception happened elsewhere (a fault worth its trace)."""
-    frames = list(_frames(tb))
-    if not any(f.f_code.co_name in REFUSING and "gradio" in f.f_code.co_filename for f in frames):
-        return None
-    for f in frames:
+def _endpoint(tb: TracebackType | None) -> str:
+    """The endpoint ("/run") whose call raised, or "a call" when the trace does not tell."""
+    for f in _frames(tb):
         fn = f.f_locals.get("fn") if f.f_code.co_name in ("call_process_api", "process_api") else None
         name = getattr(fn, "api_name", None)
         if name:
@@ -70,9 +66,24 @@ def refused_call(tb: TracebackType | None) -> str | None:
     return "a call"
 
 
+def refused_call(tb: TracebackType | None) -> str | None:
+    """The endpoint ("/run") whose call Gradio refused while checking its inputs, "a call" when it cannot be told,
+    or None when the exception happened elsewhere (a fault worth its trace)."""
+    if not any(f.f_code.co_name in REFUSING and "gradio" in f.f_code.co_filename for f in _frames(tb)):
+        return None
+    return _endpoint(tb)
+
+
+def _told_the_user(err: BaseException) -> bool:
+    """A handler's own refusal (gr.Error): its message went to the user; the log needs no trace of it."""
+    from gradio.exceptions import Error
+
+    return isinstance(err, Error)
+
+
 def print_exc(limit: int | None = None, file=None, chain: bool = True) -> None:
-    """`traceback.print_exc` for Gradio's error paths: a call refused by Gradio's input checks is one line without
-    its values; anything else keeps its trace, each line cut at LINE_CHARS."""
+    """`traceback.print_exc` for Gradio's error paths: a call refused by Gradio's input checks, or by a handler's
+    own gr.Error, is one line without its values; anything else keeps its trace, each line cut at LINE_CHARS."""
     out = file or sys.stderr
     kind, err, tb = sys.exc_info()
     if err is None:
@@ -80,6 +91,9 @@ def print_exc(limit: int | None = None, file=None, chain: bool = True) -> None:
     where = refused_call(tb)
     if where is not None:
         print(f"[poss] refused {where}: its inputs did not pass the checks ({kind.__name__})", file=out, flush=True)
+        return
+    if _told_the_user(err):
+        print(f"[poss] refused {_endpoint(tb)}: the user was told why", file=out, flush=True)
         return
     for chunk in _traceback.format_exception(kind, err, tb, limit=limit, chain=chain):
         for line in chunk.rstrip("\n").split("\n"):

@@ -45,24 +45,23 @@ def server():
 
 
 def run_args(prompt="Hello there", methods=("plain", "eagle", "poss2"), max_new_tokens=16):
-    """/run's inputs: prompt, multi-turn, preset, methods, temperature, top-p, depth, top-k, tree budget,
-    max new tokens, seed, quantization, auto budget, precision, then the four view toggles."""
-    return [
-        prompt,
-        False,
-        "tiny-random",
-        list(methods),
-        0.0,
-        1.0,
-        6,
-        8,
-        32,
-        max_new_tokens,
-        0,
-        "auto",
-        False,
-        "auto",
-    ] + VIEW
+    """/run's inputs: prompt, multi-turn, preset, methods, then the app's settings in the order the controls send
+    them (state.APP_SETTINGS), then the four view toggles."""
+    from app.state import APP_SETTINGS
+
+    values = dict(
+        temperature=0.0,
+        top_p=1.0,
+        depth=6,
+        top_k=8,
+        tree_budget=32,
+        max_new_tokens=max_new_tokens,
+        seed=0,
+        quantization="auto",
+        auto_budget=False,
+        precision="auto",
+    )
+    return [prompt, False, "tiny-random", list(methods)] + [values[n] for n in APP_SETTINGS] + VIEW
 
 
 def client(url):

@@ -205,6 +205,26 @@ def test_a_call_refused_by_gradios_input_checks_logs_one_line_without_its_values
     assert "Traceback" in text and "RuntimeError" in text and len(text) < 3000
 
 
+def test_a_handlers_own_refusal_logs_one_line_and_a_refused_save_no_trace(capsys):
+    """gr.Error is a message to the user (Save with nothing to save, a tab whose run was freed): no trace."""
+    import gradio as gr
+
+    from app import handlers
+
+    class Fn:
+        api_name = "save_run"
+
+    def call_process_api(fn):
+        handlers.save_handler(request=None)
+
+    out = io.StringIO()
+    try:
+        call_process_api(Fn())
+    except gr.Error:
+        server_text.print_exc(file=out)
+    assert out.getvalue() == "[poss] refused /save_run: the user was told why\n"
+
+
 def test_install_routes_gradios_traces_through_the_quiet_printer():
     import gradio.queueing
 
