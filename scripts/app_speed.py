@@ -23,13 +23,13 @@ import torch
 
 from app.state import ui_defaults
 from poss_core import compare, metrics
-from poss_core.models.presets import get_preset
+from poss_core.models.presets import DEFAULT_PRESET, get_preset
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "assets" / "examples" / "prompts.json"
 
 
 def measure(
-    precision: str, prompts: list[str], methods: list[str], preset: str = "smollm2-135m", fastest: bool = False
+    precision: str, prompts: list[str], methods: list[str], preset: str = DEFAULT_PRESET, fastest: bool = False
 ) -> dict:
     """One comparison per prompt (with `fastest`, calibrating the auto budgets first, untimed), pooled per lane."""
     d = ui_defaults(get_preset(preset))
@@ -86,7 +86,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--precisions", default="auto,bfloat16")
     ap.add_argument("--methods", default="plain,eagle,poss2")
-    ap.add_argument("--preset", default="smollm2-135m")
+    ap.add_argument("--preset", default=DEFAULT_PRESET)
     ap.add_argument("--threads", type=int, default=1, help="torch threads, as `python app.py` sets on 2 cores")
     ap.add_argument(
         "--tree",

@@ -23,7 +23,7 @@ from poss_core import methods
 from poss_core.models.draft import DraftKV
 from poss_core.models.loading import load_preset_target, parse_dtype
 from poss_core.models.packed_linear import PackedLinear
-from poss_core.models.presets import get_preset
+from poss_core.models.presets import DEFAULT_PRESET, get_preset
 
 
 def unpacked(layer: dict) -> dict:
@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--preset", default="smollm2-135m")
+    p.add_argument("--preset", default=DEFAULT_PRESET)
     p.add_argument("--draft", default="eagle")
     p.add_argument("--dtype", default="bfloat16")
     p.add_argument("--rows", type=int, default=8, help="frontier rows per depth (the tree's top-k)")

@@ -22,7 +22,7 @@ import torch
 
 from poss_core.decoding.decoder import encode_prompt
 from poss_core.models.loading import load_preset_target, parse_dtype
-from poss_core.models.presets import get_preset
+from poss_core.models.presets import DEFAULT_PRESET, get_preset
 
 PROMPT = "Write a short story about a lighthouse keeper."
 
@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--preset", default="smollm2-135m")
+    p.add_argument("--preset", default=DEFAULT_PRESET)
     p.add_argument("--dtype", default="float32")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--reps", type=int, default=3)

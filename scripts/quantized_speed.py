@@ -28,7 +28,7 @@ from poss_core.autobudget.timing import measure_forward_curve
 from poss_core.decoding.decoder import encode_prompt
 from poss_core.events import DecodeSummary
 from poss_core.models.loading import load_preset_target, parse_dtype
-from poss_core.models.presets import get_preset
+from poss_core.models.presets import DEFAULT_PRESET, get_preset
 from poss_core.models.quantization import KERNEL_ENV
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "assets" / "examples" / "prompts.json"
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--preset", default="smollm2-135m")
+    p.add_argument("--preset", default=DEFAULT_PRESET)
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--max-new-tokens", type=int, default=64)

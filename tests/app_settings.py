@@ -24,6 +24,13 @@ DEFAULTS = dict(
 )
 
 
+def run_inputs(**kw) -> list:
+    """/run's and /step's inputs as a client sends them: prompt, multi-turn, preset, methods, then the app's settings
+    in the order of its controls (state.APP_SETTINGS); `kw` replaces any field. The view toggles follow them."""
+    s = {**DEFAULTS, **kw}
+    return [s["prompt"], s["multi_turn"], s["preset"], list(s["methods"])] + [s[n] for n in state.APP_SETTINGS]
+
+
 def run_settings(**kw) -> state.RunSettings:
     """The tiny-random preset's settings, small trees, with `kw` replacing any field."""
     return state.RunSettings(**{**DEFAULTS, **kw})

@@ -45,23 +45,11 @@ def server():
 
 
 def run_args(prompt="Hello there", methods=("plain", "eagle", "poss2"), max_new_tokens=16):
-    """/run's inputs: prompt, multi-turn, preset, methods, then the app's settings in the order the controls send
-    them (state.APP_SETTINGS), then the four view toggles."""
-    from app.state import APP_SETTINGS
+    """/run's inputs (app_settings.run_inputs, a 32-node tree of depth 6), then the four view toggles."""
+    from app_settings import run_inputs
 
-    values = dict(
-        temperature=0.0,
-        top_p=1.0,
-        depth=6,
-        top_k=8,
-        tree_budget=32,
-        max_new_tokens=max_new_tokens,
-        seed=0,
-        quantization="auto",
-        auto_budget=False,
-        precision="auto",
-    )
-    return [prompt, False, "tiny-random", list(methods)] + [values[n] for n in APP_SETTINGS] + VIEW
+    tree = dict(depth=6, top_k=8, tree_budget=32)
+    return run_inputs(prompt=prompt, methods=methods, max_new_tokens=max_new_tokens, **tree) + VIEW
 
 
 def client(url):

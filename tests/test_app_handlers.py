@@ -16,6 +16,7 @@ import page
 import pytest
 import torch
 import wording
+from app_settings import run_settings
 
 from app import api, handlers, render, state
 from poss_core import compare, methods, metrics, saved_runs
@@ -30,24 +31,9 @@ VIEW = (state.View.from_controls("draft position", True, "conditional"),)
 
 def settings(prompt="Hello there", methods=("plain", "eagle", "poss2"), max_new_tokens=12, **kw):
     """A handler's settings and view (see ui.build_demo: the settings controls, then the view toggles)."""
-    s = dict(
-        prompt=prompt,
-        multi_turn=False,
-        preset="tiny-random",
-        methods=list(methods),
-        temperature=0.0,
-        top_p=1.0,
-        depth=6,
-        top_k=8,
-        tree_budget=32,
-        max_new_tokens=max_new_tokens,
-        seed=0,
-        quantization="auto",
-        auto_budget=False,
-        precision="auto",
-    )
-    s.update(kw)
-    return [state.RunSettings(**s), *VIEW]
+    tree = dict(depth=6, top_k=8, tree_budget=32)
+    s = run_settings(prompt=prompt, methods=list(methods), max_new_tokens=max_new_tokens, **{**tree, **kw})
+    return [s, *VIEW]
 
 
 def req(name):

@@ -31,22 +31,11 @@ def free_port() -> int:
 
 
 def run_args(prompt, methods=("plain", "eagle", "poss2"), max_new_tokens=NEW_TOKENS, seed=0, tree_budget=16):
-    """/run's inputs, the settings in the order the controls send them (state.APP_SETTINGS)."""
-    from app.state import APP_SETTINGS
+    """/run's inputs (app_settings.run_inputs), then the view toggles."""
+    from app_settings import run_inputs
 
-    values = dict(
-        temperature=0.0,
-        top_p=1.0,
-        depth=4,
-        top_k=4,
-        tree_budget=tree_budget,
-        max_new_tokens=max_new_tokens,
-        seed=seed,
-        quantization="auto",
-        auto_budget=False,
-        precision="auto",
-    )
-    return [prompt, False, "tiny-random", list(methods)] + [values[n] for n in APP_SETTINGS] + VIEW
+    kw = dict(max_new_tokens=max_new_tokens, seed=seed, tree_budget=tree_budget)
+    return run_inputs(prompt=prompt, methods=methods, **kw) + VIEW
 
 
 def cpu_seconds(pid: int) -> float:

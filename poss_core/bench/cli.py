@@ -40,7 +40,7 @@ from ..errors import ConfigError, PossError, run_cli
 from ..models.hardware import device_description
 from ..models.loading import load_preset_target, parse_dtype
 from ..models.numerics import plain_margin
-from ..models.presets import Preset, get_preset
+from ..models.presets import DEFAULT_PRESET, Preset, get_preset
 from ..paths import project_root
 from ..results.analysis import classify_mismatches, first_divergences, identity_check, subset_identity
 from ..results.evidence import evidence_main
@@ -61,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--preset",
-        default="smollm2-135m",
+        default=DEFAULT_PRESET,
         help="smollm2-135m (default), tiny-random, llama3-8b-instruct, llama2-13b-chat",
     )
     p.add_argument(

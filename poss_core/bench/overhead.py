@@ -19,7 +19,7 @@ from ..decoding.oracle import OracleDecoder
 from ..errors import PossError
 from ..events import DecodeSummary
 from ..models.loading import add_dtype_argument, load_preset_target, parse_dtype
-from ..models.presets import get_preset
+from ..models.presets import DEFAULT_PRESET, get_preset
 from ..models.tiny import tiny_target
 
 
@@ -294,7 +294,7 @@ def linear_main(argv: Sequence[str]) -> int:
         description="The draft's decoding matmuls with weights packed once for oneDNN "
         "(PackedLinear) against F.linear, alternating on the same inputs.",
     )
-    p.add_argument("--preset", default="smollm2-135m")
+    p.add_argument("--preset", default=DEFAULT_PRESET)
     p.add_argument("--draft", default="eagle")
     p.add_argument("--rows", default="1,8,24", help="comma-separated row counts (8 = a top-k 8 frontier)")
     p.add_argument("--reps", type=int, default=200)

@@ -26,6 +26,7 @@ from tqdm import tqdm
 
 from ..decoding.decoder import encode_prompt
 from ..errors import PossError, run_cli
+from ..models.presets import DEFAULT_PRESET
 from ..models.target import TargetModel
 from ..prompt_files import jsonl_rows, prompt_from_row, read_prompts
 from .trainer import TrainSequence
@@ -485,7 +486,7 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--preset", default="smollm2-135m")
+    p.add_argument("--preset", default=DEFAULT_PRESET)
     p.add_argument("--target", default=None, help="a model id or folder instead of the preset's target")
     p.add_argument("--prompts", nargs="+", default=[], help="JSONL or text files (globs allowed); never eval/")
     p.add_argument(

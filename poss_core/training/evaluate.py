@@ -26,6 +26,7 @@ import torch
 from tqdm import tqdm
 
 from ..errors import PossError, run_cli
+from ..models.presets import DEFAULT_PRESET
 from .data import read_shards
 from .trainer import UNROLLS, make_batch
 
@@ -36,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--preset", default="smollm2-135m")
+    p.add_argument("--preset", default=DEFAULT_PRESET)
     p.add_argument("--target", default=None, help="a model id or folder instead of the preset's target")
     p.add_argument("--data", nargs="+", required=True, help="data folders written by poss_core.training.data")
     p.add_argument("--drafts", nargs="+", required=True, help="folders holding one subfolder per method")

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import ConfigError, PossError, run_cli
+from ..models.presets import DEFAULT_PRESET
 
 TRAIN_MODULE = "poss_core.training.train"
 DATA_MODULE = "poss_core.training.data"
@@ -206,7 +207,7 @@ def load_recipe(path: str | Path) -> Recipe:
     steps = [_read_step(s, i, defaults, mixes, path) for i, s in enumerate(raw.get("step", []))]
     recipe = Recipe(
         path=path,
-        preset=raw.get("preset", "smollm2-135m"),
+        preset=raw.get("preset", DEFAULT_PRESET),
         data_root=Path(raw.get("data_root", "data")),
         runs=Path(raw.get("runs", f"runs/{path.stem}")),
         bundle=Path(raw.get("bundle", "")),

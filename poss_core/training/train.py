@@ -26,6 +26,7 @@ from tqdm import tqdm
 from ..errors import ConfigError, PossError, run_cli
 from ..models.checkpoint import load_draft, save_draft
 from ..models.draft import DraftModel, DraftSpec, draft_config_from_target
+from ..models.presets import DEFAULT_PRESET
 from ..models.target import TargetModel
 from .data import features_batch, read_shards
 from .losses import LossWeights
@@ -302,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--preset", default="smollm2-135m")
+    p.add_argument("--preset", default=DEFAULT_PRESET)
     p.add_argument("--target", default=None)
     p.add_argument("--data", nargs="+", required=True, help="data folders written by poss_core.training.data")
     p.add_argument("--methods", default="eagle,poss1,poss2,poss3,matched")
