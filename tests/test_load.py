@@ -38,6 +38,25 @@ def run_args(prompt, methods=("plain", "eagle", "poss2"), max_new_tokens=NEW_TOK
     return run_inputs(prompt=prompt, methods=methods, **kw) + VIEW
 
 
+# Cancelled calls stop within a round, but on a busy 2-core machine the last of them (and Gradio's own clean-up)
+# can take a few seconds: the server must settle within IDLE_WITHIN_S. Work left running (a poll that never ends, a
+# decode nobody reads) keeps it busy past that.
+IDLE_WITHIN_S, IDLE_CPU_S = 6.0, 0.3
+
+
+def idle_window(pid: int) -> tuple[float, float]:
+    """The server's CPU seconds in the first one-second window with less than IDLE_CPU_S of it, checked for
+    IDLE_WITHIN_S after the last call (else the last window's), and when that window ended."""
+    start = time.monotonic()
+    while True:
+        cpu0 = cpu_seconds(pid)
+        time.sleep(1.0)
+        used = cpu_seconds(pid) - cpu0
+        settled = time.monotonic() - start
+        if used < IDLE_CPU_S or settled >= IDLE_WITHIN_S:
+            return used, settled
+
+
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
@@ -250,10 +269,7 @@ def test_sixteen_clients_against_the_real_app():
             t.join(timeout=300)
         wall = time.monotonic() - start
         assert not any(t.is_alive() for t in threads), "a client did not finish"
-        time.sleep(1.0)  # cancelled calls end within a round
-        cpu0 = cpu_seconds(server.pid)
-        time.sleep(4.0)
-        idle_cpu = cpu_seconds(server.pid) - cpu0
+        idle_cpu, settled_s = idle_window(server.pid)
         waits = sorted(rec.waits)
         p50, p95 = statistics.median(waits), waits[int(0.95 * (len(waits) - 1))]
         rss = peak_rss_mb(server.pid)
@@ -261,14 +277,14 @@ def test_sixteen_clients_against_the_real_app():
             f"\n[load] {CLIENTS} clients, {rec.calls} calls in {wall:.1f} s; expected errors (bad inputs) "
             f"{rec.expected_errors}; unexpected errors {len(rec.unexpected)}; queue wait p50 {p50:.2f} s, "
             f"p95 {p95:.2f} s, max {waits[-1]:.2f} s; server peak RSS {rss:.0f} MB; greedy outputs checked "
-            f"{rec.greedy_checked}, all equal to plain decoding: {not rec.greedy_mismatches}; server CPU in 4 s "
-            f"after the last call: {idle_cpu:.2f} s"
+            f"{rec.greedy_checked}, all equal to plain decoding: {not rec.greedy_mismatches}; server idle "
+            f"{settled_s:.0f} s after the last call (CPU {idle_cpu:.2f} s in the second after)"
         )
         for line in rec.unexpected[:10] + rec.greedy_mismatches[:10]:
             print("  ", line)
         assert rec.unexpected == [] and rec.greedy_mismatches == []
         assert rec.greedy_checked == 2 * CLIENTS and rec.expected_errors == 2 * CLIENTS
-        assert idle_cpu < 1.0, "the server keeps working after every call ended"
+        assert idle_cpu < IDLE_CPU_S, f"the server keeps working {IDLE_WITHIN_S:g} s after every call ended"
         assert wall < 240
     finally:
         server.terminate()
