@@ -262,7 +262,10 @@ def test_sixteen_clients_against_the_real_app():
                 time.sleep(0.5)
         rec = Recorder()
         start = time.monotonic()
-        threads = [threading.Thread(target=client_script, args=(url, i, refs, rec)) for i in range(CLIENTS)]
+        # Daemon threads: a client stuck past the test's timeout must not keep the test process from exiting.
+        threads = [
+            threading.Thread(target=client_script, args=(url, i, refs, rec), daemon=True) for i in range(CLIENTS)
+        ]
         for t in threads:
             t.start()
         for t in threads:
