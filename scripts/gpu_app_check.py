@@ -18,86 +18,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import socket
-import subprocess
 import sys
-import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+from server_check import Server  # noqa: E402  (the same loopback server the public-server cases start)
+
 PROMPT = "Explain in three sentences why the sky is blue."
 PRECISIONS = ("auto", "float32", "bfloat16", "float16")
 QUANTIZATIONS = ("8bit", "4bit")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class App:
-    """`python app.py` on loopback, its log in `log_path`; stopped (its process only) on exit."""
-
-    def __init__(self, preset: str, log_path: Path, cap_s: float, max_new_tokens: int, threads: int) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}/"
-        self.log_path = log_path
-        self.cmd = [
-            sys.executable,
-            "app.py",
-            "--preset",
-            preset,
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(self.port),
-            "--threads",
-            str(threads),
-            "--max-call-seconds",
-            str(cap_s),
-            "--max-new-tokens",
-            str(max_new_tokens),
-            "--no-preload",
-        ]
-        self.proc: subprocess.Popen | None = None
-
-    def __enter__(self) -> App:
-        tmp = Path(tempfile.mkdtemp(prefix="poss-gpu-app-"))
-        env = {**os.environ, "GRADIO_TEMP_DIR": str(tmp), "GRADIO_ANALYTICS_ENABLED": "False"}
-        self.log = open(self.log_path, "w")
-        self.proc = subprocess.Popen(self.cmd, cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT)
-        return self
-
-    def wait_up(self, timeout_s: float) -> float:
-        """Seconds until the page answers; SystemExit(2) with the log's tail if it never does."""
-        t0 = time.monotonic()
-        while time.monotonic() - t0 < timeout_s:
-            if self.proc.poll() is not None:
-                break
-            try:
-                with urllib.request.urlopen(self.url, timeout=2) as r:
-                    if r.status == 200:
-                        return time.monotonic() - t0
-            except OSError:
-                time.sleep(0.3)
-        tail = self.log_path.read_text(errors="replace")[-2000:]
-        print(
-            f"error: the app did not come up within {timeout_s:.0f} s ({' '.join(self.cmd)}):\n{tail}", file=sys.stderr
-        )
-        raise SystemExit(2)
-
-    def __exit__(self, *exc) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-        self.log.close()
 
 
 def compare_parameters(client) -> set[str]:
@@ -213,16 +144,24 @@ def main(argv: list[str] | None = None) -> int:
 
         lanes = list(DEFAULT_METHODS)
     configs = [c.strip() for c in args.configs.split(",") if c.strip()]
-    app = App(
+    app = Server(
+        ROOT,
         args.preset,
-        out / "app-server.log",
         args.max_call_seconds,
-        max(args.max_new_tokens, args.warmup_tokens),
-        args.threads,
+        ["--max-new-tokens", str(max(args.max_new_tokens, args.warmup_tokens))],
+        threads=args.threads,
+        log_path=out / "app-server.log",
+        startup_s=args.startup_seconds,
     )
     rows: list[dict] = []
-    with app:
-        startup = app.wait_up(args.startup_seconds)
+    try:
+        app.__enter__()
+    except SystemExit as err:  # the page never answered: the server's log tail says why
+        app.__exit__(None, None, None)
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    try:
+        startup = app.started_s
         client = Client(app.url, verbose=False)
         params = compare_parameters(client)
         for config in configs:
@@ -234,6 +173,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[app] {config}: /compare {', '.join(lanes)} ...", file=sys.stderr, flush=True)
             rows.append(drive(client, config, values, lanes, args.max_new_tokens, args.warmup_tokens))
             print(f"[app] {config}: {json.dumps(rows[-1])[:400]}", file=sys.stderr, flush=True)
+    finally:
+        app.__exit__(None, None, None)
     meta = {
         "preset": args.preset,
         "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "CPU",

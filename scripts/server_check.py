@@ -71,8 +71,20 @@ def folder_mb(path: Path) -> float:
 class Server:
     """`python app.py` from `root` on a free loopback port, in its own temp and cache folders."""
 
-    def __init__(self, root: Path, preset: str, cap: float, extra: list[str], threads: int = 1) -> None:
+    def __init__(
+        self,
+        root: Path,
+        preset: str,
+        cap: float,
+        extra: list[str],
+        threads: int = 1,
+        log_path: Path | None = None,
+        startup_s: float = 180.0,
+    ) -> None:
+        """`log_path` keeps the server's log past the run (else it goes with the temp folders); `startup_s` bounds
+        the wait for the page (the time it took is `started_s`)."""
         self.dir = Path(tempfile.mkdtemp(prefix="poss-check-"))
+        self.log_path, self.startup_s, self.started_s = log_path or self.dir / "server.log", startup_s, 0.0
         self.gradio_tmp, self.tmp, cache = self.dir / "gradio", self.dir / "tmp", self.dir / "cache"
         for d in (self.gradio_tmp, self.tmp, cache):
             d.mkdir()
@@ -89,30 +101,25 @@ class Server:
             "POSS_CACHE_DIR": str(cache),
             "GRADIO_ANALYTICS_ENABLED": "False",
         }
-        self.log = open(self.dir / "server.log", "w")
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "app.py",
-                "--preset",
-                preset,
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(self.port),
-                "--threads",
-                str(threads),
-                "--max-call-seconds",
-                str(cap),
-                "--no-preload",
-                *self.token_limit(root),
-                *extra,
-            ],
-            cwd=root,
-            env=env,
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-        )
+        self.log = open(self.log_path, "w")
+        self.cmd = [
+            sys.executable,
+            "app.py",
+            "--preset",
+            preset,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--threads",
+            str(threads),
+            "--max-call-seconds",
+            str(cap),
+            "--no-preload",
+            *self.token_limit(root),
+            *extra,
+        ]
+        self.proc = subprocess.Popen(self.cmd, cwd=root, env=env, stdout=self.log, stderr=subprocess.STDOUT)
 
     @staticmethod
     def token_limit(root: Path) -> list[str]:
@@ -121,10 +128,12 @@ class Server:
         return ["--max-new-tokens", "2048"] if "--max-new-tokens" in (root / "app" / "launch.py").read_text() else []
 
     def __enter__(self) -> "Server":
-        deadline = time.monotonic() + 180
+        t0 = time.monotonic()
+        deadline = t0 + self.startup_s
         while True:
             try:
                 urllib.request.urlopen(self.url, timeout=2).read(100)
+                self.started_s = time.monotonic() - t0
                 return self
             except Exception:  # noqa: BLE001
                 if self.proc.poll() is not None or time.monotonic() > deadline:
@@ -142,7 +151,7 @@ class Server:
 
     def log_text(self) -> str:
         self.log.flush()
-        return (self.dir / "server.log").read_text(errors="replace")
+        return self.log_path.read_text(errors="replace")
 
     def cpu_percent(self, seconds: float) -> float:
         c0, t0 = cpu_seconds(self.proc.pid), time.monotonic()
