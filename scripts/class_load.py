@@ -160,14 +160,6 @@ def student(url: str, i: int, a, res: Results) -> None:
         res.add("errors", f"student {i} class charts: {type(err).__name__}: {str(err)[:160]}")
 
 
-def peak_rss_mb(pid: int, key: str = "VmHWM") -> float:
-    """A process's peak (VmHWM) or current (VmRSS) resident memory in MB."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(key + ":"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
-
-
 def run_class(a) -> dict:
     """Start the server, let the students in, and return the figures (also printed)."""
     from gradio_client import Client
@@ -178,7 +170,7 @@ def run_class(a) -> dict:
         warm.predict(*run_args("Hello", a.preset, 2), api_name="/run")
         warm.predict("wrong", *VIEW, "this run", api_name="/class_reset")
         warm.predict("load-check", *VIEW, "this run", api_name="/class_reset")  # the warm-up's run is not counted
-        base_mb = peak_rss_mb(server.proc.pid, "VmRSS")
+        base_mb = server_check.peak_rss_mb(server.proc.pid, "VmRSS")
         cpu0 = server_check.cpu_seconds(server.proc.pid)
         res = Results()
         rng = random.Random(0)
@@ -197,9 +189,8 @@ def run_class(a) -> dict:
         stuck = sum(t.is_alive() for t in threads)
         if stuck:
             res.errors.append(f"{stuck} student(s) still going after --timeout {a.timeout:g} s")
-        time.sleep(1.0)
-        idle_cpu = server.cpu_percent(3.0)
-        peak = peak_rss_mb(server.proc.pid)
+        idle_cpu_s, settled_s = server.settle()
+        peak = server_check.peak_rss_mb(server.proc.pid)
         log = server.log_text()
     busy = [b for b in res.replay_began if any(s <= b <= e for s, e in res.live_spans)]
     est_err = [abs(e - w) for e, w in res.estimates]
@@ -226,7 +217,9 @@ def run_class(a) -> dict:
         "peak_mb": peak,
         "base_mb": base_mb,
         "errors": list(res.errors),
-        "idle_cpu_percent": idle_cpu,
+        "idle_cpu_percent": 100.0 * idle_cpu_s,
+        "settled_s": settled_s,
+        "settled": idle_cpu_s < server_check.IDLE_CPU_S,
         "tracebacks": log.count("Traceback"),
     }
     print_figures(figures, a)
@@ -256,10 +249,10 @@ def print_figures(f: dict, a) -> None:
     print(f"  errors: {len(f['errors'])} unexpected; tracebacks in the server's log: {f['tracebacks']}")
     for line in f["errors"][:10]:
         print(f"    {line}")
+    state = "nothing left running" if f["settled"] else "something is still running"
     print(
-        f"  after the last call: server CPU {f['idle_cpu_percent']:.1f}% over 3 s (nothing left running)"
-        if f["idle_cpu_percent"] < 10
-        else f"  after the last call: server CPU {f['idle_cpu_percent']:.1f}% over 3 s: something is still running"
+        f"  after the last call: server CPU {f['idle_cpu_percent']:.0f}% in the second that ended "
+        f"{f['settled_s']:.0f} s after it ({state})"
     )
 
 

@@ -58,6 +58,33 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def peak_rss_mb(pid: int, key: str = "VmHWM") -> float:
+    """A process's peak (VmHWM) or current (VmRSS) resident memory in MB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+# Cancelled calls stop within a round, but on a busy 2-core machine the last of them (and Gradio's own clean-up)
+# can take a few seconds: a server must settle within IDLE_WITHIN_S of its last call. Work left running (a poll that
+# never ends, a decode nobody reads) keeps it busy past that.
+IDLE_WITHIN_S, IDLE_CPU_S = 10.0, 0.3
+
+
+def idle_window(pid: int, within_s: float = IDLE_WITHIN_S, quiet_cpu_s: float = IDLE_CPU_S) -> tuple[float, float]:
+    """The server's CPU seconds in the first one-second window with less than quiet_cpu_s of it, checked for
+    within_s (else the last window's), and how many seconds from the call that window ended."""
+    start = time.monotonic()
+    while True:
+        cpu0 = cpu_seconds(pid)
+        time.sleep(1.0)
+        used = cpu_seconds(pid) - cpu0
+        settled = time.monotonic() - start
+        if used < quiet_cpu_s or settled >= within_s:
+            return used, settled
+
+
 def cpu_seconds(pid: int) -> float:
     """User plus system CPU seconds of a process and its threads."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -157,6 +184,10 @@ class Server:
         c0, t0 = cpu_seconds(self.proc.pid), time.monotonic()
         time.sleep(seconds)
         return 100.0 * (cpu_seconds(self.proc.pid) - c0) / (time.monotonic() - t0)
+
+    def settle(self, within_s: float = IDLE_WITHIN_S, quiet_cpu_s: float = IDLE_CPU_S) -> tuple[float, float]:
+        """idle_window for this server."""
+        return idle_window(self.proc.pid, within_s, quiet_cpu_s)
 
 
 def client(url: str):

@@ -30,4 +30,4 @@ def test_eight_students_on_one_server():
     # replay never waits the way a live run in line does.
     assert f["first_replay_p95"] < max(5.0, 0.5 * f["end_to_end_p95"]), f
     assert "Everyone on this server (tiny-random)" in f["last_chart"] and "EAGLE n=" in f["last_chart"]
-    assert f["idle_cpu_percent"] < 25, "the server kept working after every call ended"
+    assert f["settled"], f"the server kept working {f['settled_s']:.0f} s after every call ended"

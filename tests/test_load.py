@@ -5,8 +5,6 @@ output matched plain decoding and that nothing keeps running afterwards. Prints 
 
 from __future__ import annotations
 
-import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -17,17 +15,13 @@ from pathlib import Path
 
 import pytest
 
+from scripts import server_check
+
 ROOT = Path(__file__).resolve().parents[1]
 CLIENTS = 16
 PROMPTS = ["Hello there", "What is 2+2?", "Name three colours.", "Write a haiku about rain."]
 VIEW = ["draft position", False, "conditional (POSS pos-acc)"]
 NEW_TOKENS = 10
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run_args(prompt, methods=("plain", "eagle", "poss2"), max_new_tokens=NEW_TOKENS, seed=0, tree_budget=16):
@@ -36,37 +30,6 @@ def run_args(prompt, methods=("plain", "eagle", "poss2"), max_new_tokens=NEW_TOK
 
     kw = dict(max_new_tokens=max_new_tokens, seed=seed, tree_budget=tree_budget)
     return run_inputs(prompt=prompt, methods=methods, **kw) + VIEW
-
-
-# Cancelled calls stop within a round, but on a busy 2-core machine the last of them (and Gradio's own clean-up)
-# can take a few seconds: the server must settle within IDLE_WITHIN_S. Work left running (a poll that never ends, a
-# decode nobody reads) keeps it busy past that.
-IDLE_WITHIN_S, IDLE_CPU_S = 6.0, 0.3
-
-
-def idle_window(pid: int) -> tuple[float, float]:
-    """The server's CPU seconds in the first one-second window with less than IDLE_CPU_S of it, checked for
-    IDLE_WITHIN_S after the last call (else the last window's), and when that window ended."""
-    start = time.monotonic()
-    while True:
-        cpu0 = cpu_seconds(pid)
-        time.sleep(1.0)
-        used = cpu_seconds(pid) - cpu0
-        settled = time.monotonic() - start
-        if used < IDLE_CPU_S or settled >= IDLE_WITHIN_S:
-            return used, settled
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def peak_rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 class Recorder:
@@ -224,7 +187,7 @@ def test_sixteen_clients_against_the_real_app():
         .text
         for p in PROMPTS
     }
-    port = free_port()
+    port = server_check.free_port()
     server = subprocess.Popen(
         [
             sys.executable,
@@ -272,10 +235,10 @@ def test_sixteen_clients_against_the_real_app():
             t.join(timeout=300)
         wall = time.monotonic() - start
         assert not any(t.is_alive() for t in threads), "a client did not finish"
-        idle_cpu, settled_s = idle_window(server.pid)
+        idle_cpu, settled_s = server_check.idle_window(server.pid)
         waits = sorted(rec.waits)
         p50, p95 = statistics.median(waits), waits[int(0.95 * (len(waits) - 1))]
-        rss = peak_rss_mb(server.pid)
+        rss = server_check.peak_rss_mb(server.pid)
         print(
             f"\n[load] {CLIENTS} clients, {rec.calls} calls in {wall:.1f} s; expected errors (bad inputs) "
             f"{rec.expected_errors}; unexpected errors {len(rec.unexpected)}; queue wait p50 {p50:.2f} s, "
@@ -287,7 +250,9 @@ def test_sixteen_clients_against_the_real_app():
             print("  ", line)
         assert rec.unexpected == [] and rec.greedy_mismatches == []
         assert rec.greedy_checked == 2 * CLIENTS and rec.expected_errors == 2 * CLIENTS
-        assert idle_cpu < IDLE_CPU_S, f"the server keeps working {IDLE_WITHIN_S:g} s after every call ended"
+        assert idle_cpu < server_check.IDLE_CPU_S, (
+            f"the server keeps working {server_check.IDLE_WITHIN_S:g} s after every call ended"
+        )
         assert wall < 240
     finally:
         server.terminate()
