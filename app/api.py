@@ -18,13 +18,12 @@ from poss_core.json_safe import clean_json
 from poss_core.methods import PLAIN
 from poss_core.models.presets import DEFAULT_PRESET, get_preset
 
-from . import share, state
+from . import client_share, live_queue, state
 from .class_pool import CLASS
 from .server_text import neutral_paths
 from .state import RunSettings, ui_defaults
 
 PROGRESS_EVERY_S = 1.0  # how often /compare yields while it works: the points where a gone client is noticed
-QUEUE_POLL_S = 0.1  # how often a waiting /compare call checks for its live slot
 
 
 # The /compare parameters after prompt, methods and preset: the settings the API offers, in the table's order (that of
@@ -165,10 +164,10 @@ def _budget_note(comp: compare.Comparison, lane: compare.Lane) -> str | None:
 def compare_endpoint(app_preset: str, wrap: Callable = lambda fn: fn):
     """`compare_api` as the app serving `app_preset` offers it: an empty preset means that one.
 
-    The endpoint is an async generator: it checks the input, waits for a live slot (share.LIVE, the queue every live
-    run takes turns in) yielding {"queued": true, "place": k, "wait_s": estimate} every PROGRESS_EVERY_S, then runs
-    the comparison in a worker thread and yields a small progress value ({"running": true, "seconds": s}) every
-    PROGRESS_EVERY_S until the answer, its last value. When the client
+    The endpoint is an async generator: it checks the input, waits for a live slot (live_queue.LIVE, the line
+    every live run takes turns in) yielding {"queued": true, "place": k, "wait_s": estimate} every PROGRESS_EVERY_S,
+    then runs the comparison in a worker thread and yields a small progress value ({"running": true, "seconds": s})
+    every PROGRESS_EVERY_S until the answer, its last value. When the client
     cancels the call Gradio cancels it, and when the client goes away Gradio closes it at its next yield: either way
     the call's cancel flag is set and everything it started (loads, fits, the oracle's reference decode, the lanes)
     stops within one round instead of running on to the time limit. `wrap` decorates the worker (ZeroGPU's decorator
@@ -185,23 +184,21 @@ def compare_endpoint(app_preset: str, wrap: Callable = lambda fn: fn):
         preset = a.pop("preset") or app_preset
         cancel = threading.Event()
         call = functools.partial(work, prompt, methods, preset, cancel=cancel, quiet_refusals=True, **a)
-        with share.running(request):
+        with client_share.running(request):
             spec = api_spec(prompt, methods, preset, quiet_refusals=True, **a)
             try:
-                ticket = share.LIVE.join(len(spec.methods) * int(spec.max_new_tokens), *share.request_client(request))
+                units = len(spec.methods) * int(spec.max_new_tokens)
+                ticket = live_queue.LIVE.join(units, *client_share.request_client(request))
             except PossError as err:
                 raise gr.Error(str(err), print_exception=False) from err
             try:
-                shown = 0.0
-                while not share.LIVE.try_start(ticket):
-                    if time.monotonic() - shown >= PROGRESS_EVERY_S:
-                        shown = time.monotonic()
-                        yield {
-                            "queued": True,
-                            "place": share.LIVE.place(ticket),
-                            "wait_s": round(share.LIVE.estimate_s(ticket), 1),
-                        }
-                    await asyncio.sleep(QUEUE_POLL_S)
+                # Waits a second at a time in a worker thread (woken when its slot frees), then says where it is.
+                while not await asyncio.to_thread(live_queue.LIVE.wait, ticket, PROGRESS_EVERY_S):
+                    yield {
+                        "queued": True,
+                        "place": live_queue.LIVE.place(ticket),
+                        "wait_s": round(live_queue.LIVE.estimate_s(ticket), 1),
+                    }
                 began = time.monotonic()
                 answer = asyncio.get_running_loop().run_in_executor(None, call)
                 try:
@@ -217,7 +214,7 @@ def compare_endpoint(app_preset: str, wrap: Callable = lambda fn: fn):
                     answer.add_done_callback(_retrieved)
                     raise
             finally:
-                share.LIVE.leave(ticket)
+                live_queue.LIVE.leave(ticket)
         yield answer.result()
 
     compare.__doc__ = compare_api.__doc__

@@ -255,7 +255,7 @@ class UploadLimitMiddleware:
         await self.app(scope, receive, send)
 
     async def _refusal(self, scope) -> tuple[int, str, list[tuple[bytes, bytes]]] | None:
-        from .share import client_address
+        from .client_share import client_address
 
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
         try:

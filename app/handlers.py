@@ -24,7 +24,7 @@ from poss_core.compare import CallBudget, Comparison
 from poss_core.errors import CallStopped, PossError
 from poss_core.models.presets import get_preset
 
-from . import recordings, share, state
+from . import client_share, live_queue, recordings, state
 from .class_pool import CLASS
 from .render import (
     CHART_NAMES,
@@ -46,7 +46,7 @@ MAX_RENDER_SHARE = 0.25  # repaint slower when drawing would take more than this
 REPLAY_DELAY_S = 0.12  # pause between replayed rounds, so a replay reads like a live run
 WAIT_FRAME_S = 0.5  # while a call loads or fits in a worker thread, its handler yields this often (see _waiting)
 QUEUE_FRAME_S = 1.0  # while a live run waits for its slot, its status (place, estimate) is redrawn this often
-QUEUE_POLL_S = 0.1  # how often a waiting run checks for its slot
+QUEUE_POLL_S = 0.25  # how often a waiting run checks Stop (its slot wakes it at once)
 MAX_PACE_S = 3.0  # a replay at its recorded timing waits at most this long between two turns
 
 # How the final status line opens (tests/wording.py reads these rather than copying them).
@@ -147,29 +147,26 @@ def _stream(
 
 
 def _queue_wait(session: Session, budget: CallBudget, ticket: int) -> Iterator[list]:
-    """Wait for this live run's slot (share.LIVE), showing its place in line and the estimated wait every
+    """Wait for this live run's slot (live_queue.LIVE), showing its place in line and the estimated wait every
     QUEUE_FRAME_S; Stop (the budget) or a gone client leaves the line. The call's time cap starts with its slot."""
     shown = 0.0
-    while not share.LIVE.try_start(ticket):
+    while not live_queue.LIVE.wait(ticket, QUEUE_POLL_S):
         if budget.is_set():
             raise CallStopped("Stopped while waiting in the queue: nothing ran. Run again whenever you like.")
         if time.monotonic() - shown >= QUEUE_FRAME_S:
             shown = time.monotonic()
-            yield skip_all(session, (share.LIVE.status(ticket), "busy"))
-        else:
-            time.sleep(QUEUE_POLL_S)
+            yield skip_all(session, (live_queue.LIVE.status(ticket), "busy"))
     budget.restart(state.CALL_LIMIT_S)
 
 
 def _slot_blocking(budget: CallBudget, work: float, request: Any = None) -> int:
     """A live slot for a call that cannot stream its wait (a Step): blocks until it is this call's turn (Stop leaves
     the line); returns the ticket to leave with."""
-    ticket = share.LIVE.join(work, *share.request_client(request))
-    while not share.LIVE.try_start(ticket):
+    ticket = live_queue.LIVE.join(work, *client_share.request_client(request))
+    while not live_queue.LIVE.wait(ticket, QUEUE_POLL_S):
         if budget.is_set():
-            share.LIVE.leave(ticket)
+            live_queue.LIVE.leave(ticket)
             raise CallStopped("Stopped while waiting in the queue: nothing ran. Step again whenever you like.")
-        time.sleep(QUEUE_POLL_S)
     return ticket
 
 
@@ -230,20 +227,20 @@ def _guard(session: Session, view: View, fn) -> Iterator[list]:
 
 
 def counted(handler):
-    """`handler` with its call counted in its client's share of the queue (app/share.py) from its start to its end,
-    early refusals included (a call the share let in stops counting as waiting when it starts)."""
+    """`handler` with its call counted in its client's share of the queue (app/client_share.py) from its start to its
+    end, early refusals included (a call the client's share let in stops counting as waiting when it starts)."""
     if inspect.isgeneratorfunction(handler):
 
         @functools.wraps(handler)
         def streamed(*args, request: gr.Request | None = None, **kwargs):
-            with share.running(request):
+            with client_share.running(request):
                 yield from handler(*args, request=request, **kwargs)
 
         return streamed
 
     @functools.wraps(handler)
     def answered(*args, request: gr.Request | None = None, **kwargs):
-        with share.running(request):
+        with client_share.running(request):
             return handler(*args, request=request, **kwargs)
 
     return answered
@@ -271,7 +268,8 @@ def run_handler(settings: RunSettings, view: View, request: gr.Request | None = 
             spec.check()
             session.pins.clear()
             # One line for every live run on the server, in arrival order; its work sizes the wait it causes.
-            ticket = share.LIVE.join(len(spec.methods) * int(spec.max_new_tokens), *share.request_client(request))
+            work = len(spec.methods) * int(spec.max_new_tokens)
+            ticket = live_queue.LIVE.join(work, *client_share.request_client(request))
             try:
                 yield from _queue_wait(session, budget, ticket)
                 loading = skip_all(session, (f"Loading {spec.preset} and {len(spec.methods)} lane(s)…", "busy"))
@@ -290,7 +288,7 @@ def run_handler(settings: RunSettings, view: View, request: gr.Request | None = 
                 session.comparison, session.loaded = comp, None
                 yield from _stream(session, view, comp, "Running")
             finally:
-                share.LIVE.leave(ticket)
+                live_queue.LIVE.leave(ticket)
 
         yield from _guard(session, view, body)
     finally:
@@ -365,7 +363,7 @@ def step_handler(settings: RunSettings, view: View, request: gr.Request | None =
         return list(_guard(session, view, body))[-1]
     finally:
         if ticket is not None:
-            share.LIVE.leave(ticket)
+            live_queue.LIVE.leave(ticket)
         session.call = None
         session.lock.release()
         SESSIONS.enforce_budget(keep=session)  # a paused Step holds its lanes' caches

@@ -257,7 +257,7 @@ def main(argv: list[str] | None = None) -> None:
     import torch
 
     torch.set_num_threads(cpu_threads(args.threads))
-    from app import server_text, share, state
+    from app import client_share, live_queue, server_text, state
     from app.class_pool import CLASS
     from app.state import initial_precision
     from app.ui import build_demo, launch_kwargs
@@ -292,12 +292,13 @@ def main(argv: list[str] | None = None) -> None:
     if not 64 <= args.disk_cap_mb < float("inf"):  # the cap must hold at least one burst of uploads
         build_parser().error(f"--disk-cap-mb={args.disk_cap_mb}: use a number >= 64.")
     threads = cpu_threads(args.threads)
-    concurrency = args.concurrency or share.auto_slots(os.cpu_count(), threads)
+    concurrency = args.concurrency or live_queue.auto_slots(os.cpu_count(), threads)
     state.SESSIONS.idle_s = args.idle_minutes * 60.0
     state.SESSIONS.budget_mb = args.session_memory_mb
     state.MAX_NEW_TOKENS = max_new_tokens(args.max_new_tokens, cuda_available())
-    share.SHARE.per_client, share.SHARE.per_address = args.max_calls_per_client, args.max_calls_per_address
-    share.LIVE.max_waiting, share.LIVE.cap_s = args.queue_size, args.max_call_seconds
+    client_share.SHARE.per_client = args.max_calls_per_client
+    client_share.SHARE.per_address = args.max_calls_per_address
+    live_queue.LIVE.max_waiting, live_queue.LIVE.cap_s = args.queue_size, args.max_call_seconds
     CLASS.reset_key = args.class_reset_key
     print(
         f"[poss] live runs: {concurrency} at once, at most {state.MAX_NEW_TOKENS} new tokens each, up to "

@@ -15,7 +15,7 @@ from poss_core.models.presets import DEFAULT_PRESET, get_preset, presets
 from poss_core.settings import LIMITS, PRECISIONS
 from poss_core.views import figures
 
-from . import about, disk_budget, evidence_view, handlers, recordings, share, state
+from . import about, client_share, disk_budget, evidence_view, handlers, live_queue, recordings, state
 from .api import compare_endpoint
 from .render import OUTPUT_NAMES, TOKEN_CLICK_JS, conversation_html, draft_note, legend_html, status_html
 from .state import DEFAULT_METHODS, RunSettings, View, method_choices, precision_note, quantization_note, ui_defaults
@@ -25,7 +25,7 @@ from .state import DEFAULT_METHODS, RunSettings, View, method_choices, precision
 CACHE_SWEEP_S = 60
 LOAD_CONCURRENCY = 2  # saved runs parsed at once (each is checked in full: up to a few seconds of CPU for a large one)
 # Replays (the examples' recordings, ↻ Replay) at once: no model work, only drawing, so a whole class replays together
-# without waiting behind the live runs (which take turns in share.LIVE, not in this group).
+# without waiting behind the live runs (which take turns in live_queue.LIVE, not in this group).
 REPLAY_CONCURRENCY = 64
 CLASS_REFRESH_S = 5.0  # how often a tab showing "everyone on this server" checks the class pool for new runs
 THREADS = 160  # Gradio's worker threads: a waiting live run and a replay each hold one while they sleep
@@ -67,7 +67,7 @@ def build_demo(
     cache_age_s: float = 600.0,
 ) -> gr.Blocks:
     """The whole app. `concurrency` caps how many live comparisons (runs, steps, API calls) decode at once, the
-    slots of share.LIVE (the others wait in line, their status saying where and for how long); `precision`
+    slots of live_queue.LIVE (the others wait in line, their status saying where and for how long); `precision`
     is the Precision setting's initial value (`python app.py --dtype`); `call_limit_s` the most seconds one call
     decodes (state.CALL_LIMIT_S; `python app.py --max-call-seconds`); `results_dir` a folder the Evidence tab may
     read results from besides results/ (`python app.py --results-dir`); `call_fits` False offers only the tree-budget
@@ -79,7 +79,7 @@ def build_demo(
     if results_dir:
         evidence_view.RESULTS_DIR = Path(results_dir)
     state.SESSIONS.start_reaper()  # paused Step sessions idle past SESSIONS.idle_s free their decoders
-    share.LIVE.slots = max(1, int(concurrency))
+    live_queue.LIVE.slots = max(1, int(concurrency))
     state.APP_PRESET = preset
     first = get_preset(preset)
     d = ui_defaults(first)
@@ -88,7 +88,7 @@ def build_demo(
     preset_choices = [(f"{name}{' (GPU)' if p.device == 'gpu' else ''}", name) for name, p in table.items()]
     methods0 = [m for m in DEFAULT_METHODS if m in methods.preset_methods(first)]
     decode = {"concurrency_id": "decode", "concurrency_limit": concurrency}
-    # Live runs wait for their slot in share.LIVE (status: place and estimate), not in Gradio's queue, where a
+    # Live runs wait for their slot in live_queue.LIVE (status: place and estimate), not in Gradio's queue, where a
     # waiting call could not say where it stands; the per-client share and LIVE's own bound keep their number down.
     live = {"concurrency_id": "live", "concurrency_limit": None}
     replays = {"concurrency_id": "replay", "concurrency_limit": REPLAY_CONCURRENCY}
@@ -453,8 +453,8 @@ def theme() -> gr.themes.Base:
 
 
 def decoding_events(demo: gr.Blocks) -> set[int]:
-    """The events each client's queue share counts (app/share.py): the ones that decode (Run, its Enter key, Step,
-    /compare) and Replay."""
+    """The events each client's queue share counts (app/client_share.py): the ones that decode (Run, its Enter key,
+    Step, /compare) and Replay."""
     return {i for i, fn in demo.fns.items() if fn.concurrency_id in ("decode", "live") or fn.api_name == "replay"}
 
 
@@ -473,7 +473,7 @@ def launch_kwargs(demo: gr.Blocks | None = None) -> dict[str, Any]:
 
         kwargs["app_kwargs"] = {
             "middleware": [
-                Middleware(share.QueueShareMiddleware, fn_indexes=decoding_events(demo)),
+                Middleware(client_share.QueueShareMiddleware, fn_indexes=decoding_events(demo)),
                 # uploads are sized, rated per address and fitted under the disk cap before Gradio writes them
                 Middleware(disk_budget.UploadLimitMiddleware, max_bytes=saved_runs.MAX_RUN_BYTES + 2**20),
             ]

@@ -14,7 +14,7 @@ import wording
 from app_settings import req, run_settings
 from wording import n_of
 
-from app import api, handlers, launch, recordings, render, share, state
+from app import api, handlers, launch, live_queue, recordings, render, state
 from app.class_pool import CLASS, ClassPool
 from poss_core import compare, metrics, saved_runs
 from poss_core.errors import ConfigError
@@ -140,9 +140,9 @@ def test_an_example_replays_its_recording_without_a_model_or_a_live_slot(recorde
     monkeypatch.setattr(recordings, "RECORDINGS_DIR", recorded)
     monkeypatch.setattr(recordings, "DEFAULT_PRESET", "tiny-random")  # none made on smollm2 here: the fallback
     monkeypatch.setattr(compare.MODELS, "target", lambda *a, **k: pytest.fail("a replay must not load a model"))
-    monkeypatch.setattr(share, "LIVE", share.LiveQueue(slots=1))
-    busy = share.LIVE.join()
-    assert share.LIVE.try_start(busy)  # every live slot is taken
+    monkeypatch.setattr(live_queue, "LIVE", live_queue.LiveQueue(slots=1))
+    busy = live_queue.LIVE.join()
+    assert live_queue.LIVE.try_start(busy)  # every live slot is taken
     r = req("class-example")
     t0 = time.monotonic()
     frames = handlers.example_handler(recordings.EXAMPLES[1]["prompt"], "smollm2-135m", THIS_RUN, request=r)
@@ -158,7 +158,7 @@ def test_an_example_replays_its_recording_without_a_model_or_a_live_slot(recorde
     assert not session.lock.locked()
     out = render.outputs_dict(next(handlers.example_handler("a prompt of my own", "tiny-random", THIS_RUN, request=r)))
     assert page.status(out).kind == "info" and wording.says(out, wording.RUN_LIVE)
-    share.LIVE.leave(busy)
+    live_queue.LIVE.leave(busy)
 
 
 def test_a_replay_keeps_its_recorded_timing(recorded, monkeypatch):
@@ -188,7 +188,7 @@ def test_the_example_index_and_the_fallback_to_the_default_presets_recording(rec
 
 
 def test_the_live_queue_is_first_come_first_served_with_places_and_estimates():
-    q = share.LiveQueue(slots=1, max_waiting=3, typical_s_per_unit=0.5)
+    q = live_queue.LiveQueue(slots=1, max_waiting=3, typical_s_per_unit=0.5)
     a, b, c = q.join(work=20), q.join(work=10), q.join(work=40)
     assert q.try_start(a) and not q.try_start(b) and not q.try_start(c)  # one slot, a has it
     assert q.place(a) == 0 and q.place(b) == 1 and q.place(c) == 2
@@ -196,7 +196,7 @@ def test_the_live_queue_is_first_come_first_served_with_places_and_estimates():
     assert 9.0 < q.estimate_s(b) <= 10.0 and q.estimate_s(c) == pytest.approx(q.estimate_s(b) + 5.0, abs=0.2)
     assert wording.says_queued(q.status(c), place=2, running=1, slots=1, waiting=2)
     d = q.join()
-    with pytest.raises(share.QueueFull) as full:
+    with pytest.raises(live_queue.QueueFull) as full:
         q.join()
     assert wording.says(str(full.value), wording.queue_full(3))
     q.leave(d)
@@ -209,31 +209,31 @@ def test_the_live_queue_is_first_come_first_served_with_places_and_estimates():
 
 
 def test_a_waiting_run_shows_its_place_and_stop_leaves_the_line(monkeypatch):
-    monkeypatch.setattr(share, "LIVE", share.LiveQueue(slots=1))
+    monkeypatch.setattr(live_queue, "LIVE", live_queue.LiveQueue(slots=1))
     monkeypatch.setattr(handlers, "QUEUE_FRAME_S", 0.0)
-    busy = share.LIVE.join()
-    assert share.LIVE.try_start(busy)
+    busy = live_queue.LIVE.join()
+    assert live_queue.LIVE.try_start(busy)
     r = req("class-wait")
     gen = handlers.run_handler(run_settings(), THIS_RUN, request=r)
     status = page.status(next(gen))
     assert status.kind == "busy" and wording.says_queued(status, place=1, running=1, slots=1, waiting=1)
-    assert share.LIVE.counts() == (1, 1)
+    assert live_queue.LIVE.counts() == (1, 1)
     handlers.stop_handler(THIS_RUN, request=r)
     out = render.outputs_dict(list(gen)[-1])
     assert wording.says(out, wording.QUEUE_STOPPED)
-    assert share.LIVE.counts() == (1, 0) and not handlers.SESSIONS.get(r).lock.locked()
+    assert live_queue.LIVE.counts() == (1, 0) and not handlers.SESSIONS.get(r).lock.locked()
     # Once the slot is free the next run goes straight through.
-    share.LIVE.leave(busy)
+    live_queue.LIVE.leave(busy)
     live_run(r, max_new_tokens=4)
-    assert share.LIVE.counts() == (0, 0)
+    assert live_queue.LIVE.counts() == (0, 0)
 
 
 def test_a_waiting_run_starts_when_the_slot_frees_and_its_cap_starts_then(monkeypatch):
-    monkeypatch.setattr(share, "LIVE", share.LiveQueue(slots=1))
+    monkeypatch.setattr(live_queue, "LIVE", live_queue.LiveQueue(slots=1))
     monkeypatch.setattr(state, "CALL_LIMIT_S", 1.5)  # shorter than the wait: waiting in line is not decoding
-    busy = share.LIVE.join()
-    share.LIVE.try_start(busy)
-    threading.Timer(2.0, share.LIVE.leave, args=(busy,)).start()
+    busy = live_queue.LIVE.join()
+    live_queue.LIVE.try_start(busy)
+    threading.Timer(2.0, live_queue.LIVE.leave, args=(busy,)).start()
     frames = list(handlers.run_handler(run_settings(max_new_tokens=4), THIS_RUN, request=req("class-turn")))
     assert any(wording.says_queued(f, place=1) for f in frames) and wording.says_done(frames[-1])
 
@@ -253,8 +253,8 @@ def test_the_servers_token_limit_is_checked_before_queueing(monkeypatch):
 
 
 def test_launch_defaults_for_a_two_vcpu_space():
-    assert share.auto_slots(2, 1) == 1  # a 2-vCPU Space: one live run on one core, one core for the server
-    assert share.auto_slots(16, 2) == 4 and share.auto_slots(1, 1) == 1
+    assert live_queue.auto_slots(2, 1) == 1  # a 2-vCPU Space: one live run on one core, one core for the server
+    assert live_queue.auto_slots(16, 2) == 4 and live_queue.auto_slots(1, 1) == 1
     assert launch.max_new_tokens(None, gpu=False) == launch.CPU_MAX_NEW_TOKENS
     assert launch.max_new_tokens(None, gpu=True) == 2048 and launch.max_new_tokens(100, gpu=False) == 100
     args = launch.build_parser().parse_args(["--class-reset-key", "k", "--max-new-tokens", "128"])

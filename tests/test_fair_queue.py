@@ -7,10 +7,10 @@ import time
 
 import pytest
 
-from app import share
+from app import client_share, live_queue
 
 
-def started(q: share.LiveQueue) -> list[int]:
+def started(q: live_queue.LiveQueue) -> list[int]:
     """Start the line one run at a time (each ending at once), returning the tickets in the order they started."""
     order = []
     while q.counts()[1]:
@@ -21,7 +21,7 @@ def started(q: share.LiveQueue) -> list[int]:
 
 
 def test_a_flood_from_one_address_waits_behind_every_other_addresss_next_call():
-    q = share.LiveQueue(slots=1, max_waiting=64)
+    q = live_queue.LiveQueue(slots=1, max_waiting=64)
     busy = q.join(10, "s0", "10.0.0.1")
     assert q.try_start(busy)
     flood = [q.join(10, f"f{i}", "10.0.0.1") for i in range(6) for _ in range(2)]  # six tabs, two calls each
@@ -39,7 +39,7 @@ def test_a_flood_from_one_address_waits_behind_every_other_addresss_next_call():
 
 
 def test_addresses_alternate_and_a_session_joining_again_does_not_jump_the_line():
-    q = share.LiveQueue(slots=1, max_waiting=64)
+    q = live_queue.LiveQueue(slots=1, max_waiting=64)
     a = [q.join(1, "a", "A") for _ in range(3)]
     b = [q.join(1, "b", "B") for _ in range(3)]
     assert [q.place(t) for t in a + b] == [1, 3, 5, 2, 4, 6]  # A came first, then the two alternate
@@ -52,7 +52,7 @@ def test_addresses_alternate_and_a_session_joining_again_does_not_jump_the_line(
 
 
 def test_the_wait_counts_the_expected_seconds_of_the_calls_ahead_capped():
-    q = share.LiveQueue(slots=1, max_waiting=64, typical_s_per_unit=0.1, cap_s=20.0)
+    q = live_queue.LiveQueue(slots=1, max_waiting=64, typical_s_per_unit=0.1, cap_s=20.0)
     running = q.join(512, "r", "A")
     q.try_start(running)
     small = [q.join(8, f"s{i}", "A") for i in range(3)]  # 0.8 s each
@@ -66,7 +66,7 @@ def test_the_wait_counts_the_expected_seconds_of_the_calls_ahead_capped():
 
 
 def test_a_run_stopped_at_the_cap_does_not_make_the_rate_look_fast():
-    q = share.LiveQueue(slots=1, typical_s_per_unit=0.01, cap_s=1.0)
+    q = live_queue.LiveQueue(slots=1, typical_s_per_unit=0.01, cap_s=1.0)
     t = q.join(100, "a", "A")
     q.try_start(t)
     q._running[t] = time.monotonic() - 1.0  # it held its slot for the whole cap with 100 units asked for
@@ -82,7 +82,7 @@ def test_a_run_stopped_at_the_cap_does_not_make_the_rate_look_fast():
 
 
 def test_an_address_has_a_share_by_default_that_a_class_behind_one_nat_fits_in():
-    share_ = share.ClientShare()  # the defaults `python app.py` starts with
+    share_ = client_share.ClientShare()  # the defaults `python app.py` starts with
     assert share_.per_client == 2 and 30 <= share_.per_address <= 40
     for student in range(30):  # a class of thirty behind one address, a call each
         assert share_.join(f"student{student}", "203.0.113.1") is None

@@ -66,7 +66,7 @@ def test_an_idle_tab_lets_go_of_its_finished_and_loaded_runs(store, tmp_path, mo
 
 
 def test_a_client_gets_its_share_of_the_queue_and_no_more():
-    from app.share import ClientShare
+    from app.client_share import ClientShare
 
     share = ClientShare(per_client=2, per_address=3, pending_ttl_s=60.0)
     assert share.join("a", "10.0.0.1") is None and share.join("a", "10.0.0.1") is None
@@ -86,7 +86,7 @@ def test_the_queue_middleware_refuses_a_join_past_the_share_with_a_message():
     import asyncio
     import json
 
-    from app.share import ClientShare, QueueShareMiddleware
+    from app.client_share import ClientShare, QueueShareMiddleware
 
     seen = []
 
@@ -134,11 +134,11 @@ def test_the_app_sweeps_gradios_cache_and_counts_its_decoding_events():
 
 
 def test_a_call_its_handler_refuses_at_once_stops_counting(store):
-    from app import share
+    from app import client_share
 
-    assert share.SHARE.join("double-click", None) is None  # what the middleware does at /queue/join
+    assert client_share.SHARE.join("double-click", None) is None  # what the middleware does at /queue/join
     session = store.get(req("double-click"))
     with session.lock:  # the tab is busy: this Run is refused at once
         out = list(handlers.run_handler(run_settings(), VIEW, request=req("double-click")))
     assert page.status(out[-1]) == page.Status("error", wording.TAB_BUSY)
-    assert share.SHARE.held("double-click", None)[0] == 0
+    assert client_share.SHARE.held("double-click", None)[0] == 0

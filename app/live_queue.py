@@ -1,124 +1,25 @@
-"""Each client's share of the queue: at most so many decoding calls (Run, Step, Replay, /compare) waiting or running
-per browser tab or API client (its Gradio session hash) and per address. A call past its client's share
-is refused when it asks to join the queue, with a message that says why, so one client cannot hold the queue's slots
-or the decoding workers that every other client waits for.
+"""The line live runs (Run, Step, /compare) take turns in: `slots` of them decode at once, the rest wait in a line
+where addresses take turns, then sessions within an address, and a waiting run's status shows its place in line and
+an estimate of the wait (the expected seconds of the runs ahead, from how long the recent live runs held their slot
+and the per-call cap). Replays and the class charts never enter it.
 
-Counting: `QueueShareMiddleware` (an ASGI middleware on the app, `launch(app_kwargs={"middleware": ...})`) reads each
-`/queue/join` request of a counted event and adds it as pending; the handler moves it to running when it starts
-(`ClientShare.running`) and lets it go when it ends, however it ends. A pending call that never starts (its client
-left, or cancelled it, while it waited) stops counting after `pending_ttl_s`.
-
-Live runs (Run, Step, /compare) then take turns in `LiveQueue`: `slots` of them decode at once, the rest wait in a
-line where addresses take turns, then sessions within an address, and a waiting run's status shows its place in
-line and an estimate of the wait (the expected seconds of the runs ahead, from how long the recent live runs held
-their slot and the per-call cap). Replays and the class charts never enter it."""
+Why by hand and not a Gradio concurrency limit: Gradio's queue starts an event group's calls first come, first
+served, and estimates a wait from the average call. A class behind one address, or one visitor with many tabs, then
+holds every place ahead of everyone else: eight fresh clients at one address queueing 16 calls (cap 4 s) left a
+visitor from another address 15th in line, told 87 s and started after 71 s; in this line that visitor is 1st, told
+3.9 s and started after 5.6 s (`python scripts/server_check.py fair`). The live events' Gradio group has no limit, so
+Gradio's queue only hands calls to the handlers, which wait here (`LiveQueue.wait`), showing their place."""
 
 from __future__ import annotations
 
 import heapq
-import ipaddress
 import itertools
-import json
 import os
 import threading
 import time
-from collections import OrderedDict, defaultdict, deque
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Any
+from collections import OrderedDict, deque
 
 from poss_core.errors import PossError
-
-PER_CLIENT = 2  # calls waiting or running per session (`python app.py --max-calls-per-client`)
-# Per client address (`--max-calls-per-address`; 0: no limit). A class behind one NAT shares one address: thirty
-# students with a call each fit, and the line's turns keep one address's calls from delaying other addresses.
-PER_ADDRESS = 40
-
-
-def client_address(host: str | None, forwarded_for: str | None) -> str:
-    """The client's address: the peer's, or the first X-Forwarded-For hop when the peer is a private or loopback
-    address (a proxy in front of the app, as on a Space); a header from a public peer is not trusted."""
-    host = host or "?"
-    if forwarded_for:
-        try:
-            private = ipaddress.ip_address(host).is_private
-        except ValueError:
-            private = False
-        if private:
-            return forwarded_for.split(",")[0].strip() or host
-    return host
-
-
-class ClientShare:
-    """Pending and running calls per client key ("session:HASH", "address:IP"), with a limit per kind."""
-
-    def __init__(
-        self, per_client: int = PER_CLIENT, per_address: int = PER_ADDRESS, pending_ttl_s: float = 120.0
-    ) -> None:
-        self.per_client = per_client
-        self.per_address = per_address
-        self.pending_ttl_s = pending_ttl_s
-        self._lock = threading.Lock()
-        self._pending: dict[str, list[float]] = defaultdict(list)
-        self._running: dict[str, int] = defaultdict(int)
-
-    @staticmethod
-    def keys(session: str | None, address: str | None) -> list[str]:
-        return [f"session:{session or '?'}", f"address:{address or '?'}"]
-
-    def _limit(self, key: str) -> int:
-        return self.per_client if key.startswith("session:") else self.per_address
-
-    def _held(self, key: str, now: float) -> int:
-        pending = [t for t in self._pending.get(key, []) if now - t < self.pending_ttl_s]
-        if pending:
-            self._pending[key] = pending
-        else:
-            self._pending.pop(key, None)
-        return len(pending) + self._running.get(key, 0)
-
-    def join(self, session: str | None, address: str | None) -> str | None:
-        """Count a call asking to join the queue; returns why it is refused (nothing is counted then), else None."""
-        now = time.monotonic()
-        with self._lock:
-            for key in self.keys(session, address):
-                limit = self._limit(key)
-                if limit > 0 and self._held(key, now) >= limit:
-                    who = "this tab (or API client)" if key.startswith("session:") else "your address"
-                    return (
-                        f"{who} already has {limit} call{'s' if limit != 1 else ''} waiting or running, the most "
-                        f"this server gives one client: wait for one to finish (or Stop it), then try again."
-                    )
-            for key in self.keys(session, address):
-                self._pending[key].append(now)
-        return None
-
-    @contextmanager
-    def running(self, session: str | None, address: str | None) -> Iterator[None]:
-        """A handler's call from its start to its end: no longer pending, counted as running until it ends."""
-        keys = self.keys(session, address)
-        with self._lock:
-            for key in keys:
-                if self._pending.get(key):
-                    self._pending[key].pop(0)
-                self._running[key] += 1
-        try:
-            yield
-        finally:
-            with self._lock:
-                for key in keys:
-                    self._running[key] -= 1
-                    if self._running[key] <= 0:
-                        del self._running[key]
-
-    def held(self, session: str | None, address: str | None) -> tuple[int, int]:
-        """(calls held by the session, by the address): for tests and the load check."""
-        now = time.monotonic()
-        with self._lock:
-            return tuple(self._held(k, now) for k in self.keys(session, address))  # type: ignore[return-value]
-
-
-SHARE = ClientShare()
 
 
 def auto_slots(cores: int | None, threads: int) -> int:
@@ -164,7 +65,7 @@ class LiveQueue:
         self.max_waiting = max_waiting
         self.typical_s_per_unit = typical_s_per_unit
         self.cap_s = cap_s  # the per-call cap (`--max-call-seconds`): the longest a run holds its slot
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()  # notified when a run leaves: the waiters check their turn
         self._ids = itertools.count(1)
         self._waiting: list[int] = []  # tickets in arrival order
         self._who: dict[int, tuple[str, str]] = {}  # ticket -> (address, session)
@@ -196,7 +97,7 @@ class LiveQueue:
 
     def _order(self) -> list[int]:
         """The waiting tickets in the order they will start (see the class), worked out again only after the line
-        changed (every waiting call polls for its slot ten times a second)."""
+        changed (every waiting call checks its turn whenever a run leaves, and redraws its place once a second)."""
         if self._ordered is None:
             self._ordered = self._play_order()
         return self._ordered
@@ -229,21 +130,36 @@ class LiveQueue:
     def try_start(self, ticket: int) -> bool:
         """Take a slot if one is free and no one the line puts first is still waiting for it; True once running."""
         with self._lock:
-            if ticket in self._running:
-                return True
-            free = self.slots - len(self._running)
-            if free > 0 and ticket in self._order()[:free]:
-                self._waiting.remove(ticket)
-                self._ordered = None
-                now = self._running[ticket] = time.monotonic()
-                address, session = self._who[ticket]
-                for k in (("a", address), ("s", address, session)):
-                    self._served.pop(k, None)
-                    self._served[k] = now
-                while len(self._served) > self.SERVED_KEPT:
-                    self._served.popitem(last=False)
-                return True
+            return self._start(ticket)
+
+    def wait(self, ticket: int, timeout: float) -> bool:
+        """Wait up to `timeout` seconds for this ticket's slot (`try_start` each time a run leaves the line): True
+        once it runs, False when the time is up and it still waits (its caller redraws the status, or checks Stop)."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            while not self._start(ticket):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._lock.wait(left)
+            return True
+
+    def _start(self, ticket: int) -> bool:
+        if ticket in self._running:
+            return True
+        free = self.slots - len(self._running)
+        if free <= 0 or ticket not in self._order()[:free]:
             return False
+        self._waiting.remove(ticket)
+        self._ordered = None
+        now = self._running[ticket] = time.monotonic()
+        address, session = self._who[ticket]
+        for k in (("a", address), ("s", address, session)):
+            self._served.pop(k, None)
+            self._served[k] = now
+        while len(self._served) > self.SERVED_KEPT:
+            self._served.popitem(last=False)
+        return True
 
     def leave(self, ticket: int) -> None:
         """The run ended (or gave up waiting): its slot or its place goes to the next in line."""
@@ -256,6 +172,7 @@ class LiveQueue:
             elif ticket in self._waiting:
                 self._waiting.remove(ticket)
                 self._ordered = None
+            self._lock.notify_all()
 
     def rate(self) -> float:
         """Seconds a slot is held per unit of work over the last runs (their seconds over their work, so a short run
@@ -327,96 +244,3 @@ class LiveQueue:
 
 
 LIVE = LiveQueue()
-
-
-def request_client(request: Any) -> tuple[str | None, str | None]:
-    """(session hash, client address) of a Gradio request (None for either that it lacks)."""
-    session = getattr(request, "session_hash", None)
-    try:
-        host = request.client.host
-    except Exception:  # noqa: BLE001 - a request without a client (tests, a direct call)
-        host = None
-    try:
-        forwarded = dict(request.headers).get("x-forwarded-for")
-    except Exception:  # noqa: BLE001
-        forwarded = None
-    return session, client_address(host, forwarded) if host else None
-
-
-def running(request: Any):
-    """`SHARE.running` for a handler's request."""
-    return SHARE.running(*request_client(request))
-
-
-class QueueShareMiddleware:
-    """Refuses a counted event's `/queue/join` past its client's share (HTTP 422 in the shape Gradio's clients show
-    as a message). `fn_indexes` are the counted events (the app's decoding calls); anything else passes untouched."""
-
-    def __init__(self, app, fn_indexes: set[int] | None = None, share: ClientShare | None = None) -> None:
-        self.app = app
-        self.fn_indexes = fn_indexes if fn_indexes is not None else set()
-        self.share = share or SHARE
-
-    async def __call__(self, scope, receive, send) -> None:
-        if (
-            scope.get("type") != "http"
-            or scope.get("method") != "POST"
-            or not scope.get("path", "").endswith("/queue/join")
-        ):
-            await self.app(scope, receive, send)
-            return
-        chunks, more = [], True
-        while more:
-            message = await receive()
-            if message["type"] != "http.request":
-                await self.app(scope, receive, send)
-                return
-            chunks.append(message.get("body", b""))
-            more = message.get("more_body", False)
-        body = b"".join(chunks)
-        refused = self._refusal(scope, body)
-        if refused is not None:
-            await _send_json(
-                send,
-                422,
-                {
-                    "detail": [
-                        {"__type__": "validate", "is_valid": False, "parameter_name": "queue", "message": refused}
-                    ]
-                },
-            )
-            return
-        replayed = False
-
-        async def replay():
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
-
-        await self.app(scope, replay, send)
-
-    def _refusal(self, scope, body: bytes) -> str | None:
-        try:
-            data = json.loads(body or b"{}")
-        except ValueError:
-            return None  # Gradio answers a malformed body itself
-        if not isinstance(data, dict) or data.get("fn_index") not in self.fn_indexes:
-            return None
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
-        client = scope.get("client") or (None, None)
-        address = client_address(client[0], headers.get("x-forwarded-for")) if client[0] else None
-        return self.share.join(data.get("session_hash"), address)
-
-
-async def _send_json(send, status: int, payload: dict) -> None:
-    body = json.dumps(payload).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
