@@ -1,52 +1,30 @@
-"""The app's event handlers: plain functions of the settings (one `RunSettings`), the view (one `View`) and the
-request, testable directly; each returns (or streams) every output through `render.render`."""
+"""The handlers that decode or play rounds: Run, Step, Stop, Replay and a clicked example. Plain functions of the
+settings (one `RunSettings`), the view (one `View`) and the request, testable directly; each returns (or streams)
+every output through `render.render`. Redrawing handlers are in app/view_handlers.py, Save and Load in
+app/saved_files.py, how a call waits and fails in app/calls.py."""
 
 from __future__ import annotations
 
-import functools
-import inspect
-import itertools
-import os
-import sys
-import tempfile
-import threading
 import time
-import traceback
-import weakref
 from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
 
 import gradio as gr
 
 from poss_core import compare, methods, metrics, saved_runs
 from poss_core.compare import CallBudget, Comparison
-from poss_core.errors import CallStopped, PossError
-from poss_core.models.presets import get_preset
+from poss_core.errors import PossError
 
-from . import client_share, live_queue, recordings, state
-from .class_pool import CLASS
+from . import calls, client_share, live_queue, recordings, state
 from .render import (
-    CHART_NAMES,
-    chart_outputs,
-    conversation_html,
-    draft_note,
-    lane_explain,
-    lane_tree,
     render,
-    round_slider,
     skip_all,
-    status_html,
 )
-from .state import DEFAULT_METHODS, SESSIONS, RunSettings, Session, View, method_choices, ui_defaults
+from .state import RunSettings, Session, View
 
 UPDATE_EVERY_S = 0.35  # the most often a running comparison repaints (lanes run flat out in between)
 CHARTS_EVERY_S = 1.5  # the charts repaint less often than the lanes
 MAX_RENDER_SHARE = 0.25  # repaint slower when drawing would take more than this share of the time
 REPLAY_DELAY_S = 0.12  # pause between replayed rounds, so a replay reads like a live run
-WAIT_FRAME_S = 0.5  # while a call loads or fits in a worker thread, its handler yields this often (see _waiting)
-QUEUE_FRAME_S = 1.0  # while a live run waits for its slot, its status (place, estimate) is redrawn this often
-QUEUE_POLL_S = 0.25  # how often a waiting run checks Stop (its slot wakes it at once)
 MAX_PACE_S = 3.0  # a replay at its recorded timing waits at most this long between two turns
 
 # How the final status line opens (tests/wording.py reads these rather than copying them).
@@ -146,115 +124,15 @@ def _stream(
     yield render(session, view, _final_status(comp, note))
 
 
-def _queue_wait(session: Session, budget: CallBudget, ticket: int) -> Iterator[list]:
-    """Wait for this live run's slot (live_queue.LIVE), showing its place in line and the estimated wait every
-    QUEUE_FRAME_S; Stop (the budget) or a gone client leaves the line. The call's time cap starts with its slot."""
-    shown = 0.0
-    while not live_queue.LIVE.wait(ticket, QUEUE_POLL_S):
-        if budget.is_set():
-            raise CallStopped("Stopped while waiting in the queue: nothing ran. Run again whenever you like.")
-        if time.monotonic() - shown >= QUEUE_FRAME_S:
-            shown = time.monotonic()
-            yield skip_all(session, (live_queue.LIVE.status(ticket), "busy"))
-    budget.restart(state.CALL_LIMIT_S)
-
-
-def _slot_blocking(budget: CallBudget, work: float, request: Any = None) -> int:
-    """A live slot for a call that cannot stream its wait (a Step): blocks until it is this call's turn (Stop leaves
-    the line); returns the ticket to leave with."""
-    ticket = live_queue.LIVE.join(work, *client_share.request_client(request))
-    while not live_queue.LIVE.wait(ticket, QUEUE_POLL_S):
-        if budget.is_set():
-            live_queue.LIVE.leave(ticket)
-            raise CallStopped("Stopped while waiting in the queue: nothing ran. Step again whenever you like.")
-    return ticket
-
-
-def _waiting(budget: CallBudget, work, frame: list, discard=None) -> Iterator[list]:
-    """Run `work()` (a load, a fit, a comparison's start) in a worker thread, yielding `frame` every WAIT_FRAME_S
-    until it returns; its value is this generator's return value and its error is raised here. Gradio closes a
-    handler's generator at a yield once its client has gone: the budget is then set, so the work stops within one
-    round instead of running on to the cap with nobody watching; `discard` then receives what the work still
-    returned (a started comparison is closed, not left holding its caches)."""
-    box: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            box["value"] = work()
-        except BaseException as err:  # noqa: BLE001 - handed to the handler's thread below
-            box["error"] = err
-
-    worker = threading.Thread(target=run, daemon=True, name="poss-call-start")
-    worker.start()
-    try:
-        while worker.is_alive():
-            worker.join(WAIT_FRAME_S)
-            if worker.is_alive():
-                yield frame
-    except GeneratorExit:  # the client went away (or the tab closed) while the work was still going
-        budget.set()
-        if discard is not None:
-            threading.Thread(target=_discard_when_done, args=(worker, box, discard), daemon=True).start()
-        raise
-    if "error" in box:
-        raise box["error"]
-    return box.get("value")
-
-
-def _discard_when_done(worker: threading.Thread, box: dict, discard) -> None:
-    worker.join()
-    if box.get("value") is not None:
-        discard(box["value"])
-
-
-def _guard(session: Session, view: View, fn) -> Iterator[list]:
-    """Run a handler body: PossErrors become the status line, anything else is logged and shown in one line."""
-    try:
-        yield from fn()
-    except PossError as err:
-        yield render(session, view, (str(err), "error"))
-    except Exception as err:  # a bug must not take the app down or show a traceback to the user
-        traceback.print_exc(file=sys.stderr)
-        yield render(
-            session,
-            view,
-            (
-                f"Something went wrong ({type(err).__name__}: {err}). The app is still "
-                f"running: try again or change the settings.",
-                "error",
-            ),
-        )
-
-
-def counted(handler):
-    """`handler` with its call counted in its client's share of the queue (app/client_share.py) from its start to its
-    end, early refusals included (a call the client's share let in stops counting as waiting when it starts)."""
-    if inspect.isgeneratorfunction(handler):
-
-        @functools.wraps(handler)
-        def streamed(*args, request: gr.Request | None = None, **kwargs):
-            with client_share.running(request):
-                yield from handler(*args, request=request, **kwargs)
-
-        return streamed
-
-    @functools.wraps(handler)
-    def answered(*args, request: gr.Request | None = None, **kwargs):
-        with client_share.running(request):
-            return handler(*args, request=request, **kwargs)
-
-    return answered
-
-
-@counted
+@calls.counted
 def run_handler(settings: RunSettings, view: View, request: gr.Request | None = None) -> Iterator[list]:
     """Run a comparison: one lane per method on the same prompt and seed, streamed round by round."""
-    session = SESSIONS.get(request)
+    session = state.SESSIONS.get(request)
     if not session.lock.acquire(blocking=False):
         yield skip_all(session, (TAB_BUSY, "error"))
         return
-    # Stop reaches the call from now on; the cap's clock starts with its live slot (_queue_wait): waiting in line is
-    # not decoding, and loads and fits count.
+    # Stop reaches the call from now on; the cap's clock starts with its live slot (calls.queue_wait): waiting in
+    # line is not decoding, and loads and fits count.
     budget = session.call = CallBudget()
     try:
 
@@ -271,15 +149,15 @@ def run_handler(settings: RunSettings, view: View, request: gr.Request | None = 
             work = len(spec.methods) * int(spec.max_new_tokens)
             ticket = live_queue.LIVE.join(work, *client_share.request_client(request))
             try:
-                yield from _queue_wait(session, budget, ticket)
+                yield from calls.queue_wait(session, budget, ticket)
                 loading = skip_all(session, (f"Loading {spec.preset} and {len(spec.methods)} lane(s)…", "busy"))
                 yield loading
                 # A fit the app started at start-up is not waited for: the lane starts on the default budget.
                 lines = compare.fit_budgets(spec, wait_for_fits=False, new_fits=state.CALL_FITS, cancel=budget)
-                while (line := (yield from _waiting(budget, lambda: next(lines, None), loading))) is not None:
+                while (line := (yield from calls.waiting(budget, lambda: next(lines, None), loading))) is not None:
                     loading = skip_all(session, (line, "busy"))
                     yield loading
-                comp = yield from _waiting(
+                comp = yield from calls.waiting(
                     budget,
                     lambda: compare.start(spec, cancel=budget, wait_for_fits=False, new_fits=state.CALL_FITS),
                     loading,
@@ -290,17 +168,17 @@ def run_handler(settings: RunSettings, view: View, request: gr.Request | None = 
             finally:
                 live_queue.LIVE.leave(ticket)
 
-        yield from _guard(session, view, body)
+        yield from calls.guard(session, view, body)
     finally:
         session.call = None
         session.lock.release()
-    SESSIONS.enforce_budget(keep=session)  # the finished run now counts in what every tab holds
+    state.SESSIONS.enforce_budget(keep=session)  # the finished run now counts in what every tab holds
 
 
-@counted
+@calls.counted
 def step_handler(settings: RunSettings, view: View, request: gr.Request | None = None) -> list:
     """Advance every lane by one round (starting a new comparison, or a loaded run's replay, if none is paused)."""
-    session = SESSIONS.get(request)
+    session = state.SESSIONS.get(request)
     if not session.lock.acquire(blocking=False):
         return skip_all(session, (TAB_BUSY, "error"))
     ticket = None
@@ -312,7 +190,7 @@ def step_handler(settings: RunSettings, view: View, request: gr.Request | None =
             paused = session.stepping and comp is not None and not comp.finished
             if not (comp.replay if paused else session.loaded is not None):  # a live round: it takes a live slot
                 session.call = session.call or CallBudget()  # Stop reaches the wait, which has no clock
-                ticket = _slot_blocking(session.call, compare.MAX_LANES, request)  # one round of each lane
+                ticket = calls.slot_blocking(session.call, compare.MAX_LANES, request)  # one round of each lane
             released, session.released = session.released, None
             if not (session.stepping and comp is not None and not comp.finished):
                 session.pool_run(comp)  # the run on show ended (pooled once, whatever ended it)
@@ -360,18 +238,18 @@ def step_handler(settings: RunSettings, view: View, request: gr.Request | None =
                     ),
                 )
 
-        return list(_guard(session, view, body))[-1]
+        return list(calls.guard(session, view, body))[-1]
     finally:
         if ticket is not None:
             live_queue.LIVE.leave(ticket)
         session.call = None
         session.lock.release()
-        SESSIONS.enforce_budget(keep=session)  # a paused Step holds its lanes' caches
+        state.SESSIONS.enforce_budget(keep=session)  # a paused Step holds its lanes' caches
 
 
 def stop_handler(view: View, request: gr.Request | None = None) -> list:
     """Cancel every lane of this tab at once (a running comparison stops before its next round)."""
-    session = SESSIONS.get(request)
+    session = state.SESSIONS.get(request)
     call = session.call
     if call is not None and not call.is_set():  # a call still loading, fitting or preparing: it stops within a round
         call.set()
@@ -392,10 +270,10 @@ def stop_handler(view: View, request: gr.Request | None = None) -> list:
     return skip_all(session, ("Stopping every lane…", "busy"))
 
 
-@counted
+@calls.counted
 def replay_handler(view: View, request: gr.Request | None = None) -> Iterator[list]:
     """Play back the loaded run (or the last one) round by round, without a model."""
-    session = SESSIONS.get(request)
+    session = state.SESSIONS.get(request)
     if not session.lock.acquire(blocking=False):
         yield skip_all(session, ("This tab is already running: press Stop first.", "error"))
         return
@@ -409,10 +287,10 @@ def replay_handler(view: View, request: gr.Request | None = None) -> Iterator[li
         comp = saved_runs.replay(source)
         session.comparison, session.stepping = comp, False
         session.pins.clear()
-        yield from _guard(session, view, lambda: _stream(session, view, comp, "Replaying"))
+        yield from calls.guard(session, view, lambda: _stream(session, view, comp, "Replaying"))
     finally:
         session.lock.release()
-    SESSIONS.enforce_budget(keep=session)
+    state.SESSIONS.enforce_budget(keep=session)
 
 
 def example_handler(prompt: str, preset: str, view: View, request: gr.Request | None = None) -> Iterator[list]:
@@ -420,7 +298,7 @@ def example_handler(prompt: str, preset: str, view: View, request: gr.Request | 
     else the default preset's) replays at once with its recorded timing, labelled as a recording with the hardware
     it was made on. No model work and no live slot: it never waits behind live runs. ▶ Run then runs the same prompt
     live; ↻ Replay plays the recording again."""
-    session = SESSIONS.get(request)
+    session = state.SESSIONS.get(request)
     index = recordings.example_index(prompt)
     if index is None:
         yield skip_all(session, ("Press ▶ Run to run this prompt live.", "info"))
@@ -455,7 +333,7 @@ def example_handler(prompt: str, preset: str, view: View, request: gr.Request | 
         session.comparison, session.loaded, session.stepping = comp, recorded, False
         session.pins.clear()
         made = f"a recording of {recorded.spec.preset}, made on {recordings.hardware_line(recorded)}"
-        yield from _guard(
+        yield from calls.guard(
             session,
             view,
             lambda: _stream(
@@ -469,208 +347,3 @@ def example_handler(prompt: str, preset: str, view: View, request: gr.Request | 
         )
     finally:
         session.lock.release()
-
-
-def class_reset_handler(key: str, view: View, request: gr.Request | None = None) -> list:
-    """The class pool's reset: only with the key the app was started with (`--class-reset-key`); the key box is
-    emptied either way."""
-    session = SESSIONS.get(request)
-    done, message = CLASS.reset(key)
-    return [""] + render(session, view, (message, "info" if done else "error"))
-
-
-def class_tick_handler(view: View, request: gr.Request | None = None) -> list:
-    """The timer's redraw of the four charts while they show "everyone on this server": drawn again only when the
-    class pool changed since this tab last drew it (else nothing is sent)."""
-    session = SESSIONS.get(request, touch=False)  # a timer, not the tab acting: it never postpones reaping
-    if not view.everyone or session.class_seen == (CLASS.version, view.conditional):
-        return [gr.skip()] * len(CHART_NAMES)
-    return chart_outputs(session, view)
-
-
-def view_handler(view: View, request: gr.Request | None = None) -> list:
-    """Redraw after a toggle (colour by position/specialist, rejected drafts, conditional/unconditional)."""
-    session = SESSIONS.get(request, touch=False)  # reading only: it never postpones reaping what the tab holds
-    return render(session, view)
-
-
-def tree_handler(lane_index: int, round_index: float, request: gr.Request | None = None) -> list:
-    """The tree of lane `lane_index` at a chosen round (the slider) and that round told in words; the last round
-    re-follows the live one."""
-    session = SESSIONS.get(request, touch=False)
-    comp = session.comparison
-    if comp is None or lane_index >= len(comp.lanes):
-        return [gr.skip(), gr.skip()]
-    lane = comp.lanes[lane_index]
-    r = int(round_index or 0)
-    if r >= len(lane.events) - 1:
-        session.pins.pop(lane_index, None)
-    else:
-        session.pins[lane_index] = r
-    return [lane_tree(lane, r), lane_explain(lane, r, float(comp.spec.temperature) > 0.0)]
-
-
-def tree_for(lane_index: int):
-    def handler(round_index: float, request: gr.Request = None) -> list:
-        return tree_handler(lane_index, round_index, request)
-
-    return handler
-
-
-def round_pick_handler(lane_index: int, round_index: Any, request: gr.Request | None = None) -> list:
-    """A clicked token's round: lane `lane_index`'s slider moves there, with its tree and account (slider, tree,
-    account). Anything but a round the lane has leaves them as they are."""
-    session = SESSIONS.get(request, touch=False)
-    comp = session.comparison
-    try:
-        r = int(round_index)
-    except (TypeError, ValueError):
-        r = -1
-    if comp is None or not 0 <= lane_index < len(comp.lanes) or not 0 <= r < len(comp.lanes[lane_index].events):
-        return [gr.skip()] * 3
-    return [round_slider(comp.lanes[lane_index], r)] + tree_handler(lane_index, r, request)
-
-
-def round_pick_for(lane_index: int):
-    """Lane `lane_index`'s token click (the tokens' `data-round`, sent by render.TOKEN_CLICK_JS)."""
-
-    def handler(evt: gr.EventData, request: gr.Request = None) -> list:
-        data = evt._data if isinstance(getattr(evt, "_data", None), dict) else {}
-        return round_pick_handler(lane_index, data.get("round"), request)
-
-    return handler
-
-
-def forget_handler(view: View, request: gr.Request | None = None) -> list:
-    """ "Forget my runs": empty this tab's pooled runs (every preset's) and redraw."""
-    session = SESSIONS.get(request)
-    rounds = session.forget_runs()
-    return render(
-        session,
-        view,
-        (
-            f'Forgot {rounds} pooled round{"s" if rounds != 1 else ""}: "All my runs" starts again with the next run.',
-            "info",
-        ),
-    )
-
-
-def drop_session(request: gr.Request = None) -> None:
-    SESSIONS.drop(request)
-
-
-def save_handler(request: gr.Request | None = None) -> Any:
-    """Write this tab's last run (all events plus settings) as JSONL and offer it for download. A run is written
-    once (saving it again offers the same file) into Gradio's cache, whose sweep deletes it; the folder also keeps
-    at most SAVED_RUNS_KEPT files (`prune_saved_runs`)."""
-    session = SESSIONS.get(request, touch=False)
-    comp = session.comparison
-    if comp is None or not any(lane.events for lane in comp.lanes):
-        raise gr.Error(session.freed or "Nothing to save yet: run a comparison first.")
-    known = _SAVED.get(comp)
-    if known is not None and known.is_file():
-        return str(known)
-    folder = saved_runs_dir()
-    prune_saved_runs(folder)
-    name = f"poss-run-{time.strftime('%Y%m%d-%H%M%S')}-{SESSIONS.key(request)[:8]}-{next(_SAVE_COUNT)}.jsonl"
-    path = _SAVED[comp] = saved_runs.save_run(comp, folder / name)
-    return str(path)
-
-
-SAVED_RUNS_KEPT = 16  # saved-run files kept in saved_runs_dir(), the newest
-SAVED_RUN_AGE_S = 600.0  # older ones are deleted at the next save (the cache sweep usually has by then)
-_SAVED: "weakref.WeakKeyDictionary[Comparison, Path]" = weakref.WeakKeyDictionary()  # each run's file, written once
-_SAVE_COUNT = itertools.count()
-
-
-def saved_runs_dir() -> Path:
-    """Where Save writes: a folder inside Gradio's cache ($GRADIO_TEMP_DIR, else TMPDIR/gradio), so Gradio serves the
-    file where it is (no second copy) and its cache sweep deletes it (`--cache-minutes`)."""
-    return Path(os.environ.get("GRADIO_TEMP_DIR") or Path(tempfile.gettempdir()) / "gradio") / "poss-runs"
-
-
-def prune_saved_runs(folder: Path, keep: int | None = None, age_s: float | None = None) -> int:
-    """Delete saved-run files older than `age_s` and all but the newest `keep` (SAVED_RUN_AGE_S, SAVED_RUNS_KEPT);
-    returns how many went."""
-    keep = SAVED_RUNS_KEPT if keep is None else keep
-    age_s = SAVED_RUN_AGE_S if age_s is None else age_s
-    try:
-        files = sorted(
-            (p for p in folder.glob("poss-run-*.jsonl") if p.is_file()), key=lambda p: p.stat().st_mtime, reverse=True
-        )
-    except OSError:
-        return 0
-    now, gone = time.time(), 0
-    for i, path in enumerate(files):
-        try:
-            if i >= keep or now - path.stat().st_mtime > age_s:
-                path.unlink()
-                gone += 1
-        except OSError:  # deleted meanwhile by another save: nothing to do
-            pass
-    return gone
-
-
-def load_handler(file: Any, view: View, request: gr.Request | None = None) -> list:
-    """Show a saved run as it ended; Replay plays it back, Step goes through it round by round.
-
-    The file is checked in full before the session changes: a bad file leaves the tab as it was and the status line
-    names the line and field that is wrong."""
-    session = SESSIONS.get(request)
-    if file is None:
-        return skip_all(session, session.status)
-    path = file if isinstance(file, str) else getattr(file, "name", str(file))
-    if not session.lock.acquire(blocking=False):
-        return skip_all(session, ("This tab is running: press Stop before loading a run.", "error"))
-    before = (session.comparison, session.loaded, session.stepping, dict(session.pins))
-    try:
-        comp = saved_runs.load_run(path)
-        if session.comparison is not None and not session.comparison.finished:
-            session.comparison.stop()  # a paused Step session: end its lanes before the loaded run replaces them
-            session.comparison.drain()
-            session.pool_run(session.comparison)
-        session.comparison, session.loaded, session.stepping = comp, comp, False
-        session.pins.clear()
-        prompt = str(comp.spec.messages()[-1].get("content", ""))
-        return render(
-            session,
-            view,
-            (
-                f"Loaded a saved run ({comp.spec.preset}, prompt: {prompt[:60]!r}). Replay "
-                f"plays it back, Step goes through it round by round; no model needed.",
-                "info",
-            ),
-        )
-    except Exception as err:  # noqa: BLE001 - whatever went wrong, the tab keeps what it showed before
-        session.comparison, session.loaded, session.stepping = before[:3]
-        session.pins.clear()
-        session.pins.update(before[3])
-        if not isinstance(err, PossError):
-            traceback.print_exc(file=sys.stderr)
-            err = f"could not show the saved run ({type(err).__name__}: {err})."
-        return render(session, view, (str(err), "error"))
-    finally:
-        session.lock.release()
-        SESSIONS.enforce_budget(keep=session)  # a loaded run counts in what every tab holds
-
-
-def new_conversation_handler(request: gr.Request | None = None) -> str:
-    session = SESSIONS.get(request)
-    session.history = []
-    return conversation_html(session.history)
-
-
-def preset_handler(preset_name: str) -> list:
-    """New preset: its methods, tree settings and draft notes."""
-    try:
-        preset = get_preset(preset_name)
-    except PossError as err:
-        return [gr.skip()] * (2 + len(state.PRESET_SETTINGS)) + [status_html(str(err), "error")]
-    d = ui_defaults(preset)
-    choices = method_choices(preset)
-    keep = [m for m in DEFAULT_METHODS if m in dict((v, k) for k, v in choices)]
-    return (
-        [gr.CheckboxGroup(choices=choices, value=keep)]
-        + [gr.update(value=d[n]) for n in state.PRESET_SETTINGS]
-        + [draft_note(preset), gr.skip()]
-    )

@@ -103,7 +103,7 @@ def tokens_html(
 
 # On each lane's token view (gr.HTML's js_on_load: `element` is the component, `trigger` sends an event to the
 # server): a click on a token, or Enter/Space on a focused one, sends its round as the view's click event, whose
-# handler (handlers.round_pick_for) moves the lane's slider, tree and account there. One listener on the component
+# handler (view_handlers.round_pick_for) moves the lane's slider, tree and account there. One listener on the component
 # serves every repaint of the tokens inside it; the flag keeps a second run of this code from adding another.
 TOKEN_CLICK_JS = """
 if (!element.dataset.possRoundPick) {

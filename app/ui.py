@@ -15,7 +15,18 @@ from poss_core.models.presets import DEFAULT_PRESET, get_preset, presets
 from poss_core.settings import LIMITS, PRECISIONS
 from poss_core.views import figures
 
-from . import about, client_share, disk_budget, evidence_view, handlers, live_queue, recordings, state
+from . import (
+    about,
+    client_share,
+    disk_budget,
+    evidence_view,
+    handlers,
+    live_queue,
+    recordings,
+    saved_files,
+    state,
+    view_handlers,
+)
 from .api import compare_endpoint
 from .render import OUTPUT_NAMES, TOKEN_CLICK_JS, conversation_html, draft_note, legend_html, status_html
 from .state import DEFAULT_METHODS, RunSettings, View, method_choices, precision_note, quantization_note, ui_defaults
@@ -279,7 +290,7 @@ def build_demo(
             show_progress="minimal",
         )
         for control in view:
-            control.change(gathered(handlers.view_handler), view, outputs, api_visibility="private", **light)
+            control.change(gathered(view_handlers.view_handler), view, outputs, api_visibility="private", **light)
         charts_from.change(
             lambda source: gr.Timer(active=source == state.CLASS_VIEW),
             charts_from,
@@ -288,24 +299,24 @@ def build_demo(
             **light,
         )
         class_timer.tick(
-            gathered(handlers.class_tick_handler),
+            gathered(view_handlers.class_tick_handler),
             view,
             [pos_acc_plot, dev_plot, hist_plot, tps_plot],
             api_visibility="private",
             **light,
         )
         class_reset_btn.click(
-            gathered(handlers.class_reset_handler, leading=1),
+            gathered(view_handlers.class_reset_handler, leading=1),
             [class_key] + view,
             [class_key] + outputs,
             api_name="class_reset",
             **light,
         )
-        forget_btn.click(gathered(handlers.forget_handler), view, outputs, api_visibility="private", **light)
+        forget_btn.click(gathered(view_handlers.forget_handler), view, outputs, api_visibility="private", **light)
         for i, parts in enumerate(lane_parts):
             for trigger in (parts[5].input, parts[5].release):  # dragging, and the number box
                 trigger(
-                    handlers.tree_for(i),
+                    view_handlers.tree_for(i),
                     parts[5],
                     [parts[4], parts[6]],
                     api_visibility="private",
@@ -314,7 +325,7 @@ def build_demo(
                 )
             # A clicked token picks its round: the slider, tree and account move there.
             parts[2].click(
-                handlers.round_pick_for(i),
+                view_handlers.round_pick_for(i),
                 None,
                 [parts[5], parts[4], parts[6]],
                 api_visibility="private",
@@ -322,16 +333,16 @@ def build_demo(
                 **light,
             )
         preset_dd.change(
-            handlers.preset_handler,
+            view_handlers.preset_handler,
             preset_dd,
             [method_boxes] + [controls[n] for n in state.PRESET_SETTINGS] + [note, status],
             api_visibility="private",
             **light,
         )
-        new_conv.click(handlers.new_conversation_handler, None, conversation, api_visibility="private", **light)
-        save_btn.click(handlers.save_handler, None, saved, api_name="save_run", **light)
+        new_conv.click(view_handlers.new_conversation_handler, None, conversation, api_visibility="private", **light)
+        save_btn.click(saved_files.save_handler, None, saved, api_name="save_run", **light)
         upload.upload(
-            gathered(handlers.load_handler, leading=1),
+            gathered(saved_files.load_handler, leading=1),
             [upload] + view,
             outputs,
             api_name="load_run",
@@ -341,9 +352,9 @@ def build_demo(
         )
         # Also /view: the outputs for a view (the load tool reads the class charts through it).
         demo.load(
-            gathered(handlers.view_handler), view, outputs, api_name="view", api_visibility="undocumented", **light
+            gathered(view_handlers.view_handler), view, outputs, api_name="view", api_visibility="undocumented", **light
         )
-        demo.unload(handlers.drop_session)
+        demo.unload(view_handlers.drop_session)
         gr.api(compare_endpoint(preset, wrap=_gpu), api_name="compare", **live)
     return demo
 

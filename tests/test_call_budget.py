@@ -14,7 +14,7 @@ import pytest
 import wording
 from app_settings import req, run_settings
 
-from app import api, handlers, state
+from app import api, handlers, state, view_handlers
 from poss_core import compare
 from poss_core.autobudget import cache, calibration
 from poss_core.errors import CallStopped, ConfigError
@@ -140,7 +140,7 @@ def test_a_run_whose_client_left_stops_its_start_within_a_round(slow_forward):
     assert time.monotonic() - t0 < 1.5
     gen.close()
     assert settle(slow_forward) < 0.5, "the reference decode went on after its client left"
-    assert not handlers.SESSIONS.get(req("gone")).lock.locked()
+    assert not state.SESSIONS.get(req("gone")).lock.locked()
 
 
 def test_a_compare_call_whose_client_left_stops_within_a_round(slow_forward, monkeypatch):
@@ -175,7 +175,7 @@ def test_a_budget_stops_a_fit_within_one_round(slow_forward, fresh_fits):
 
 
 def test_closing_the_tab_ends_a_run_while_the_oracle_prepares(slow_forward):
-    interrupted_oracle_run(slow_forward, "closed-tab", lambda: handlers.drop_session(req("closed-tab")))  # unload
+    interrupted_oracle_run(slow_forward, "closed-tab", lambda: view_handlers.drop_session(req("closed-tab")))  # unload
 
 
 def test_a_refused_compare_call_logs_no_traceback():

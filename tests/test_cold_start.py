@@ -51,7 +51,7 @@ def test_a_run_during_the_start_up_fit_starts_on_the_default_budget(tmp_path, mo
     statuses = [render.outputs_dict(f)["status"] for f in frames]
     assert sum("starts on the default tree budget (32)" in s for s in statuses) == 2  # both draft lanes
     assert not any("Fitting the tree budget" in s for s in statuses)
-    comp = handlers.SESSIONS.get(request).comparison
+    comp = state.SESSIONS.get(request).comparison
     plain, eagle, poss2 = comp.lanes
     assert [lane.budget for lane in comp.lanes] == [None, 32, 32] and not eagle.budget_auto
     assert eagle.token_ids == plain.token_ids == poss2.token_ids  # the default budget is as lossless
@@ -59,6 +59,6 @@ def test_a_run_during_the_start_up_fit_starts_on_the_default_budget(tmp_path, mo
     prefit.join(120)
     assert not prefit.is_alive()
     frames = list(handlers.run_handler(cold_settings(), view, request=request))
-    again = handlers.SESSIONS.get(request).comparison
+    again = state.SESSIONS.get(request).comparison
     assert all(lane.budget_auto for lane in again.lanes[1:])
     assert not any("default tree budget" in render.outputs_dict(f)["status"] for f in frames)

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from app import disk_budget, server_text
+from app import disk_budget, saved_files, server_text
 from app.disk_budget import MB, DiskBudget, UploadLimitMiddleware, UploadRate, sweep
 
 
@@ -209,13 +209,11 @@ def test_a_handlers_own_refusal_logs_one_line_and_a_refused_save_no_trace(capsys
     """gr.Error is a message to the user (Save with nothing to save, a tab whose run was freed): no trace."""
     import gradio as gr
 
-    from app import handlers
-
     class Fn:
         api_name = "save_run"
 
     def call_process_api(fn):
-        handlers.save_handler(request=None)
+        saved_files.save_handler(request=None)
 
     out = io.StringIO()
     try:

@@ -72,7 +72,7 @@ def test_run_handler_refuses_with_the_field_and_the_tab_still_works(change, need
     name = f"limits-{needle[:12]}"
     status = final_status(name, **change)
     assert "poss-status error" in status and needle in status, status
-    assert not handlers.SESSIONS.get(req(name)).lock.locked()
+    assert not state.SESSIONS.get(req(name)).lock.locked()
     assert "Done" in final_status(name)
 
 
@@ -121,12 +121,12 @@ def test_per_call_cap_stops_a_run_and_a_compare_call(monkeypatch):
     monkeypatch.setattr(state, "CALL_LIMIT_S", 0.0)
     status = final_status("capped0", max_new_tokens=400)
     assert "limit of 0 s per call" in status, status
-    assert handlers.SESSIONS.get(req("capped0")).comparison is None
+    assert state.SESSIONS.get(req("capped0")).comparison is None
     # A cap reached while decoding: every lane ends cleanly, within a round of the cap.
     monkeypatch.setattr(state, "CALL_LIMIT_S", 0.3)
     status = final_status("capped", max_new_tokens=2000, methods=["plain", "eagle", "poss2"])
     assert "limit of 0.3 s per call" in status, status
-    comp = handlers.SESSIONS.get(req("capped")).comparison
+    comp = state.SESSIONS.get(req("capped")).comparison
     assert comp.timed_out and all(lane.stop_reason == "cancelled" for lane in comp.lanes)
     assert all(lane.token_ids and len(lane.token_ids) < 2000 for lane in comp.lanes)
     out = api.compare_api(

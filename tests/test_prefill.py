@@ -105,7 +105,7 @@ def test_the_cap_holds_inside_the_prefill_of_a_run_and_a_step(slow_per_token, mo
     from app import handlers, state
 
     monkeypatch.setattr(state, "CALL_LIMIT_S", 0.5)
-    monkeypatch.setattr(handlers, "SESSIONS", state.SessionStore(budget_mb=None))
+    monkeypatch.setattr(state, "SESSIONS", state.SessionStore(budget_mb=None))
     # About 450 tokens: read in one forward, each of the three lanes would take 3.6 s, 10.8 s in all.
     settings = run_settings(prompt="word " * 88, methods=["plain", "eagle", "poss2"], max_new_tokens=8)
     t0 = time.monotonic()

@@ -11,7 +11,7 @@ import pytest
 import wording
 from app_settings import req, run_settings
 
-from app import handlers, render, state
+from app import handlers, render, saved_files, state, view_handlers
 
 VIEW = state.View()
 
@@ -25,32 +25,32 @@ def run_in(store: state.SessionStore, name: str, **kw):
 @pytest.fixture
 def store(monkeypatch):
     s = state.SessionStore(capacity=8, idle_s=60.0)
-    monkeypatch.setattr(handlers, "SESSIONS", s)
+    monkeypatch.setattr(state, "SESSIONS", s)
     return s
 
 
 def test_a_saved_run_is_written_once_and_the_folder_stays_small(store, tmp_path, monkeypatch):
-    monkeypatch.setattr(handlers, "saved_runs_dir", lambda: tmp_path)
-    monkeypatch.setattr(handlers, "SAVED_RUNS_KEPT", 3)
+    monkeypatch.setattr(saved_files, "saved_runs_dir", lambda: tmp_path)
+    monkeypatch.setattr(saved_files, "SAVED_RUNS_KEPT", 3)
     run_in(store, "saver")
-    first = handlers.save_handler(req("saver"))
-    assert handlers.save_handler(req("saver")) == first  # the same run again: the same file, not a new one
+    first = saved_files.save_handler(req("saver"))
+    assert saved_files.save_handler(req("saver")) == first  # the same run again: the same file, not a new one
     assert len(list(tmp_path.glob("*.jsonl"))) == 1
     for i in range(5):
         run_in(store, f"saver{i}")
-        handlers.save_handler(req(f"saver{i}"))
+        saved_files.save_handler(req(f"saver{i}"))
     assert len(list(tmp_path.glob("*.jsonl"))) <= 3 + 1  # the kept ones, and the one just written
-    assert handlers.prune_saved_runs(tmp_path, keep=10, age_s=0.0) >= 3  # past the age, every file goes
+    assert saved_files.prune_saved_runs(tmp_path, keep=10, age_s=0.0) >= 3  # past the age, every file goes
     assert list(tmp_path.glob("*.jsonl")) == []
 
 
 def test_an_idle_tab_lets_go_of_its_finished_and_loaded_runs(store, tmp_path, monkeypatch):
-    monkeypatch.setattr(handlers, "saved_runs_dir", lambda: tmp_path)
+    monkeypatch.setattr(saved_files, "saved_runs_dir", lambda: tmp_path)
     session = run_in(store, "idle-finished")
     finished = weakref.ref(session.comparison)
-    saved = handlers.save_handler(req("idle-finished"))
+    saved = saved_files.save_handler(req("idle-finished"))
     loader = store.get(req("idle-loaded"))
-    handlers.load_handler(saved, VIEW, request=req("idle-loaded"))
+    saved_files.load_handler(saved, VIEW, request=req("idle-loaded"))
     loaded = weakref.ref(loader.loaded)
     pooled = sum(p.rounds for pools in session.pools.values() for p in pools.values())
     assert store.reap(now=session.last_seen + 30.0) == 0  # not idle yet: nothing goes
@@ -59,7 +59,7 @@ def test_an_idle_tab_lets_go_of_its_finished_and_loaded_runs(store, tmp_path, mo
     assert finished() is None and loaded() is None, "an idle tab still holds its runs"
     assert session.comparison is None and loader.loaded is None and loader.comparison is None
     assert sum(p.rounds for pools in session.pools.values() for p in pools.values()) == pooled > 0
-    status = page.status(handlers.view_handler(VIEW, request=req("idle-finished")))
+    status = page.status(view_handlers.view_handler(VIEW, request=req("idle-finished")))
     assert status.kind == "info" and wording.says(status, wording.RUN_CLEARED)
     out = render.outputs_dict(list(handlers.run_handler(run_settings(), VIEW, request=req("idle-finished")))[-1])
     assert wording.says_done(out)  # the tab works as before

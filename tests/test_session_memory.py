@@ -11,7 +11,7 @@ import page
 import pytest
 from app_settings import req, run_settings
 
-from app import handlers, recordings, state
+from app import handlers, recordings, state, view_handlers
 from poss_core import compare
 
 VIEW = state.View()
@@ -20,7 +20,7 @@ VIEW = state.View()
 @pytest.fixture
 def store(monkeypatch):
     s = state.SessionStore(capacity=16, idle_s=60.0, budget_mb=None)
-    monkeypatch.setattr(handlers, "SESSIONS", s)
+    monkeypatch.setattr(state, "SESSIONS", s)
     return s
 
 
@@ -85,7 +85,7 @@ def test_past_the_budget_the_least_recently_used_tabs_are_freed_first_and_told_w
     each = old.held_bytes()
     kept = [weakref.ref(s.comparison) for s in (old, middle, new)]
     # Reading does not make a tab recent: "old" redraws its view, and is still the least recently used.
-    handlers.view_handler(VIEW, request=req("old"))
+    view_handlers.view_handler(VIEW, request=req("old"))
     assert old.last_seen < middle.last_seen < new.last_seen
     store.budget_mb = 2.5 * each / 2**20  # room for two of the three runs
     assert store.enforce_budget(keep=new) == 1
@@ -94,7 +94,7 @@ def test_past_the_budget_the_least_recently_used_tabs_are_freed_first_and_told_w
     assert kept[0]() is None, "the freed run is still held somewhere"
     assert store.held_mb() * 2**20 <= store.budget_mb * 2**20
     # The freed tab is told why the next time it acts, and the message says what the budget is.
-    status = page.status(handlers.view_handler(VIEW, request=req("old")))
+    status = page.status(view_handlers.view_handler(VIEW, request=req("old")))
     assert "to free memory" in status.text and f"{store.budget_mb:g} MB" in status.text
     out = list(handlers.replay_handler(VIEW, request=req("old")))[-1]
     assert "to free memory" in page.status(out).text
@@ -109,9 +109,9 @@ def test_reading_does_not_postpone_the_idle_reaping_and_every_path_frees_caches(
     comp = session.comparison
     seen = session.last_seen
     for _ in range(3):
-        handlers.view_handler(VIEW, request=req("idle-step"))
-        handlers.tree_handler(0, 0, request=req("idle-step"))
-        handlers.class_tick_handler(VIEW, request=req("idle-step"))
+        view_handlers.view_handler(VIEW, request=req("idle-step"))
+        view_handlers.tree_handler(0, 0, request=req("idle-step"))
+        view_handlers.class_tick_handler(VIEW, request=req("idle-step"))
     assert session.last_seen == seen
     assert store.reap(now=seen + 61.0) == 1
     gc.collect()

@@ -19,7 +19,7 @@ VIEW = state.View()
 @pytest.fixture
 def store(monkeypatch):
     small = state.SessionStore(capacity=2, idle_s=60.0)
-    monkeypatch.setattr(handlers, "SESSIONS", small)
+    monkeypatch.setattr(state, "SESSIONS", small)
     return small
 
 
