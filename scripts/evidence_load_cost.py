@@ -114,17 +114,18 @@ def beside(load, preset: str, tokens: int) -> tuple[float, float]:
 
 def compare_during_load(path: Path, preset: str, tokens: int) -> None:
     """The comparison alone, then beside `load_evidence(path)` in this process (a thread, as the app's handlers ran
-    it before) and, where this checkout has it, beside the app's `load_apart` (a worker process)."""
+    it before) and, where this checkout has it, beside the app's `load_apart` (a worker process,
+    `poss_core.results.loading`)."""
     time_compare(preset, tokens)  # loads the models and warms up, untimed
     print(f"comparison ({preset}, plain and EAGLE, {tokens} tokens): {time_compare(preset, tokens):.2f} s alone")
     loads = [("in a thread of this process", lambda: evidence.load_evidence(path))]
     try:
-        from app.evidence_view import load_apart, run_apart
+        from poss_core.results.loading import load_apart, run_apart
 
         run_apart(time.sleep, 0)  # starts the worker's server (it imports the loader once), untimed
         loads.append(("in the app's worker process", lambda: load_apart(path)))
     except ImportError:
-        print("(this checkout has no app.evidence_view.load_apart: loads run in the serving process)")
+        print("(this checkout has no poss_core.results.loading.load_apart: loads run in the serving process)")
     for where, load in loads:
         seconds, took = beside(load, preset, tokens)
         print(f"comparison: {seconds:.2f} s beside a load {where} (the load took {took:.1f} s wall)")

@@ -8,6 +8,7 @@ import json
 import math
 from pathlib import Path
 
+import gradio as gr
 import pytest
 from helpers import PLOTLY_MARKUP, assert_shown_as_text, plotly_strings
 from test_bench import DEPTH, known_records
@@ -18,7 +19,7 @@ from poss_core.bench import cli
 from poss_core.errors import ConfigError
 from poss_core.methods import label_of
 from poss_core.models.presets import get_preset
-from poss_core.results import analysis, evidence
+from poss_core.results import analysis, evidence, loading
 from poss_core.views import figures
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -147,7 +148,7 @@ def test_method_and_dataset_names_from_a_summary_show_as_text_in_every_chart(kno
     for result in data["results"].values():
         result["scopes"] = {renamed.get(k, k): v for k, v in result["scopes"].items()}
     ev = evidence.Evidence.model_validate(data)
-    out = dict(zip(evidence_view.OUTPUT_NAMES, evidence_view.evidence_outputs(ev, PLOTLY_MARKUP)))
+    out = evidence_view.evidence_outputs(ev, PLOTLY_MARKUP)
     for name in ("tau", "speedup", "pos_acc", "pos_rate", "deviation"):
         assert_shown_as_text(out[name])
     assert any('&lt;a href="https://evil.example/1"&gt;d2' in s for s in plotly_strings(out["tau"]))  # a category
@@ -287,15 +288,15 @@ def test_loads_run_in_a_worker_process_that_a_long_one_does_not_outlive(monkeypa
     import os
     import time
 
-    worker = evidence_view.run_apart(os.getpid)
+    worker = loading.run_apart(os.getpid)
     assert worker != os.getpid()
-    monkeypatch.setattr(evidence_view, "LOAD_SECONDS", 0.5)
+    monkeypatch.setattr(loading, "LOAD_SECONDS", 0.5)
     start = time.monotonic()
     with pytest.raises(ConfigError, match="took longer than 0.5 s and was stopped"):
-        evidence_view.run_apart(time.sleep, 60)
+        loading.run_apart(time.sleep, 60)
     assert time.monotonic() - start < 20
-    monkeypatch.setattr(evidence_view, "LOAD_SECONDS", 60.0)
-    assert evidence_view.run_apart(os.getpid) not in (os.getpid(), worker)
+    monkeypatch.setattr(loading, "LOAD_SECONDS", 60.0)
+    assert loading.run_apart(os.getpid) not in (os.getpid(), worker)
 
 
 @pytest.mark.slow
@@ -393,8 +394,10 @@ def test_evidence_command_writes_the_same_summary_from_the_folder(fresh_run, tmp
 OUT = evidence_view.OUTPUT_NAMES
 
 
-def as_dict(outputs: list) -> dict:
-    return dict(zip(OUT, outputs))
+def as_dict(outputs: dict) -> dict:
+    """A handler's outputs by name: only the tab's outputs, and only those it changes (the rest keep what they show)."""
+    assert set(outputs) <= set(OUT), set(outputs) - set(OUT)
+    return outputs
 
 
 def test_folder_handler_shows_a_fresh_run(fresh_run, monkeypatch):
@@ -447,7 +450,7 @@ def test_folder_box_reads_only_regular_files_inside_the_allowed_folders(known, m
     (allowed / "z" / "summary.json").symlink_to(secret)
     (allowed / "loop1").symlink_to(allowed / "loop2")
     (allowed / "loop2").symlink_to(allowed / "loop1")
-    private = (str(tmp_path), str(evidence_view.project_root()))  # (the message repeats what was typed)
+    private = (str(tmp_path), str(loading.project_root()))  # (the message repeats what was typed)
     for text, says in [
         ("x", "results/x/evidence.json is a link to a file outside"),
         ("y", "results/y/records.jsonl is a link to a file outside"),
@@ -471,9 +474,18 @@ def test_folder_box_reads_only_regular_files_inside_the_allowed_folders(known, m
 
 def test_upload_of_a_corrupt_file_says_why_and_keeps_the_charts(tmp_path):
     bad = _write(tmp_path, "evidence.json", "{broken")
-    out = evidence_view.upload_handler(str(bad))
-    assert "not valid JSON" in out[0] and "error" in out[0]
-    assert len(out) == len(OUT) and not any(hasattr(v, "layout") for v in out[1:])  # nothing else changes
+    out = as_dict(evidence_view.upload_handler(str(bad)))
+    assert "not valid JSON" in out["message"] and "error" in out["message"]
+    assert set(out) == {"message"}  # nothing else changes
+
+
+def test_the_tab_gets_each_handlers_outputs_keyed_by_component():
+    # Gradio fills what a handler leaves out with a skip; a handler that changes nothing returns one skip.
+    components = {name: object() for name in OUT}
+    uploaded = evidence_view.by_component(evidence_view.upload_handler, components)
+    assert uploaded.__name__ == "upload_handler" and uploaded(None) == gr.skip()
+    out = uploaded("notes.txt")
+    assert list(out) == [components["message"]] and "error" in out[components["message"]]
 
 
 def test_bundled_summary_or_the_command_that_makes_it(known, tmp_path, monkeypatch):
@@ -499,14 +511,15 @@ def test_dataset_picker_redraws_the_scoped_charts_on_one_dataset(fresh_run, monk
     ev = out["shown"]
     assert isinstance(ev, evidence.Evidence) and out["scope"]["value"] == "overall"
     assert [c[1] for c in out["scope"]["choices"]] == ["overall", *ev.datasets]
-    charts = dict(zip(evidence_view.SCOPED, evidence_view.scope_handler(ev, "math")))
+    charts = evidence_view.scope_handler(ev, "math")
+    assert tuple(charts) == evidence_view.SCOPED
     rounds = ev.results["eagle"].scopes["math"].rounds
     assert rounds < ev.results["eagle"].scopes["overall"].rounds  # one dataset: fewer rounds than all
     assert f"EAGLE n={rounds}" in charts["pos_acc"].layout.title.text
     assert all("dataset: math" in charts[name].layout.title.text for name in evidence_view.SCOPED)
     skipped = evidence_view.scope_handler(ev, "../etc")  # a scope the summary does not have changes nothing
-    assert not any(hasattr(v, "layout") for v in skipped)
-    assert not any(hasattr(v, "layout") for v in evidence_view.scope_handler(None, "math"))
+    assert not any(hasattr(v, "layout") for v in skipped.values())
+    assert not any(hasattr(v, "layout") for v in evidence_view.scope_handler(None, "math").values())
 
 
 def test_html_report_draws_tau_and_speedup_as_the_evidence_tab_does(fresh_run):
