@@ -27,7 +27,7 @@ LAYERS = [
     ["poss_core.results"],  # what a benchmark run leaves: records, tables, the evidence summary
     ["poss_core.bench", "poss_core.generate"],
     ["poss_core.training"],
-    ["poss_core.space"],  # stages the app, engine and drafts for a Space
+    ["poss_core.deploy"],  # stages the app, engine and drafts for a Space
     ["app", "app.about", "app.state", "app.share", "app.class_pool", "app.recordings"],
     ["app.render"],
     ["app.handlers", "app.api", "app.evidence_view"],

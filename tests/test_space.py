@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from poss_core import space
+from poss_core.deploy import space
+from poss_core.deploy.space import HUB_FILE_LIMIT, SpaceError, deploy, stage
 from poss_core.paths import assets_dir, project_root
-from poss_core.space import HUB_FILE_LIMIT, SpaceError, deploy, stage
 
 ROOT = project_root()
 
@@ -43,7 +43,7 @@ def test_snapshot_holds_what_the_space_needs_and_nothing_else(staged):
         "README.md",
         "requirements.txt",
         "app/ui.py",
-        "poss_core/space.py",
+        "poss_core/deploy/space.py",
         "assets/app.css",
         "assets/examples/prompts.json",
         "assets/recordings/smollm2-135m/01-chat.jsonl.gz",
@@ -101,7 +101,7 @@ def test_snapshot_imports_without_the_checkout(staged):
     """The engine imports from the snapshot alone and resolves the drafts inside it."""
     out, _ = staged
     code = (
-        "import poss_core, poss_core.space, poss_core.models.presets as p; print(poss_core.__file__); "
+        "import poss_core, poss_core.deploy.space, poss_core.models.presets as p; print(poss_core.__file__); "
         "print(p.get_preset('smollm2-135m').drafts['poss2'].source)"
     )
     env = {k: v for k, v in os.environ.items() if k not in ("POSS_DRAFTS_DIR", "POSS_ASSETS_DIR")}
@@ -193,7 +193,9 @@ def test_pyproject_matches_requirements_and_keeps_the_pytest_table():
     assert sorted(project["project"]["dependencies"]) == sorted(r for r in reqs if r)
     assert project["project"]["name"] == "poss-demo" and project["project"]["requires-python"] == ">=3.11"
     scripts = project["project"]["scripts"]
-    assert scripts["poss-space"] == "poss_core.space:main" and scripts["poss-generate"] == "poss_core.generate:main"
+    assert (
+        scripts["poss-space"] == "poss_core.deploy.space:main" and scripts["poss-generate"] == "poss_core.generate:main"
+    )
     assert any(m.startswith("slow:") for m in project["tool"]["pytest"]["ini_options"]["markers"])
 
 

@@ -13,7 +13,7 @@ import venv
 
 import pytest
 
-from poss_core.space import stage
+from poss_core.deploy.space import stage
 
 pytestmark = pytest.mark.slow
 

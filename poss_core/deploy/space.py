@@ -1,9 +1,9 @@
 """Deploy the demo to a Hugging Face Space from a staged snapshot, and export drafts in the Hub's model layout.
 
-    python -m poss_core.space stage OUT_DIR                      # what a Space needs, listed; no token, no network
-    python -m poss_core.space deploy --repo OWNER/NAME [--hardware cpu-upgrade] [--private]
-    python -m poss_core.space card DRAFT_DIR [--out README.md]   # a draft's Hub model card
-    python -m poss_core.space export-hub DRAFT_DIR OUT_DIR [--max-shard-size 9MB]   # a model repo, shards < 10 MB
+    python -m poss_core.deploy.space stage OUT_DIR                    # what a Space needs, listed: no token, no network
+    python -m poss_core.deploy.space deploy --repo OWNER/NAME [--hardware cpu-upgrade] [--private]
+    python -m poss_core.deploy.space card DRAFT_DIR [--out README.md] # a draft's Hub model card
+    python -m poss_core.deploy.space export-hub DRAFT_DIR OUT_DIR [--max-shard-size 9MB]  # a model repo, shards < 10 MB
 
 A Space (like every Hub repo) refuses a file over 10 MB pushed with plain git, and this repository's history holds
 earlier drafts, so the demo goes up as a snapshot through `HfApi.upload_folder`, which sends large and binary files
@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import PossError, run_cli
-from .paths import project_root
+from ..errors import PossError, run_cli
+from ..paths import project_root
 
 HUB_FILE_LIMIT = 10 * 1000 * 1000  # the Hub refuses plain (non-LFS/Xet) files over 10 MB
 BINARY_SUFFIXES = {
@@ -279,7 +279,7 @@ def deploy(
                 repo_type="space",
                 folder_path=str(snapshot),
                 delete_patterns="*",
-                commit_message=f"Deploy the demo{f' from {rev}' if rev else ''} (poss_core.space)",
+                commit_message=f"Deploy the demo{f' from {rev}' if rev else ''} (poss_core.deploy.space)",
             )
             if hardware:
                 api.request_space_hardware(repo, hardware)
@@ -406,7 +406,7 @@ def export_hub(
     from huggingface_hub import split_torch_state_dict_into_shards
     from safetensors.torch import save_file
 
-    from .models.checkpoint import META_FILE, read_weights
+    from ..models.checkpoint import META_FILE, read_weights
 
     src, out = Path(draft_dir), Path(out_dir)
     if not (src / "config.json").is_file():
@@ -436,7 +436,9 @@ def export_hub(
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m poss_core.space", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="python -m poss_core.deploy.space",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = p.add_subparsers(dest="command", required=True)
     s = sub.add_parser("stage", help="write the Space's snapshot into OUT_DIR and list it (no token, no network)")
@@ -479,7 +481,7 @@ def _main(argv: list[str] | None) -> int:
         out = Path(args.out_dir)
         print(format_listing(stage(out), out))
         print("Not uploaded: tests, training token ids, configs, scripts, docs, outputs, git history.")
-        print(f"deploy it: python -m poss_core.space deploy --repo OWNER/NAME   (or: cd {out} && gradio deploy)")
+        print(f"deploy it: python -m poss_core.deploy.space deploy --repo OWNER/NAME   (or: cd {out} && gradio deploy)")
         return 0
     if args.command == "deploy":
         url = deploy(args.repo, hardware=args.hardware, private=args.private)
