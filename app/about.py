@@ -3,6 +3,8 @@ hardware."""
 
 from __future__ import annotations
 
+from poss_core.models.quantization import CPU_PLAIN_SPEED_RANGE
+
 from .server_text import neutral_paths
 
 INTRO = """
@@ -60,7 +62,7 @@ gives both, with their intervals.
   curves firm up as you try more prompts.
 """
 
-METRICS = """
+METRICS = f"""
 ### Metric definitions
 * **Round**: one draft-then-verify step. **accept_len**: draft tokens accepted in a round (0 .. depth).
 * **τ (mean acceptance length)** = mean over rounds of (accept_len + 1): tokens produced per target forward pass.
@@ -110,8 +112,8 @@ decoding runs one token at a time and verification runs the whole tree at once.
 * The drafts are trained on the full-precision target's features, and a quantized target writes a somewhat different
   text: on the six evaluation sets (2 questions each, 128 tokens) EAGLE's τ was 3.35 in float32, 3.15 in 8-bit and
   3.52 in 4-bit, and POSS-2 kept its small lead in each. On a CPU a quantized target saves memory, not time: plain
-  decoding ran at 0.6-0.7× float32's tokens/s, although the tree's speed-up over it grew (its dequantizing cost is
-  paid once per forward, whatever the rows).
+  decoding ran at {CPU_PLAIN_SPEED_RANGE} float32's tokens/s, although the tree's speed-up over it grew (its
+  dequantizing cost is paid once per forward, whatever the rows).
 """
 
 DIAGRAM = """
