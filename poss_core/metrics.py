@@ -201,12 +201,6 @@ def position_counts(joint: Sequence[Sequence[int]]) -> dict[str, list[int]]:
     return {"accepted": accepted, "tried": tried, "drafted": drafted, "rounds": [rounds] * (size - 1)}
 
 
-def pos_acc_from_hist(hist: Sequence[int]) -> list[float]:
-    """Conditional pos-acc from a histogram alone, k = 1..depth, every round taken to have drafted the whole depth:
-    P(accept_len >= k) / P(accept_len >= k-1). `AcceptanceStats.rates` counts only the rounds that drafted k."""
-    return AcceptanceStats(list(hist), len(hist) - 1).rates(conditional=True)
-
-
 def pos_rate(events: Iterable[RoundEvent], depth: int | None = None) -> list[float]:
     return acceptance_stats(events, depth).rates(conditional=False)
 

@@ -590,5 +590,8 @@ def test_a_version_1_summary_still_loads_and_counts_every_round_as_drafting_its_
     path.write_text(json.dumps(old))
     stats = evidence.load_evidence(path).acceptance()["EAGLE"]
     assert stats.by_drafted is None
-    assert stats.rates(True) == pytest.approx(metrics.pos_acc_from_hist(stats.hist), nan_ok=True)
+    # From the histogram alone, every round drafting the deepest position: P(accept_len >= k) / P(accept_len >= k-1).
+    at_least = [sum(stats.hist[k:]) for k in range(len(stats.hist))]
+    from_hist = [at_least[k] / at_least[k - 1] if at_least[k - 1] else math.nan for k in range(1, len(stats.hist))]
+    assert stats.rates(True) == pytest.approx(from_hist, nan_ok=True)
     assert stats.deviation_of("continuation")["count"] == []

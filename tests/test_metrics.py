@@ -88,8 +88,10 @@ def test_a_round_that_stopped_drafting_is_not_a_rejection_after_it():
     acc = metrics.pos_acc(e, depth=4)
     # k=1, 2: every round drafted them; k=3: only the three deep rounds, of which two had accepted 2 (ids 2, 3).
     assert acc[:2] == [5 / 5, 4 / 5] and acc[2] == pytest.approx(1 / 2) and acc[3] == 1.0
-    # The old formula would have counted the two stopped rounds as rejections at k=3: 1 / 4.
-    assert metrics.pos_acc_from_hist(metrics.accept_hist(e, 4))[2] == pytest.approx(1 / 4)
+    # The histogram alone (every round taken to have drafted the whole depth, as a summary without by_drafted reads)
+    # would have counted the two stopped rounds as rejections at k=3: 1 / 4.
+    from_hist = metrics.AcceptanceStats(metrics.accept_hist(e, 4), drafted_depth=4)
+    assert from_hist.rates(conditional=True)[2] == pytest.approx(1 / 4)
     rate = metrics.pos_rate(e, depth=4)
     assert rate == pytest.approx([1.0, 4 / 5, 1 / 3, 1 / 3])
     stats = metrics.acceptance_stats(e, depth=4)
