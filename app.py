@@ -1,8 +1,6 @@
 """Entry point (also the Hugging Face Space's app_file): parse flags, build the Gradio app, launch it.
 
-python app.py [--preset smollm2-135m] [--host 127.0.0.1] [--port 7860] [--share] [--concurrency N] [--threads N]
-              [--dtype auto|float32|bfloat16|float16] [--max-call-seconds S] [--max-new-tokens N]
-              [--class-reset-key KEY] [--no-preload]
+python app.py [FLAGS]; `python app.py --help` lists every flag (app/launch.py declares them).
 """
 
 from __future__ import annotations
@@ -12,7 +10,7 @@ try:  # ZeroGPU Spaces: `spaces` must be imported before anything initialises CU
 except ImportError:
     spaces = None
 
-from app.launch import build_parser, cpu_threads, main, preload, prepare_target  # noqa: E402,F401  (app.py's API)
+from app.launch import main  # noqa: E402
 
 if __name__ == "__main__":
     main()

@@ -18,7 +18,7 @@ import torch
 import wording
 from app_settings import run_settings
 
-from app import api, handlers, render, state
+from app import api, handlers, launch, render, state
 from poss_core import compare, methods, metrics, saved_runs
 from poss_core.errors import ModelLoadError, PromptError
 from poss_core.events import DecodeSummary, DraftNode, FeatureDeviation, RoundEvent
@@ -674,11 +674,12 @@ def test_preset_switch_and_app_flags():
     spec = importlib.util.spec_from_file_location("app_entry", ROOT / "app.py")
     entry = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(entry)
-    args = entry.build_parser().parse_args([])
+    assert entry.main is launch.main  # `python app.py` runs app/launch.py's main, with its flags
+    args = launch.build_parser().parse_args([])
     assert args.preset == DEFAULT_PRESET and args.share is False and args.host is None and args.port is None
-    assert args.dtype == "auto" and entry.build_parser().parse_args(["--dtype", "bfloat16"]).dtype == "bfloat16"
-    assert entry.build_parser().parse_args(["--preset", "tiny-random", "--port", "7999"]).port == 7999
-    assert entry.cpu_threads(None) >= 1 and entry.cpu_threads(3) == 3
+    assert args.dtype == "auto" and launch.build_parser().parse_args(["--dtype", "bfloat16"]).dtype == "bfloat16"
+    assert launch.build_parser().parse_args(["--preset", "tiny-random", "--port", "7999"]).port == 7999
+    assert launch.cpu_threads(None) >= 1 and launch.cpu_threads(3) == 3
 
 
 def test_stop_during_a_stepped_replay_ends_every_lane(tmp_path):
