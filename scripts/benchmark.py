@@ -29,6 +29,10 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # run as a file from anywhere: the package is beside
+
+from poss_core.models.presets import DEFAULT_PRESET  # noqa: E402
+
 EVAL_GLOB = "../shared/data/eval/*.jsonl"
 
 SETTINGS = {
@@ -87,7 +91,6 @@ def bench_commands(args: argparse.Namespace, extra: list[str]) -> list[list[str]
 def quantized_table(out: str) -> str:
     """τ (mean of datasets, 95% interval), speed-up and tokens/s (pooled), per quantization and method, with each
     run's identity check, as a Markdown table."""
-    sys.path.insert(0, str(ROOT))
     from poss_core.results.evidence import OVERALL, load_evidence
 
     rows = [
@@ -154,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
         prog="python scripts/benchmark.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument("settings", choices=list(SETTINGS))
-    p.add_argument("--preset", default="smollm2-135m")
+    p.add_argument("--preset", default=DEFAULT_PRESET)
     p.add_argument(
         "--drafts", default=None, help="a folder with one subfolder per method (default: the bundled drafts)"
     )

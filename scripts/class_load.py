@@ -32,6 +32,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from poss_core.models.presets import DEFAULT_PRESET  # noqa: E402
+
 _spec = importlib.util.spec_from_file_location("server_check", ROOT / "scripts" / "server_check.py")
 server_check = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(server_check)
@@ -268,9 +271,9 @@ def replay_cost() -> None:
     rows = []
     for i, example in enumerate(recordings.EXAMPLES):
         request = type("Request", (), {"session_hash": f"replay-cost-{i}"})()
-        recordings.recording_for(i, "smollm2-135m")  # read once, as the server keeps it
+        recordings.recording_for(i, DEFAULT_PRESET)  # read once, as the server keeps it
         c0, t0 = time.process_time(), time.monotonic()
-        frames = handlers.example_handler(example["prompt"], "smollm2-135m", view, request=request)
+        frames = handlers.example_handler(example["prompt"], DEFAULT_PRESET, view, request=request)
         next(frames)
         first_cpu = time.process_time() - c0
         n = 1 + sum(1 for _ in frames)
@@ -324,7 +327,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--preset",
         default="tiny-random",
-        help="the server's preset: tiny-random (default) or smollm2-135m (the real default model)",
+        help=f"the server's preset: tiny-random (default) or {DEFAULT_PRESET} (the real default model)",
     )
     p.add_argument("--max-new-tokens", type=int, default=16, help="new tokens of each live run (default 16)")
     p.add_argument("--spread", type=float, default=30.0, help="students arrive over this many seconds (default 30)")

@@ -23,6 +23,9 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # run as a file from anywhere: the package is beside
+
+from poss_core.models.presets import DEFAULT_PRESET  # noqa: E402
 
 
 def free_port() -> int:
@@ -56,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python scripts/cold_start.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("--preset", default="smollm2-135m")
+    p.add_argument("--preset", default=DEFAULT_PRESET)
     p.add_argument("--methods", default="plain,eagle,poss2", help="the lanes of the first comparison")
     p.add_argument("--tokens", type=int, default=1, help="new tokens of the first comparison")
     p.add_argument("--timeout", type=float, default=600)

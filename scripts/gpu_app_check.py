@@ -23,8 +23,11 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 from server_check import Server  # noqa: E402  (the same loopback server the public-server cases start)
+
+from poss_core.models.presets import DEFAULT_PRESET  # noqa: E402
 
 PROMPT = "Explain in three sentences why the sky is blue."
 PRECISIONS = ("auto", "float32", "bfloat16", "float16")
@@ -117,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--preset", default="smollm2-135m")
+    p.add_argument("--preset", default=DEFAULT_PRESET)
     p.add_argument("--configs", default="bfloat16,float16,4bit", help="comma-separated precisions or quantizations")
     p.add_argument("--methods", default=None, help="lanes, comma-separated (default: the app's default lanes)")
     p.add_argument("--max-new-tokens", type=int, default=128)
@@ -132,7 +135,6 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         print("error: gradio_client is not installed: pip install -r requirements.txt", file=sys.stderr)
         return 2
-    sys.path.insert(0, str(ROOT))
     import torch
 
     out = Path(args.out)

@@ -18,6 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file from anywhere: the package is beside
 
 from app.ui import build_demo, launch_kwargs
+from poss_core.models.presets import DEFAULT_PRESET
 
 CHROMIUM = "/usr/bin/chromium"
 PROMPT = "A train travels 180 km in 2.5 hours. What is its average speed in km/h? Explain step by step."  # an example
@@ -43,7 +44,7 @@ def main() -> None:
 
     from playwright.sync_api import sync_playwright
 
-    demo = build_demo("smollm2-135m", concurrency=1, precision=args.precision)
+    demo = build_demo(DEFAULT_PRESET, concurrency=1, precision=args.precision)
     demo.queue(max_size=4, default_concurrency_limit=1)
     port = free_port()
     demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, **launch_kwargs())

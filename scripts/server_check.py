@@ -335,6 +335,9 @@ def case_refuse(a) -> None:
     """Log bytes per refused or cancelled call, and whether a message names a server folder."""
     from gradio_client import handle_file
 
+    sys.path.insert(0, str(ROOT))
+    from poss_core.models.presets import DEFAULT_PRESET
+
     big_int = Path(tempfile.mkdtemp()) / "big-integer.jsonl"
     big_int.write_text('{"type": "run", "settings": {"max_new_tokens": ' + "1" * 100_000 + "}}\n")
     echo = "9" * 200_000
@@ -366,7 +369,7 @@ def case_refuse(a) -> None:
 
         def cancelled(c) -> str:  # cancelled while the default model loads (its first call, about 25 s here)
             args = compare_args("Hi", ["plain", "eagle"], 8)
-            args[2] = "smollm2-135m"
+            args[2] = DEFAULT_PRESET
             job = c.submit(*args, api_name="/compare")
             time.sleep(a.cancel_after)
             job.cancel()
@@ -381,11 +384,11 @@ def case_refuse(a) -> None:
         measure(
             "/compare answered on the default model",
             1,
-            lambda c: c.predict("Hi", ["plain"], "smollm2-135m", 1, api_name="/compare"),
+            lambda c: c.predict("Hi", ["plain"], DEFAULT_PRESET, 1, api_name="/compare"),
         )
         if a.quantized:
             measure(
-                "8-bit /run (smollm2-135m, 32 tokens)",
+                f"8-bit /run ({DEFAULT_PRESET}, 32 tokens)",
                 1,
                 lambda c: c.predict(
                     *_api_inputs(
@@ -393,7 +396,7 @@ def case_refuse(a) -> None:
                         "/run",
                         **{
                             "Prompt": "Tell me about the sea.",
-                            "Model (preset)": "smollm2-135m",
+                            "Model (preset)": DEFAULT_PRESET,
                             "Quantization (the target's weights)": "8bit",
                             "Max new tokens": 32,
                         },
@@ -415,7 +418,7 @@ def case_refuse(a) -> None:
             1,
             lambda c: c.predict(
                 *compare_args("Hi", ["plain"], 1, precision="bfloat16")[:2],
-                "smollm2-135m",
+                DEFAULT_PRESET,
                 *compare_args("Hi", ["plain"], 1, precision="bfloat16")[3:],
                 api_name="/compare",
             ),
@@ -756,7 +759,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--flood-mb", type=float, default=16.0, help="disk: MB of each random upload")
     p.add_argument("--disk-limit-mb", type=float, default=128.0, help="disk: the cap (--disk-cap-mb) that must hold")
     p.add_argument("--cancel-after", type=float, default=2.0, help="refuse: seconds before /compare is cancelled")
-    p.add_argument("--quantized", action="store_true", help="refuse: also an 8-bit /run of smollm2-135m")
+    p.add_argument("--quantized", action="store_true", help="refuse: also an 8-bit /run of the default model")
     p.add_argument("--steps", type=int, default=8, help="memory: tabs that pause a Step on a long prompt")
     p.add_argument("--loads", type=int, default=6, help="memory: tabs that load a saved run")
     p.add_argument("--run-tokens", type=int, default=400, help="memory: new tokens of the saved run loaded")

@@ -41,11 +41,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from poss_core.models.presets import DEFAULT_PRESET  # noqa: E402
+
 _spec = importlib.util.spec_from_file_location("server_check", ROOT / "scripts" / "server_check.py")
 server_check = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(server_check)
 
-PRESET = "smollm2-135m"
 METHODS = ["plain", "eagle", "poss2"]
 # A free Space's shape: the 20 s cap and no call fits of the public-server cases, the Space's token limit and tab
 # memory budget, a short idle time so the reaper acts within the soak, and a disk cap nearer what the mix writes
@@ -260,7 +262,7 @@ class Visitor:
         )
 
     def run_args(self, prompt: str, tokens: int) -> list:
-        return server_check.step_args(prompt, PRESET, METHODS, tokens, precision="float32")
+        return server_check.step_args(prompt, DEFAULT_PRESET, METHODS, tokens, precision="float32")
 
     def act(self, kind: str) -> None:
         """One call of `kind` (raises what the call raised)."""
@@ -279,7 +281,9 @@ class Visitor:
             from app.recordings import EXAMPLES
 
             example = self.rng.choice(EXAMPLES)["prompt"]
-            self.tally.outcome(kind, c.submit(example, PRESET, *view, api_name="/example").result(timeout=timeout))
+            self.tally.outcome(
+                kind, c.submit(example, DEFAULT_PRESET, *view, api_name="/example").result(timeout=timeout)
+            )
             self.has_run = True
         elif kind == "replay":
             self.tally.outcome(kind, c.submit(*view, api_name="/replay").result(timeout=timeout))
@@ -289,7 +293,7 @@ class Visitor:
         elif kind == "compare":
             params = c.view_api(return_format="dict", print_info=False)["named_endpoints"]["/compare"]["parameters"]
             args = [p.get("parameter_default") for p in params]
-            args[:4] = [prompt, METHODS, PRESET, tokens]
+            args[:4] = [prompt, METHODS, DEFAULT_PRESET, tokens]
             if len(args) > 10:
                 args[10] = "float32"  # precision
             out = c.submit(*args, api_name="/compare").result(timeout=timeout)
@@ -406,12 +410,12 @@ def warm(server, a: argparse.Namespace) -> None:
     c = Client(server.url, verbose=False, download_files=False)
     for _ in range(6):
         try:
-            out = c.predict(*server_check.step_args("Hello", PRESET, METHODS, 2, "float32"), api_name="/run")
+            out = c.predict(*server_check.step_args("Hello", DEFAULT_PRESET, METHODS, 2, "float32"), api_name="/run")
             if "Done" in _status(out):
                 break
         except Exception:  # noqa: BLE001 - stopped at the cap while loading: the next call goes further
             pass
-    c.predict(EXAMPLES[0]["prompt"], PRESET, *server_check.VIEW, api_name="/example")
+    c.predict(EXAMPLES[0]["prompt"], DEFAULT_PRESET, *server_check.VIEW, api_name="/example")
 
 
 def soak(a: argparse.Namespace) -> dict:
@@ -420,7 +424,7 @@ def soak(a: argparse.Namespace) -> dict:
     print(f"[soak] making two saved runs to upload ({files})", file=sys.stderr)
     seed_runs(files)
     g, tally, stop = Gauges(), Tally(), threading.Event()
-    with server_check.Server(ROOT, PRESET, 20.0, a.extra) as server:
+    with server_check.Server(ROOT, DEFAULT_PRESET, 20.0, a.extra) as server:
         pid = server.proc.pid
         log_path = server.dir / "server.log"
 

@@ -16,6 +16,7 @@ import pytest
 import wording
 
 from app.ui import build_demo, launch_kwargs
+from poss_core.models.presets import DEFAULT_PRESET
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = "/usr/bin/chromium"
@@ -323,7 +324,7 @@ def test_browser_example_replays_at_once_while_another_tab_runs_and_the_class_po
         other.wait_for_selector("#poss-lane0-tokens .tok", timeout=60_000)
         took = time.monotonic() - t0
         print(f"\n[e2e] an example's first replayed tokens {took:.2f} s after the click, while another tab ran live")
-        assert wording.says_replaying_recording(other.locator("#poss-status").inner_text(), "smollm2-135m", "")
+        assert wording.says_replaying_recording(other.locator("#poss-status").inner_text(), DEFAULT_PRESET, "")
         # It did not wait for the live run (the goal is 2 s; a busy shared machine can starve the browser and the
         # server, so the bound here is that the live run is still going).
         assert wording.says_running(live.locator("#poss-status").inner_text()), took

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from poss_core.models.presets import DEFAULT_PRESET
+
 ROOT = Path(__file__).resolve().parents[1]
 
 # Two questions from each of two eval sets (mt_bench: two turns; gsm8k: one), as in ../shared/data/eval.
@@ -71,7 +73,7 @@ def test_bench_limit_2_on_the_default_preset(tmp_path):
         "-m",
         "poss_core.bench",
         "--preset",
-        "smollm2-135m",
+        DEFAULT_PRESET,
         "--methods",
         "plain,eagle,poss2",
         "--data",

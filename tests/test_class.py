@@ -18,6 +18,7 @@ from app import api, handlers, launch, live_queue, recordings, render, state
 from app.class_pool import CLASS, ClassPool
 from poss_core import compare, metrics, saved_runs
 from poss_core.errors import ConfigError
+from poss_core.models.presets import DEFAULT_PRESET
 
 THIS_RUN = state.View()
 EVERYONE = state.View.from_controls("draft position", False, "conditional", state.CLASS_VIEW)
@@ -145,7 +146,7 @@ def test_an_example_replays_its_recording_without_a_model_or_a_live_slot(recorde
     assert live_queue.LIVE.try_start(busy)  # every live slot is taken
     r = req("class-example")
     t0 = time.monotonic()
-    frames = handlers.example_handler(recordings.EXAMPLES[1]["prompt"], "smollm2-135m", THIS_RUN, request=r)
+    frames = handlers.example_handler(recordings.EXAMPLES[1]["prompt"], DEFAULT_PRESET, THIS_RUN, request=r)
     first = render.outputs_dict(next(frames))
     assert time.monotonic() - t0 < 5.0
     assert wording.says_replaying_recording(first, "tiny-random", "Test CPU")
@@ -267,10 +268,10 @@ def test_launch_defaults_for_a_two_vcpu_space():
 def test_every_example_has_a_small_bundled_recording_of_the_default_lanes():
     from poss_core.models.presets import get_preset
 
-    d = state.ui_defaults(get_preset("smollm2-135m"))
+    d = state.ui_defaults(get_preset(DEFAULT_PRESET))
     total = 0
     for i, example in enumerate(recordings.EXAMPLES):
-        path = recordings.recording_path(i, "smollm2-135m")
+        path = recordings.recording_path(i, DEFAULT_PRESET)
         total += path.stat().st_size
         comp = saved_runs.load_run(path)
         assert comp.spec.messages()[-1]["content"] == example["prompt"]

@@ -18,7 +18,7 @@ from poss_core import metrics
 from poss_core.bench import cli
 from poss_core.errors import ConfigError
 from poss_core.methods import label_of
-from poss_core.models.presets import get_preset
+from poss_core.models.presets import DEFAULT_PRESET, get_preset
 from poss_core.results import analysis, evidence, loading
 from poss_core.views import figures
 
@@ -490,7 +490,7 @@ def test_the_tab_gets_each_handlers_outputs_keyed_by_component():
 
 def test_bundled_summary_or_the_command_that_makes_it(known, tmp_path, monkeypatch):
     monkeypatch.setenv("POSS_EVIDENCE_DIR", str(tmp_path))
-    out = as_dict(evidence_view.bundled_handler("smollm2-135m"))  # no file yet
+    out = as_dict(evidence_view.bundled_handler(DEFAULT_PRESET))  # no file yet
     assert "python scripts/benchmark.py paper --evidence" in out["message"]
     assert out["header"] == "" and "No evidence summary loaded" in out["tau"].layout.annotations[0].text
     evidence.write_evidence(tmp_path / "tiny-random.json", known[1])

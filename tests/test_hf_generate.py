@@ -18,7 +18,7 @@ from poss_core.decoding.hf_generate import HFGenerateDecoder
 from poss_core.errors import ConfigError
 from poss_core.events import DecodeSummary, RoundEvent
 from poss_core.explain import explain_round
-from poss_core.models.presets import get_preset
+from poss_core.models.presets import DEFAULT_PRESET, get_preset
 from poss_core.models.tiny import tiny_target as make_tiny
 
 # The tiny random target falls into a repeating pattern within a few tokens, so n-grams recur and lookups hit.
@@ -140,11 +140,11 @@ def test_the_registry_offers_prompt_lookup_everywhere_and_assisted_where_a_prese
 
 
 def test_assisted_on_the_default_preset_says_why_not_and_what_to_use(eval_files, tmp_path):  # noqa: F811
-    preset = get_preset("smollm2-135m")
+    preset = get_preset(DEFAULT_PRESET)
     with pytest.raises(ConfigError, match="smallest SmolLM2.*Use pld"):
         methods.get_method(preset, "assisted")
     with pytest.raises(ConfigError, match="smallest SmolLM2"):
-        RunSpec(prompt="hi", methods=["plain", "assisted"], preset="smollm2-135m").check()
+        RunSpec(prompt="hi", methods=["plain", "assisted"], preset=DEFAULT_PRESET).check()
     with pytest.raises(ConfigError, match="smallest SmolLM2"):
         cli.check_methods(["plain", "assisted"], preset)
 

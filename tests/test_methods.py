@@ -13,14 +13,14 @@ from poss_core.bench import runner
 from poss_core.decoding.decoder import PlainDecoder, SpeculativeDecoder
 from poss_core.decoding.hf_generate import HFGenerateDecoder
 from poss_core.errors import ConfigError
-from poss_core.models.presets import drafts_dir, get_preset, presets
+from poss_core.models.presets import DEFAULT_PRESET, drafts_dir, get_preset, presets
 from poss_core.results.records import TurnRecord
 
 
 def test_the_real_default_preset_labels_its_untrained_drafts_without_a_path():
     """smollm2-135m as shipped: each draft not bundled (POSS-1 today) reads like the others in its checkbox plus
     "(untrained)", its lane header carries the badge, and no label anywhere shows a folder."""
-    preset = get_preset("smollm2-135m")
+    preset = get_preset(DEFAULT_PRESET)
     offered = methods.preset_methods(preset)
     choices = dict((value, label) for label, value in state.method_choices(preset))
     bundled = {name for name in preset.drafts if (drafts_dir() / name / "model.safetensors").is_file()}
@@ -38,9 +38,9 @@ def test_the_real_default_preset_labels_its_untrained_drafts_without_a_path():
 
 
 def test_the_lane_header_badge_follows_the_trained_flag():
-    preset = get_preset("smollm2-135m")
+    preset = get_preset(DEFAULT_PRESET)
     offered = methods.preset_methods(preset)
-    spec = compare.RunSpec("hi", ["plain", "poss1"], "smollm2-135m")
+    spec = compare.RunSpec("hi", ["plain", "poss1"], DEFAULT_PRESET)
     lanes = [compare.Lane(name, offered[name].label, offered[name].trained) for name in ("plain", "poss1")]
     comp = compare.Comparison(spec, lanes)
     head = render.lane_head_html(lanes[1], comp, running=False)

@@ -150,9 +150,9 @@ def test_quantized_default_model_speculative_equals_plain(mode):
     8-bit: "Write a haiku" differed at the first token). 4-bit now equals plain decoding of the same quantized
     target token for token; 8-bit may still part, but only where plain's margin is within int8's rounding noise."""
     from poss_core import methods
-    from poss_core.models.presets import get_preset
+    from poss_core.models.presets import DEFAULT_PRESET, get_preset
 
-    preset = get_preset("smollm2-135m")
+    preset = get_preset(DEFAULT_PRESET)
     target = load_preset_target(preset.target, quantization=mode, device="cpu", dtype=torch.float32)
     numerics = target.numerics
     assert target.quantization == mode and numerics.exact == (mode == "4bit")

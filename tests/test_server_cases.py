@@ -12,18 +12,19 @@ from pathlib import Path
 import pytest
 import wording
 
+from poss_core.models.presets import DEFAULT_PRESET
+
 ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("server_check", ROOT / "scripts" / "server_check.py")
 check = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(check)
 
 pytestmark = pytest.mark.slow
-REAL = "smollm2-135m"
 
 
 def test_an_oracle_call_ends_within_its_cap():
     # Before: its reference decode ran before the cap's clock (459 s against a 20 s cap in the review).
-    with check.Server(ROOT, REAL, 8.0, []) as server:
+    with check.Server(ROOT, DEFAULT_PRESET, 8.0, []) as server:
         took, how = check.timed_compare(
             server.url, check.compare_args(check.LONG_PROMPT, ["plain", "oracle"], 2048, temperature=2.0), 120
         )
@@ -33,7 +34,7 @@ def test_an_oracle_call_ends_within_its_cap():
 
 
 def test_calls_whose_clients_died_stop():
-    with check.Server(ROOT, REAL, 60.0, []) as server:
+    with check.Server(ROOT, DEFAULT_PRESET, 60.0, []) as server:
         check.client(server.url).predict(*check.compare_args("Hi", ["plain"], 1), api_name="/compare")
         procs = [
             multiprocessing.Process(target=check._long_call, args=(server.url, check.LONG_PROMPT[:2000]))
@@ -50,7 +51,7 @@ def test_calls_whose_clients_died_stop():
 
 
 def test_one_client_gets_its_share_of_the_queue_and_no_more():
-    with check.Server(ROOT, REAL, 4.0, ["--max-calls-per-client", "2"]) as server:
+    with check.Server(ROOT, DEFAULT_PRESET, 4.0, ["--max-calls-per-client", "2"]) as server:
         c = check.client(server.url)
         jobs = [
             c.submit(
@@ -98,11 +99,11 @@ def test_the_temp_folders_shrink_back_and_refusals_log_no_traceback(tmp_path):
     "case",
     [
         # Before: 75.6 s against a 20 s cap (each lane read its 2,040-token prompt in one forward).
-        ["prefill", "--preset", REAL, "--cap", "20", "--prompt-tokens", "2016"],
+        ["prefill", "--preset", DEFAULT_PRESET, "--cap", "20", "--prompt-tokens", "2016"],
         # Before: a visitor from another address was told place 15 and 87 s, and waited 71 s.
-        ["fair", "--preset", REAL, "--cap", "4", "--flood-clients", "8"],
+        ["fair", "--preset", DEFAULT_PRESET, "--cap", "4", "--flood-clients", "8"],
         # Before: reading /view kept every tab's paused Step and loaded run past --idle-minutes.
-        ["memory", "--preset", REAL, "--steps", "8", "--loads", "6", "--prompt-tokens", "1000"],
+        ["memory", "--preset", DEFAULT_PRESET, "--steps", "8", "--loads", "6", "--prompt-tokens", "1000"],
     ],
     ids=lambda case: case[0],
 )

@@ -12,6 +12,7 @@ import pytest
 
 from poss_core.deploy import space
 from poss_core.deploy.space import HUB_FILE_LIMIT, SpaceError, deploy, stage
+from poss_core.models.presets import DEFAULT_PRESET
 from poss_core.paths import assets_dir, project_root
 
 ROOT = project_root()
@@ -102,7 +103,7 @@ def test_snapshot_imports_without_the_checkout(staged):
     out, _ = staged
     code = (
         "import poss_core, poss_core.deploy.space, poss_core.models.presets as p; print(poss_core.__file__); "
-        "print(p.get_preset('smollm2-135m').drafts['poss2'].source)"
+        f"print(p.get_preset({DEFAULT_PRESET!r}).drafts['poss2'].source)"
     )
     env = {k: v for k, v in os.environ.items() if k not in ("POSS_DRAFTS_DIR", "POSS_ASSETS_DIR")}
     env["PYTHONPATH"] = str(out)
