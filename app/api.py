@@ -18,20 +18,21 @@ from poss_core.json_safe import clean_json
 from poss_core.methods import PLAIN
 from poss_core.models.presets import DEFAULT_PRESET, get_preset
 
-from . import client_share, live_queue, state
+from . import client_share, control_defaults, live_queue, state
 from .class_pool import CLASS
+from .control_defaults import ui_defaults
 from .server_text import neutral_paths
-from .state import RunSettings, ui_defaults
+from .user_settings import RunSettings
 
 PROGRESS_EVERY_S = 1.0  # how often /compare yields while it works: the points where a gone client is noticed
 
 
 # The /compare parameters after prompt, methods and preset: the settings the API offers, in the table's order (that of
 # /run's inputs) except max_new_tokens, which /compare's clients give first. One the app sets per preset
-# (state.PRESET_SETTINGS) defaults to 0, which means the app's default for the preset (state.ui_defaults);
-# tree_budget 0 fits each draft's budget instead.
+# (control_defaults.PRESET_SETTINGS) defaults to 0, which means the app's default for the preset
+# (control_defaults.ui_defaults); tree_budget 0 fits each draft's budget instead.
 API_SETTINGS = ("max_new_tokens",) + tuple(n for n in settings.offered_on(settings.API) if n != "max_new_tokens")
-API_DEFAULTS = {n: 0 if n in state.PRESET_SETTINGS else settings.SETTINGS[n].default for n in API_SETTINGS}
+API_DEFAULTS = {n: 0 if n in control_defaults.PRESET_SETTINGS else settings.SETTINGS[n].default for n in API_SETTINGS}
 
 
 def api_signature() -> inspect.Signature:

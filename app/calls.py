@@ -20,7 +20,8 @@ from poss_core.errors import CallStopped, PossError
 
 from . import client_share, live_queue, state
 from .render import render, skip_all
-from .state import Session, View
+from .state import Session
+from .user_settings import View
 
 WAIT_FRAME_S = 0.5  # while a call loads or fits in a worker thread, its handler yields this often (see waiting)
 QUEUE_FRAME_S = 1.0  # while a live run waits for its slot, its status (place, estimate) is redrawn this often

@@ -15,11 +15,9 @@ from poss_core.compare import CallBudget, Comparison
 from poss_core.errors import PossError
 
 from . import calls, client_share, live_queue, recordings, state
-from .render import (
-    render,
-    skip_all,
-)
-from .state import RunSettings, Session, View
+from .render import render, skip_all
+from .state import Session
+from .user_settings import RunSettings, View
 
 UPDATE_EVERY_S = 0.35  # the most often a running comparison repaints (lanes run flat out in between)
 CHARTS_EVERY_S = 1.5  # the charts repaint less often than the lanes

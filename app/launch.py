@@ -158,7 +158,8 @@ def build_parser() -> argparse.ArgumentParser:
 def preload(preset_name: str, precision: str = "auto") -> None:
     """Load the target and the default lanes' drafts before anyone presses Run, so the first comparison is quick,
     then fit their auto tree budgets to this machine (a Run meanwhile starts on the default budgets)."""
-    from app.state import DEFAULT_METHODS, ui_defaults
+    from app.control_defaults import ui_defaults
+    from app.state import DEFAULT_METHODS
     from poss_core import compare
     from poss_core.errors import PossError
     from poss_core.methods import preset_methods
@@ -257,9 +258,9 @@ def main(argv: list[str] | None = None) -> None:
     import torch
 
     torch.set_num_threads(cpu_threads(args.threads))
-    from app import client_share, live_queue, server_text, state
+    from app import client_share, live_queue, server_text, state, user_settings
     from app.class_pool import CLASS
-    from app.state import initial_precision
+    from app.control_defaults import initial_precision
     from app.ui import build_demo, launch_kwargs
     from poss_core.models.hardware import cpu_bf16_units, cuda_available
 
@@ -295,13 +296,13 @@ def main(argv: list[str] | None = None) -> None:
     concurrency = args.concurrency or live_queue.auto_slots(os.cpu_count(), threads)
     state.SESSIONS.idle_s = args.idle_minutes * 60.0
     state.SESSIONS.budget_mb = args.session_memory_mb
-    state.MAX_NEW_TOKENS = max_new_tokens(args.max_new_tokens, cuda_available())
+    user_settings.MAX_NEW_TOKENS = max_new_tokens(args.max_new_tokens, cuda_available())
     client_share.SHARE.per_client = args.max_calls_per_client
     client_share.SHARE.per_address = args.max_calls_per_address
     live_queue.LIVE.max_waiting, live_queue.LIVE.cap_s = args.queue_size, args.max_call_seconds
     CLASS.reset_key = args.class_reset_key
     print(
-        f"[poss] live runs: {concurrency} at once, at most {state.MAX_NEW_TOKENS} new tokens each, up to "
+        f"[poss] live runs: {concurrency} at once, at most {user_settings.MAX_NEW_TOKENS} new tokens each, up to "
         f"{args.queue_size} waiting; class pool reset {'by key' if CLASS.reset_key else 'off (no key)'}",
         file=sys.stderr,
         flush=True,

@@ -1,213 +1,36 @@
-"""What the page shows: each emitted token as an escaped span coloured by how it came (tooltips, legend, badges),
-the lane headers, trees and charts, the status line; `render` assembles every output of a handler."""
+"""What a handler sends to the page: the lane headers, trees, round accounts and sliders, the conversation, and
+`render`, which assembles every output in OUTPUT_NAMES order (token HTML in app/token_html.py, the charts' sources
+in app/chart_view.py)."""
 
 from __future__ import annotations
 
 import html
 import math
-import time
 from typing import Any
 
 import gradio as gr
 
 from poss_core import methods, metrics
-from poss_core.compare import MAX_LANES, Comparison, Lane, TokenRecord
+from poss_core.compare import MAX_LANES, Comparison, Lane
 from poss_core.explain import explain_round
 from poss_core.model_cache import MODELS
 from poss_core.models.hardware import hardware_info
-from poss_core.models.numerics import NEAR_TIE, Divergence
-from poss_core.models.presets import DEFAULT_PRESET, Preset
+from poss_core.models.presets import Preset
 from poss_core.views import figures
 
-from . import about, state
-from .class_pool import CLASS, ClassEntry
+from . import about
+from .chart_view import CHART_NAMES, chart_outputs
 from .server_text import neutral_paths
-from .state import DEFAULT_METHODS, Pools, Session, View
-
-MAX_SHADES = 8  # draft positions and specialists beyond this reuse the last shade
-
-
-def _p(value: float | None) -> str:
-    return "n/a" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.3f}"
-
-
-def tooltip(rec: TokenRecord) -> str:
-    head = f"round {rec.round}"
-    if rec.from_draft and rec.specialist is None:  # a candidate of transformers' generate (prompt lookup, assisted)
-        return (
-            f"{head} · accepted candidate token\ndraft position {rec.position}\nits draft probability and the "
-            f"candidates rejected after it are not observable through transformers' generate"
-        )
-    if rec.from_draft:
-        return (
-            f"{head} · accepted draft token\ndraft position {rec.position} · specialist S{(rec.specialist or 0) + 1}"
-            f"\ndraft p {_p(rec.draft_prob)} · target p {_p(rec.target_prob)}"
-        )
-    what = {
-        "prefill": "the target's first token (prefill: nothing drafted)",
-        "plain": "the target's token (plain decoding)",
-        "bonus": f"the target's bonus token after {rec.position - 1} accepted",
-        "corrected": f"the target's token at position {rec.position}: it corrected the draft",
-    }[rec.source]
-    lines = [f"{head} · {what}"]
-    if rec.rejected:
-        lines.append(
-            "rejected drafts here: "
-            + "; ".join(
-                f"{r.text!r} (draft p {_p(r.draft_prob)}, target p {_p(r.target_prob)})" for r in rec.rejected[:5]
-            )
-        )
-    return "\n".join(lines)
-
-
-def _shown(text: str) -> str:
-    """Escaped token text; a newline also shows a visible mark so whitespace tokens stay visible."""
-    escaped = html.escape(text, quote=False)
-    return escaped.replace("\n", '<span class="nl">↵</span>\n')
-
-
-def tokens_html(
-    records: list[TokenRecord], color_by: str = "position", show_rejected: bool = False, placeholder: str = ""
-) -> str:
-    """The coloured token view. `color_by` is "position" (shade by draft position) or "specialist".
-
-    Every token carries its round (`data-round`): clicking one picks that round in the lane's tree (TOKEN_CLICK_JS).
-    The first token of each round is focusable, so Tab walks the rounds and Enter picks one."""
-    mode = "by-specialist" if color_by == "specialist" else "by-position"
-    parts = [f'<div class="poss-tokens {mode}{"" if show_rejected else " hide-rej"}">']
-    if not records and placeholder:
-        parts.append(f'<span class="poss-placeholder">{html.escape(placeholder)}</span>')
-    last_round = None
-    for rec in records:
-        title = html.escape(tooltip(rec), quote=True)
-        data = f' data-round="{int(rec.round)}"'
-        if rec.rejected:
-            best = rec.rejected[0]
-            parts.append(f'<s class="rej"{data} title="{title}">{_shown(best.text)}</s>')
-        if rec.round != last_round:
-            data += ' tabindex="0"'
-            last_round = rec.round
-        text = rec.text or ("⟨special⟩" if rec.special else "")
-        if rec.from_draft:
-            p = min(rec.position, MAX_SHADES)
-            s = min((rec.specialist or 0) + 1, MAX_SHADES)
-            cls = f"tok draft p{p} s{s}"
-        else:
-            cls = f"tok target {rec.source}"
-        if rec.special:
-            cls += " special"
-        parts.append(f'<span class="{cls}"{data} title="{title}">{_shown(text)}</span>')
-    parts.append("</div>")
-    return "".join(parts)
-
-
-# On each lane's token view (gr.HTML's js_on_load: `element` is the component, `trigger` sends an event to the
-# server): a click on a token, or Enter/Space on a focused one, sends its round as the view's click event, whose
-# handler (view_handlers.round_pick_for) moves the lane's slider, tree and account there. One listener on the component
-# serves every repaint of the tokens inside it; the flag keeps a second run of this code from adding another.
-TOKEN_CLICK_JS = """
-if (!element.dataset.possRoundPick) {
-  element.dataset.possRoundPick = "1";
-  const pick = (target) => {
-    const tok = target && target.closest ? target.closest("[data-round]") : null;
-    if (!tok || !element.contains(tok)) return false;
-    trigger("click", {round: Number(tok.dataset.round)});
-    return true;
-  };
-  element.addEventListener("click", (e) => { pick(e.target); });
-  element.addEventListener("keydown", (e) => {
-    if ((e.key === "Enter" || e.key === " ") && pick(e.target)) e.preventDefault();
-  });
-}
-"""
-
-
-def legend_html(color_by: str = "position", depth: int = 6, specialists: int = 3) -> str:
-    """What the colours mean, for the current colouring mode."""
-    if color_by == "specialist":
-        chips = "".join(f'<span class="tok draft s{min(s, MAX_SHADES)}">S{s}</span>' for s in range(1, specialists + 1))
-        what = "accepted draft token, by the specialist that drafted it"
-        mode = "by-specialist"
-    else:
-        chips = "".join(f'<span class="tok draft p{min(p, MAX_SHADES)}">{p}</span>' for p in range(1, depth + 1))
-        what = "accepted draft token, by draft position"
-        mode = "by-position"
-    return (
-        f'<div class="poss-legend poss-tokens {mode}">'
-        f'<span class="item">{chips} {what}</span>'
-        f'<span class="item"><span class="tok target bonus">tok</span> the target\'s own token (bonus or '
-        f"correction; every token of plain decoding)</span>"
-        f'<span class="item"><s class="rej">tok</s> draft the target rejected there</span>'
-        f'<span class="item muted">hover a token for round, position, specialist and probabilities; click '
-        f"it (or Tab to it and press Enter) for its round's tree</span></div>"
-    )
-
-
-def badge_html(text: str, kind: str = "neutral", title: str = "", name: str = "") -> str:
-    """A small pill: kind is "ok", "bad" or "neutral"; `title` is its tooltip; `name` (`data-badge`) says which badge
-    it is, for readers that must not depend on its wording."""
-    tip = f' title="{html.escape(title)}"' if title else ""
-    which = f' data-badge="{name}"' if name else ""
-    return f'<span class="poss-badge {kind}"{which}{tip}>{html.escape(text)}</span>'
-
-
-def identity_badge(
-    tokens: list[int],
-    plain_tokens: list[int] | None,
-    greedy: bool,
-    finished: bool,
-    divergence: Divergence | None = None,
-) -> str:
-    """At temperature 0 speculative decoding must reproduce plain decoding token for token: say whether it did, and
-    where it did not, why (a rounding near-tie with plain's logit margin, or a real mismatch), the full reason in
-    the tooltip."""
-    if not greedy:
-        return badge_html("sampling: same distribution as plain, not the same text", "neutral", name="identity")
-    if plain_tokens is None:
-        return badge_html("add the Plain lane to check identity", "neutral", name="identity")
-    if divergence is not None:
-        at = f"differs from plain decoding at token {divergence.index + 1}"
-        margin = "" if divergence.margin is None else f"plain's logit margin {divergence.margin:.2g}"
-        if divergence.kind == NEAR_TIE:
-            why = f"{margin} ≤ {divergence.tolerance:g}" if margin else "margin not measured"
-            return badge_html(f"≈ {at}: {divergence.tie} ({why})", "neutral", divergence.reason, "identity")
-        return badge_html(
-            f"✗ {at}: " + (f"{margin}, not a near-tie" if margin else "not expected here (margin not measured)"),
-            "bad",
-            divergence.reason,
-            "identity",
-        )
-    n = min(len(tokens), len(plain_tokens))
-    if finished and len(tokens) != len(plain_tokens):
-        return badge_html(f"compared {n} tokens: identical so far", "ok", name="identity")
-    return badge_html("✓ identical to plain decoding" + ("" if finished else " so far"), "ok", name="identity")
-
-
-# A lane header's figures: key (its `data-stat`, what readers go by) and the label the page shows.
-STAT_LABELS = {
-    "tokens_per_s": "tokens/s",
-    "tau": "τ",
-    "rounds": "rounds",
-    "tokens": "tokens",
-    "budget": "budget",
-    "depth_stop": "depth stop",
-    "vs_plain": "vs plain",
-}
-
-
-def stat_line(items: list[tuple[str, str]]) -> str:
-    """(key, value) pairs as "<b>value</b> label" spans, each carrying its key (STAT_LABELS) as `data-stat`."""
-    spans = (f'<span data-stat="{k}"><b>{html.escape(v)}</b> {html.escape(STAT_LABELS[k])}</span>' for k, v in items)
-    return '<div class="poss-stats">' + "".join(spans) + "</div>"
-
-
-def status_html(message: str, kind: str = "info") -> str:
-    """The status line above the lanes: kind is "info", "busy" or "error" (a message a user can act on)."""
-    icon = {"error": "⚠ ", "busy": "⏳ ", "info": ""}.get(kind, "")
-    return f'<div class="poss-status {kind}">{icon}{html.escape(neutral_paths(message), quote=False)}</div>'
-
-
-# ---------------------------------------------------------------- lanes, charts, every output
+from .state import DEFAULT_METHODS, Session
+from .token_html import (
+    badge_html,
+    identity_badge,
+    legend_html,
+    stat_line,
+    status_html,
+    tokens_html,
+)
+from .user_settings import View
 
 LANE_PARTS = ("col", "head", "tokens", "text", "tree", "slider", "explain")
 
@@ -353,46 +176,6 @@ def round_slider(lane: Lane | None, value: int | None) -> Any:
     )
 
 
-def chart_runs(comp: Comparison | None) -> tuple[dict[str, list], dict[str, str]]:
-    if comp is None:
-        return {}, {}
-    runs_, colors = {}, {}
-    for lane in comp.lanes:
-        name = lane.short
-        runs_[name] = lane.events
-        colors[name] = methods.color_of(lane.method) or methods.OKABE_ITO[len(colors) % 7]
-    return runs_, colors
-
-
-def pool_note(pools: Pools) -> str:
-    """The pooled charts' second subtitle line: how many runs, whether their settings differ, whether the cap cut
-    the oldest rounds (the rounds themselves are each chart's n=)."""
-    if not pools:
-        return ""
-    counts = {p.label: len(p.runs) for p in pools.values()}
-    if len(set(counts.values())) == 1:
-        n = next(iter(counts.values()))
-        runs = f"{n} run{'s' if n != 1 else ''}"
-    else:
-        runs = "runs " + ", ".join(f"{label} {n}" for label, n in counts.items())
-    parts = [f"All my runs: {runs} pooled"]
-    varied = list(dict.fromkeys(k for p in pools.values() for k in p.varied()))
-    if varied:
-        parts.append(f"settings varied across runs ({', '.join(varied)})")
-    if any(p.dropped for p in pools.values()):
-        parts.append(f"capped: the latest {state.POOL_ROUNDS:,} rounds per method, the oldest dropped")
-    return "; ".join(parts)
-
-
-def pooled_chart_runs(pools: Pools) -> tuple[dict[str, list], dict[str, str], str]:
-    """The charts' runs for "All my runs": one pooled event stream per method (plain decoding first), their
-    colours, and the note that says what was pooled."""
-    order = sorted(pools, key=lambda m: m != methods.PLAIN)
-    runs_ = {pools[m].label: pools[m].events() for m in order}
-    colors = {pools[m].label: methods.color_of(m) or methods.OKABE_ITO[i % 7] for i, m in enumerate(order)}
-    return runs_, colors, pool_note(pools)
-
-
 def conversation_html(history: list[dict]) -> str:
     if not history:
         return (
@@ -487,69 +270,6 @@ def render(
     note = "Showing a saved run: the hardware it was recorded on." if comp is not None and comp.replay else ""
     out["hardware"] = about.hardware_markdown(info, note)
     return [out[name] for name in OUTPUT_NAMES]
-
-
-CHART_NAMES = ("pos_acc", "feature_deviation", "accept_hist", "tokens_per_s")
-
-
-def chart_outputs(session: Session, view: View) -> list:
-    """The four charts (CHART_NAMES order) of what the view's source asks for: this run, all my runs, or everyone
-    on this server."""
-    comp = session.comparison
-    if view.everyone:
-        return class_charts(session, view)
-    runs_, colors, note = pooled_chart_runs(session.pool_view(comp)) if view.pooled else (*chart_runs(comp), "")
-    return [
-        figures.pos_acc_figure(runs_, conditional=view.conditional, colors=colors, note=note),
-        figures.feature_deviation_figure(runs_, colors=colors, note=note),
-        figures.accept_hist_figure(runs_, colors=colors, note=note),
-        figures.tokens_per_s_figure(runs_, colors=colors, note=note),
-    ]
-
-
-def class_preset(session: Session) -> str:
-    """The preset the class charts show: the live run's on show, else (no lanes, a replay or a loaded run, which
-    may come from another machine's preset) the one the app serves first."""
-    comp = session.comparison
-    return comp.spec.preset if comp is not None and not comp.replay else (state.APP_PRESET or DEFAULT_PRESET)
-
-
-def class_note(preset: str, entries: dict[str, ClassEntry]) -> str:
-    """The class charts' second subtitle line: whose runs, how many per method, since when."""
-    since = time.strftime("%H:%M UTC", time.gmtime(CLASS.since))
-    if not entries:
-        return f"Everyone on this server ({preset}): no finished live run yet (since {since})"
-    runs = ", ".join(f"{e.label} {e.runs}" for e in entries.values())
-    return f"Everyone on this server ({preset}), live runs pooled since {since}: {runs}"
-
-
-def class_charts(session: Session, view: View) -> list:
-    """ "Everyone on this server": each method's pooled AcceptanceStats on the preset (numbers only) drawn by the
-    same chart code, n= on each chart; tokens/s as pooled totals (the pool keeps no per-round timeline)."""
-    preset = class_preset(session)
-    entries = CLASS.view(preset)
-    order = sorted(entries, key=lambda m: m != methods.PLAIN)
-    entries = {m: entries[m] for m in order}
-    runs_ = {e.label: e.stats for e in entries.values()}
-    colors = {e.label: methods.color_of(m) or methods.OKABE_ITO[i % 7] for i, (m, e) in enumerate(entries.items())}
-    note = class_note(preset, entries)
-    session.class_seen = (CLASS.version, view.conditional)
-    speeds = " · ".join(
-        f"{e.label} {e.tokens_per_s:.1f} ({e.tokens:,} tokens, {e.runs} runs)"
-        for e in entries.values()
-        if e.seconds > 0
-    )
-    tps = figures.empty_figure(
-        f"Pooled tokens/s: {speeds}" if speeds else "No finished live run yet.",
-        340,
-        "Tokens/s, everyone on this server (tokens over the lanes' own compute time)",
-    )
-    return [
-        figures.pos_acc_figure(runs_, conditional=view.conditional, colors=colors, note=note),
-        figures.feature_deviation_figure(runs_, colors=colors, note=note),
-        figures.accept_hist_figure(runs_, colors=colors, note=note),
-        tps,
-    ]
 
 
 def loaded_hardware() -> dict[str, str] | None:

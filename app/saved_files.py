@@ -21,7 +21,7 @@ from poss_core.errors import PossError
 
 from . import state
 from .render import render, skip_all
-from .state import View
+from .user_settings import View
 
 
 def save_handler(request: gr.Request | None = None) -> Any:

@@ -1,6 +1,6 @@
-"""What the app remembers: each browser tab's session (its comparison, conversation, pinned rounds, status, and the
-rounds of every run it decoded, pooled per preset and method for "All my runs"), how the lanes are drawn (the view
-toggles), the Run settings as one value, and the settings the UI starts with."""
+"""What the app remembers: each browser tab's session (its comparison, conversation, pinned rounds, status, and its
+"All my runs" pools, app/tab_pools.py), the store that keeps them under a memory total and reaps idle ones, and the
+server's per-call limits."""
 
 from __future__ import annotations
 
@@ -11,21 +11,16 @@ import threading
 import time
 import weakref
 from collections import OrderedDict
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
-from poss_core import methods, settings
+from poss_core import methods
 from poss_core.call_budget import CallBudget
-from poss_core.compare import ROUND_BYTES, Comparison, Lane, RunSpec
-from poss_core.decoding.config import check_prompt_text
-from poss_core.errors import ConfigError, PromptError
-from poss_core.events import RoundEvent
-from poss_core.models.hardware import cpu_bf16_units
-from poss_core.models.presets import Preset
-from poss_core.views.pooling import light_event, pool_events
+from poss_core.compare import ROUND_BYTES, Comparison
 
 from . import recordings
 from .class_pool import CLASS
+from .tab_pools import POOLED_ROUND_BYTES, MethodPool, Pools, pooled_runs
 
 DEFAULT_METHODS = [methods.PLAIN, "eagle", "poss2"]
 # The server-side cap on work per call: a Run, Replay or /compare call decodes for at most this many seconds, then
@@ -35,188 +30,11 @@ CALL_LIMIT_S = 300.0
 # disk are used, and a lane that would need a new one starts on the default budget and says so
 # (`python app.py --no-call-fits`, for a public server).
 CALL_FITS = True
-# "All my runs" keeps at most this many rounds per preset and method in a tab, the oldest dropped first. A pooled
-# round is light (the accepted path and one node per other depth, no token ids): about 0.8 KB at depth 6, so a full
-# method pool is about 2.5 MB (docs/architecture.md, "Limits a public app needs", says how this was measured).
-POOL_ROUNDS = 3000
-POOLED_ROUND_BYTES = 850  # a pooled round's memory, rounded up from the 816 bytes measured (see POOL_ROUNDS)
 # What every tab together may hold (paused Steps with their caches, finished and loaded runs, pooled rounds): past it
 # the least recently used tab's holdings are freed and the tab is told why (`python app.py --session-memory-mb`).
 # Sized for a 16 GB Space: the models, the live run's caches and the web server keep well within the rest.
 SESSION_MEMORY_MB = 4096.0
-POOLED_VIEW = "all my runs"  # the charts' source control: "this run", this, or CLASS_VIEW
-CLASS_VIEW = "everyone on this server"  # every finished live run on the server, pooled (app/class_pool.py)
-# The most new tokens one live run may ask for (`python app.py --max-new-tokens`; the UI's slider stops there too).
-# None: the settings' own bound (LIMITS) only.
-MAX_NEW_TOKENS: int | None = None
 APP_PRESET = ""  # the preset the app serves first: the class charts' preset while a tab shows no lanes
-
-
-@dataclass
-class View:
-    """How the lanes are drawn (the toggles); nothing here changes what runs."""
-
-    color_by: str = "position"  # or "specialist"
-    show_rejected: bool = False
-    conditional: bool = True
-    pooled: bool = False  # the charts pool every run this tab decoded on the preset ("All my runs")
-    everyone: bool = False  # the charts pool every finished live run on this server ("everyone on this server")
-
-    @classmethod
-    def from_controls(
-        cls, color_by: str, show_rejected: bool, pos_acc_mode: str, charts_from: str | bool = "this run"
-    ) -> "View":
-        """From the view controls' values (radio labels and a checkbox)."""
-        return cls(
-            color_by="specialist" if str(color_by).startswith("spec") else "position",
-            show_rejected=bool(show_rejected),
-            conditional=not str(pos_acc_mode).startswith("uncond"),
-            pooled=charts_from is True or str(charts_from) == POOLED_VIEW,
-            everyone=str(charts_from) == CLASS_VIEW,
-        )
-
-
-APP_SETTINGS = settings.offered_on(settings.APP)  # the Run controls after the prompt, preset and methods
-
-
-class RunSettings(settings.ByName):
-    """The Run settings as the UI holds them: the prompt, Multi-turn, the preset, the methods, and the value of every
-    setting the app offers (`APP_SETTINGS`, by name, as the controls send them: a slider's 4.0 for an integer)."""
-
-    def __init__(self, prompt: str, multi_turn: bool, preset: str, methods: list[str], **values: Any) -> None:
-        self.prompt, self.multi_turn, self.preset, self.methods = prompt, multi_turn, preset, methods
-        self.values = values
-
-    @classmethod
-    def from_controls(
-        cls, prompt: str, multi_turn: bool, preset: str, methods: list[str], *values: Any
-    ) -> "RunSettings":
-        """From the controls' values in the order ui.py lists them (one per APP_SETTINGS name)."""
-        return cls(prompt, multi_turn, preset, methods, **dict(zip(APP_SETTINGS, values)))
-
-    def spec(self, history: list[dict]) -> RunSpec:
-        """What a comparison runs, checked by `RunSpec.resolve` (raises PossError with a readable message): the
-        prompt, after `history` when Multi-turn is ticked, the chosen methods once each in the preset's order, every
-        setting typed and in bounds, and no more new tokens than this server gives a run."""
-        if self.prompt is None or (isinstance(self.prompt, str) and not self.prompt.strip()):
-            raise PromptError("the prompt is empty: type a question or instruction (or pick an example).")
-        check_prompt_text(self.prompt)  # named "prompt", also when it follows a conversation
-        if self.multi_turn and history:
-            message: str | list[dict] = list(history) + [{"role": "user", "content": self.prompt}]
-        else:
-            message = self.prompt
-        chosen = self.methods or []
-        if isinstance(chosen, (list, tuple)):
-            chosen = list(dict.fromkeys(chosen))  # a checkbox group's values, once each
-        # An unset choice (a radio Gradio sends as None) reads its default; anything else is checked as sent.
-        values = {k: v for k, v in self.values.items() if not (v in (None, "") and settings.SETTINGS[k].choices)}
-        spec = RunSpec(message, chosen, self.preset, **values)
-        order = list(spec.resolve().offered)
-        spec.methods.sort(key=order.index)
-        if MAX_NEW_TOKENS is not None and spec.max_new_tokens > MAX_NEW_TOKENS:
-            raise ConfigError(
-                f"max_new_tokens={spec.max_new_tokens} is more than this server gives one run "
-                f"({MAX_NEW_TOKENS}, so that every visitor gets a turn): ask for {MAX_NEW_TOKENS} or fewer."
-            )
-        return spec
-
-
-@dataclass
-class PooledRun:
-    """One run's rounds of one method as "All my runs" keeps them, and the settings that shaped them."""
-
-    events: list[RoundEvent]
-    settings: dict[str, Any]
-
-
-def pooled_event(e: RoundEvent) -> RoundEvent:
-    """A round as the pool keeps it: the benchmark's light event (the accepted path and one node per other depth),
-    without token ids or per-depth marks, which no chart reads."""
-    return replace(light_event(e), tokens=[], draft_ms_by_depth=[])
-
-
-def lane_settings(comp: Comparison, lane: Lane) -> dict[str, Any]:
-    """The settings that move a lane's acceptance and speed (the prompt and seed are meant to vary)."""
-    s = comp.spec
-    out: dict[str, Any] = {
-        "precision": comp.hardware.get("dtype") or s.precision,
-        "quantization": s.quantization,
-        "temperature": s.temperature,
-        "top-p": s.top_p,
-    }
-    if not lane.plain:
-        out.update(
-            {
-                "depth": s.depth,
-                "top-k": s.top_k,
-                "depth stop": lane.depth_stop,
-                "tree budget": lane.budget if lane.budget is not None else s.tree_budget,
-            }
-        )
-    return out
-
-
-@dataclass
-class MethodPool:
-    """One method's rounds over the runs a tab decoded on one preset, the oldest first, at most `POOL_ROUNDS` of
-    them. A pool is never changed once built (`added` returns a new one), so a repaint can read it while a handler
-    adds a run."""
-
-    label: str  # the method's short name (chart legends)
-    runs: tuple[PooledRun, ...] = ()
-    dropped: int = 0  # rounds dropped past the cap, oldest first
-
-    @property
-    def rounds(self) -> int:
-        return sum(len(r.events) for r in self.runs)
-
-    def added(self, run: PooledRun, cap: int | None = None) -> "MethodPool":
-        """This pool with `run` last, its oldest rounds dropped past `cap` (POOL_ROUNDS by default). A run cut
-        short keeps counting its new tokens from the first round it keeps."""
-        runs, dropped = list(self.runs) + [run], self.dropped
-        excess = sum(len(r.events) for r in runs) - (POOL_ROUNDS if cap is None else cap)
-        while excess > 0:
-            first = runs[0]
-            if len(first.events) <= excess:
-                runs.pop(0)
-                cut = len(first.events)
-            else:
-                base = first.events[excess - 1].new_tokens
-                runs[0] = PooledRun(
-                    [replace(e, new_tokens=e.new_tokens - base) for e in first.events[excess:]], first.settings
-                )
-                cut = excess
-            excess, dropped = excess - cut, dropped + cut
-        return MethodPool(self.label, tuple(runs), dropped)
-
-    def events(self) -> list[RoundEvent]:
-        """Every kept round as one stream whose `new_tokens` counts on across runs: what the charts take (built on
-        each call, not kept: a second copy of every round would double the pool's memory)."""
-        return pool_events(r.events for r in self.runs)
-
-    def varied(self) -> list[str]:
-        """The settings that differ between the pooled runs (in the order `lane_settings` lists them)."""
-        if not self.runs:
-            return []
-        keys = list(self.runs[0].settings)
-        return [k for k in keys if len({repr(r.settings.get(k)) for r in self.runs}) > 1]
-
-
-Pools = dict[str, MethodPool]  # method name -> its pool
-
-
-def _pooled_runs(comp: Comparison, light: bool) -> list[tuple[Lane, PooledRun]]:
-    """Each lane with rounds, and its rounds as a pooled run (`light`: as the pool keeps them)."""
-    return [
-        (
-            lane,
-            PooledRun(
-                [pooled_event(e) for e in lane.events] if light else list(lane.events), lane_settings(comp, lane)
-            ),
-        )
-        for lane in comp.lanes
-        if lane.events
-    ]
 
 
 @dataclass
@@ -251,7 +69,7 @@ class Session:
         self.pooled = [ref for ref in self.pooled if ref() is not None] + [weakref.ref(comp)]
         CLASS.add_run(comp)  # "everyone on this server": its numbers, once, with this tab's pools
         pools = dict(self.pools.get(comp.spec.preset, {}))
-        for lane, run in _pooled_runs(comp, light=True):
+        for lane, run in pooled_runs(comp, light=True):
             pools[lane.method] = pools.get(lane.method, MethodPool(lane.short)).added(run)
         self.pools = {**self.pools, comp.spec.preset: pools}
 
@@ -263,7 +81,7 @@ class Session:
         pools = dict(self.pools.get(comp.spec.preset, {}))
         if comp.replay or self.was_pooled(comp):
             return pools
-        for lane, run in _pooled_runs(comp, light=False):
+        for lane, run in pooled_runs(comp, light=False):
             pools[lane.method] = pools.get(lane.method, MethodPool(lane.short)).added(run)
         return pools
 
@@ -524,74 +342,3 @@ def release_memory() -> bool:
         except (OSError, AttributeError):
             _MALLOC_TRIM = False
     return bool(_MALLOC_TRIM and _MALLOC_TRIM(0))
-
-
-PRESET_SETTINGS = ("depth", "top_k", "tree_budget", "max_new_tokens")  # what ui_defaults sets per preset
-
-
-def ui_defaults(preset: Preset) -> dict[str, Any]:
-    """Tree settings for the UI: the paper's on a GPU; a smaller tree on a CPU, where verifying it costs more. Every
-    draft lane drafts the same tree by default (no fitted budget, no depth stop), so the lanes compare like for like
-    and every specialist drafts every round; "Fastest tree for this machine" (`auto_budget`) is a choice."""
-    cpu = preset.device == "cpu"
-    return {
-        "depth": preset.depth,
-        "top_k": min(preset.top_k, 8) if cpu else preset.top_k,
-        "tree_budget": min(preset.tree_budget, 32) if cpu else preset.tree_budget,
-        "max_new_tokens": 64 if cpu else 128,
-        "auto_budget": False,
-    }
-
-
-def initial_precision(requested: str, gpu: bool, bf16_units: str | None) -> str:
-    """The Precision setting `python app.py` starts with: what --dtype asks for, except that `auto` on a CPU with bf16
-    units starts in bfloat16, where the draft lanes are measurably faster than plain decoding (fp32 on such a CPU
-    showed no speed-up in the app: README, "What you see"); float32 stays one click away for exact identity."""
-    if requested == "auto" and not gpu and bf16_units:
-        return "bfloat16"
-    return requested
-
-
-def precision_note(gpu: bool) -> str:
-    """The Precision setting's explanation, for this machine."""
-    if gpu:
-        return (
-            "auto = bfloat16 on a GPU with bf16 units, float16 on an older one (a T4); float32 shows token-for-token "
-            "identity with plain decoding"
-        )
-    units = cpu_bf16_units()
-    speed = (
-        f"this CPU has {units}, so bfloat16 is faster here"
-        if units
-        else "this CPU has no native bf16 units, so bfloat16 may be slower here"
-    )
-    return (
-        f"auto = float32 on a CPU: every lane identical to plain decoding, token for token. bfloat16: {speed}; "
-        f"a lane may then differ from plain at a rounding near-tie, and its badge says so"
-    )
-
-
-def quantization_note(gpu: bool) -> str:
-    """The Quantization setting's explanation, for this machine: what it costs here, said plainly."""
-    if gpu:
-        return (
-            "auto quantizes only when the target would not fit the GPU (8-bit, else 4-bit NF4); the drafts stay "
-            "unquantized, and every lane is verified by the quantized target itself (identical to its plain "
-            "decoding up to rounding near-ties, and int8's rounding noise in 8-bit)"
-        )
-    return (
-        "auto = none on a CPU. 8-bit and 4-bit run the target through bitsandbytes, as a GPU short of memory "
-        "would: on a CPU they save memory but are slower (plain decoding at 0.6-0.7x float32's tokens/s), the "
-        "first run loads another copy of the target, and the drafts were trained on the full-precision target, "
-        "so acceptance changes (measured τ: 8-bit lower, 4-bit higher). 4-bit lanes stay identical to plain "
-        "decoding of the same quantized target; 8-bit ones can "
-        "part from it where int8's rounding noise decides between two close tokens, and their badge says so"
-    )
-
-
-def method_choices(preset: Preset) -> list[tuple[str, str]]:
-    """(label, value) pairs for the methods a preset offers, plain decoding first: each method's label, with
-    "(untrained)" after a draft that is a random stand-in (nothing trained is bundled for it yet)."""
-    return [
-        (m.label if m.trained else f"{m.label} (untrained)", name) for name, m in methods.lane_methods(preset).items()
-    ]

@@ -18,6 +18,7 @@ from poss_core.views import figures
 from . import (
     about,
     client_share,
+    control_defaults,
     disk_budget,
     evidence_view,
     handlers,
@@ -25,11 +26,15 @@ from . import (
     recordings,
     saved_files,
     state,
+    user_settings,
     view_handlers,
 )
 from .api import compare_endpoint
-from .render import OUTPUT_NAMES, TOKEN_CLICK_JS, conversation_html, draft_note, legend_html, status_html
-from .state import DEFAULT_METHODS, RunSettings, View, method_choices, precision_note, quantization_note, ui_defaults
+from .control_defaults import method_choices, precision_note, quantization_note, ui_defaults
+from .render import OUTPUT_NAMES, conversation_html, draft_note
+from .state import DEFAULT_METHODS
+from .token_html import TOKEN_CLICK_JS, legend_html, status_html
+from .user_settings import RunSettings, View
 
 # Gradio's cache (uploaded runs, downloads it serves) is swept every CACHE_SWEEP_S seconds: files older than the
 # cache age (`python app.py --cache-minutes`, 10 by default) are deleted, so the temp folder does not grow.
@@ -206,7 +211,7 @@ def build_demo(
                         scale=2,
                     )
                     charts_from = gr.Radio(
-                        ["this run", state.POOLED_VIEW, state.CLASS_VIEW],
+                        ["this run", user_settings.POOLED_VIEW, user_settings.CLASS_VIEW],
                         value="this run",
                         label="Charts show",
                         info="all my runs: every round of every run in this tab on this preset, "
@@ -267,7 +272,7 @@ def build_demo(
         assert len(outputs) == len(OUTPUT_NAMES)
         # The Run settings (RunSettings.from_controls): prompt, Multi-turn, preset, methods, then one control per
         # setting the app offers, in the table's order; then the view toggles (View.from_controls).
-        settings = [prompt, multi_turn, preset_dd, method_boxes] + [controls[n] for n in state.APP_SETTINGS]
+        settings = [prompt, multi_turn, preset_dd, method_boxes] + [controls[n] for n in user_settings.APP_SETTINGS]
         view = [color_by, show_rejected, pos_acc_mode, charts_from]
         run = gathered(handlers.run_handler, settings=True)
         step = gathered(handlers.step_handler, settings=True)
@@ -292,7 +297,7 @@ def build_demo(
         for control in view:
             control.change(gathered(view_handlers.view_handler), view, outputs, api_visibility="private", **light)
         charts_from.change(
-            lambda source: gr.Timer(active=source == state.CLASS_VIEW),
+            lambda source: gr.Timer(active=source == user_settings.CLASS_VIEW),
             charts_from,
             class_timer,
             api_visibility="private",
@@ -335,7 +340,7 @@ def build_demo(
         preset_dd.change(
             view_handlers.preset_handler,
             preset_dd,
-            [method_boxes] + [controls[n] for n in state.PRESET_SETTINGS] + [note, status],
+            [method_boxes] + [controls[n] for n in control_defaults.PRESET_SETTINGS] + [note, status],
             api_visibility="private",
             **light,
         )
@@ -359,8 +364,8 @@ def build_demo(
     return demo
 
 
-# How the app's settings (state.APP_SETTINGS) are laid out, row by row; a setting no row names gets a row of its own
-# after these (control_rows), so a new setting shows up without a change here.
+# How the app's settings (user_settings.APP_SETTINGS) are laid out, row by row; a setting no row names gets a row of its
+# own after these (control_rows), so a new setting shows up without a change here.
 CONTROL_ROWS = (
     ("temperature", "top_p"),
     ("depth", "top_k", "tree_budget"),
@@ -378,9 +383,9 @@ AUTO_BUDGET_INFO = (
 
 def run_controls(start: dict[str, Any], gpu: bool, precision: str) -> dict[str, gr.components.Component]:
     """One control per setting the app offers, made from its declaration (settings.SETTINGS: label, bounds, step,
-    choices, help), laid out in CONTROL_ROWS; `start` holds the preset's tree defaults (state.ui_defaults), `gpu`
-    and `precision` what this machine offers and starts with."""
-    top_tokens = min(LIMITS["max_new_tokens"][1], state.MAX_NEW_TOKENS or LIMITS["max_new_tokens"][1])
+    choices, help), laid out in CONTROL_ROWS; `start` holds the preset's tree defaults (control_defaults.ui_defaults),
+    `gpu` and `precision` what this machine offers and starts with."""
+    top_tokens = min(LIMITS["max_new_tokens"][1], user_settings.MAX_NEW_TOKENS or LIMITS["max_new_tokens"][1])
     # What differs from the declaration here: this machine's words and offers, and this server's cap.
     special: dict[str, dict[str, Any]] = {
         "max_new_tokens": {"maximum": top_tokens, "value": min(start["max_new_tokens"], top_tokens), "info": None},
@@ -405,9 +410,9 @@ def run_controls(start: dict[str, Any], gpu: bool, precision: str) -> dict[str, 
 
 def control_rows() -> list[tuple[str, ...]]:
     """CONTROL_ROWS with the settings the app offers (and only those), then a row for each one they leave out."""
-    placed = [tuple(n for n in row if n in state.APP_SETTINGS) for row in CONTROL_ROWS]
+    placed = [tuple(n for n in row if n in user_settings.APP_SETTINGS) for row in CONTROL_ROWS]
     named = {n for row in placed for n in row}
-    return [row for row in placed if row] + [(n,) for n in state.APP_SETTINGS if n not in named]
+    return [row for row in placed if row] + [(n,) for n in user_settings.APP_SETTINGS if n not in named]
 
 
 def setting_control(s: settings.Setting, value: Any = None, **kwargs: Any) -> gr.components.Component:
@@ -436,7 +441,7 @@ def gathered(handler, settings: bool = False, leading: int = 0):
     """`handler` as Gradio calls it: the request first (Gradio passes it by its type hint), then one value per input
     control. The first `leading` values pass as they are; the Run settings' controls (with `settings`) become one
     RunSettings and the view toggles one View, so the handler takes `(*leading, [settings,] view, request=...)`."""
-    n = 4 + len(state.APP_SETTINGS) if settings else 0
+    n = 4 + len(user_settings.APP_SETTINGS) if settings else 0
 
     def values(controls: tuple) -> list:
         lead, rest = list(controls[:leading]), controls[leading:]

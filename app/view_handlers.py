@@ -10,20 +10,14 @@ import gradio as gr
 from poss_core.errors import PossError
 from poss_core.models.presets import get_preset
 
-from . import state
+from . import control_defaults, state
+from .chart_view import CHART_NAMES, chart_outputs
 from .class_pool import CLASS
-from .render import (
-    CHART_NAMES,
-    chart_outputs,
-    conversation_html,
-    draft_note,
-    lane_explain,
-    lane_tree,
-    render,
-    round_slider,
-    status_html,
-)
-from .state import DEFAULT_METHODS, View, method_choices, ui_defaults
+from .control_defaults import method_choices, ui_defaults
+from .render import conversation_html, draft_note, lane_explain, lane_tree, render, round_slider
+from .state import DEFAULT_METHODS
+from .token_html import status_html
+from .user_settings import View
 
 
 def class_reset_handler(key: str, view: View, request: gr.Request | None = None) -> list:
@@ -87,7 +81,7 @@ def round_pick_handler(lane_index: int, round_index: Any, request: gr.Request | 
 
 
 def round_pick_for(lane_index: int):
-    """Lane `lane_index`'s token click (the tokens' `data-round`, sent by render.TOKEN_CLICK_JS)."""
+    """Lane `lane_index`'s token click (the tokens' `data-round`, sent by token_html.TOKEN_CLICK_JS)."""
 
     def handler(evt: gr.EventData, request: gr.Request = None) -> list:
         data = evt._data if isinstance(getattr(evt, "_data", None), dict) else {}
@@ -125,12 +119,12 @@ def preset_handler(preset_name: str) -> list:
     try:
         preset = get_preset(preset_name)
     except PossError as err:
-        return [gr.skip()] * (2 + len(state.PRESET_SETTINGS)) + [status_html(str(err), "error")]
+        return [gr.skip()] * (2 + len(control_defaults.PRESET_SETTINGS)) + [status_html(str(err), "error")]
     d = ui_defaults(preset)
     choices = method_choices(preset)
     keep = [m for m in DEFAULT_METHODS if m in dict((v, k) for k, v in choices)]
     return (
         [gr.CheckboxGroup(choices=choices, value=keep)]
-        + [gr.update(value=d[n]) for n in state.PRESET_SETTINGS]
+        + [gr.update(value=d[n]) for n in control_defaults.PRESET_SETTINGS]
         + [draft_note(preset), gr.skip()]
     )

@@ -74,7 +74,9 @@ def percentile(values: list[float], q: float) -> float:
 
 def run_args(prompt: str, preset: str, max_new_tokens: int) -> list:
     """/run's inputs: the app's default lanes and tree for the preset, at the precision the app starts with."""
-    from app.state import APP_SETTINGS, DEFAULT_METHODS, initial_precision, ui_defaults
+    from app.control_defaults import initial_precision, ui_defaults
+    from app.state import DEFAULT_METHODS
+    from app.user_settings import APP_SETTINGS
     from poss_core import settings
     from poss_core.methods import preset_methods
     from poss_core.models.hardware import cpu_bf16_units, cuda_available
@@ -264,10 +266,10 @@ def replay_cost() -> None:
     costs the server (drawing every frame) and the CPU before its first frame."""
     import torch
 
-    from app import handlers, recordings, state
+    from app import handlers, recordings, user_settings
 
     torch.set_num_threads(1)
-    view = state.View()
+    view = user_settings.View()
     rows = []
     for i, example in enumerate(recordings.EXAMPLES):
         request = type("Request", (), {"session_hash": f"replay-cost-{i}"})()

@@ -560,7 +560,8 @@ def rss_mb(pid: int) -> float:
 def step_args(prompt: str, preset: str, methods: list[str], max_new_tokens: int, precision: str = "float32") -> list:
     """/step's (and /run's) inputs: the prompt, the methods and the preset's default tree, then the view."""
     sys.path.insert(0, str(ROOT))
-    from app.state import APP_SETTINGS, ui_defaults
+    from app.control_defaults import ui_defaults
+    from app.user_settings import APP_SETTINGS
     from poss_core import settings
     from poss_core.models.presets import get_preset
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from app import state
+from app import user_settings
 
 DEFAULTS = dict(
     prompt="Hello there",
@@ -26,14 +26,14 @@ DEFAULTS = dict(
 
 def run_inputs(**kw) -> list:
     """/run's and /step's inputs as a client sends them: prompt, multi-turn, preset, methods, then the app's settings
-    in the order of its controls (state.APP_SETTINGS); `kw` replaces any field. The view toggles follow them."""
+    in the order of its controls (user_settings.APP_SETTINGS); `kw` replaces any field. The view toggles follow them."""
     s = {**DEFAULTS, **kw}
-    return [s["prompt"], s["multi_turn"], s["preset"], list(s["methods"])] + [s[n] for n in state.APP_SETTINGS]
+    return [s["prompt"], s["multi_turn"], s["preset"], list(s["methods"])] + [s[n] for n in user_settings.APP_SETTINGS]
 
 
-def run_settings(**kw) -> state.RunSettings:
+def run_settings(**kw) -> user_settings.RunSettings:
     """The tiny-random preset's settings, small trees, with `kw` replacing any field."""
-    return state.RunSettings(**{**DEFAULTS, **kw})
+    return user_settings.RunSettings(**{**DEFAULTS, **kw})
 
 
 def req(name: str) -> SimpleNamespace:

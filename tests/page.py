@@ -22,7 +22,7 @@ class Status:
 
 
 _STATUS = re.compile(r'<div class="poss-status (\w+)">(.*)</div>\Z', re.S)
-ICONS = {"error": "⚠ ", "busy": "⏳ "}  # render.status_html's icon per kind
+ICONS = {"error": "⚠ ", "busy": "⏳ "}  # token_html.status_html's icon per kind
 
 
 def status(frame: Any) -> Status:
@@ -38,7 +38,7 @@ def status(frame: Any) -> Status:
 
 
 def stats(head: str) -> dict[str, str]:
-    """A lane header's figures by key (render.STAT_LABELS), as shown: {"tokens": "8", "tau": "2.33", ...}."""
+    """A lane header's figures by key (token_html.STAT_LABELS), as shown: {"tokens": "8", "tau": "2.33", ...}."""
     return {k: html.unescape(v) for k, v in re.findall(r'<span data-stat="(\w+)"><b>(.*?)</b>', head)}
 
 

@@ -222,14 +222,14 @@ def eagle_rounds(prompt: str, timeout_s: float = 120.0) -> int:
     runs in this process); waits for the run to finish."""
     import time
 
-    from app import handlers
+    from app import state
     from poss_core import metrics
 
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         comps = [
             s.comparison
-            for s in list(handlers.SESSIONS._sessions.values())
+            for s in list(state.SESSIONS._sessions.values())
             if s.comparison is not None and s.comparison.spec.prompt == prompt and s.comparison.finished
         ]
         if comps:

@@ -18,7 +18,18 @@ import torch
 import wording
 from app_settings import run_settings
 
-from app import api, handlers, launch, render, state
+from app import (
+    api,
+    control_defaults,
+    handlers,
+    launch,
+    render,
+    saved_files,
+    state,
+    token_html,
+    user_settings,
+    view_handlers,
+)
 from poss_core import compare, methods, metrics, saved_runs
 from poss_core.errors import ModelLoadError, PromptError
 from poss_core.events import DecodeSummary, DraftNode, FeatureDeviation, RoundEvent
@@ -26,7 +37,7 @@ from poss_core.models.presets import get_preset
 from poss_core.views import figures
 
 ROOT = Path(__file__).resolve().parents[1]
-VIEW = (state.View.from_controls("draft position", True, "conditional"),)
+VIEW = (user_settings.View.from_controls("draft position", True, "conditional"),)
 
 
 def settings(prompt="Hello there", methods=("plain", "eagle", "poss2"), max_new_tokens=12, **kw):
@@ -131,7 +142,7 @@ def test_round_records_classify_tokens():
 
 def test_tokens_html_escapes_and_colours():
     recs = [r for e, p, lab in zip(SPEC_EVENTS, PIECES, LABELS) for r in compare.round_records(e, p, lab)]
-    out = render.tokens_html(recs, "position", show_rejected=True)
+    out = token_html.tokens_html(recs, "position", show_rejected=True)
     assert "<c>" not in out and "&lt;c&gt;" in out and "&amp;" in out  # token text is escaped
     toks = page.tokens(out)
     assert [t.text for t in toks] == [p for pieces in PIECES for p in pieces]
@@ -147,10 +158,10 @@ def test_tokens_html_escapes_and_colours():
     ]
     assert [t.round for t in toks] == [0, 1, 1, 1, 2, 3, 3, 3]
     assert [(t.round, t.text) for t in page.tokens(out, rejected=True) if t.rejected] == [(1, "q"), (2, "y"), (3, "q")]
-    assert [t.title for t in toks] == [render.tooltip(r) for r in recs]  # each token's tooltip is its record's
+    assert [t.title for t in toks] == [token_html.tooltip(r) for r in recs]  # each token's tooltip is its record's
     assert wording.says_accepted_draft(toks[1].title, 1) and wording.says_probs(toks[1].title, 0.8, 0.9)
     assert '<span class="nl">↵</span>' in out  # a newline token stays visible
-    by_spec = render.tokens_html(recs, "specialist", show_rejected=False)
+    by_spec = token_html.tokens_html(recs, "specialist", show_rejected=False)
     assert page.view_classes(by_spec) == {"by-specialist", "hide-rej"}
 
 
@@ -171,7 +182,7 @@ def test_lane_update_for_a_known_event_stream():
     comp = known_comparison()
     comp.lanes[1] = lane
     session = state.Session(comparison=comp)
-    out = render.outputs_dict(render.render(session, state.View(show_rejected=True)))
+    out = render.outputs_dict(render.render(session, user_settings.View(show_rejected=True)))
     head = out["lane1_head"]
     tps = metrics.tokens_per_s(SPEC_EVENTS)  # 8 tokens over 32 ms
     speedup = metrics.speedup(tps, metrics.tokens_per_s(comp.lanes[0].events))
@@ -280,7 +291,7 @@ def test_run_streams_three_lanes_identical_to_plain():
     for i in range(3):
         assert out[f"lane{i}_col"].visible is True
         assert page.stats(out[f"lane{i}_head"])["tokens"] == "16"
-    comp = handlers.SESSIONS.get(req("run")).comparison
+    comp = state.SESSIONS.get(req("run")).comparison
     for i in (1, 2):
         assert page.identity(out[f"lane{i}_head"]).kind == "ok"
         assert comp.lanes[i].token_ids == comp.lanes[0].token_ids
@@ -296,7 +307,7 @@ def test_prompt_lookup_and_assisted_lanes_get_the_identity_badge_draft_colours_a
         )
     )
     out = render.outputs_dict(frames[-1])
-    comp = handlers.SESSIONS.get(req("peer")).comparison
+    comp = state.SESSIONS.get(req("peer")).comparison
     assert [page.lane_title(out[f"lane{i}_head"]) for i in (1, 2)] == [lane.label for lane in comp.lanes[1:]]
     offered = methods.lane_methods(get_preset("tiny-random"))
     assert [lane.label for lane in comp.lanes[1:]] == [offered["pld"].label, offered["assisted"].label]
@@ -318,7 +329,7 @@ def test_the_default_run_gives_every_draft_lane_the_same_full_depth_tree():
     tree to the full depth and every specialist drafts every round; the fastest tree is a choice."""
     from poss_core.models.presets import get_preset
 
-    d = state.ui_defaults(get_preset("tiny-random"))
+    d = control_defaults.ui_defaults(get_preset("tiny-random"))
     assert d["auto_budget"] is False
     run = settings(
         max_new_tokens=10,
@@ -328,7 +339,7 @@ def test_the_default_run_gives_every_draft_lane_the_same_full_depth_tree():
         auto_budget=d["auto_budget"],
     )
     list(handlers.run_handler(*run, request=req("same-tree")))
-    comp = handlers.SESSIONS.get(req("same-tree")).comparison
+    comp = state.SESSIONS.get(req("same-tree")).comparison
     drafts = [lane for lane in comp.lanes if not lane.plain]
     assert len(drafts) == 2
     assert {(lane.budget, lane.depth_stop, lane.budget_auto) for lane in drafts} == {(d["tree_budget"], 0.0, False)}
@@ -346,7 +357,7 @@ def test_auto_budget_fits_each_draft_lane_once_then_reads_the_cache(tmp_path, mo
     frames = list(handlers.run_handler(*settings(max_new_tokens=8, auto_budget=True), request=req("auto")))
     statuses = [render.outputs_dict(f)["status"] for f in frames]
     assert len({s for s in statuses if wording.says(s, wording.FITTING)}) == 2  # once per draft lane
-    comp = handlers.SESSIONS.get(req("auto")).comparison
+    comp = state.SESSIONS.get(req("auto")).comparison
     plain, eagle, poss2 = comp.lanes
     assert plain.budget is None and eagle.budget_auto and poss2.budget_auto
     assert all(2 <= lane.budget <= autobudget.MAX_BUDGET for lane in (eagle, poss2))
@@ -367,7 +378,7 @@ def test_auto_budget_fits_each_draft_lane_once_then_reads_the_cache(tmp_path, mo
     monkeypatch.setattr(calibration, "auto_tree_budget", no_calibration)
     frames = list(handlers.run_handler(*settings(max_new_tokens=4, auto_budget=True), request=req("auto")))
     assert not any(wording.says(f, wording.FITTING) for f in frames)
-    again = handlers.SESSIONS.get(req("auto")).comparison
+    again = state.SESSIONS.get(req("auto")).comparison
     assert [lane.budget for lane in again.lanes] == [None, eagle.budget, poss2.budget]
 
 
@@ -418,18 +429,18 @@ def test_unexpected_errors_are_contained(monkeypatch):
     monkeypatch.setattr(compare, "start", boom)
     out = render.outputs_dict(list(handlers.run_handler(*settings(), request=req("boom")))[-1])
     assert page.status(out).kind == "error" and wording.says_crashed(out, "RuntimeError", "kaboom")
-    assert not handlers.SESSIONS.get(req("boom")).lock.locked()
+    assert not state.SESSIONS.get(req("boom")).lock.locked()
 
 
 def test_step_then_stop_then_run_again():
     r = req("step")
     out = render.outputs_dict(handlers.step_handler(*settings(max_new_tokens=40), request=r))
     assert wording.says_stepped(out, 0)
-    comp = handlers.SESSIONS.get(r).comparison
+    comp = state.SESSIONS.get(r).comparison
     assert [len(lane.events) for lane in comp.lanes] == [1, 1, 1]
     assert wording.says_stepped(handlers.step_handler(*settings(max_new_tokens=40), request=r), 1)
     assert [len(lane.events) for lane in comp.lanes] == [2, 2, 2]
-    assert page.lane_state(render.outputs_dict(handlers.view_handler(*VIEW, request=r))["lane1_head"]) == "paused"
+    assert page.lane_state(render.outputs_dict(view_handlers.view_handler(*VIEW, request=r))["lane1_head"]) == "paused"
     out = render.outputs_dict(handlers.stop_handler(*VIEW, request=r))
     assert wording.says_stopped(out)
     assert all(lane.stop_reason == "cancelled" and lane.source is None for lane in comp.lanes)
@@ -447,10 +458,10 @@ def test_stop_cancels_a_running_comparison():
     assert stopping.kind == "busy" and wording.says(stopping, wording.STOPPING)
     rest = list(gen)
     assert wording.says_stopped(rest[-1])
-    comp = handlers.SESSIONS.get(r).comparison
+    comp = state.SESSIONS.get(r).comparison
     assert all(lane.stop_reason == "cancelled" for lane in comp.lanes)
     assert all(metrics.total_new_tokens(lane.events) < 400 for lane in comp.lanes)
-    assert not handlers.SESSIONS.get(r).lock.locked()
+    assert not state.SESSIONS.get(r).lock.locked()
 
 
 def test_closing_the_stream_releases_the_session():
@@ -459,7 +470,7 @@ def test_closing_the_stream_releases_the_session():
     next(gen)
     next(gen)
     gen.close()  # what Gradio does when the browser goes away
-    session = handlers.SESSIONS.get(r)
+    session = state.SESSIONS.get(r)
     assert not session.lock.locked()
     assert all(lane.source is None for lane in session.comparison.lanes)
 
@@ -467,31 +478,31 @@ def test_closing_the_stream_releases_the_session():
 def test_save_load_replay_without_a_model(tmp_path, monkeypatch):
     r = req("save")
     list(handlers.run_handler(*settings(methods=["plain", "poss2"], max_new_tokens=8), request=r))
-    live = handlers.SESSIONS.get(r).comparison
-    path = handlers.save_handler(request=r)
+    live = state.SESSIONS.get(r).comparison
+    path = saved_files.save_handler(request=r)
     # Another tab loads it with no model available at all.
     monkeypatch.setattr(compare.MODELS, "target", lambda *a, **k: pytest.fail("replay must not load a model"))
     other = req("load")
-    out = render.outputs_dict(handlers.load_handler(path, *VIEW, request=other))
+    out = render.outputs_dict(saved_files.load_handler(path, *VIEW, request=other))
     assert wording.says(out, wording.LOADED)
-    loaded = handlers.SESSIONS.get(other).comparison
+    loaded = state.SESSIONS.get(other).comparison
     for a, b in zip(live.lanes, loaded.lanes):
         assert a.token_ids == b.token_ids and a.text == b.text
         assert [e.to_json() for e in a.events] == [e.to_json() for e in b.events]
-        assert render.tokens_html(a.records) == render.tokens_html(b.records)
+        assert token_html.tokens_html(a.records) == token_html.tokens_html(b.records)
     assert page.stats(out["lane1_head"])["tokens_per_s"] == f"{metrics.tokens_per_s(loaded.lanes[1].events):.1f}"
     assert out["lane1_head"].count('data-stat="tokens_per_s"') == 1
     frames = list(handlers.replay_handler(*VIEW, request=other))
     assert wording.says_replay_done(frames[-1])
-    replayed = handlers.SESSIONS.get(other).comparison
+    replayed = state.SESSIONS.get(other).comparison
     assert replayed.replay and [lane.token_ids for lane in replayed.lanes] == [lane.token_ids for lane in live.lanes]
     # Step goes through a freshly loaded run round by round.
-    handlers.load_handler(path, *VIEW, request=other)
+    saved_files.load_handler(path, *VIEW, request=other)
     handlers.step_handler(*settings(), request=other)
-    assert [len(lane.events) for lane in handlers.SESSIONS.get(other).comparison.lanes] == [1, 1]
+    assert [len(lane.events) for lane in state.SESSIONS.get(other).comparison.lanes] == [1, 1]
     bad = tmp_path / "bad.jsonl"
     bad.write_text("{not json\n")
-    refused = page.status(handlers.load_handler(str(bad), *VIEW, request=other))
+    refused = page.status(saved_files.load_handler(str(bad), *VIEW, request=other))
     assert refused.kind == "error" and wording.says(refused, wording.BAD_RUN_FILE, repr(bad.name))
 
 
@@ -499,7 +510,7 @@ def test_sessions_do_not_mix():
     a, b = req("tab-a"), req("tab-b")
     list(handlers.run_handler(*settings(prompt="first tab", methods=["plain"], max_new_tokens=5), request=a))
     list(handlers.run_handler(*settings(prompt="second tab", methods=["plain", "poss1"], max_new_tokens=5), request=b))
-    ca, cb = handlers.SESSIONS.get(a).comparison, handlers.SESSIONS.get(b).comparison
+    ca, cb = state.SESSIONS.get(a).comparison, state.SESSIONS.get(b).comparison
     assert ca is not cb
     assert ca.spec.prompt == "first tab" and [lane.method for lane in ca.lanes] == ["plain"]
     assert cb.spec.prompt == "second tab" and [lane.method for lane in cb.lanes] == ["plain", "poss1"]
@@ -508,37 +519,37 @@ def test_sessions_do_not_mix():
 def test_multi_turn_continues_the_conversation():
     r = req("chat")
     list(handlers.run_handler(*settings(prompt="Hi", methods=["plain"], max_new_tokens=4), request=r))
-    first = handlers.SESSIONS.get(r).history
+    first = state.SESSIONS.get(r).history
     assert [m["role"] for m in first] == ["user", "assistant"]
     list(
         handlers.run_handler(
             *settings(prompt="And then?", multi_turn=True, methods=["plain"], max_new_tokens=4), request=r
         )
     )
-    spec = handlers.SESSIONS.get(r).comparison.spec
+    spec = state.SESSIONS.get(r).comparison.spec
     assert [m["content"] for m in spec.prompt][:3] == ["Hi", first[1]["content"], "And then?"]
-    assert handlers.new_conversation_handler(request=r) == wording.conversation_empty()
-    assert handlers.SESSIONS.get(r).history == []
+    assert view_handlers.new_conversation_handler(request=r) == wording.conversation_empty()
+    assert state.SESSIONS.get(r).history == []
 
 
 def test_tree_slider_scrubs_back_and_follows_again():
     r = req("slider")
     list(handlers.run_handler(*settings(methods=["eagle"], max_new_tokens=6), request=r))
-    lane = handlers.SESSIONS.get(r).comparison.lanes[0]
-    fig, account = handlers.tree_handler(0, 1, request=r)
-    assert wording.tree_title(fig) == ("EAGLE", 1) and handlers.SESSIONS.get(r).pins == {0: 1}
+    lane = state.SESSIONS.get(r).comparison.lanes[0]
+    fig, account = view_handlers.tree_handler(0, 1, request=r)
+    assert wording.tree_title(fig) == ("EAGLE", 1) and state.SESSIONS.get(r).pins == {0: 1}
     assert [t.name for t in fig.data][:2] == ["edges", "accepted path"]
     assert wording.says_proposed(account, 1) and wording.says_one_forward_pass(account)
-    handlers.tree_handler(0, len(lane.events) - 1, request=r)
-    assert handlers.SESSIONS.get(r).pins == {}
+    view_handlers.tree_handler(0, len(lane.events) - 1, request=r)
+    assert state.SESSIONS.get(r).pins == {}
 
 
 @pytest.mark.parametrize("temperature", [0.0, 0.7])
 def test_picking_a_round_tells_it_in_words_escaped(temperature):
     r = req(f"explain{temperature}")
-    session = handlers.SESSIONS.get(r)
+    session = state.SESSIONS.get(r)
     session.comparison = known_comparison(temperature=temperature)
-    fig, account = handlers.tree_handler(1, 1, request=r)
+    fig, account = view_handlers.tree_handler(1, 1, request=r)
     assert wording.tree_title(fig) == ("EAGLE", 1)
     assert account.startswith('<div class="poss-round-account"><p>') and wording.says_proposed(account, 1, 5)
     # Token texts are escaped: node 2 is "<c>", the target's token is "t".
@@ -548,9 +559,9 @@ def test_picking_a_round_tells_it_in_words_escaped(temperature):
     assert wording.says_sampling_draw(account) == (temperature > 0)
     out = render.outputs_dict(render.render(session, *VIEW))
     assert wording.says_proposed(out["lane1_explain"], 1)  # the pinned round, on a repaint too
-    assert wording.says_prefill_round(handlers.tree_handler(0, 0, request=r)[1])
-    assert wording.says_plain_round(handlers.tree_handler(0, 2, request=r)[1])
-    handlers.SESSIONS.drop(r)
+    assert wording.says_prefill_round(view_handlers.tree_handler(0, 0, request=r)[1])
+    assert wording.says_plain_round(view_handlers.tree_handler(0, 2, request=r)[1])
+    state.SESSIONS.drop(r)
 
 
 def test_compare_api_returns_texts_and_summaries():
@@ -640,19 +651,19 @@ def test_precision_setting_loads_its_own_target_and_badges_say_what_identity_mea
         badge.kind == "neutral" and wording.says_near_tie(badge)
     )
     assert wording.says_done(out) and "precision=" not in out["status"]
-    note = state.precision_note(gpu=False)
+    note = control_defaults.precision_note(gpu=False)
     assert "float32" in note and "bfloat16" in note
     # `python app.py` starts in bf16 only on a CPU with bf16 units, and only when --dtype is auto.
-    assert state.initial_precision("auto", gpu=False, bf16_units="AVX-512 BF16") == "bfloat16"
-    assert state.initial_precision("auto", gpu=False, bf16_units=None) == "auto"
-    assert state.initial_precision("auto", gpu=True, bf16_units="AMX") == "auto"
-    assert state.initial_precision("float32", gpu=False, bf16_units="AMX") == "float32"
+    assert control_defaults.initial_precision("auto", gpu=False, bf16_units="AVX-512 BF16") == "bfloat16"
+    assert control_defaults.initial_precision("auto", gpu=False, bf16_units=None) == "auto"
+    assert control_defaults.initial_precision("auto", gpu=True, bf16_units="AMX") == "auto"
+    assert control_defaults.initial_precision("float32", gpu=False, bf16_units="AMX") == "float32"
 
 
 def test_preset_switch_and_app_flags():
     from poss_core.models.presets import DEFAULT_PRESET, get_preset
 
-    out = handlers.preset_handler("tiny-random")
+    out = view_handlers.preset_handler("tiny-random")
     methods = out[0]
     assert [v for _, v in methods.choices] == [
         "plain",
@@ -670,7 +681,7 @@ def test_preset_switch_and_app_flags():
     note = render.draft_note(smol)
     untrained = [n for n, ref in smol.drafts.items() if "untrained" in ref.label]
     assert wording.says_untrained_drafts(note) == bool(untrained)
-    assert state.ui_defaults(smol)["tree_budget"] <= smol.tree_budget
+    assert control_defaults.ui_defaults(smol)["tree_budget"] <= smol.tree_budget
     spec = importlib.util.spec_from_file_location("app_entry", ROOT / "app.py")
     entry = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(entry)
@@ -685,11 +696,11 @@ def test_preset_switch_and_app_flags():
 def test_stop_during_a_stepped_replay_ends_every_lane(tmp_path):
     r = req("replay-stop")
     path = saved_runs.save_run(known_comparison(), tmp_path / "known.jsonl")
-    handlers.load_handler(str(path), *VIEW, request=r)
+    saved_files.load_handler(str(path), *VIEW, request=r)
     handlers.step_handler(*settings(), request=r)
     out = render.outputs_dict(handlers.stop_handler(*VIEW, request=r))
     assert wording.says_stopped(out)
-    comp = handlers.SESSIONS.get(r).comparison
+    comp = state.SESSIONS.get(r).comparison
     assert comp.replay and all(lane.stop_reason == "cancelled" for lane in comp.lanes)
     assert [len(lane.events) for lane in comp.lanes] == [1, 1]
 
@@ -717,6 +728,6 @@ def test_sampling_runs_are_reproducible_with_a_seed():
     args = settings(methods=["plain", "eagle"], max_new_tokens=6, temperature=0.8, top_p=0.9, seed=7)
     out = render.outputs_dict(list(handlers.run_handler(*args, request=r))[-1])
     assert wording.says_done(out) and wording.says_sampling(page.identity(out["lane1_head"]))
-    first = [lane.token_ids for lane in handlers.SESSIONS.get(r).comparison.lanes]
+    first = [lane.token_ids for lane in state.SESSIONS.get(r).comparison.lanes]
     list(handlers.run_handler(*args, request=r))
-    assert [lane.token_ids for lane in handlers.SESSIONS.get(r).comparison.lanes] == first
+    assert [lane.token_ids for lane in state.SESSIONS.get(r).comparison.lanes] == first

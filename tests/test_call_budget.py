@@ -14,13 +14,13 @@ import pytest
 import wording
 from app_settings import req, run_settings
 
-from app import api, handlers, state, view_handlers
+from app import api, control_defaults, handlers, state, user_settings, view_handlers
 from poss_core import compare
 from poss_core.autobudget import cache, calibration
 from poss_core.errors import CallStopped, ConfigError
 from poss_core.models.target import TargetModel
 
-VIEW = state.View()
+VIEW = user_settings.View()
 
 
 @pytest.fixture
@@ -122,7 +122,7 @@ def test_without_call_fits_a_lane_uses_the_default_budget_and_says_so(fresh_fits
     eagle = out["lanes"][1]
     assert (
         eagle["budget_auto"] is False
-        and eagle["tree_budget"] == state.ui_defaults(compare.get_preset("tiny-random"))["tree_budget"]
+        and eagle["tree_budget"] == control_defaults.ui_defaults(compare.get_preset("tiny-random"))["tree_budget"]
     )
     assert wording.says(eagle["budget_note"], wording.FITS_AT_START_ONLY)
     frames = list(handlers.run_handler(run_settings(auto_budget=True), VIEW, request=req("no-fits")))

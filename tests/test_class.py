@@ -14,14 +14,26 @@ import wording
 from app_settings import req, run_settings
 from wording import n_of
 
-from app import api, handlers, launch, live_queue, recordings, render, state
+from app import (
+    api,
+    calls,
+    control_defaults,
+    handlers,
+    launch,
+    live_queue,
+    recordings,
+    render,
+    state,
+    user_settings,
+    view_handlers,
+)
 from app.class_pool import CLASS, ClassPool
 from poss_core import compare, metrics, saved_runs
 from poss_core.errors import ConfigError
 from poss_core.models.presets import DEFAULT_PRESET
 
-THIS_RUN = state.View()
-EVERYONE = state.View.from_controls("draft position", False, "conditional", state.CLASS_VIEW)
+THIS_RUN = user_settings.View()
+EVERYONE = user_settings.View.from_controls("draft position", False, "conditional", user_settings.CLASS_VIEW)
 THREE = ["plain", "eagle", "poss2"]
 KEY = "teacher-key"
 
@@ -29,7 +41,7 @@ KEY = "teacher-key"
 def live_run(request, **kw) -> compare.Comparison:
     frames = list(handlers.run_handler(run_settings(**kw), THIS_RUN, request=request))
     assert wording.says_done(frames[-1]), page.status(frames[-1])
-    return handlers.SESSIONS.get(request).comparison
+    return state.SESSIONS.get(request).comparison
 
 
 @pytest.fixture
@@ -73,7 +85,7 @@ def test_everyone_pools_every_tabs_finished_runs_numbers_only(empty_class):
             metrics.total_new_tokens(lane.events) for c in runs for lane in c.lanes if lane.method == m
         )
     # A third tab that ran nothing sees both tabs' rounds, with the sample size on each chart.
-    out = render.outputs_dict(handlers.view_handler(EVERYONE, request=req("class-teacher")))
+    out = render.outputs_dict(view_handlers.view_handler(EVERYONE, request=req("class-teacher")))
     draft_rounds = sum(
         len(metrics.draft_rounds(lane.events)) for c in runs for lane in c.lanes if lane.short == "EAGLE"
     )
@@ -102,22 +114,22 @@ def test_replays_loaded_runs_and_unfinished_steps_stay_out_until_they_end(empty_
 
 def test_the_class_charts_redraw_only_when_the_pool_changed(empty_class):
     teacher = req("class-tick")
-    first = handlers.class_tick_handler(EVERYONE, request=teacher)
+    first = view_handlers.class_tick_handler(EVERYONE, request=teacher)
     assert all(not isinstance(f, dict) for f in first)  # drawn
-    assert all(isinstance(f, dict) for f in handlers.class_tick_handler(EVERYONE, request=teacher))  # skipped
-    assert all(isinstance(f, dict) for f in handlers.class_tick_handler(THIS_RUN, request=teacher))
+    assert all(isinstance(f, dict) for f in view_handlers.class_tick_handler(EVERYONE, request=teacher))  # skipped
+    assert all(isinstance(f, dict) for f in view_handlers.class_tick_handler(THIS_RUN, request=teacher))
     live_run(req("class-tick-student"), methods=["plain", "eagle"], max_new_tokens=5)
-    again = handlers.class_tick_handler(EVERYONE, request=teacher)
+    again = view_handlers.class_tick_handler(EVERYONE, request=teacher)
     assert n_of(again[0], "EAGLE") >= 1
 
 
 def test_only_the_launch_key_resets_the_class_pool(empty_class):
     live_run(req("class-reset"), methods=["plain", "eagle"], max_new_tokens=5)
     r = req("class-reset-ui")
-    out = handlers.class_reset_handler("not the key", THIS_RUN, request=r)
+    out = view_handlers.class_reset_handler("not the key", THIS_RUN, request=r)
     refused = page.status(out[1])
     assert out[0] == "" and refused.kind == "error" and wording.says(refused, wording.RESET_REFUSED) and len(CLASS) == 2
-    out = handlers.class_reset_handler(KEY, THIS_RUN, request=r)
+    out = view_handlers.class_reset_handler(KEY, THIS_RUN, request=r)
     assert page.status(out[1]).kind == "info" and wording.says(out[1], wording.RESET_DONE) and len(CLASS) == 0
     no_key = ClassPool()
     assert no_key.reset("") == no_key.reset(KEY) and not no_key.reset(KEY)[0]
@@ -154,7 +166,7 @@ def test_an_example_replays_its_recording_without_a_model_or_a_live_slot(recorde
     assert page.badges(first["lane1_head"])["replay"].kind == "neutral"
     last = render.outputs_dict(list(frames)[-1])
     assert wording.says_replay_done(last) and wording.says(last, wording.RUN_LIVE)
-    session = handlers.SESSIONS.get(r)
+    session = state.SESSIONS.get(r)
     assert session.loaded is not None and session.comparison.replay and session.pools == {}
     assert not session.lock.locked()
     out = render.outputs_dict(next(handlers.example_handler("a prompt of my own", "tiny-random", THIS_RUN, request=r)))
@@ -211,7 +223,7 @@ def test_the_live_queue_is_first_come_first_served_with_places_and_estimates():
 
 def test_a_waiting_run_shows_its_place_and_stop_leaves_the_line(monkeypatch):
     monkeypatch.setattr(live_queue, "LIVE", live_queue.LiveQueue(slots=1))
-    monkeypatch.setattr(handlers, "QUEUE_FRAME_S", 0.0)
+    monkeypatch.setattr(calls, "QUEUE_FRAME_S", 0.0)
     busy = live_queue.LIVE.join()
     assert live_queue.LIVE.try_start(busy)
     r = req("class-wait")
@@ -222,7 +234,7 @@ def test_a_waiting_run_shows_its_place_and_stop_leaves_the_line(monkeypatch):
     handlers.stop_handler(THIS_RUN, request=r)
     out = render.outputs_dict(list(gen)[-1])
     assert wording.says(out, wording.QUEUE_STOPPED)
-    assert live_queue.LIVE.counts() == (1, 0) and not handlers.SESSIONS.get(r).lock.locked()
+    assert live_queue.LIVE.counts() == (1, 0) and not state.SESSIONS.get(r).lock.locked()
     # Once the slot is free the next run goes straight through.
     live_queue.LIVE.leave(busy)
     live_run(r, max_new_tokens=4)
@@ -240,7 +252,7 @@ def test_a_waiting_run_starts_when_the_slot_frees_and_its_cap_starts_then(monkey
 
 
 def test_the_servers_token_limit_is_checked_before_queueing(monkeypatch):
-    monkeypatch.setattr(state, "MAX_NEW_TOKENS", 16)
+    monkeypatch.setattr(user_settings, "MAX_NEW_TOKENS", 16)
     out = render.outputs_dict(
         list(handlers.run_handler(run_settings(max_new_tokens=17), THIS_RUN, request=req("class-limit")))[-1]
     )
@@ -268,7 +280,7 @@ def test_launch_defaults_for_a_two_vcpu_space():
 def test_every_example_has_a_small_bundled_recording_of_the_default_lanes():
     from poss_core.models.presets import get_preset
 
-    d = state.ui_defaults(get_preset(DEFAULT_PRESET))
+    d = control_defaults.ui_defaults(get_preset(DEFAULT_PRESET))
     total = 0
     for i, example in enumerate(recordings.EXAMPLES):
         path = recordings.recording_path(i, DEFAULT_PRESET)

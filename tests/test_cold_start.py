@@ -8,7 +8,7 @@ import threading
 import pytest
 from app_settings import req, run_settings
 
-from app import handlers, render, state
+from app import handlers, render, state, user_settings
 from poss_core import compare
 from poss_core.autobudget import cache, calibration
 
@@ -45,7 +45,7 @@ def test_a_run_during_the_start_up_fit_starts_on_the_default_budget(tmp_path, mo
     prefit = threading.Thread(target=compare.prefit_budgets, args=(spec,), daemon=True)
     prefit.start()
     assert entered.wait(60)
-    view = state.View()
+    view = user_settings.View()
     request = req("cold")
     frames = list(handlers.run_handler(cold_settings(), view, request=request))
     statuses = [render.outputs_dict(f)["status"] for f in frames]

@@ -239,7 +239,7 @@ def test_messages_name_no_server_folder():
     assert str(cache_root()) not in shown and "<the model cache>/smollm2-135m-instruct" in shown
     assert server_text.neutral_paths("depth 20 is out of range") == "depth 20 is out of range"
 
-    from app.render import status_html
+    from app.token_html import status_html
 
     assert str(cache_root()) not in status_html(text, "error")
 

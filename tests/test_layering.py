@@ -28,9 +28,21 @@ LAYERS = [
     ["poss_core.bench", "poss_core.generate"],
     ["poss_core.training"],
     ["poss_core.deploy"],  # stages the app, engine and drafts for a Space
-    ["app", "app.about", "app.state", "app.share", "app.class_pool", "app.recordings"],
+    [
+        "app",
+        "app.about",
+        "app.tab_pools",
+        "app.user_settings",
+        "app.control_defaults",
+        "app.state",
+        "app.live_queue",
+        "app.client_share",
+        "app.class_pool",
+        "app.recordings",
+    ],
+    ["app.token_html", "app.chart_view"],
     ["app.render"],
-    ["app.handlers", "app.api", "app.evidence_view"],
+    ["app.calls", "app.handlers", "app.view_handlers", "app.saved_files", "app.api", "app.evidence_view"],
     ["app.ui"],
     ["app.launch"],
     ["app_entry"],  # app.py

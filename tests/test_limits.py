@@ -11,7 +11,7 @@ import pytest
 from app_settings import req, run_settings
 from helpers import run_main
 
-from app import api, handlers, render, state
+from app import api, handlers, render, state, user_settings
 from poss_core import compare
 from poss_core.decoding import config as config_module
 from poss_core.decoding.config import DecodeConfig
@@ -19,7 +19,7 @@ from poss_core.errors import ConfigError, PromptError
 from poss_core.generate import main as generate_main
 from poss_core.settings import LIMITS
 
-VIEW = state.View()
+VIEW = user_settings.View()
 
 
 def final_status(name, **kw):

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from app import render, state
+from app import control_defaults, render
 from poss_core import compare, methods
 from poss_core.bench import runner
 from poss_core.decoding.decoder import PlainDecoder, SpeculativeDecoder
@@ -22,7 +22,7 @@ def test_the_real_default_preset_labels_its_untrained_drafts_without_a_path():
     "(untrained)", its lane header carries the badge, and no label anywhere shows a folder."""
     preset = get_preset(DEFAULT_PRESET)
     offered = methods.preset_methods(preset)
-    choices = dict((value, label) for label, value in state.method_choices(preset))
+    choices = dict((value, label) for label, value in control_defaults.method_choices(preset))
     bundled = {name for name in preset.drafts if (drafts_dir() / name / "model.safetensors").is_file()}
     assert list(choices) == ["plain", "eagle", "hass", "poss1", "poss2", "poss3", "matched", "pld", "oracle"]
     for name, method in offered.items():

@@ -8,6 +8,7 @@ import threading
 import pytest
 import torch
 
+from app import user_settings
 from poss_core.decoding.config import DecodeConfig
 from poss_core.decoding.decoder import PlainDecoder
 from poss_core.events import DecodeSummary
@@ -110,9 +111,9 @@ def test_the_cap_holds_inside_the_prefill_of_a_run_and_a_step(slow_per_token, mo
     settings = run_settings(prompt="word " * 88, methods=["plain", "eagle", "poss2"], max_new_tokens=8)
     t0 = time.monotonic()
     if handler == "run":
-        out = list(handlers.run_handler(settings, state.View(), request=req(f"cap-{handler}")))[-1]
+        out = list(handlers.run_handler(settings, user_settings.View(), request=req(f"cap-{handler}")))[-1]
     else:
-        out = handlers.step_handler(settings, state.View(), request=req(f"cap-{handler}"))
+        out = handlers.step_handler(settings, user_settings.View(), request=req(f"cap-{handler}"))
     took = time.monotonic() - t0
     # The cap, one 16-token chunk (128 ms) and the drawing, with room for a busy machine: still under one lane's
     # prefill read in one forward (3.6 s), which a cap checked only between lanes would take at least.

@@ -10,10 +10,10 @@ import pytest
 from app_settings import req, run_settings
 from helpers import PLOTLY_MARKUP, assert_shown_as_text, plotly_strings
 
-from app import about, handlers, render, saved_files, state, ui
+from app import about, handlers, render, saved_files, state, ui, user_settings
 from poss_core import saved_runs
 
-VIEW = state.View()
+VIEW = user_settings.View()
 
 
 def settings(**kw):

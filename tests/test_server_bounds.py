@@ -11,9 +11,9 @@ import pytest
 import wording
 from app_settings import req, run_settings
 
-from app import handlers, render, saved_files, state, view_handlers
+from app import handlers, render, saved_files, state, user_settings, view_handlers
 
-VIEW = state.View()
+VIEW = user_settings.View()
 
 
 def run_in(store: state.SessionStore, name: str, **kw):

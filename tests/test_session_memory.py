@@ -11,10 +11,10 @@ import page
 import pytest
 from app_settings import req, run_settings
 
-from app import handlers, recordings, state, view_handlers
+from app import handlers, recordings, state, tab_pools, user_settings, view_handlers
 from poss_core import compare
 
-VIEW = state.View()
+VIEW = user_settings.View()
 
 
 @pytest.fixture
@@ -61,7 +61,7 @@ def test_a_paused_step_counts_its_caches_and_frees_them(store):
     session.release("a test freed it")
     gc.collect()
     pooled = sum(p.rounds for pools in session.pools.values() for p in pools.values())
-    assert session.comparison is None and session.held_bytes() == state.POOLED_ROUND_BYTES * pooled  # pools stay
+    assert session.comparison is None and session.held_bytes() == tab_pools.POOLED_ROUND_BYTES * pooled  # pools stay
     assert comp.held_bytes() < caches // 10  # its decoders were closed: their caches went with them
     out = handlers.step_handler(run_settings(), VIEW, request=req("stepper"))
     assert "a test freed it" in page.status(out).text  # the tab is told why on its next Step
@@ -74,10 +74,10 @@ def test_a_finished_run_counts_its_rounds_and_a_bundled_recording_none(store, mo
     rounds = sum(len(lane.events) for lane in comp.lanes)
     pooled = sum(p.rounds for pools in session.pools.values() for p in pools.values())
     assert session.held_bytes() == (
-        compare.ROUND_BYTES * rounds + compare.NODE_BYTES * nodes + state.POOLED_ROUND_BYTES * pooled
+        compare.ROUND_BYTES * rounds + compare.NODE_BYTES * nodes + tab_pools.POOLED_ROUND_BYTES * pooled
     )
     monkeypatch.setattr(recordings, "loaded_runs", lambda: {id(comp)})  # as if it were an example's recording
-    assert session.held_bytes() == state.POOLED_ROUND_BYTES * pooled
+    assert session.held_bytes() == tab_pools.POOLED_ROUND_BYTES * pooled
 
 
 def test_past_the_budget_the_least_recently_used_tabs_are_freed_first_and_told_why(store):

@@ -10,10 +10,10 @@ import pytest
 import wording
 from app_settings import req, run_settings
 
-from app import handlers, state
+from app import handlers, state, user_settings
 from poss_core import compare
 
-VIEW = state.View()
+VIEW = user_settings.View()
 
 
 @pytest.fixture

@@ -38,12 +38,12 @@ def test_every_surface_offers_what_the_table_says():
 
 
 def test_the_apps_controls_are_made_from_the_table():
-    from app import state
+    from app import user_settings
     from app.ui import build_demo
 
     demo = build_demo("tiny-random")
     by_id = {c.elem_id: c for c in demo.blocks.values() if getattr(c, "elem_id", None)}
-    for name in state.APP_SETTINGS:
+    for name in user_settings.APP_SETTINGS:
         s = settings.SETTINGS[name]
         control = by_id["poss-" + name.replace("_", "-")]
         assert control.label == s.label
@@ -54,11 +54,11 @@ def test_the_apps_controls_are_made_from_the_table():
 
 
 def test_a_setting_the_layout_does_not_name_gets_its_own_row(monkeypatch):
-    from app import state, ui
+    from app import ui, user_settings
 
-    monkeypatch.setattr(state, "APP_SETTINGS", state.APP_SETTINGS + ("depth_stop",))
+    monkeypatch.setattr(user_settings, "APP_SETTINGS", user_settings.APP_SETTINGS + ("depth_stop",))
     rows = ui.control_rows()
-    assert rows[-1] == ("depth_stop",) and sorted(n for row in rows for n in row) == sorted(state.APP_SETTINGS)
+    assert rows[-1] == ("depth_stop",) and sorted(n for row in rows for n in row) == sorted(user_settings.APP_SETTINGS)
 
 
 def test_a_setting_added_to_the_table_reaches_the_command_lines(monkeypatch):

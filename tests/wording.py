@@ -313,7 +313,7 @@ def says_pooled(title: str) -> bool:
 
 
 def pool_note(fig: Any) -> str:
-    """The pooled charts' second subtitle line (render.pool_note's words; "" when the chart is not pooled)."""
+    """The pooled charts' second subtitle line (chart_view.pool_note's words; "" when the chart is not pooled)."""
     title = fig.layout.title.text or ""
     m = re.search(POOLED + r": [^<\n]*", title)
     return m.group(0) if m else ""

@@ -1,0 +1,194 @@
+"""Token HTML: each emitted token as an escaped span coloured by how it came (its tooltip says why), the legend,
+the badges, a header's figures and the status line."""
+
+from __future__ import annotations
+
+import html
+import math
+
+from poss_core.compare import TokenRecord
+from poss_core.models.numerics import NEAR_TIE, Divergence
+
+from .server_text import neutral_paths
+
+MAX_SHADES = 8  # draft positions and specialists beyond this reuse the last shade
+
+
+def _p(value: float | None) -> str:
+    return "n/a" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.3f}"
+
+
+def tooltip(rec: TokenRecord) -> str:
+    head = f"round {rec.round}"
+    if rec.from_draft and rec.specialist is None:  # a candidate of transformers' generate (prompt lookup, assisted)
+        return (
+            f"{head} · accepted candidate token\ndraft position {rec.position}\nits draft probability and the "
+            f"candidates rejected after it are not observable through transformers' generate"
+        )
+    if rec.from_draft:
+        return (
+            f"{head} · accepted draft token\ndraft position {rec.position} · specialist S{(rec.specialist or 0) + 1}"
+            f"\ndraft p {_p(rec.draft_prob)} · target p {_p(rec.target_prob)}"
+        )
+    what = {
+        "prefill": "the target's first token (prefill: nothing drafted)",
+        "plain": "the target's token (plain decoding)",
+        "bonus": f"the target's bonus token after {rec.position - 1} accepted",
+        "corrected": f"the target's token at position {rec.position}: it corrected the draft",
+    }[rec.source]
+    lines = [f"{head} · {what}"]
+    if rec.rejected:
+        lines.append(
+            "rejected drafts here: "
+            + "; ".join(
+                f"{r.text!r} (draft p {_p(r.draft_prob)}, target p {_p(r.target_prob)})" for r in rec.rejected[:5]
+            )
+        )
+    return "\n".join(lines)
+
+
+def _shown(text: str) -> str:
+    """Escaped token text; a newline also shows a visible mark so whitespace tokens stay visible."""
+    escaped = html.escape(text, quote=False)
+    return escaped.replace("\n", '<span class="nl">↵</span>\n')
+
+
+def tokens_html(
+    records: list[TokenRecord], color_by: str = "position", show_rejected: bool = False, placeholder: str = ""
+) -> str:
+    """The coloured token view. `color_by` is "position" (shade by draft position) or "specialist".
+
+    Every token carries its round (`data-round`): clicking one picks that round in the lane's tree (TOKEN_CLICK_JS).
+    The first token of each round is focusable, so Tab walks the rounds and Enter picks one."""
+    mode = "by-specialist" if color_by == "specialist" else "by-position"
+    parts = [f'<div class="poss-tokens {mode}{"" if show_rejected else " hide-rej"}">']
+    if not records and placeholder:
+        parts.append(f'<span class="poss-placeholder">{html.escape(placeholder)}</span>')
+    last_round = None
+    for rec in records:
+        title = html.escape(tooltip(rec), quote=True)
+        data = f' data-round="{int(rec.round)}"'
+        if rec.rejected:
+            best = rec.rejected[0]
+            parts.append(f'<s class="rej"{data} title="{title}">{_shown(best.text)}</s>')
+        if rec.round != last_round:
+            data += ' tabindex="0"'
+            last_round = rec.round
+        text = rec.text or ("⟨special⟩" if rec.special else "")
+        if rec.from_draft:
+            p = min(rec.position, MAX_SHADES)
+            s = min((rec.specialist or 0) + 1, MAX_SHADES)
+            cls = f"tok draft p{p} s{s}"
+        else:
+            cls = f"tok target {rec.source}"
+        if rec.special:
+            cls += " special"
+        parts.append(f'<span class="{cls}"{data} title="{title}">{_shown(text)}</span>')
+    parts.append("</div>")
+    return "".join(parts)
+
+
+# On each lane's token view (gr.HTML's js_on_load: `element` is the component, `trigger` sends an event to the
+# server): a click on a token, or Enter/Space on a focused one, sends its round as the view's click event, whose
+# handler (view_handlers.round_pick_for) moves the lane's slider, tree and account there. One listener on the component
+# serves every repaint of the tokens inside it; the flag keeps a second run of this code from adding another.
+TOKEN_CLICK_JS = """
+if (!element.dataset.possRoundPick) {
+  element.dataset.possRoundPick = "1";
+  const pick = (target) => {
+    const tok = target && target.closest ? target.closest("[data-round]") : null;
+    if (!tok || !element.contains(tok)) return false;
+    trigger("click", {round: Number(tok.dataset.round)});
+    return true;
+  };
+  element.addEventListener("click", (e) => { pick(e.target); });
+  element.addEventListener("keydown", (e) => {
+    if ((e.key === "Enter" || e.key === " ") && pick(e.target)) e.preventDefault();
+  });
+}
+"""
+
+
+def legend_html(color_by: str = "position", depth: int = 6, specialists: int = 3) -> str:
+    """What the colours mean, for the current colouring mode."""
+    if color_by == "specialist":
+        chips = "".join(f'<span class="tok draft s{min(s, MAX_SHADES)}">S{s}</span>' for s in range(1, specialists + 1))
+        what = "accepted draft token, by the specialist that drafted it"
+        mode = "by-specialist"
+    else:
+        chips = "".join(f'<span class="tok draft p{min(p, MAX_SHADES)}">{p}</span>' for p in range(1, depth + 1))
+        what = "accepted draft token, by draft position"
+        mode = "by-position"
+    return (
+        f'<div class="poss-legend poss-tokens {mode}">'
+        f'<span class="item">{chips} {what}</span>'
+        f'<span class="item"><span class="tok target bonus">tok</span> the target\'s own token (bonus or '
+        f"correction; every token of plain decoding)</span>"
+        f'<span class="item"><s class="rej">tok</s> draft the target rejected there</span>'
+        f'<span class="item muted">hover a token for round, position, specialist and probabilities; click '
+        f"it (or Tab to it and press Enter) for its round's tree</span></div>"
+    )
+
+
+def badge_html(text: str, kind: str = "neutral", title: str = "", name: str = "") -> str:
+    """A small pill: kind is "ok", "bad" or "neutral"; `title` is its tooltip; `name` (`data-badge`) says which badge
+    it is, for readers that must not depend on its wording."""
+    tip = f' title="{html.escape(title)}"' if title else ""
+    which = f' data-badge="{name}"' if name else ""
+    return f'<span class="poss-badge {kind}"{which}{tip}>{html.escape(text)}</span>'
+
+
+def identity_badge(
+    tokens: list[int],
+    plain_tokens: list[int] | None,
+    greedy: bool,
+    finished: bool,
+    divergence: Divergence | None = None,
+) -> str:
+    """At temperature 0 speculative decoding must reproduce plain decoding token for token: say whether it did, and
+    where it did not, why (a rounding near-tie with plain's logit margin, or a real mismatch), the full reason in
+    the tooltip."""
+    if not greedy:
+        return badge_html("sampling: same distribution as plain, not the same text", "neutral", name="identity")
+    if plain_tokens is None:
+        return badge_html("add the Plain lane to check identity", "neutral", name="identity")
+    if divergence is not None:
+        at = f"differs from plain decoding at token {divergence.index + 1}"
+        margin = "" if divergence.margin is None else f"plain's logit margin {divergence.margin:.2g}"
+        if divergence.kind == NEAR_TIE:
+            why = f"{margin} ≤ {divergence.tolerance:g}" if margin else "margin not measured"
+            return badge_html(f"≈ {at}: {divergence.tie} ({why})", "neutral", divergence.reason, "identity")
+        return badge_html(
+            f"✗ {at}: " + (f"{margin}, not a near-tie" if margin else "not expected here (margin not measured)"),
+            "bad",
+            divergence.reason,
+            "identity",
+        )
+    n = min(len(tokens), len(plain_tokens))
+    if finished and len(tokens) != len(plain_tokens):
+        return badge_html(f"compared {n} tokens: identical so far", "ok", name="identity")
+    return badge_html("✓ identical to plain decoding" + ("" if finished else " so far"), "ok", name="identity")
+
+
+# A lane header's figures: key (its `data-stat`, what readers go by) and the label the page shows.
+STAT_LABELS = {
+    "tokens_per_s": "tokens/s",
+    "tau": "τ",
+    "rounds": "rounds",
+    "tokens": "tokens",
+    "budget": "budget",
+    "depth_stop": "depth stop",
+    "vs_plain": "vs plain",
+}
+
+
+def stat_line(items: list[tuple[str, str]]) -> str:
+    """(key, value) pairs as "<b>value</b> label" spans, each carrying its key (STAT_LABELS) as `data-stat`."""
+    spans = (f'<span data-stat="{k}"><b>{html.escape(v)}</b> {html.escape(STAT_LABELS[k])}</span>' for k, v in items)
+    return '<div class="poss-stats">' + "".join(spans) + "</div>"
+
+
+def status_html(message: str, kind: str = "info") -> str:
+    """The status line above the lanes: kind is "info", "busy" or "error" (a message a user can act on)."""
+    icon = {"error": "⚠ ", "busy": "⏳ ", "info": ""}.get(kind, "")
+    return f'<div class="poss-status {kind}">{icon}{html.escape(neutral_paths(message), quote=False)}</div>'

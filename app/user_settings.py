@@ -1,0 +1,87 @@
+"""What the controls send: the Run settings as one value (`RunSettings`, one per setting the app offers, checked into a
+`RunSpec` once) and how the lanes are drawn (`View`, the toggles)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from poss_core import settings
+from poss_core.compare import RunSpec
+from poss_core.decoding.config import check_prompt_text
+from poss_core.errors import ConfigError, PromptError
+
+POOLED_VIEW = "all my runs"  # the charts' source control: "this run", this, or CLASS_VIEW
+CLASS_VIEW = "everyone on this server"  # every finished live run on the server, pooled (app/class_pool.py)
+# The most new tokens one live run may ask for (`python app.py --max-new-tokens`; the UI's slider stops there too).
+# None: the settings' own bound (LIMITS) only.
+MAX_NEW_TOKENS: int | None = None
+
+
+@dataclass
+class View:
+    """How the lanes are drawn (the toggles); nothing here changes what runs."""
+
+    color_by: str = "position"  # or "specialist"
+    show_rejected: bool = False
+    conditional: bool = True
+    pooled: bool = False  # the charts pool every run this tab decoded on the preset ("All my runs")
+    everyone: bool = False  # the charts pool every finished live run on this server ("everyone on this server")
+
+    @classmethod
+    def from_controls(
+        cls, color_by: str, show_rejected: bool, pos_acc_mode: str, charts_from: str | bool = "this run"
+    ) -> "View":
+        """From the view controls' values (radio labels and a checkbox)."""
+        return cls(
+            color_by="specialist" if str(color_by).startswith("spec") else "position",
+            show_rejected=bool(show_rejected),
+            conditional=not str(pos_acc_mode).startswith("uncond"),
+            pooled=charts_from is True or str(charts_from) == POOLED_VIEW,
+            everyone=str(charts_from) == CLASS_VIEW,
+        )
+
+
+APP_SETTINGS = settings.offered_on(settings.APP)  # the Run controls after the prompt, preset and methods
+
+
+class RunSettings(settings.ByName):
+    """The Run settings as the UI holds them: the prompt, Multi-turn, the preset, the methods, and the value of every
+    setting the app offers (`APP_SETTINGS`, by name, as the controls send them: a slider's 4.0 for an integer)."""
+
+    def __init__(self, prompt: str, multi_turn: bool, preset: str, methods: list[str], **values: Any) -> None:
+        self.prompt, self.multi_turn, self.preset, self.methods = prompt, multi_turn, preset, methods
+        self.values = values
+
+    @classmethod
+    def from_controls(
+        cls, prompt: str, multi_turn: bool, preset: str, methods: list[str], *values: Any
+    ) -> "RunSettings":
+        """From the controls' values in the order ui.py lists them (one per APP_SETTINGS name)."""
+        return cls(prompt, multi_turn, preset, methods, **dict(zip(APP_SETTINGS, values)))
+
+    def spec(self, history: list[dict]) -> RunSpec:
+        """What a comparison runs, checked by `RunSpec.resolve` (raises PossError with a readable message): the
+        prompt, after `history` when Multi-turn is ticked, the chosen methods once each in the preset's order, every
+        setting typed and in bounds, and no more new tokens than this server gives a run."""
+        if self.prompt is None or (isinstance(self.prompt, str) and not self.prompt.strip()):
+            raise PromptError("the prompt is empty: type a question or instruction (or pick an example).")
+        check_prompt_text(self.prompt)  # named "prompt", also when it follows a conversation
+        if self.multi_turn and history:
+            message: str | list[dict] = list(history) + [{"role": "user", "content": self.prompt}]
+        else:
+            message = self.prompt
+        chosen = self.methods or []
+        if isinstance(chosen, (list, tuple)):
+            chosen = list(dict.fromkeys(chosen))  # a checkbox group's values, once each
+        # An unset choice (a radio Gradio sends as None) reads its default; anything else is checked as sent.
+        values = {k: v for k, v in self.values.items() if not (v in (None, "") and settings.SETTINGS[k].choices)}
+        spec = RunSpec(message, chosen, self.preset, **values)
+        order = list(spec.resolve().offered)
+        spec.methods.sort(key=order.index)
+        if MAX_NEW_TOKENS is not None and spec.max_new_tokens > MAX_NEW_TOKENS:
+            raise ConfigError(
+                f"max_new_tokens={spec.max_new_tokens} is more than this server gives one run "
+                f"({MAX_NEW_TOKENS}, so that every visitor gets a turn): ask for {MAX_NEW_TOKENS} or fewer."
+            )
+        return spec
