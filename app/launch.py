@@ -261,7 +261,8 @@ def main(argv: list[str] | None = None) -> None:
     from app import client_share, live_queue, server_text, state, user_settings
     from app.class_pool import CLASS
     from app.control_defaults import initial_precision
-    from app.ui import build_demo, launch_kwargs
+    from app.serving import launch_kwargs
+    from app.ui import build_demo
     from poss_core.models.hardware import cpu_bf16_units, cuda_available
 
     precision = initial_precision(args.dtype, cuda_available(), cpu_bf16_units())

@@ -2,24 +2,21 @@
 
 from __future__ import annotations
 
-import inspect
 from pathlib import Path
 from typing import Any
 
 import gradio as gr
 
-from poss_core import compare, methods, saved_runs, settings
+from poss_core import compare, methods
 from poss_core.decoding.config import MAX_PROMPT_CHARS
 from poss_core.models.hardware import cuda_available
 from poss_core.models.presets import DEFAULT_PRESET, get_preset, presets
-from poss_core.settings import LIMITS, PRECISIONS
 from poss_core.views import figures
 
 from . import (
     about,
-    client_share,
     control_defaults,
-    disk_budget,
+    controls,
     evidence_view,
     handlers,
     live_queue,
@@ -30,11 +27,10 @@ from . import (
     view_handlers,
 )
 from .api import compare_endpoint
-from .control_defaults import method_choices, precision_note, quantization_note, ui_defaults
+from .control_defaults import method_choices, ui_defaults
 from .render import OUTPUT_NAMES, conversation_html, draft_note
 from .state import DEFAULT_METHODS
 from .token_html import TOKEN_CLICK_JS, legend_html, status_html
-from .user_settings import RunSettings, View
 
 # Gradio's cache (uploaded runs, downloads it serves) is swept every CACHE_SWEEP_S seconds: files older than the
 # cache age (`python app.py --cache-minutes`, 10 by default) are deleted, so the temp folder does not grow.
@@ -44,7 +40,6 @@ LOAD_CONCURRENCY = 2  # saved runs parsed at once (each is checked in full: up t
 # without waiting behind the live runs (which take turns in live_queue.LIVE, not in this group).
 REPLAY_CONCURRENCY = 64
 CLASS_REFRESH_S = 5.0  # how often a tab showing "everyone on this server" checks the class pool for new runs
-THREADS = 160  # Gradio's worker threads: a waiting live run and a replay each hold one while they sleep
 
 TIMING_NOTE = (
     "Lanes run **in turns, one round each**, in one thread: each lane's tokens/s counts only its own "
@@ -53,7 +48,6 @@ TIMING_NOTE = (
 
 ASSETS = recordings.ASSETS
 EXAMPLES = recordings.EXAMPLES
-CSS = (ASSETS / "app.css").read_text(encoding="utf-8")
 
 # ---------------------------------------------------------------- layout
 
@@ -157,7 +151,7 @@ def build_demo(
                                 elem_id="poss-methods",
                             )
                             note = gr.HTML(draft_note(first))
-                            controls = run_controls(d, gpu, precision)
+                            by_setting = controls.run_controls(d, gpu, precision)
                 status = gr.HTML(
                     status_html("Type a prompt (or pick an example) and press Run."), elem_id="poss-status"
                 )
@@ -272,22 +266,27 @@ def build_demo(
         assert len(outputs) == len(OUTPUT_NAMES)
         # The Run settings (RunSettings.from_controls): prompt, Multi-turn, preset, methods, then one control per
         # setting the app offers, in the table's order; then the view toggles (View.from_controls).
-        settings = [prompt, multi_turn, preset_dd, method_boxes] + [controls[n] for n in user_settings.APP_SETTINGS]
+        settings = [prompt, multi_turn, preset_dd, method_boxes] + [by_setting[n] for n in user_settings.APP_SETTINGS]
         view = [color_by, show_rejected, pos_acc_mode, charts_from]
-        run = gathered(handlers.run_handler, settings=True)
-        step = gathered(handlers.step_handler, settings=True)
+        run = controls.gathered(handlers.run_handler, settings=True)
+        step = controls.gathered(handlers.step_handler, settings=True)
 
         run_btn.click(_gpu(run), settings + view, outputs, api_name="run", **live, show_progress="minimal")
         prompt.submit(
             _gpu(run), settings + view, outputs, api_visibility="undocumented", **live, show_progress="minimal"
         )
         step_btn.click(_gpu(step), settings + view, outputs, api_name="step", **decode, show_progress="minimal")
-        stop_btn.click(gathered(handlers.stop_handler), view, outputs, api_name="stop", **light)
+        stop_btn.click(controls.gathered(handlers.stop_handler), view, outputs, api_name="stop", **light)
         replay_btn.click(
-            gathered(handlers.replay_handler), view, outputs, api_name="replay", **replays, show_progress="minimal"
+            controls.gathered(handlers.replay_handler),
+            view,
+            outputs,
+            api_name="replay",
+            **replays,
+            show_progress="minimal",
         )
         examples.load_input_event.then(
-            gathered(handlers.example_handler, leading=2),
+            controls.gathered(handlers.example_handler, leading=2),
             [prompt, preset_dd] + view,
             outputs,
             api_name="example",
@@ -295,7 +294,9 @@ def build_demo(
             show_progress="minimal",
         )
         for control in view:
-            control.change(gathered(view_handlers.view_handler), view, outputs, api_visibility="private", **light)
+            control.change(
+                controls.gathered(view_handlers.view_handler), view, outputs, api_visibility="private", **light
+            )
         charts_from.change(
             lambda source: gr.Timer(active=source == user_settings.CLASS_VIEW),
             charts_from,
@@ -304,20 +305,22 @@ def build_demo(
             **light,
         )
         class_timer.tick(
-            gathered(view_handlers.class_tick_handler),
+            controls.gathered(view_handlers.class_tick_handler),
             view,
             [pos_acc_plot, dev_plot, hist_plot, tps_plot],
             api_visibility="private",
             **light,
         )
         class_reset_btn.click(
-            gathered(view_handlers.class_reset_handler, leading=1),
+            controls.gathered(view_handlers.class_reset_handler, leading=1),
             [class_key] + view,
             [class_key] + outputs,
             api_name="class_reset",
             **light,
         )
-        forget_btn.click(gathered(view_handlers.forget_handler), view, outputs, api_visibility="private", **light)
+        forget_btn.click(
+            controls.gathered(view_handlers.forget_handler), view, outputs, api_visibility="private", **light
+        )
         for i, parts in enumerate(lane_parts):
             for trigger in (parts[5].input, parts[5].release):  # dragging, and the number box
                 trigger(
@@ -340,14 +343,14 @@ def build_demo(
         preset_dd.change(
             view_handlers.preset_handler,
             preset_dd,
-            [method_boxes] + [controls[n] for n in control_defaults.PRESET_SETTINGS] + [note, status],
+            [method_boxes] + [by_setting[n] for n in control_defaults.PRESET_SETTINGS] + [note, status],
             api_visibility="private",
             **light,
         )
         new_conv.click(view_handlers.new_conversation_handler, None, conversation, api_visibility="private", **light)
         save_btn.click(saved_files.save_handler, None, saved, api_name="save_run", **light)
         upload.upload(
-            gathered(saved_files.load_handler, leading=1),
+            controls.gathered(saved_files.load_handler, leading=1),
             [upload] + view,
             outputs,
             api_name="load_run",
@@ -357,141 +360,13 @@ def build_demo(
         )
         # Also /view: the outputs for a view (the load tool reads the class charts through it).
         demo.load(
-            gathered(view_handlers.view_handler), view, outputs, api_name="view", api_visibility="undocumented", **light
+            controls.gathered(view_handlers.view_handler),
+            view,
+            outputs,
+            api_name="view",
+            api_visibility="undocumented",
+            **light,
         )
         demo.unload(view_handlers.drop_session)
         gr.api(compare_endpoint(preset, wrap=_gpu), api_name="compare", **live)
     return demo
-
-
-# How the app's settings (user_settings.APP_SETTINGS) are laid out, row by row; a setting no row names gets a row of its
-# own after these (control_rows), so a new setting shows up without a change here.
-CONTROL_ROWS = (
-    ("temperature", "top_p"),
-    ("depth", "top_k", "tree_budget"),
-    ("auto_budget",),
-    ("max_new_tokens", "seed"),
-    ("precision",),
-    ("quantization",),
-)
-AUTO_BUDGET_INFO = (
-    "off (default): every draft lane drafts the same tree, the sliders' depth and budget, to the full "
-    "depth, so the lanes compare like for like; on: fitted once per machine and draft (tens of seconds "
-    "on a CPU, then cached), and each lane's header states its budget and depth stop"
-)
-
-
-def run_controls(start: dict[str, Any], gpu: bool, precision: str) -> dict[str, gr.components.Component]:
-    """One control per setting the app offers, made from its declaration (settings.SETTINGS: label, bounds, step,
-    choices, help), laid out in CONTROL_ROWS; `start` holds the preset's tree defaults (control_defaults.ui_defaults),
-    `gpu` and `precision` what this machine offers and starts with."""
-    top_tokens = min(LIMITS["max_new_tokens"][1], user_settings.MAX_NEW_TOKENS or LIMITS["max_new_tokens"][1])
-    # What differs from the declaration here: this machine's words and offers, and this server's cap.
-    special: dict[str, dict[str, Any]] = {
-        "max_new_tokens": {"maximum": top_tokens, "value": min(start["max_new_tokens"], top_tokens), "info": None},
-        "precision": {
-            "choices": [p for p in PRECISIONS if gpu or p != "float16" or p == precision],
-            "value": precision,
-            "info": precision_note(gpu),
-        },
-        "quantization": {"info": quantization_note(gpu)},
-        "auto_budget": {"info": AUTO_BUDGET_INFO},
-        "temperature": {"info": "0 = greedy: every lane must match plain decoding"},
-    }
-    controls = {}
-    for row in control_rows():
-        with gr.Row():
-            for name in row:
-                controls[name] = setting_control(
-                    settings.SETTINGS[name], **{"value": start.get(name), **special.get(name, {})}
-                )
-    return controls
-
-
-def control_rows() -> list[tuple[str, ...]]:
-    """CONTROL_ROWS with the settings the app offers (and only those), then a row for each one they leave out."""
-    placed = [tuple(n for n in row if n in user_settings.APP_SETTINGS) for row in CONTROL_ROWS]
-    named = {n for row in placed for n in row}
-    return [row for row in placed if row] + [(n,) for n in user_settings.APP_SETTINGS if n not in named]
-
-
-def setting_control(s: settings.Setting, value: Any = None, **kwargs: Any) -> gr.components.Component:
-    """A setting's Gradio control: a radio for choices, a checkbox for a switch, a slider for a range a slider can
-    span, else a number box; its label from the declaration, and its help as the info of a radio or checkbox (a
-    slider's label says enough), unless `kwargs` says otherwise."""
-    common = {
-        "label": s.label,
-        "info": s.help if s.choices or s.kind is bool else None,
-        "elem_id": "poss-" + s.name.replace("_", "-"),
-        "value": s.default if value is None else value,
-    }
-    common.update(kwargs)
-    if s.choices:
-        return gr.Radio(list(common.pop("choices", s.choices)), **common)
-    if s.kind is bool:
-        return gr.Checkbox(**common)
-    lo, hi = s.bounds
-    if hi - lo > 100_000:  # the seed: a slider could not pick one value
-        return gr.Number(precision=0, **{**common, "info": f"{lo:g} to {hi:g}"})
-    low = lo + s.step if s.open_low else lo  # top-p's slider starts one step above 0
-    return gr.Slider(common.pop("minimum", low), common.pop("maximum", hi), step=s.step, **common)
-
-
-def gathered(handler, settings: bool = False, leading: int = 0):
-    """`handler` as Gradio calls it: the request first (Gradio passes it by its type hint), then one value per input
-    control. The first `leading` values pass as they are; the Run settings' controls (with `settings`) become one
-    RunSettings and the view toggles one View, so the handler takes `(*leading, [settings,] view, request=...)`."""
-    n = 4 + len(user_settings.APP_SETTINGS) if settings else 0
-
-    def values(controls: tuple) -> list:
-        lead, rest = list(controls[:leading]), controls[leading:]
-        return lead + ([RunSettings.from_controls(*rest[:n])] if settings else []) + [View.from_controls(*rest[n:])]
-
-    if inspect.isgeneratorfunction(handler):
-
-        def streamed(request: gr.Request, *controls):
-            yield from handler(*values(controls), request=request)
-
-        return streamed
-
-    def answered(request: gr.Request, *controls):
-        return handler(*values(controls), request=request)
-
-    return answered
-
-
-def theme() -> gr.themes.Base:
-    """Gradio's default look with system fonts: nothing is fetched from a font CDN, so the page works offline."""
-    return gr.themes.Default(
-        font=["ui-sans-serif", "system-ui", "Segoe UI", "Roboto", "sans-serif"],
-        font_mono=["ui-monospace", "SFMono-Regular", "Menlo", "Consolas", "monospace"],
-    )
-
-
-def decoding_events(demo: gr.Blocks) -> set[int]:
-    """The events each client's queue share counts (app/client_share.py): the ones that decode (Run, its Enter key,
-    Step, /compare) and Replay."""
-    return {i for i, fn in demo.fns.items() if fn.concurrency_id in ("decode", "live") or fn.api_name == "replay"}
-
-
-def launch_kwargs(demo: gr.Blocks | None = None) -> dict[str, Any]:
-    """What `launch()` needs besides host and port: CSS and theme (Gradio 6 takes them at launch), the largest
-    upload (a saved run; Gradio refuses bigger files before they reach a handler) and, given the demo, the middleware
-    that gives each client its share of the queue and the one that limits uploads (`disk_budget`)."""
-    kwargs: dict[str, Any] = {
-        "css": CSS,
-        "theme": theme(),
-        "max_file_size": saved_runs.MAX_RUN_BYTES,
-        "max_threads": THREADS,
-    }
-    if demo is not None:
-        from starlette.middleware import Middleware
-
-        kwargs["app_kwargs"] = {
-            "middleware": [
-                Middleware(client_share.QueueShareMiddleware, fn_indexes=decoding_events(demo)),
-                # uploads are sized, rated per address and fitted under the disk cap before Gradio writes them
-                Middleware(disk_budget.UploadLimitMiddleware, max_bytes=saved_runs.MAX_RUN_BYTES + 2**20),
-            ]
-        }
-    return kwargs

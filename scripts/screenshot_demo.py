@@ -17,7 +17,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file from anywhere: the package is beside
 
-from app.ui import build_demo, launch_kwargs
+from app.serving import launch_kwargs
+from app.ui import build_demo
 from poss_core.models.presets import DEFAULT_PRESET
 
 CHROMIUM = "/usr/bin/chromium"

@@ -15,7 +15,8 @@ import page as lane_page
 import pytest
 import wording
 
-from app.ui import build_demo, launch_kwargs
+from app.serving import launch_kwargs
+from app.ui import build_demo
 from poss_core.models.presets import DEFAULT_PRESET
 
 ROOT = Path(__file__).resolve().parents[1]

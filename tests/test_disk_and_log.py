@@ -161,7 +161,7 @@ def test_the_upload_middleware_refuses_when_the_cap_cannot_make_room(tmp_path):
 
 def test_the_app_installs_the_upload_middleware_and_the_launch_flags_have_space_defaults():
     from app.launch import build_parser
-    from app.ui import launch_kwargs
+    from app.serving import launch_kwargs
 
     args = build_parser().parse_args([])
     assert args.disk_cap_mb == 2048 and args.upload_mb_per_second == 2

@@ -11,7 +11,8 @@ from test_app_e2e import app_page, free_port, needs_chromium
 from test_bench import DEPTH, known_records
 
 from app import evidence_view
-from app.ui import build_demo, launch_kwargs
+from app.serving import launch_kwargs
+from app.ui import build_demo
 from poss_core.bench import report
 from poss_core.results import evidence
 

@@ -43,6 +43,7 @@ LAYERS = [
     ["app.token_html", "app.chart_view"],
     ["app.render"],
     ["app.calls", "app.handlers", "app.view_handlers", "app.saved_files", "app.api", "app.evidence_view"],
+    ["app.controls", "app.serving"],
     ["app.ui"],
     ["app.launch"],
     ["app_entry"],  # app.py

@@ -124,7 +124,8 @@ def test_the_queue_middleware_refuses_a_join_past_the_share_with_a_message():
 
 
 def test_the_app_sweeps_gradios_cache_and_counts_its_decoding_events():
-    from app.ui import build_demo, decoding_events, launch_kwargs
+    from app.serving import decoding_events, launch_kwargs
+    from app.ui import build_demo
 
     demo = build_demo(preset="tiny-random", cache_age_s=120)
     assert demo.delete_cache == (60, 120)

@@ -54,10 +54,10 @@ def test_the_apps_controls_are_made_from_the_table():
 
 
 def test_a_setting_the_layout_does_not_name_gets_its_own_row(monkeypatch):
-    from app import ui, user_settings
+    from app import controls, user_settings
 
     monkeypatch.setattr(user_settings, "APP_SETTINGS", user_settings.APP_SETTINGS + ("depth_stop",))
-    rows = ui.control_rows()
+    rows = controls.control_rows()
     assert rows[-1] == ("depth_stop",) and sorted(n for row in rows for n in row) == sorted(user_settings.APP_SETTINGS)
 
 
