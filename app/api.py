@@ -56,6 +56,7 @@ def compare_api(
     preset: str = DEFAULT_PRESET,
     cancel: threading.Event | None = None,
     quiet_refusals: bool = False,
+    run: compare.Resolved | None = None,
     **values,
 ) -> dict:
     """Run one comparison (no streaming) and return each lane's text and summary.
@@ -80,11 +81,12 @@ def compare_api(
     traceback in the server's log)."""
     name = preset or DEFAULT_PRESET
     budget = CallBudget(state.CALL_LIMIT_S, parent=cancel)
-    spec = api_spec(prompt, methods, name, quiet_refusals, **values)
+    # The endpoint checks its input where it arrives and passes the run on; a direct call is checked here.
+    run = run or api_run(prompt, methods, name, quiet_refusals, **values)
     try:
         if budget.is_set() and not budget.timed_out:
             raise gr.Error("cancelled before the comparison started.", print_exception=not quiet_refusals)
-        comp = compare.run_to_end(compare.start(spec, cancel=budget, wait_for_fits=False, new_fits=state.CALL_FITS))
+        comp = compare.run_to_end(compare.start(run, cancel=budget, wait_for_fits=False, new_fits=state.CALL_FITS))
     except PossError as err:
         raise gr.Error(neutral_paths(str(err)), print_exception=not quiet_refusals) from err
     CLASS.add_run(comp)  # "everyone on this server" counts API runs too (numbers only)
@@ -130,7 +132,7 @@ def compare_api(
     )
 
 
-def api_spec(prompt: str, methods: list[str], preset: str, quiet_refusals: bool = False, **values) -> compare.RunSpec:
+def api_run(prompt: str, methods: list[str], preset: str, quiet_refusals: bool = False, **values) -> compare.Resolved:
     """What a /compare call runs, checked (the UI's bounds and this server's limits): the API's defaults, then the
     app's defaults for the preset where a value is 0; a refused input raises gr.Error before the call waits for a live
     slot."""
@@ -143,7 +145,7 @@ def api_spec(prompt: str, methods: list[str], preset: str, quiet_refusals: bool 
         auto = not values["tree_budget"]
         values.update({n: d[n] for n in d if n in values and not values[n]})
         settings_ = RunSettings(prompt, False, preset, methods, auto_budget=auto, **values)
-        return settings_.spec([])
+        return settings_.resolved([])
     except PossError as err:
         raise gr.Error(neutral_paths(str(err)), print_exception=not quiet_refusals) from err
 
@@ -184,9 +186,12 @@ def compare_endpoint(app_preset: str, wrap: Callable = lambda fn: fn):
         prompt, methods, request = a.pop("prompt"), a.pop("methods"), a.pop("request")
         preset = a.pop("preset") or app_preset
         cancel = threading.Event()
-        call = functools.partial(work, prompt, methods, preset, cancel=cancel, quiet_refusals=True, **a)
         with client_share.running(request):
-            spec = api_spec(prompt, methods, preset, quiet_refusals=True, **a)
+            run = api_run(prompt, methods, preset, quiet_refusals=True, **a)
+            spec = run.spec
+            # The worker runs what was checked here; a ZeroGPU worker (another process) gets plain values instead.
+            checked = {"run": run} if work is compare_api else {}
+            call = functools.partial(work, prompt, methods, preset, cancel=cancel, quiet_refusals=True, **checked, **a)
             try:
                 units = len(spec.methods) * int(spec.max_new_tokens)
                 ticket = live_queue.LIVE.join(units, *client_share.request_client(request))

@@ -140,8 +140,8 @@ def run_handler(settings: RunSettings, view: View, request: gr.Request | None = 
                 session.comparison.close()
                 session.pool_run(session.comparison)  # a paused Step run's rounds so far
             session.stepping = False
-            spec = settings.spec(session.history)
-            spec.check()
+            run = settings.resolved(session.history)
+            spec = run.spec
             session.pins.clear()
             # One line for every live run on the server, in arrival order; its work sizes the wait it causes.
             work = len(spec.methods) * int(spec.max_new_tokens)
@@ -151,13 +151,13 @@ def run_handler(settings: RunSettings, view: View, request: gr.Request | None = 
                 loading = skip_all(session, (f"Loading {spec.preset} and {len(spec.methods)} lane(s)…", "busy"))
                 yield loading
                 # A fit the app started at start-up is not waited for: the lane starts on the default budget.
-                lines = compare.fit_budgets(spec, wait_for_fits=False, new_fits=state.CALL_FITS, cancel=budget)
+                lines = compare.fit_budgets(run, wait_for_fits=False, new_fits=state.CALL_FITS, cancel=budget)
                 while (line := (yield from calls.waiting(budget, lambda: next(lines, None), loading))) is not None:
                     loading = skip_all(session, (line, "busy"))
                     yield loading
                 comp = yield from calls.waiting(
                     budget,
-                    lambda: compare.start(spec, cancel=budget, wait_for_fits=False, new_fits=state.CALL_FITS),
+                    lambda: compare.start(run, cancel=budget, wait_for_fits=False, new_fits=state.CALL_FITS),
                     loading,
                     discard=Comparison.close,
                 )
@@ -198,7 +198,7 @@ def step_handler(settings: RunSettings, view: View, request: gr.Request | None =
                 else:
                     budget = session.call = CallBudget(state.CALL_LIMIT_S)  # Stop and the cap cover the start
                     comp = compare.start(
-                        settings.spec(session.history), cancel=budget, wait_for_fits=False, new_fits=state.CALL_FITS
+                        settings.resolved(session.history), cancel=budget, wait_for_fits=False, new_fits=state.CALL_FITS
                     )
                     budget.seconds = None  # started: a paused Step's lanes wait for the next Step without a clock
                 session.comparison, session.stepping = comp, True

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from poss_core import settings
-from poss_core.compare import RunSpec
+from poss_core.compare import Resolved, RunSpec
 from poss_core.decoding.config import check_prompt_text
 from poss_core.errors import ConfigError, PromptError
 
@@ -60,10 +60,11 @@ class RunSettings(settings.ByName):
         """From the controls' values in the order ui.py lists them (one per APP_SETTINGS name)."""
         return cls(prompt, multi_turn, preset, methods, **dict(zip(APP_SETTINGS, values)))
 
-    def spec(self, history: list[dict]) -> RunSpec:
-        """What a comparison runs, checked by `RunSpec.resolve` (raises PossError with a readable message): the
-        prompt, after `history` when Multi-turn is ticked, the chosen methods once each in the preset's order, every
-        setting typed and in bounds, and no more new tokens than this server gives a run."""
+    def resolved(self, history: list[dict]) -> Resolved:
+        """What a comparison runs, checked and resolved once, here where the input arrives (`RunSpec.resolve` raises
+        PossError with a readable message; the handlers pass the result down as it is): the prompt, after `history`
+        when Multi-turn is ticked, the chosen methods once each in the preset's order, every setting typed and in
+        bounds, and no more new tokens than this server gives a run."""
         if self.prompt is None or (isinstance(self.prompt, str) and not self.prompt.strip()):
             raise PromptError("the prompt is empty: type a question or instruction (or pick an example).")
         check_prompt_text(self.prompt)  # named "prompt", also when it follows a conversation
@@ -77,11 +78,11 @@ class RunSettings(settings.ByName):
         # An unset choice (a radio Gradio sends as None) reads its default; anything else is checked as sent.
         values = {k: v for k, v in self.values.items() if not (v in (None, "") and settings.SETTINGS[k].choices)}
         spec = RunSpec(message, chosen, self.preset, **values)
-        order = list(spec.resolve().offered)
-        spec.methods.sort(key=order.index)
+        run = spec.resolve()
+        spec.methods.sort(key=list(run.offered).index)
         if MAX_NEW_TOKENS is not None and spec.max_new_tokens > MAX_NEW_TOKENS:
             raise ConfigError(
                 f"max_new_tokens={spec.max_new_tokens} is more than this server gives one run "
                 f"({MAX_NEW_TOKENS}, so that every visitor gets a turn): ask for {MAX_NEW_TOKENS} or fewer."
             )
-        return spec
+        return run

@@ -133,6 +133,12 @@ class Resolved:
         return models.draft(self.preset, method, target, self.spec.quantization, self.spec.precision)
 
 
+def resolved(spec: "RunSpec | Resolved") -> Resolved:
+    """A run as given when it is resolved already (the app resolves where its input arrives, once per run), else the
+    spec checked and resolved now."""
+    return spec if isinstance(spec, Resolved) else spec.resolve()
+
+
 # ----- what each emitted token was ------------------------------------------------------------------------------
 @dataclass
 class Rejected:
@@ -464,7 +470,7 @@ class Comparison:
 
 
 def start(
-    spec: RunSpec,
+    spec: RunSpec | Resolved,
     models: ModelCache = MODELS,
     cancel: threading.Event | None = None,
     wait_for_fits: bool = True,
@@ -478,7 +484,8 @@ def start(
     after, a fit and the oracle's reference decode stop within one round of it (CallStopped), and the lanes watch it
     before each round. Raises a PossError with a readable message for bad settings, an empty or too long prompt, a
     missing draft, a model that fails to load, or a call stopped meanwhile."""
-    run = spec.resolve()
+    run = resolved(spec)
+    spec = run.spec
     budget = as_budget(cancel)
     budget.check("waiting to start")
     target = run.target(models)
@@ -575,7 +582,7 @@ def live_comparisons() -> list[Comparison]:
 
 
 def fit_budgets(
-    spec: RunSpec,
+    spec: RunSpec | Resolved,
     models: ModelCache = MODELS,
     wait_for_fits: bool = True,
     new_fits: bool = True,
@@ -586,9 +593,9 @@ def fit_budgets(
     ones read the cache). With `wait_for_fits=False`, a fit another thread has under way is not waited for, and with
     `new_fits=False` no fit is started: the status says the lane starts on the default budget. `cancel` (the call's
     budget) stops a fit within one round with CallStopped."""
-    if not spec.auto_budget:
+    run = resolved(spec)
+    if not run.spec.auto_budget:
         return
-    run = spec.resolve()
     budget, config = as_budget(cancel), run.config
     target = run.target(models)
     for method in run.draft_methods():
@@ -615,12 +622,12 @@ def fit_budgets(
                 raise budget.stopped(f"fitting the tree budget of {label}") from None
 
 
-def prefit_budgets(spec: RunSpec, models: ModelCache = MODELS) -> None:
+def prefit_budgets(spec: RunSpec | Resolved, models: ModelCache = MODELS) -> None:
     """Fit every draft lane's auto budget now, one after another (the app does it at start-up, in the background).
     All of them count as under way from the start, so a Run that comes meanwhile starts on the default budgets
     (`wait_for_fits=False`) instead of waiting for calibrations it did not ask for (the app also sets
     `models.startup_fit` from before it loads anything until this returns)."""
-    run = spec.resolve()
+    run = resolved(spec)
     target = run.target(models)
     models.fit_budgets_in_turn(target, [run.draft(models, m, target) for m in run.draft_methods()], run.config)
 

@@ -260,7 +260,7 @@ def test_the_servers_token_limit_is_checked_before_queueing(monkeypatch):
     import gradio as gr
 
     with pytest.raises(gr.Error) as refused:
-        api.api_spec("Hi", ["plain"], "tiny-random", max_new_tokens=17, quiet_refusals=True)
+        api.api_run("Hi", ["plain"], "tiny-random", max_new_tokens=17, quiet_refusals=True)
     assert isinstance(refused.value.__cause__, ConfigError)
     assert wording.says(refused.value.message, wording.over_token_limit(17, 16))
 

@@ -41,7 +41,7 @@ def test_a_run_during_the_start_up_fit_starts_on_the_default_budget(tmp_path, mo
         return real(*args, **kwargs)
 
     monkeypatch.setattr(calibration, "auto_tree_budget", held)
-    spec = cold_settings().spec([])
+    spec = cold_settings().resolved([])
     prefit = threading.Thread(target=compare.prefit_budgets, args=(spec,), daemon=True)
     prefit.start()
     assert entered.wait(60)
