@@ -82,8 +82,8 @@ class RunSpec(settings.ByName):
             raise ConfigError(f"{len(self.methods)} methods chosen: pick at most {MAX_LANES} lanes.")
         if not isinstance(self.preset, str):
             raise ConfigError(f"preset={self.preset!r}: give a preset's name.")
-        self.values = settings.checked(self.values)
-        config = self.config()
+        self.values = settings.checked(self.values)  # every value typed and in bounds, once
+        config = DecodeConfig(**settings.decoding(self.values))  # checked just now: not again through `of`
         preset = get_preset(self.preset)
         offered = methods.lane_methods(preset)
         for m in self.methods:
