@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from collections.abc import Callable
+from dataclasses import MISSING, dataclass, field, fields, is_dataclass
+from functools import cache, partial
+from operator import attrgetter
+from types import NoneType, UnionType
+from typing import Annotated, Any, ClassVar, get_args, get_origin, get_type_hints
+
+# A float that is NaN where it was not observed (a draft probability that transformers' generate does not expose):
+# JSON holds it as null.
+MaybeNaN = Annotated[float, "NaN where not observed; null in JSON"]
 
 
 def number(value: Any) -> float:
-    """A float read back from JSON, where null stands for NaN (a value not observed, e.g. a draft probability that
-    transformers' generate does not expose)."""
+    """A float read back from JSON, where null stands for NaN (a value not observed)."""
     return math.nan if value is None else float(value)
 
 
@@ -20,14 +27,9 @@ class DraftNode:
     token: int
     parent: int
     depth: int
-    score: float  # cumulative draft log-prob from the root
-    draft_prob: float  # the draft's probability of this token given its parent
+    score: MaybeNaN  # cumulative draft log-prob from the root
+    draft_prob: MaybeNaN  # the draft's probability of this token given its parent
     specialist: int  # which draft specialist (layer group) proposed it
-
-    @classmethod
-    def of(cls, token, parent, depth, score, draft_prob, specialist) -> "DraftNode":
-        """A node from JSON values (null score or probability: not observed, NaN)."""
-        return cls(int(token), int(parent), int(depth), number(score), number(draft_prob), int(specialist))
 
 
 @dataclass
@@ -63,7 +65,16 @@ class StartDeviation:
 
 @dataclass
 class RoundEvent:
-    """Everything one round did; plain decoding emits the same events with an empty tree."""
+    """Everything one round did; plain decoding emits the same events with an empty tree.
+
+    This declaration is the only list of a round's fields: its JSON (`to_json`, `from_json`), the light copy the
+    charts pool (views/pooling.py), the saved-run schema (saved_runs.py) and the benchmark's records
+    (results/records.py) are read off it. A field added since the first has a default, which a round saved before
+    it existed reads."""
+
+    # What a round read from JSON must hold; any other field it lacks reads its default, or the empty value of its
+    # type where it has none (no nodes, 0 ms: a round written by hand)
+    REQUIRED_KEYS: ClassVar[tuple[str, ...]] = ("round", "bonus")
 
     round: int
     nodes: list[DraftNode]
@@ -123,59 +134,141 @@ class RoundEvent:
         return max(0.0, self.wall_ms - self.draft_ms - self.verify_ms)
 
     def to_json(self) -> dict[str, Any]:
-        """The CLI's --jsonl object for this round."""
-        return {
-            "round": self.round,
-            "nodes": [asdict(n) for n in self.nodes],
-            "accepted": list(self.accepted),
-            "bonus": self.bonus,
-            "target_probs": list(self.target_probs),
-            "feature_deviation": [asdict(d) for d in self.feature_deviation],
-            "draft_ms": self.draft_ms,
-            "verify_ms": self.verify_ms,
-            "wall_ms": self.wall_ms,
-            "new_tokens": self.new_tokens,
-            "tokens": list(self.tokens),
-            "text": self.text,
-            "prefill": self.prefill,
-            "draft_ms_by_depth": list(self.draft_ms_by_depth),
-            "bonus_prob": self.bonus_prob,
-            "draft_observed": self.draft_observed,
-            "tree_deviation": [asdict(d) for d in self.tree_deviation],
-            "continuation_deviation": [asdict(d) for d in self.continuation_deviation],
-            "every_position_deviation": [asdict(d) for d in self.every_position_deviation],
-        }
+        """The CLI's --jsonl object for this round: every field, a drafted node or a deviation as an object."""
+        return to_json(self)
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> "RoundEvent":
         """Rebuild an event from `to_json` output (saved runs are replayed without a model)."""
-        return cls(
-            round=int(obj["round"]),
-            nodes=[DraftNode.of(**n) for n in obj.get("nodes", [])],
-            accepted=[int(a) for a in obj.get("accepted", [])],
-            bonus=int(obj["bonus"]),
-            target_probs=[float(p) for p in obj.get("target_probs", [])],
-            feature_deviation=[FeatureDeviation(**d) for d in obj.get("feature_deviation", [])],
-            draft_ms=float(obj.get("draft_ms", 0.0)),
-            verify_ms=float(obj.get("verify_ms", 0.0)),
-            new_tokens=int(obj.get("new_tokens", 0)),
-            tokens=[int(t) for t in obj.get("tokens", [])],
-            text=str(obj.get("text", "")),
-            wall_ms=float(obj.get("wall_ms", 0.0)),
-            prefill=bool(obj.get("prefill", False)),
-            draft_ms_by_depth=[float(m) for m in obj.get("draft_ms_by_depth", [])],
-            bonus_prob=None if obj.get("bonus_prob") is None else float(obj["bonus_prob"]),
-            draft_observed=bool(obj.get("draft_observed", True)),
-            tree_deviation=[
-                TreeDeviation(int(d["k"]), bool(d["on_path"]), float(d["l2"]), float(d["cosine"]), int(d.get("n", 1)))
-                for d in obj.get("tree_deviation", [])
-            ],
-            continuation_deviation=[FeatureDeviation(**d) for d in obj.get("continuation_deviation", [])],
-            every_position_deviation=[
-                StartDeviation(int(d["k"]), float(d["l2"]), float(d["cosine"]), int(d.get("n", 1)))
-                for d in obj.get("every_position_deviation", [])
-            ],
-        )
+        return from_json(cls, obj)
+
+
+def to_json(value: Any, compact: bool = False) -> Any:
+    """A dataclass of this module as JSON values: an object keyed by field name or, `compact`, an array of its fields
+    in declared order (the benchmark's records); lists item by item, other values as they are (NaN too:
+    json_safe.clean_json writes it as null)."""
+    return _writer(type(value), compact)(value)
+
+
+def field_writer(cls: type, name: str, compact: bool = False) -> Callable[[Any], Any]:
+    """How a value of field `name` of dataclass `cls` is written as JSON (as `to_json` writes it)."""
+    return _writer(_hints(cls)[name], compact)
+
+
+def from_json(cls: type, obj: dict[str, Any] | list) -> Any:
+    """A dataclass of this module from JSON: an object keyed by field name, or an array of its fields in declared
+    order (`to_json(compact=True)`). Each value is read as its declared type; a field the object lacks reads
+    `default_in_json` (KeyError names one it must hold)."""
+    layout = _layout(cls)
+    if isinstance(obj, (list, tuple)):
+        if len(obj) == len(layout):
+            return cls(*[read(v) for (_, read, _), v in zip(layout, obj)])
+        obj = dict(zip((name for name, _, _ in layout), obj))
+    values = {}
+    for name, read, make in layout:
+        if name in obj:
+            values[name] = read(obj[name])
+        elif make is None:
+            raise KeyError(name)
+        else:
+            values[name] = make()
+    return cls(**values)
+
+
+def default_in_json(cls: type, name: str) -> Any:
+    """What a JSON object of dataclass `cls` that lacks field `name` reads: its default, or MISSING where the object
+    must hold it (a field without a default; in a round, only `RoundEvent.REQUIRED_KEYS`)."""
+    make = next(make for field_name, _, make in _layout(cls) if field_name == name)
+    return MISSING if make is None else make()
+
+
+@cache
+def _hints(cls: type) -> dict[str, Any]:
+    return get_type_hints(cls, include_extras=True)
+
+
+@cache
+def _layout(cls: type) -> tuple[tuple[str, Callable[[Any], Any], Callable[[], Any] | None], ...]:
+    """Each field of `cls`: its name, how its JSON value is read, and what makes the value an object without it reads
+    (None: the object must hold it; see `default_in_json`)."""
+    hints = _hints(cls)
+    required = getattr(cls, "REQUIRED_KEYS", None)
+    out = []
+    for f in fields(cls):
+        if f.default is not MISSING:
+            make = partial(_same, f.default)
+        elif f.default_factory is not MISSING:
+            make = f.default_factory
+        elif required is None or f.name in required:
+            make = None
+        else:
+            make = partial(_empty, hints[f.name])
+        out.append((f.name, _reader(hints[f.name]), make))
+    return tuple(out)
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def _empty(kind: Any) -> Any:
+    """The empty value of a declared type: [], None for an optional value, else 0, 0.0, "" or False."""
+    origin = get_origin(kind)
+    if origin is list:
+        return []
+    if origin is Annotated:
+        return _empty(get_args(kind)[0])
+    if origin is UnionType:
+        return None
+    return kind()
+
+
+@cache
+def _reader(kind: Any) -> Callable[[Any], Any]:
+    """How a JSON value of declared type `kind` is read: a list item by item, `X | None` as None or X, a dataclass by
+    `from_json`, MaybeNaN by `number` (null: NaN), a plain type by calling it (int, float, bool, str)."""
+    if kind == MaybeNaN:
+        return number
+    origin, args = get_origin(kind), get_args(kind)
+    if origin is Annotated:
+        return _reader(args[0])
+    if origin is list:
+        item = _reader(args[0])
+        return lambda values: [item(v) for v in values]
+    if origin is UnionType:
+        (inner,) = [a for a in args if a is not NoneType]
+        read = _reader(inner)
+        return lambda value: None if value is None else read(value)
+    if is_dataclass(kind):
+        return partial(from_json, kind)
+    return kind
+
+
+@cache
+def _writer(kind: Any, compact: bool) -> Callable[[Any], Any]:
+    """How a value of declared type `kind` is written as JSON (see `to_json`): lists copied, dataclasses field by
+    field, anything else as it is."""
+    origin, args = get_origin(kind), get_args(kind)
+    if origin is Annotated:
+        return _writer(args[0], compact)
+    if origin is list:
+        item = _writer(args[0], compact)
+        return list if item is _same else (lambda values: [item(v) for v in values])
+    if origin is UnionType:
+        (inner,) = [a for a in args if a is not NoneType]
+        write = _writer(inner, compact)
+        return _same if write is _same else (lambda value: None if value is None else write(value))
+    if not is_dataclass(kind):
+        return _same
+    hints = _hints(kind)
+    parts = tuple((f.name, _writer(hints[f.name], compact)) for f in fields(kind))
+    names = tuple(name for name, _ in parts)
+    if len(parts) > 1 and all(write is _same for _, write in parts):  # a node, a deviation: read them all at once
+        values = attrgetter(*names)
+        return (lambda v: list(values(v))) if compact else (lambda v: dict(zip(names, values(v))))
+    if compact:
+        return lambda v: [write(getattr(v, name)) for name, write in parts]
+    return lambda v: {name: write(getattr(v, name)) for name, write in parts}
 
 
 @dataclass

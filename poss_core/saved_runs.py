@@ -15,17 +15,29 @@ import gzip
 import json
 import zlib
 from collections.abc import Iterator
+from dataclasses import MISSING, fields, is_dataclass
+from functools import cache
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from types import NoneType, UnionType
+from typing import Annotated, Any, Literal, get_args, get_origin, get_type_hints
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    create_model,
+    field_validator,
+    model_validator,
+)
 
 from . import methods, settings
 from .call_budget import CallBudget
 from .compare import MAX_LANES, Comparison, Lane, RunSpec
 from .decoding.config import MAX_PROMPT_CHARS, MAX_PROMPT_TOKENS
 from .errors import PossError
-from .events import RoundEvent
+from .events import DraftNode, FeatureDeviation, MaybeNaN, RoundEvent, StartDeviation, TreeDeviation, default_in_json
 from .json_safe import clean_json
 from .settings import LIMITS
 
@@ -42,12 +54,15 @@ MAX_PIECE_CHARS = 1024  # one token's text
 MAX_TEXT_CHARS = 256 * 1024  # a lane's whole text
 MAX_STATS_CHARS = 64 * 1024  # a lane's summary statistics, as JSON
 
+TOKEN_ID = dict(ge=0, le=MAX_TOKEN_ID)
+MS = dict(ge=0.0, le=1e9)
+PROB = dict(ge=0.0, le=1.0 + 1e-3)  # a probability, with room for rounding
+DEVIATION = {"l2": dict(ge=0.0), "cosine": dict(ge=0.0, le=2.0)}
+
 Name = Annotated[str, Field(min_length=1, max_length=80, pattern=r"^[A-Za-z0-9_.:/+-]+$")]
 Label = Annotated[str, Field(max_length=120, pattern=r"^[^<>]*$")]
 Piece = Annotated[str, Field(max_length=MAX_PIECE_CHARS)]
-TokenId = Annotated[int, Field(ge=0, le=MAX_TOKEN_ID)]
-Ms = Annotated[float, Field(ge=0.0, le=1e9)]
-Prob = Annotated[float, Field(ge=0.0, le=1.0 + 1e-3)]  # a probability, with room for rounding
+TokenId = Annotated[int, Field(**TOKEN_ID)]
 
 
 class _Model(BaseModel):
@@ -59,22 +74,11 @@ class _Message(_Model):
     content: Annotated[str, Field(max_length=MAX_PROMPT_CHARS)]
 
 
-def _bounded(name: str, kind=int):
-    lo, hi = LIMITS[name]
-    return Annotated[kind, Field(ge=lo, le=hi)]
-
-
-def _setting_field(s: settings.Setting) -> tuple[Any, Any]:
-    """A setting of the table as a field of the saved settings: its type, bounds or choices, and its default (what a
-    run saved before the setting existed reads)."""
-    if s.choices:
-        kind: Any = Literal[s.choices]  # type: ignore[valid-type]
-    elif s.bounds is not None:
-        lo, hi = s.bounds
-        kind = Annotated[s.kind, Field(**{"gt" if s.open_low else "ge": lo, "lt" if s.open_high else "le": hi})]
-    else:
-        kind = s.kind
-    return kind, s.default
+def _setting(name: str, optional: bool = False) -> Any:
+    """A setting of the table as a saved value, checked by the table's own `Setting.check` (its type, bounds or
+    choices; the ConfigError says what is valid); `optional`: null allowed too."""
+    check = settings.SETTINGS[name].check
+    return Annotated[Any, BeforeValidator(lambda v: None if optional and v is None else check(v))]
 
 
 class _SettingsBase(_Model):
@@ -91,8 +95,11 @@ class _SettingsBase(_Model):
 
 
 # The saved settings: the prompt, methods and preset, then every run setting of the table (settings.RUN).
+# A setting a run was saved without reads its default.
 _Settings = create_model(
-    "_Settings", __base__=_SettingsBase, **{name: _setting_field(settings.SETTINGS[name]) for name in settings.RUN}
+    "_Settings",
+    __base__=_SettingsBase,
+    **{name: (_setting(name), settings.SETTINGS[name].default) for name in settings.RUN},
 )
 
 
@@ -101,7 +108,7 @@ class _LaneHead(_Model):
     label: Label | None = None
     trained: bool | None = None
     special_ids: Annotated[list[TokenId], Field(max_length=4096)] = []
-    budget: _bounded("tree_budget") | None = None
+    budget: _setting("tree_budget", optional=True) = None
     budget_auto: bool = False
 
 
@@ -116,53 +123,83 @@ class _Head(_Model):
     prompt_tokens: Annotated[int, Field(ge=0, le=MAX_PROMPT_TOKENS)] = 0
 
 
-class _Node(_Model):
-    token: TokenId
-    parent: Annotated[int, Field(ge=-1, lt=MAX_NODES)]
-    depth: Annotated[int, Field(ge=1, le=MAX_DEPTH)]
-    # A cumulative log-probability and the draft's probability; null where not observed (transformers' generate)
-    score: Annotated[float, Field(le=1e-3)] | None
-    draft_prob: Prob | None
-    specialist: Annotated[int, Field(ge=0, lt=MAX_DEPTH)]
+# What a saved round may hold, field by field (pydantic's Field keywords): a number's range, a list's or a string's
+# length and, under "each", the bounds of a list's items. The fields themselves, their types and their defaults are
+# read off the dataclasses in events.py (`_saved_model`); a field not named here is held to the widest bounds a round
+# has (`_WIDEST`), so a new field is checked, saved and loaded as declared with no edit here.
+_BOUNDS: dict[type, dict[str, dict[str, Any]]] = {
+    RoundEvent: {
+        "round": dict(ge=0, le=MAX_ROUNDS),
+        "nodes": dict(max_length=MAX_NODES),
+        "accepted": dict(max_length=MAX_DEPTH, each=dict(ge=0, lt=MAX_NODES)),
+        "bonus": TOKEN_ID,
+        "target_probs": dict(max_length=MAX_NODES, each=PROB),
+        "feature_deviation": dict(max_length=MAX_DEPTH),
+        "draft_ms": MS,
+        "verify_ms": MS,
+        "wall_ms": MS,
+        "new_tokens": dict(ge=0, le=MAX_ROUNDS * (MAX_DEPTH + 1)),
+        "tokens": dict(max_length=MAX_DEPTH + 1, each=TOKEN_ID),
+        "text": dict(max_length=(MAX_DEPTH + 1) * MAX_PIECE_CHARS),
+        "draft_ms_by_depth": dict(max_length=MAX_DEPTH, each=MS),
+        "bonus_prob": PROB,
+        "tree_deviation": dict(max_length=2 * MAX_DEPTH),
+        "continuation_deviation": dict(max_length=MAX_DEPTH),
+        "every_position_deviation": dict(max_length=MAX_DEPTH),
+    },
+    DraftNode: {
+        "token": TOKEN_ID,
+        "parent": dict(ge=-1, lt=MAX_NODES),
+        "depth": dict(ge=1, le=MAX_DEPTH),
+        "score": dict(le=1e-3),  # a cumulative log-probability
+        "draft_prob": PROB,
+        "specialist": dict(ge=0, lt=MAX_DEPTH),
+    },
+    FeatureDeviation: DEVIATION,
+    TreeDeviation: {**DEVIATION, "k": dict(ge=1, le=MAX_DEPTH), "n": dict(ge=1, le=MAX_NODES)},
+    # a round covers its root and at most depth accepted tokens
+    StartDeviation: {**DEVIATION, "k": dict(ge=1, le=MAX_DEPTH), "n": dict(ge=1, le=MAX_DEPTH + 1)},
+}
+_WIDEST: dict[type, dict[str, Any]] = {
+    list: dict(max_length=MAX_NODES),
+    str: dict(max_length=(MAX_DEPTH + 1) * MAX_PIECE_CHARS),
+    int: dict(ge=-MAX_TOKEN_ID - 1, le=MAX_TOKEN_ID),
+}
 
 
-class _Deviation(_Model):
-    l2: Annotated[float, Field(ge=0.0)]
-    cosine: Annotated[float, Field(ge=0.0, le=2.0)]
+def _saved_type(kind: Any, bounds: dict[str, Any]) -> Any:
+    """The pydantic type a saved value of declared type `kind` is checked as, within `bounds` (else `_WIDEST`)."""
+    bounds = dict(bounds)
+    each = bounds.pop("each", {})
+    if kind == MaybeNaN:  # null where not observed
+        return Annotated[float, Field(**bounds)] | None
+    origin, args = get_origin(kind), get_args(kind)
+    if origin is Annotated:
+        return _saved_type(args[0], bounds)
+    if origin is list:
+        return Annotated[list[_saved_type(args[0], each)], Field(**(bounds or _WIDEST[list]))]
+    if origin is UnionType:  # `X | None`
+        (inner,) = [a for a in args if a is not NoneType]
+        return _saved_type(inner, bounds) | None
+    if is_dataclass(kind):
+        return _saved_model(kind)
+    return Annotated[kind, Field(**(bounds or _WIDEST.get(kind, {})))]
 
 
-class _TreeDeviation(_Deviation):
-    k: Annotated[int, Field(ge=1, le=MAX_DEPTH)]
-    on_path: bool
-    n: Annotated[int, Field(ge=1, le=MAX_NODES)] = 1
+@cache
+def _saved_model(cls: type) -> type[_Model]:
+    """The model a saved dataclass of events.py is checked against: its fields, each as `_saved_type`, and what a
+    file without one reads (`events.default_in_json`; none: the file must hold it)."""
+    hints = get_type_hints(cls, include_extras=True)
+    bounds = _BOUNDS.get(cls, {})
+    spec = {}
+    for f in fields(cls):
+        default = default_in_json(cls, f.name)
+        spec[f.name] = (_saved_type(hints[f.name], bounds.get(f.name, {})), ... if default is MISSING else default)
+    return create_model(f"_Saved{cls.__name__}", __base__=_Model, **spec)
 
 
-class _StartDeviation(_Deviation):
-    k: Annotated[int, Field(ge=1, le=MAX_DEPTH)]
-    n: Annotated[int, Field(ge=1, le=MAX_DEPTH + 1)] = 1  # a round covers its root and at most depth accepted tokens
-
-
-class _Event(_Model):
-    round: Annotated[int, Field(ge=0, le=MAX_ROUNDS)]
-    nodes: Annotated[list[_Node], Field(max_length=MAX_NODES)] = []
-    accepted: Annotated[list[Annotated[int, Field(ge=0, lt=MAX_NODES)]], Field(max_length=MAX_DEPTH)] = []
-    bonus: TokenId
-    target_probs: Annotated[list[Prob], Field(max_length=MAX_NODES)] = []
-    feature_deviation: Annotated[list[_Deviation], Field(max_length=MAX_DEPTH)] = []
-    draft_ms: Ms = 0.0
-    verify_ms: Ms = 0.0
-    wall_ms: Ms = 0.0
-    new_tokens: Annotated[int, Field(ge=0, le=MAX_ROUNDS * (MAX_DEPTH + 1))] = 0
-    tokens: Annotated[list[TokenId], Field(max_length=MAX_DEPTH + 1)] = []
-    text: Annotated[str, Field(max_length=(MAX_DEPTH + 1) * MAX_PIECE_CHARS)] = ""
-    prefill: bool = False
-    draft_ms_by_depth: Annotated[list[Ms], Field(max_length=MAX_DEPTH)] = []
-    bonus_prob: Prob | None = None
-    draft_observed: bool = True
-    tree_deviation: Annotated[list[_TreeDeviation], Field(max_length=2 * MAX_DEPTH)] = []
-    continuation_deviation: Annotated[list[_Deviation], Field(max_length=MAX_DEPTH)] = []
-    every_position_deviation: Annotated[list[_StartDeviation], Field(max_length=MAX_DEPTH)] = []
-
+class _Event(_saved_model(RoundEvent)):
     @model_validator(mode="after")
     def _a_tree(self):
         """Parents come before their children, one level up; the accepted path and target_probs index real nodes."""
@@ -294,6 +331,8 @@ def _field_error(name: str, lineno: int, err: ValidationError) -> RunFileError:
         where = "type"
     value = first.get("input")
     shown = "" if isinstance(value, (dict, list)) else f" (got {str(value)[:40]!r})"
+    if first.get("type") == "value_error":  # a check of ours (a setting's, the tree's): its words name the value
+        msg, shown = str(first.get("ctx", {}).get("error", msg)).rstrip("."), ""
     return RunFileError(f"{name!r} is not a valid saved run: line {lineno}: {where or 'the line'}: {msg}{shown}.")
 
 

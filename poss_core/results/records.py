@@ -5,13 +5,29 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from .. import methods, metrics
 from ..errors import ConfigError
-from ..events import DraftNode, FeatureDeviation, RoundEvent, StartDeviation, TreeDeviation
+from ..events import RoundEvent, field_writer
+
+# What the records leave out of a round: `round` is its place in the list and `accepted` is kept as its length (a
+# light event's path is 0..n-1); the benchmark's tables and the evidence read none of the others. Every other field of
+# RoundEvent is a column of `rounds`, a field added to it included.
+NOT_KEPT = ("round", "accepted", "target_probs", "text", "draft_ms_by_depth", "bonus_prob")
+COLUMNS = tuple(f.name for f in fields(RoundEvent) if f.name not in NOT_KEPT)
+
+
+def _column(name: str, events: list[RoundEvent]) -> list[Any]:
+    """One field of every round, a drafted node or a deviation as the list of its fields in declared order (a few
+    numbers per node on disk); timings (`..._ms`) to 4 decimals, a tenth of a microsecond."""
+    write = field_writer(RoundEvent, name, compact=True)
+    values = [write(getattr(e, name)) for e in events]
+    if name.endswith("_ms"):
+        return [round(v, 4) if isinstance(v, float) else v for v in values]
+    return values
 
 
 @dataclass
@@ -57,74 +73,21 @@ class TurnRecord:
             "stop_reason": self.stop_reason,
             "wall_time": self.wall_time,
             "prompt_ids": self.prompt_ids,
-            "rounds": {
-                "prefill": [e.prefill for e in ev],
-                "accept_len": [e.accept_len for e in ev],
-                "new_tokens": [e.new_tokens for e in ev],
-                "draft_ms": [round(e.draft_ms, 4) for e in ev],
-                "verify_ms": [round(e.verify_ms, 4) for e in ev],
-                "wall_ms": [round(e.wall_ms, 4) for e in ev],
-                "feature_deviation": [[[d.l2, d.cosine] for d in e.feature_deviation] for e in ev],
-                "tokens": [e.tokens for e in ev],
-                "bonus": [e.bonus for e in ev],
-                "nodes": [
-                    [[n.token, n.parent, n.depth, n.score, n.draft_prob, n.specialist] for n in e.nodes] for e in ev
-                ],
-                "draft_observed": [e.draft_observed for e in ev],
-                "continuation_deviation": [[[d.l2, d.cosine] for d in e.continuation_deviation] for e in ev],
-                "every_position_deviation": [
-                    [[d.k, d.l2, d.cosine, d.n] for d in e.every_position_deviation] for e in ev
-                ],
-                "tree_deviation": [[[d.k, d.on_path, d.l2, d.cosine, d.n] for d in e.tree_deviation] for e in ev],
-            },
+            "rounds": {"accept_len": [e.accept_len for e in ev], **{name: _column(name, ev) for name in COLUMNS}},
         }
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> "TurnRecord":
+        """A record from `to_json` output. A column older records lack reads the field's default (`bonus`, which has
+        none, reads -1: not known); the rounds end where the shortest column does."""
         r = obj.get("rounds", {})
-        n = len(r.get("accept_len", []))
-
-        def col(name, default):
-            return r.get(name) or [default] * n
-
-        events = [
-            RoundEvent(
-                round=i,
-                nodes=[DraftNode.of(*node) for node in nodes],
-                accepted=list(range(acc)),
-                bonus=int(bonus),
-                target_probs=[],
-                feature_deviation=[FeatureDeviation(float(a), float(b)) for a, b in dev],
-                draft_ms=float(dm),
-                verify_ms=float(vm),
-                new_tokens=int(nt),
-                tokens=[int(t) for t in toks],
-                wall_ms=float(wm),
-                prefill=bool(pf),
-                draft_observed=bool(seen),
-                continuation_deviation=[FeatureDeviation(float(a), float(b)) for a, b in cont],
-                every_position_deviation=[StartDeviation(int(k), float(a), float(b), int(m)) for k, a, b, m in every],
-                tree_deviation=[TreeDeviation(int(k), bool(on), float(a), float(b), int(m)) for k, on, a, b, m in tree],
-            )
-            for i, (pf, acc, nt, dm, vm, wm, dev, toks, bonus, nodes, seen, cont, tree, every) in enumerate(
-                zip(
-                    col("prefill", False),
-                    col("accept_len", 0),
-                    col("new_tokens", 0),
-                    col("draft_ms", 0.0),
-                    col("verify_ms", 0.0),
-                    col("wall_ms", 0.0),
-                    col("feature_deviation", []),
-                    col("tokens", []),
-                    col("bonus", -1),
-                    col("nodes", []),
-                    col("draft_observed", True),
-                    col("continuation_deviation", []),
-                    col("tree_deviation", []),
-                    col("every_position_deviation", []),
-                )
-            )
-        ]
+        columns = {name: r[name] for name in ("accept_len", *COLUMNS) if r.get(name)}
+        n = min(map(len, columns.values())) if "accept_len" in columns else 0
+        events = []
+        for i in range(n):
+            row = {"bonus": -1, **{name: values[i] for name, values in columns.items()}}
+            accepted = list(range(row.pop("accept_len")))
+            events.append(RoundEvent.from_json({**row, "round": i, "accepted": accepted}))
         return cls(
             run=int(obj["run"]),
             method=obj["method"],
