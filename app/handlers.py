@@ -126,7 +126,7 @@ def _stream(
 def run_handler(settings: RunSettings, view: View, request: gr.Request | None = None) -> Iterator[list]:
     """Run a comparison: one lane per method on the same prompt and seed, streamed round by round."""
     session = state.SESSIONS.get(request)
-    if not session.lock.acquire(blocking=False):
+    if not state.hold(session):
         yield skip_all(session, (TAB_BUSY, "error"))
         return
     # Stop reaches the call from now on; the cap's clock starts with its live slot (calls.queue_wait): waiting in
@@ -177,7 +177,7 @@ def run_handler(settings: RunSettings, view: View, request: gr.Request | None = 
 def step_handler(settings: RunSettings, view: View, request: gr.Request | None = None) -> list:
     """Advance every lane by one round (starting a new comparison, or a loaded run's replay, if none is paused)."""
     session = state.SESSIONS.get(request)
-    if not session.lock.acquire(blocking=False):
+    if not state.hold(session):
         return skip_all(session, (TAB_BUSY, "error"))
     ticket = None
     try:
@@ -256,7 +256,7 @@ def stop_handler(view: View, request: gr.Request | None = None) -> list:
     if comp is None or comp.finished:
         return skip_all(session, ("Nothing is running.", "info"))
     comp.stop()
-    if session.lock.acquire(blocking=False):  # a paused Step session: finish its lanes here
+    if state.hold(session):  # a paused Step session: finish its lanes here
         try:
             comp.drain()
             session.stepping = False
@@ -272,7 +272,7 @@ def stop_handler(view: View, request: gr.Request | None = None) -> list:
 def replay_handler(view: View, request: gr.Request | None = None) -> Iterator[list]:
     """Play back the loaded run (or the last one) round by round, without a model."""
     session = state.SESSIONS.get(request)
-    if not session.lock.acquire(blocking=False):
+    if not state.hold(session):
         yield skip_all(session, ("This tab is already running: press Stop first.", "error"))
         return
     try:
@@ -301,7 +301,7 @@ def example_handler(prompt: str, preset: str, view: View, request: gr.Request | 
     if index is None:
         yield skip_all(session, ("Press ▶ Run to run this prompt live.", "info"))
         return
-    if not session.lock.acquire(blocking=False):
+    if not state.hold(session):
         yield skip_all(
             session,
             (

@@ -85,7 +85,7 @@ def load_handler(file: Any, view: View, request: gr.Request | None = None) -> li
     if file is None:
         return skip_all(session, session.status)
     path = file if isinstance(file, str) else getattr(file, "name", str(file))
-    if not session.lock.acquire(blocking=False):
+    if not state.hold(session):
         return skip_all(session, ("This tab is running: press Stop before loading a run.", "error"))
     before = (session.comparison, session.loaded, session.stepping, dict(session.pins))
     try:

@@ -37,6 +37,17 @@ SESSION_MEMORY_MB = 4096.0
 APP_PRESET = ""  # the preset the app serves first: the class charts' preset while a tab shows no lanes
 
 
+# The store's memory accounting (`SessionStore._held`) holds a tab's lock for a moment; a handler waits this long for
+# it before calling the tab busy, so a Stop or Step never meets that moment as "busy" (a running handler holds the
+# lock for its whole call).
+HOLD_WAIT_S = 0.25
+
+
+def hold(session: "Session") -> bool:
+    """Take the tab's lock for a handler: True when taken, False when another handler has it."""
+    return session.lock.acquire(timeout=HOLD_WAIT_S)
+
+
 @dataclass
 class Session:
     """One browser tab's lanes. Two tabs never share one: the store keys sessions by Gradio's session hash."""
