@@ -19,7 +19,7 @@ from poss_core.compare import CallBudget
 from poss_core.errors import CallStopped, PossError
 
 from . import client_share, live_queue, state
-from .render import render, skip_all
+from .render import Frame, render, status_only
 from .state import Session
 from .user_settings import View
 
@@ -28,7 +28,7 @@ QUEUE_FRAME_S = 1.0  # while a live run waits for its slot, its status (place, e
 QUEUE_POLL_S = 0.25  # how often a waiting run checks Stop (its slot wakes it at once)
 
 
-def queue_wait(session: Session, budget: CallBudget, ticket: int) -> Iterator[list]:
+def queue_wait(session: Session, budget: CallBudget, ticket: int) -> Iterator[Frame]:
     """Wait for this live run's slot (live_queue.LIVE), showing its place in line and the estimated wait every
     QUEUE_FRAME_S; Stop (the budget) or a gone client leaves the line. The call's time cap starts with its slot."""
     shown = 0.0
@@ -37,7 +37,7 @@ def queue_wait(session: Session, budget: CallBudget, ticket: int) -> Iterator[li
             raise CallStopped("Stopped while waiting in the queue: nothing ran. Run again whenever you like.")
         if time.monotonic() - shown >= QUEUE_FRAME_S:
             shown = time.monotonic()
-            yield skip_all(session, (live_queue.LIVE.status(ticket), "busy"))
+            yield status_only(session, (live_queue.LIVE.status(ticket), "busy"))
     budget.restart(state.CALL_LIMIT_S)
 
 
@@ -52,7 +52,7 @@ def slot_blocking(budget: CallBudget, work: float, request: Any = None) -> int:
     return ticket
 
 
-def waiting(budget: CallBudget, work, frame: list, discard=None) -> Iterator[list]:
+def waiting(budget: CallBudget, work, frame: Frame, discard=None) -> Iterator[Frame]:
     """Run `work()` (a load, a fit, a comparison's start) in a worker thread, yielding `frame` every WAIT_FRAME_S
     until it returns; its value is this generator's return value and its error is raised here. Gradio closes a
     handler's generator at a yield once its client has gone: the budget is then set, so the work stops within one
@@ -89,7 +89,7 @@ def _discard_when_done(worker: threading.Thread, box: dict, discard) -> None:
         discard(box["value"])
 
 
-def guard(session: Session, view: View, fn) -> Iterator[list]:
+def guard(session: Session, view: View, fn) -> Iterator[Frame]:
     """Run a handler body: PossErrors become the status line, anything else is logged and shown in one line."""
     try:
         yield from fn()

@@ -4,6 +4,7 @@ pool), drawn by poss_core/views/figures.py."""
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from poss_core import methods
 from poss_core.compare import Comparison
@@ -60,19 +61,29 @@ def pooled_chart_runs(pools: Pools) -> tuple[dict[str, list], dict[str, str], st
 CHART_NAMES = ("pos_acc", "feature_deviation", "accept_hist", "tokens_per_s")
 
 
-def chart_outputs(session: Session, view: View) -> list:
-    """The four charts (CHART_NAMES order) of what the view's source asks for: this run, all my runs, or everyone
-    on this server."""
+def chart_outputs(session: Session, view: View) -> dict[str, Any]:
+    """The four charts, keyed by name (CHART_NAMES), of what the view's source asks for: this run, all my runs, or
+    everyone on this server."""
     comp = session.comparison
     if view.everyone:
         return class_charts(session, view)
     runs_, colors, note = pooled_chart_runs(session.pool_view(comp)) if view.pooled else (*chart_runs(comp), "")
-    return [
-        figures.pos_acc_figure(runs_, conditional=view.conditional, colors=colors, note=note),
-        figures.feature_deviation_figure(runs_, colors=colors, note=note),
-        figures.accept_hist_figure(runs_, colors=colors, note=note),
-        figures.tokens_per_s_figure(runs_, colors=colors, note=note),
-    ]
+    return _charts(runs_, colors, note, view.conditional, figures.tokens_per_s_figure(runs_, colors=colors, note=note))
+
+
+def _charts(runs_: dict, colors: dict, note: str, conditional: bool, tokens_per_s: Any) -> dict[str, Any]:
+    """The four charts keyed by CHART_NAMES: three drawn from `runs_` alike, and the tokens/s chart as given."""
+    return dict(
+        zip(
+            CHART_NAMES,
+            (
+                figures.pos_acc_figure(runs_, conditional=conditional, colors=colors, note=note),
+                figures.feature_deviation_figure(runs_, colors=colors, note=note),
+                figures.accept_hist_figure(runs_, colors=colors, note=note),
+                tokens_per_s,
+            ),
+        )
+    )
 
 
 def class_preset(session: Session) -> str:
@@ -91,7 +102,7 @@ def class_note(preset: str, entries: dict[str, ClassEntry]) -> str:
     return f"Everyone on this server ({preset}), live runs pooled since {since}: {runs}"
 
 
-def class_charts(session: Session, view: View) -> list:
+def class_charts(session: Session, view: View) -> dict[str, Any]:
     """ "Everyone on this server": each method's pooled AcceptanceStats on the preset (numbers only) drawn by the
     same chart code, n= on each chart; tokens/s as pooled totals (the pool keeps no per-round timeline)."""
     preset = class_preset(session)
@@ -112,9 +123,4 @@ def class_charts(session: Session, view: View) -> list:
         340,
         "Tokens/s, everyone on this server (tokens over the lanes' own compute time)",
     )
-    return [
-        figures.pos_acc_figure(runs_, conditional=view.conditional, colors=colors, note=note),
-        figures.feature_deviation_figure(runs_, colors=colors, note=note),
-        figures.accept_hist_figure(runs_, colors=colors, note=note),
-        tps,
-    ]
+    return _charts(runs_, colors, note, view.conditional, tps)

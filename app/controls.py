@@ -11,9 +11,7 @@ import gradio as gr
 from poss_core import settings
 from poss_core.settings import LIMITS, PRECISIONS
 
-from . import (
-    user_settings,
-)
+from . import user_settings
 from .control_defaults import precision_note, quantization_note
 from .user_settings import RunSettings, View
 

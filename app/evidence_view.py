@@ -3,12 +3,10 @@
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import sys
 import traceback
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +21,7 @@ from poss_core.results.analysis import OVERALL
 from poss_core.results.evidence import Evidence, load_evidence
 from poss_core.views import figures
 
+from . import render
 from .evidence_html import header_html, message_html, table_html
 
 OUTPUT_NAMES = (
@@ -205,7 +204,7 @@ def empty_outputs(message: str, kind: str = "info") -> dict[str, Any]:
 
 # ---------------------------------------------------------------- handlers
 # Each returns the outputs it changes, by name (OUTPUT_NAMES); an output it leaves out keeps what it shows.
-# `build_tab` keys them by component for Gradio (`by_component`).
+# `build_tab` keys them by component for Gradio (`render.by_component`).
 
 
 def _guarded(load, source: str, preset: str | None = None, demo: Evidence | None = None) -> dict[str, Any]:
@@ -264,16 +263,6 @@ def scope_handler(ev: Evidence | None, scope: Any, kind: Any = "every_position")
 def folder_handler(text: Any) -> dict[str, Any]:
     """A results folder (or summary file) typed into the path box, inside the folders it may read."""
     return _guarded(lambda: load_results_path(text), f"{str(text).strip()[:200]!r}")
-
-
-def by_component(handler: Callable[..., dict[str, Any]], components: dict[str, Any]) -> Callable[..., Any]:
-    """`handler` for Gradio: its outputs keyed by component (those left out are skipped), or one skip for none."""
-
-    @functools.wraps(handler)
-    def keyed(*args: Any) -> Any:
-        return {components[name]: value for name, value in handler(*args).items()} or gr.skip()
-
-    return keyed
 
 
 # ---------------------------------------------------------------- layout
@@ -346,8 +335,10 @@ def build_tab(demo: gr.Blocks, preset: str, preset_choices: list) -> None:
     }
     assert tuple(named) == OUTPUT_NAMES
     outputs, scoped = list(named.values()), [named[name] for name in SCOPED]
-    bundled, uploaded, typed = (by_component(h, named) for h in (bundled_handler, upload_handler, folder_handler))
-    rescoped = by_component(scope_handler, named)
+    bundled, uploaded, typed = (
+        render.by_component(h, named) for h in (bundled_handler, upload_handler, folder_handler)
+    )
+    rescoped = render.by_component(scope_handler, named)
     light = {"api_visibility": "private", "show_progress": "hidden"}
     loads = {"concurrency_id": "evidence", "concurrency_limit": LOAD_CONCURRENCY, "show_progress": "minimal"}
     preset_dd.change(bundled, preset_dd, outputs, **light)

@@ -15,7 +15,7 @@ from poss_core.compare import CallBudget, Comparison
 from poss_core.errors import PossError
 
 from . import calls, client_share, live_queue, recordings, state
-from .render import render, skip_all
+from .render import Frame, render, status_only
 from .state import Session
 from .user_settings import RunSettings, View
 
@@ -24,6 +24,7 @@ CHARTS_EVERY_S = 1.5  # the charts repaint less often than the lanes
 MAX_RENDER_SHARE = 0.25  # repaint slower when drawing would take more than this share of the time
 REPLAY_DELAY_S = 0.12  # pause between replayed rounds, so a replay reads like a live run
 MAX_PACE_S = 3.0  # a replay at its recorded timing waits at most this long between two turns
+STOP_WAIT_S = 5.0  # Stop waits this long for the call it stopped to end (a round, a load's step) before it answers
 
 # How the final status line opens (tests/wording.py reads these rather than copying them).
 DONE = "Done"
@@ -70,7 +71,7 @@ def _turn_ms(comp: Comparison, before: list[int]) -> float:
 
 def _stream(
     session: Session, view: View, comp: Comparison, label: str, paced: bool = False, note: str = ""
-) -> Iterator[list]:
+) -> Iterator[Frame]:
     """Turn the lanes until done, repainting at most every UPDATE_EVERY_S (and after the last round). `paced`: a
     replay keeps the timing it was recorded with (each turn waits for the previous turn's recorded compute, at most
     MAX_PACE_S), else a replayed round follows the last after REPLAY_DELAY_S; `note` ends the final status.
@@ -123,11 +124,11 @@ def _stream(
 
 
 @calls.counted
-def run_handler(settings: RunSettings, view: View, request: gr.Request | None = None) -> Iterator[list]:
+def run_handler(settings: RunSettings, view: View, request: gr.Request | None = None) -> Iterator[Frame]:
     """Run a comparison: one lane per method on the same prompt and seed, streamed round by round."""
     session = state.SESSIONS.get(request)
     if not state.hold(session):
-        yield skip_all(session, (TAB_BUSY, "error"))
+        yield status_only(session, (TAB_BUSY, "error"))
         return
     # Stop reaches the call from now on; the cap's clock starts with its live slot (calls.queue_wait): waiting in
     # line is not decoding, and loads and fits count.
@@ -148,12 +149,12 @@ def run_handler(settings: RunSettings, view: View, request: gr.Request | None = 
             ticket = live_queue.LIVE.join(work, *client_share.request_client(request))
             try:
                 yield from calls.queue_wait(session, budget, ticket)
-                loading = skip_all(session, (f"Loading {spec.preset} and {len(spec.methods)} lane(s)…", "busy"))
+                loading = status_only(session, (f"Loading {spec.preset} and {len(spec.methods)} lane(s)…", "busy"))
                 yield loading
                 # A fit the app started at start-up is not waited for: the lane starts on the default budget.
                 lines = compare.fit_budgets(run, wait_for_fits=False, new_fits=state.CALL_FITS, cancel=budget)
                 while (line := (yield from calls.waiting(budget, lambda: next(lines, None), loading))) is not None:
-                    loading = skip_all(session, (line, "busy"))
+                    loading = status_only(session, (line, "busy"))
                     yield loading
                 comp = yield from calls.waiting(
                     budget,
@@ -174,11 +175,11 @@ def run_handler(settings: RunSettings, view: View, request: gr.Request | None = 
 
 
 @calls.counted
-def step_handler(settings: RunSettings, view: View, request: gr.Request | None = None) -> list:
+def step_handler(settings: RunSettings, view: View, request: gr.Request | None = None) -> Frame:
     """Advance every lane by one round (starting a new comparison, or a loaded run's replay, if none is paused)."""
     session = state.SESSIONS.get(request)
     if not state.hold(session):
-        return skip_all(session, (TAB_BUSY, "error"))
+        return status_only(session, (TAB_BUSY, "error"))
     ticket = None
     try:
 
@@ -245,41 +246,47 @@ def step_handler(settings: RunSettings, view: View, request: gr.Request | None =
         state.SESSIONS.enforce_budget(keep=session)  # a paused Step holds its lanes' caches
 
 
-def stop_handler(view: View, request: gr.Request | None = None) -> list:
-    """Cancel every lane of this tab at once (a running comparison stops before its next round)."""
+def stop_handler(view: View, request: gr.Request | None = None) -> Frame:
+    """Cancel every lane of this tab at once. A call loading, fitting, waiting or running ends within a round; Stop
+    answers once it has (up to STOP_WAIT_S) with the status that call ended on, so its answer and the call's last frame
+    say the same whichever reaches the page last. A paused Step session is ended here."""
     session = state.SESSIONS.get(request)
     call = session.call
-    if call is not None and not call.is_set():  # a call still loading, fitting or preparing: it stops within a round
-        call.set()
-        return skip_all(session, ("Stopping…", "busy"))
     comp = session.comparison
-    if comp is None or comp.finished:
-        return skip_all(session, ("Nothing is running.", "info"))
-    comp.stop()
-    if state.hold(session):  # a paused Step session: finish its lanes here
-        try:
-            comp.drain()
-            session.stepping = False
-            session.pool_run(comp)
-            _remember_turn(session, comp)
-            return render(session, view, _final_status(comp))
-        finally:
-            session.lock.release()
-    return skip_all(session, ("Stopping every lane…", "busy"))
+    if call is not None and not call.is_set():
+        call.set()
+    elif comp is None or comp.finished:
+        return status_only(session, ("Nothing is running.", "info"))
+    else:
+        comp.stop()
+    if not state.hold(session, STOP_WAIT_S):  # still ending its round: its own last frame says when it has
+        return status_only(session, ("Stopping every lane…", "busy"), remember=False)
+    try:
+        comp = session.comparison
+        if comp is None or comp.finished:  # the call ended and said so
+            return status_only(session, session.status)
+        comp.stop()  # a paused Step session: finish its lanes here
+        comp.drain()
+        session.stepping = False
+        session.pool_run(comp)
+        _remember_turn(session, comp)
+        return render(session, view, _final_status(comp))
+    finally:
+        session.lock.release()
 
 
 @calls.counted
-def replay_handler(view: View, request: gr.Request | None = None) -> Iterator[list]:
+def replay_handler(view: View, request: gr.Request | None = None) -> Iterator[Frame]:
     """Play back the loaded run (or the last one) round by round, without a model."""
     session = state.SESSIONS.get(request)
     if not state.hold(session):
-        yield skip_all(session, ("This tab is already running: press Stop first.", "error"))
+        yield status_only(session, ("This tab is already running: press Stop first.", "error"))
         return
     try:
         source = session.loaded or session.comparison
         if source is None or (not source.finished and source is session.comparison):
             nothing = session.freed or "Nothing to replay yet: Run a comparison or load a saved run."
-            yield skip_all(session, (nothing, "error"))
+            yield status_only(session, (nothing, "error"))
             return
         session.loaded = source
         comp = saved_runs.replay(source)
@@ -291,7 +298,7 @@ def replay_handler(view: View, request: gr.Request | None = None) -> Iterator[li
     state.SESSIONS.enforce_budget(keep=session)
 
 
-def example_handler(prompt: str, preset: str, view: View, request: gr.Request | None = None) -> Iterator[list]:
+def example_handler(prompt: str, preset: str, view: View, request: gr.Request | None = None) -> Iterator[Frame]:
     """A clicked example: its recorded run of the default lanes (recordings.recording_for: the one made on `preset`,
     else the default preset's) replays at once with its recorded timing, labelled as a recording with the hardware
     it was made on. No model work and no live slot: it never waits behind live runs. ▶ Run then runs the same prompt
@@ -299,10 +306,10 @@ def example_handler(prompt: str, preset: str, view: View, request: gr.Request | 
     session = state.SESSIONS.get(request)
     index = recordings.example_index(prompt)
     if index is None:
-        yield skip_all(session, ("Press ▶ Run to run this prompt live.", "info"))
+        yield status_only(session, ("Press ▶ Run to run this prompt live.", "info"))
         return
     if not state.hold(session):
-        yield skip_all(
+        yield status_only(
             session,
             (
                 "This tab is busy (a run waiting or going, a replay or a step): the example's "
@@ -316,12 +323,14 @@ def example_handler(prompt: str, preset: str, view: View, request: gr.Request | 
         try:
             recorded = recordings.recording_for(index, preset)
         except PossError as err:  # a damaged bundled file: say so, the tab keeps what it shows
-            yield skip_all(
+            yield status_only(
                 session, (f"The example's recording could not be read ({err}); press ▶ Run to run it live.", "error")
             )
             return
         if recorded is None:
-            yield skip_all(session, ("No recording is bundled for this example: press ▶ Run to run it live.", "info"))
+            yield status_only(
+                session, ("No recording is bundled for this example: press ▶ Run to run it live.", "info")
+            )
             return
         if session.comparison is not None and not session.comparison.finished:
             session.comparison.stop()  # a paused Step session ends (and is pooled) before the recording replaces it

@@ -1,11 +1,14 @@
 """What a handler sends to the page: the lane headers, trees, round accounts and sliders, the conversation, and
-`render`, which assembles every output in OUTPUT_NAMES order (token HTML in app/token_html.py, the charts' sources
-in app/chart_view.py)."""
+`render`, which returns what changed keyed by output name (OUTPUT_NAMES; token HTML in app/token_html.py, the
+charts' sources in app/chart_view.py), and `by_component`, which keys such a frame by component for Gradio."""
 
 from __future__ import annotations
 
+import functools
 import html
+import inspect
 import math
+from collections.abc import Callable
 from typing import Any
 
 import gradio as gr
@@ -35,16 +38,14 @@ from .user_settings import View
 LANE_PARTS = ("col", "head", "tokens", "text", "tree", "slider", "explain")
 
 
+Frame = dict[str, Any]  # what a handler sends: the outputs it changes, keyed by name (the rest stay as they are)
+
 OUTPUT_NAMES = (
-    ["status", "legend", "conversation"]
-    + [f"lane{i}_{part}" for i in range(MAX_LANES) for part in LANE_PARTS]
-    + ["pos_acc", "feature_deviation", "accept_hist", "tokens_per_s", "hardware"]
+    ("status", "legend", "conversation")
+    + tuple(f"lane{i}_{part}" for i in range(MAX_LANES) for part in LANE_PARTS)
+    + CHART_NAMES
+    + ("hardware",)
 )
-
-
-def outputs_dict(values: list) -> dict[str, Any]:
-    """A handler's output list keyed by OUTPUT_NAMES (for tests and readers)."""
-    return dict(zip(OUTPUT_NAMES, values))
 
 
 def _fmt(value: float, spec: str = ".1f", none: str = "–") -> str:
@@ -212,9 +213,9 @@ def render(
     running: bool = False,
     with_charts: bool = True,
     with_trees: bool = True,
-) -> list:
-    """Every output the lanes, charts and status show, in OUTPUT_NAMES order (`with_charts=False` leaves the four
-    charts as they are, `with_trees=False` each lane's tree, round slider and account)."""
+) -> Frame:
+    """Every output the lanes, charts and status show, keyed by name (OUTPUT_NAMES; `with_charts=False` leaves the
+    four charts and the hardware note as they are, `with_trees=False` each lane's tree, round slider and account)."""
     if status is not None:
         session.status = status
     comp = session.comparison
@@ -245,8 +246,6 @@ def render(
                 out[p + "tree"] = lane_tree(lane, pin)
                 out[p + "slider"] = round_slider(lane, pin)
                 out[p + "explain"] = lane_explain(lane, pin, float(comp.spec.temperature) > 0.0)
-            else:
-                out[p + "tree"] = out[p + "slider"] = out[p + "explain"] = gr.skip()
         else:
             visible = comp is None and i < len(DEFAULT_METHODS)
             out[p + "col"] = gr.Column(visible=visible)
@@ -261,15 +260,12 @@ def render(
             out[p + "slider"] = round_slider(None, None)
             out[p + "explain"] = EXPLAIN_EMPTY
     if not with_charts:
-        for name in ("pos_acc", "feature_deviation", "accept_hist", "tokens_per_s"):
-            out[name] = gr.skip()
-        out["hardware"] = gr.skip()
-        return [out[name] for name in OUTPUT_NAMES]
-    out.update(zip(CHART_NAMES, chart_outputs(session, view)))
+        return out
+    out.update(chart_outputs(session, view))
     info = comp.hardware if comp is not None and comp.hardware else loaded_hardware()
     note = "Showing a saved run: the hardware it was recorded on." if comp is not None and comp.replay else ""
     out["hardware"] = about.hardware_markdown(info, note)
-    return [out[name] for name in OUTPUT_NAMES]
+    return out
 
 
 def loaded_hardware() -> dict[str, str] | None:
@@ -277,7 +273,33 @@ def loaded_hardware() -> dict[str, str] | None:
     return hardware_info(loaded[-1]) if loaded else None
 
 
-def skip_all(session: Session, status: tuple[str, str]) -> list:
-    """Change only the status line."""
-    session.status = status
-    return [status_html(*status)] + [gr.skip()] * (len(OUTPUT_NAMES) - 1)
+def status_only(session: Session, status: tuple[str, str], remember: bool = True) -> Frame:
+    """Change only the status line (`remember=False`: a passing word the tab's next frame replaces, not kept as its
+    status)."""
+    if remember:
+        session.status = status
+    return {"status": status_html(*status)}
+
+
+def by_component(handler: Callable[..., Any], components: dict[str, Any]) -> Callable[..., Any]:
+    """`handler` for Gradio: each dict of outputs it returns or yields, keyed by name, keyed by component instead
+    (Gradio leaves the event's other outputs as they are), or one skip for an empty dict. Names are kept up to here so
+    that handlers stay plain functions a test calls, and so that a ZeroGPU worker sends back only picklable values."""
+
+    def keyed(out: dict[str, Any]) -> Any:
+        return {components[name]: value for name, value in out.items()} or gr.skip()
+
+    if inspect.isgeneratorfunction(handler):
+
+        @functools.wraps(handler)
+        def streamed(*args: Any, **kwargs: Any):
+            for out in handler(*args, **kwargs):
+                yield keyed(out)
+
+        return streamed
+
+    @functools.wraps(handler)
+    def answered(*args: Any, **kwargs: Any) -> Any:
+        return keyed(handler(*args, **kwargs))
+
+    return answered

@@ -20,7 +20,7 @@ from poss_core.compare import Comparison
 from poss_core.errors import PossError
 
 from . import state
-from .render import render, skip_all
+from .render import Frame, render, status_only
 from .user_settings import View
 
 
@@ -76,17 +76,17 @@ def prune_saved_runs(folder: Path, keep: int | None = None, age_s: float | None 
     return gone
 
 
-def load_handler(file: Any, view: View, request: gr.Request | None = None) -> list:
+def load_handler(file: Any, view: View, request: gr.Request | None = None) -> Frame:
     """Show a saved run as it ended; Replay plays it back, Step goes through it round by round.
 
     The file is checked in full before the session changes: a bad file leaves the tab as it was and the status line
     names the line and field that is wrong."""
     session = state.SESSIONS.get(request)
     if file is None:
-        return skip_all(session, session.status)
+        return status_only(session, session.status)
     path = file if isinstance(file, str) else getattr(file, "name", str(file))
     if not state.hold(session):
-        return skip_all(session, ("This tab is running: press Stop before loading a run.", "error"))
+        return status_only(session, ("This tab is running: press Stop before loading a run.", "error"))
     before = (session.comparison, session.loaded, session.stepping, dict(session.pins))
     try:
         comp = saved_runs.load_run(path)

@@ -43,9 +43,10 @@ APP_PRESET = ""  # the preset the app serves first: the class charts' preset whi
 HOLD_WAIT_S = 0.25
 
 
-def hold(session: "Session") -> bool:
-    """Take the tab's lock for a handler: True when taken, False when another handler has it."""
-    return session.lock.acquire(timeout=HOLD_WAIT_S)
+def hold(session: "Session", wait_s: float | None = None) -> bool:
+    """Take the tab's lock for a handler, waiting up to `wait_s` (HOLD_WAIT_S): True when taken, False when another
+    handler has it."""
+    return session.lock.acquire(timeout=HOLD_WAIT_S if wait_s is None else wait_s)
 
 
 @dataclass

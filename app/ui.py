@@ -27,8 +27,9 @@ from . import (
     view_handlers,
 )
 from .api import compare_endpoint
+from .chart_view import CHART_NAMES
 from .control_defaults import method_choices, ui_defaults
-from .render import OUTPUT_NAMES, conversation_html, draft_note
+from .render import LANE_PARTS, OUTPUT_NAMES, by_component, conversation_html, draft_note
 from .state import DEFAULT_METHODS
 from .token_html import TOKEN_CLICK_JS, legend_html, status_html
 
@@ -258,27 +259,31 @@ def build_demo(
                 gr.Markdown(about.METRICS)
                 hardware = gr.Markdown(about.hardware_markdown(None))
 
-        outputs = (
-            [status, legend, conversation]
-            + [c for parts in lane_parts for c in parts]
-            + [pos_acc_plot, dev_plot, hist_plot, tps_plot, hardware]
-        )
-        assert len(outputs) == len(OUTPUT_NAMES)
+        # The Demo's outputs by name (render.OUTPUT_NAMES), and every other component a Demo handler changes: each
+        # handler returns what it changes keyed by these names (render.by_component keys them for Gradio).
+        shown = {"status": status, "legend": legend, "conversation": conversation}
+        shown |= {f"lane{i}_{part}": c for i, parts in enumerate(lane_parts) for part, c in zip(LANE_PARTS, parts)}
+        shown |= dict(zip(CHART_NAMES, (pos_acc_plot, dev_plot, hist_plot, tps_plot))) | {"hardware": hardware}
+        assert tuple(shown) == OUTPUT_NAMES
+        named = shown | {"class_key": class_key, "methods": method_boxes, "draft_note": note} | by_setting
+        outputs = list(shown.values())
+
+        def keyed(handler):
+            return by_component(handler, named)
+
         # The Run settings (RunSettings.from_controls): prompt, Multi-turn, preset, methods, then one control per
         # setting the app offers, in the table's order; then the view toggles (View.from_controls).
         settings = [prompt, multi_turn, preset_dd, method_boxes] + [by_setting[n] for n in user_settings.APP_SETTINGS]
         view = [color_by, show_rejected, pos_acc_mode, charts_from]
-        run = controls.gathered(handlers.run_handler, settings=True)
-        step = controls.gathered(handlers.step_handler, settings=True)
+        run = keyed(_gpu(controls.gathered(handlers.run_handler, settings=True)))
+        step = keyed(_gpu(controls.gathered(handlers.step_handler, settings=True)))
 
-        run_btn.click(_gpu(run), settings + view, outputs, api_name="run", **live, show_progress="minimal")
-        prompt.submit(
-            _gpu(run), settings + view, outputs, api_visibility="undocumented", **live, show_progress="minimal"
-        )
-        step_btn.click(_gpu(step), settings + view, outputs, api_name="step", **decode, show_progress="minimal")
-        stop_btn.click(controls.gathered(handlers.stop_handler), view, outputs, api_name="stop", **light)
+        run_btn.click(run, settings + view, outputs, api_name="run", **live, show_progress="minimal")
+        prompt.submit(run, settings + view, outputs, api_visibility="undocumented", **live, show_progress="minimal")
+        step_btn.click(step, settings + view, outputs, api_name="step", **decode, show_progress="minimal")
+        stop_btn.click(keyed(controls.gathered(handlers.stop_handler)), view, outputs, api_name="stop", **light)
         replay_btn.click(
-            controls.gathered(handlers.replay_handler),
+            keyed(controls.gathered(handlers.replay_handler)),
             view,
             outputs,
             api_name="replay",
@@ -286,7 +291,7 @@ def build_demo(
             show_progress="minimal",
         )
         examples.load_input_event.then(
-            controls.gathered(handlers.example_handler, leading=2),
+            keyed(controls.gathered(handlers.example_handler, leading=2)),
             [prompt, preset_dd] + view,
             outputs,
             api_name="example",
@@ -295,7 +300,7 @@ def build_demo(
         )
         for control in view:
             control.change(
-                controls.gathered(view_handlers.view_handler), view, outputs, api_visibility="private", **light
+                keyed(controls.gathered(view_handlers.view_handler)), view, outputs, api_visibility="private", **light
             )
         charts_from.change(
             lambda source: gr.Timer(active=source == user_settings.CLASS_VIEW),
@@ -305,26 +310,26 @@ def build_demo(
             **light,
         )
         class_timer.tick(
-            controls.gathered(view_handlers.class_tick_handler),
+            keyed(controls.gathered(view_handlers.class_tick_handler)),
             view,
             [pos_acc_plot, dev_plot, hist_plot, tps_plot],
             api_visibility="private",
             **light,
         )
         class_reset_btn.click(
-            controls.gathered(view_handlers.class_reset_handler, leading=1),
+            keyed(controls.gathered(view_handlers.class_reset_handler, leading=1)),
             [class_key] + view,
             [class_key] + outputs,
             api_name="class_reset",
             **light,
         )
         forget_btn.click(
-            controls.gathered(view_handlers.forget_handler), view, outputs, api_visibility="private", **light
+            keyed(controls.gathered(view_handlers.forget_handler)), view, outputs, api_visibility="private", **light
         )
         for i, parts in enumerate(lane_parts):
             for trigger in (parts[5].input, parts[5].release):  # dragging, and the number box
                 trigger(
-                    view_handlers.tree_for(i),
+                    keyed(view_handlers.tree_for(i)),
                     parts[5],
                     [parts[4], parts[6]],
                     api_visibility="private",
@@ -333,7 +338,7 @@ def build_demo(
                 )
             # A clicked token picks its round: the slider, tree and account move there.
             parts[2].click(
-                view_handlers.round_pick_for(i),
+                keyed(view_handlers.round_pick_for(i)),
                 None,
                 [parts[5], parts[4], parts[6]],
                 api_visibility="private",
@@ -341,16 +346,18 @@ def build_demo(
                 **light,
             )
         preset_dd.change(
-            view_handlers.preset_handler,
+            keyed(view_handlers.preset_handler),
             preset_dd,
             [method_boxes] + [by_setting[n] for n in control_defaults.PRESET_SETTINGS] + [note, status],
             api_visibility="private",
             **light,
         )
-        new_conv.click(view_handlers.new_conversation_handler, None, conversation, api_visibility="private", **light)
+        new_conv.click(
+            keyed(view_handlers.new_conversation_handler), None, conversation, api_visibility="private", **light
+        )
         save_btn.click(saved_files.save_handler, None, saved, api_name="save_run", **light)
         upload.upload(
-            controls.gathered(saved_files.load_handler, leading=1),
+            keyed(controls.gathered(saved_files.load_handler, leading=1)),
             [upload] + view,
             outputs,
             api_name="load_run",
@@ -360,7 +367,7 @@ def build_demo(
         )
         # Also /view: the outputs for a view (the load tool reads the class charts through it).
         demo.load(
-            controls.gathered(view_handlers.view_handler),
+            keyed(controls.gathered(view_handlers.view_handler)),
             view,
             outputs,
             api_name="view",

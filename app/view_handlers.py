@@ -11,62 +11,65 @@ from poss_core.errors import PossError
 from poss_core.models.presets import get_preset
 
 from . import control_defaults, state
-from .chart_view import CHART_NAMES, chart_outputs
+from .chart_view import chart_outputs
 from .class_pool import CLASS
 from .control_defaults import method_choices, ui_defaults
-from .render import conversation_html, draft_note, lane_explain, lane_tree, render, round_slider
+from .render import Frame, conversation_html, draft_note, lane_explain, lane_tree, render, round_slider
 from .state import DEFAULT_METHODS
 from .token_html import status_html
 from .user_settings import View
 
 
-def class_reset_handler(key: str, view: View, request: gr.Request | None = None) -> list:
+def class_reset_handler(key: str, view: View, request: gr.Request | None = None) -> Frame:
     """The class pool's reset: only with the key the app was started with (`--class-reset-key`); the key box is
     emptied either way."""
     session = state.SESSIONS.get(request)
     done, message = CLASS.reset(key)
-    return [""] + render(session, view, (message, "info" if done else "error"))
+    return {"class_key": ""} | render(session, view, (message, "info" if done else "error"))
 
 
-def class_tick_handler(view: View, request: gr.Request | None = None) -> list:
+def class_tick_handler(view: View, request: gr.Request | None = None) -> Frame:
     """The timer's redraw of the four charts while they show "everyone on this server": drawn again only when the
     class pool changed since this tab last drew it (else nothing is sent)."""
     session = state.SESSIONS.get(request, touch=False)  # a timer, not the tab acting: it never postpones reaping
     if not view.everyone or session.class_seen == (CLASS.version, view.conditional):
-        return [gr.skip()] * len(CHART_NAMES)
+        return {}
     return chart_outputs(session, view)
 
 
-def view_handler(view: View, request: gr.Request | None = None) -> list:
+def view_handler(view: View, request: gr.Request | None = None) -> Frame:
     """Redraw after a toggle (colour by position/specialist, rejected drafts, conditional/unconditional)."""
     session = state.SESSIONS.get(request, touch=False)  # reading only: it never postpones reaping what the tab holds
     return render(session, view)
 
 
-def tree_handler(lane_index: int, round_index: float, request: gr.Request | None = None) -> list:
+def tree_handler(lane_index: int, round_index: float, request: gr.Request | None = None) -> Frame:
     """The tree of lane `lane_index` at a chosen round (the slider) and that round told in words; the last round
     re-follows the live one."""
     session = state.SESSIONS.get(request, touch=False)
     comp = session.comparison
     if comp is None or lane_index >= len(comp.lanes):
-        return [gr.skip(), gr.skip()]
+        return {}
     lane = comp.lanes[lane_index]
     r = int(round_index or 0)
     if r >= len(lane.events) - 1:
         session.pins.pop(lane_index, None)
     else:
         session.pins[lane_index] = r
-    return [lane_tree(lane, r), lane_explain(lane, r, float(comp.spec.temperature) > 0.0)]
+    return {
+        f"lane{lane_index}_tree": lane_tree(lane, r),
+        f"lane{lane_index}_explain": lane_explain(lane, r, float(comp.spec.temperature) > 0.0),
+    }
 
 
 def tree_for(lane_index: int):
-    def handler(round_index: float, request: gr.Request = None) -> list:
+    def handler(round_index: float, request: gr.Request = None) -> Frame:
         return tree_handler(lane_index, round_index, request)
 
     return handler
 
 
-def round_pick_handler(lane_index: int, round_index: Any, request: gr.Request | None = None) -> list:
+def round_pick_handler(lane_index: int, round_index: Any, request: gr.Request | None = None) -> Frame:
     """A clicked token's round: lane `lane_index`'s slider moves there, with its tree and account (slider, tree,
     account). Anything but a round the lane has leaves them as they are."""
     session = state.SESSIONS.get(request, touch=False)
@@ -76,21 +79,21 @@ def round_pick_handler(lane_index: int, round_index: Any, request: gr.Request | 
     except (TypeError, ValueError):
         r = -1
     if comp is None or not 0 <= lane_index < len(comp.lanes) or not 0 <= r < len(comp.lanes[lane_index].events):
-        return [gr.skip()] * 3
-    return [round_slider(comp.lanes[lane_index], r)] + tree_handler(lane_index, r, request)
+        return {}
+    return {f"lane{lane_index}_slider": round_slider(comp.lanes[lane_index], r)} | tree_handler(lane_index, r, request)
 
 
 def round_pick_for(lane_index: int):
     """Lane `lane_index`'s token click (the tokens' `data-round`, sent by token_html.TOKEN_CLICK_JS)."""
 
-    def handler(evt: gr.EventData, request: gr.Request = None) -> list:
+    def handler(evt: gr.EventData, request: gr.Request = None) -> Frame:
         data = evt._data if isinstance(getattr(evt, "_data", None), dict) else {}
         return round_pick_handler(lane_index, data.get("round"), request)
 
     return handler
 
 
-def forget_handler(view: View, request: gr.Request | None = None) -> list:
+def forget_handler(view: View, request: gr.Request | None = None) -> Frame:
     """ "Forget my runs": empty this tab's pooled runs (every preset's) and redraw."""
     session = state.SESSIONS.get(request)
     rounds = session.forget_runs()
@@ -108,23 +111,23 @@ def drop_session(request: gr.Request = None) -> None:
     state.SESSIONS.drop(request)
 
 
-def new_conversation_handler(request: gr.Request | None = None) -> str:
+def new_conversation_handler(request: gr.Request | None = None) -> Frame:
     session = state.SESSIONS.get(request)
     session.history = []
-    return conversation_html(session.history)
+    return {"conversation": conversation_html(session.history)}
 
 
-def preset_handler(preset_name: str) -> list:
-    """New preset: its methods, tree settings and draft notes."""
+def preset_handler(preset_name: str) -> Frame:
+    """New preset: its methods, tree settings (keyed by setting name) and draft notes."""
     try:
         preset = get_preset(preset_name)
     except PossError as err:
-        return [gr.skip()] * (2 + len(control_defaults.PRESET_SETTINGS)) + [status_html(str(err), "error")]
+        return {"status": status_html(str(err), "error")}
     d = ui_defaults(preset)
     choices = method_choices(preset)
     keep = [m for m in DEFAULT_METHODS if m in dict((v, k) for k, v in choices)]
     return (
-        [gr.CheckboxGroup(choices=choices, value=keep)]
-        + [gr.update(value=d[n]) for n in control_defaults.PRESET_SETTINGS]
-        + [draft_note(preset), gr.skip()]
+        {"methods": gr.CheckboxGroup(choices=choices, value=keep)}
+        | {n: gr.update(value=d[n]) for n in control_defaults.PRESET_SETTINGS}
+        | {"draft_note": draft_note(preset)}
     )

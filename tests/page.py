@@ -10,8 +10,6 @@ from dataclasses import dataclass
 from html.parser import HTMLParser
 from typing import Any
 
-from app import render
-
 
 @dataclass(frozen=True)
 class Status:
@@ -26,9 +24,10 @@ ICONS = {"error": "⚠ ", "busy": "⏳ "}  # token_html.status_html's icon per k
 
 
 def status(frame: Any) -> Status:
-    """The status line of a handler's frame (its output list, `render.outputs_dict` of it, or the status HTML)."""
-    if isinstance(frame, list):
-        frame = render.outputs_dict(frame)
+    """The status line of a frame: a handler's (outputs keyed by name), an API client's (the outputs in order, the
+    status first), or the status HTML itself."""
+    if isinstance(frame, (list, tuple)):
+        frame = frame[0]
     if isinstance(frame, dict):
         frame = frame["status"]
     m = _STATUS.match(frame)

@@ -75,10 +75,18 @@ def identity_kinds(frame) -> list[str]:
 
 
 def wait_for_status(tab, phrase: str, timeout: int = 120_000) -> None:
-    """Until the tab's status line holds `phrase` (a tests/wording.py phrase)."""
-    tab.wait_for_function(
-        f"document.querySelector('#poss-status').innerText.includes({json.dumps(phrase)})", timeout=timeout
-    )
+    """Until the tab's status line holds `phrase` (a tests/wording.py phrase); a timeout says what it held."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    try:
+        tab.wait_for_function(
+            f"document.querySelector('#poss-status').innerText.includes({json.dumps(phrase)})", timeout=timeout
+        )
+    except PlaywrightTimeout:
+        said = tab.locator("#poss-status").inner_text()
+        raise AssertionError(
+            f"the status never said {phrase!r} within {timeout / 1000:g} s; it says {said!r}"
+        ) from None
 
 
 def test_client_run_streams_and_stop_cancels(server):

@@ -182,7 +182,7 @@ def test_lane_update_for_a_known_event_stream():
     comp = known_comparison()
     comp.lanes[1] = lane
     session = state.Session(comparison=comp)
-    out = render.outputs_dict(render.render(session, user_settings.View(show_rejected=True)))
+    out = render.render(session, user_settings.View(show_rejected=True))
     head = out["lane1_head"]
     tps = metrics.tokens_per_s(SPEC_EVENTS)  # 8 tokens over 32 ms
     speedup = metrics.speedup(tps, metrics.tokens_per_s(comp.lanes[0].events))
@@ -286,7 +286,7 @@ def test_chart_figures_data():
 def test_run_streams_three_lanes_identical_to_plain():
     frames = list(handlers.run_handler(*settings(max_new_tokens=16), request=req("run")))
     assert len(frames) >= 3  # loading, at least one live frame, the final one
-    out = render.outputs_dict(frames[-1])
+    out = frames[-1]
     assert page.status(out).kind == "info" and wording.says_done(out), out["status"]
     for i in range(3):
         assert out[f"lane{i}_col"].visible is True
@@ -306,7 +306,7 @@ def test_prompt_lookup_and_assisted_lanes_get_the_identity_badge_draft_colours_a
             request=req("peer"),
         )
     )
-    out = render.outputs_dict(frames[-1])
+    out = frames[-1]
     comp = state.SESSIONS.get(req("peer")).comparison
     assert [page.lane_title(out[f"lane{i}_head"]) for i in (1, 2)] == [lane.label for lane in comp.lanes[1:]]
     offered = methods.lane_methods(get_preset("tiny-random"))
@@ -355,21 +355,21 @@ def test_auto_budget_fits_each_draft_lane_once_then_reads_the_cache(tmp_path, mo
     monkeypatch.setattr(cache, "choice_cache_path", lambda: tmp_path / "choices.json")
     monkeypatch.setattr(cache, "curve_cache_path", lambda: tmp_path / "curves.json")
     frames = list(handlers.run_handler(*settings(max_new_tokens=8, auto_budget=True), request=req("auto")))
-    statuses = [render.outputs_dict(f)["status"] for f in frames]
+    statuses = [f["status"] for f in frames]
     assert len({s for s in statuses if wording.says(s, wording.FITTING)}) == 2  # once per draft lane
     comp = state.SESSIONS.get(req("auto")).comparison
     plain, eagle, poss2 = comp.lanes
     assert plain.budget is None and eagle.budget_auto and poss2.budget_auto
     assert all(2 <= lane.budget <= autobudget.MAX_BUDGET for lane in (eagle, poss2))
     assert eagle.token_ids == plain.token_ids  # any budget is lossless
-    assert page.stats(render.outputs_dict(frames[-1])["lane1_head"])["budget"] == f"{eagle.budget} auto"
+    assert page.stats(frames[-1]["lane1_head"])["budget"] == f"{eagle.budget} auto"
     # The fit's dynamic depth stop travels with its budget, and the lane header names it when there is one.
     fitted = json.loads((tmp_path / "choices.json").read_text()).values()
     assert sorted((c["budget"], c["depth_stop"]) for c in fitted) == sorted(
         (lane.budget, lane.depth_stop) for lane in (eagle, poss2)
     )
     for i, lane in ((1, eagle), (2, poss2)):
-        shown = page.stats(render.outputs_dict(frames[-1])[f"lane{i}_head"])
+        shown = page.stats(frames[-1][f"lane{i}_head"])
         assert shown.get("depth_stop") == (f"p < {lane.depth_stop:g}" if lane.depth_stop else None)
 
     def no_calibration(*a, **k):
@@ -396,7 +396,7 @@ def test_auto_budget_fits_each_draft_lane_once_then_reads_the_cache(tmp_path, mo
     ],
 )
 def test_bad_inputs_show_a_message_not_a_traceback(change, message):
-    out = render.outputs_dict(list(handlers.run_handler(*settings(**change), request=req("bad")))[-1])
+    out = list(handlers.run_handler(*settings(**change), request=req("bad")))[-1]
     status = page.status(out)
     assert status.kind == "error" and wording.says(status, message), status
     assert "Traceback" not in out["status"]
@@ -404,21 +404,19 @@ def test_bad_inputs_show_a_message_not_a_traceback(change, message):
 
 def test_gpu_preset_on_cpu_and_failing_model_load(monkeypatch):
     if not compare.cuda_available():
-        out = render.outputs_dict(
-            list(handlers.run_handler(*settings(preset="llama3-8b-instruct", methods=["plain"]), request=req("gpu")))[
-                -1
-            ]
-        )
+        out = list(handlers.run_handler(*settings(preset="llama3-8b-instruct", methods=["plain"]), request=req("gpu")))[
+            -1
+        ]
         assert page.status(out).kind == "error" and wording.says(out, wording.NEEDS_GPU)
 
     def broken(*a, **k):
         raise ModelLoadError("could not load target 'x': disk on fire")
 
     monkeypatch.setattr(compare.MODELS, "target", broken)
-    out = render.outputs_dict(list(handlers.run_handler(*settings(), request=req("broken")))[-1])
+    out = list(handlers.run_handler(*settings(), request=req("broken")))[-1]
     assert page.status(out) == page.Status("error", "could not load target 'x': disk on fire")  # the error, as raised
     monkeypatch.undo()
-    out = render.outputs_dict(list(handlers.run_handler(*settings(max_new_tokens=4), request=req("broken")))[-1])
+    out = list(handlers.run_handler(*settings(max_new_tokens=4), request=req("broken")))[-1]
     assert wording.says_done(out)  # the app keeps serving
 
 
@@ -427,41 +425,60 @@ def test_unexpected_errors_are_contained(monkeypatch):
         raise RuntimeError("kaboom")
 
     monkeypatch.setattr(compare, "start", boom)
-    out = render.outputs_dict(list(handlers.run_handler(*settings(), request=req("boom")))[-1])
+    out = list(handlers.run_handler(*settings(), request=req("boom")))[-1]
     assert page.status(out).kind == "error" and wording.says_crashed(out, "RuntimeError", "kaboom")
     assert not state.SESSIONS.get(req("boom")).lock.locked()
 
 
 def test_step_then_stop_then_run_again():
     r = req("step")
-    out = render.outputs_dict(handlers.step_handler(*settings(max_new_tokens=40), request=r))
+    out = handlers.step_handler(*settings(max_new_tokens=40), request=r)
     assert wording.says_stepped(out, 0)
     comp = state.SESSIONS.get(r).comparison
     assert [len(lane.events) for lane in comp.lanes] == [1, 1, 1]
     assert wording.says_stepped(handlers.step_handler(*settings(max_new_tokens=40), request=r), 1)
     assert [len(lane.events) for lane in comp.lanes] == [2, 2, 2]
-    assert page.lane_state(render.outputs_dict(view_handlers.view_handler(*VIEW, request=r))["lane1_head"]) == "paused"
-    out = render.outputs_dict(handlers.stop_handler(*VIEW, request=r))
+    assert page.lane_state(view_handlers.view_handler(*VIEW, request=r)["lane1_head"]) == "paused"
+    out = handlers.stop_handler(*VIEW, request=r)
     assert wording.says_stopped(out)
     assert all(lane.stop_reason == "cancelled" and lane.source is None for lane in comp.lanes)
     assert all(page.lane_state(out[f"lane{i}_head"]) == "cancelled" for i in range(3))
-    out = render.outputs_dict(list(handlers.run_handler(*settings(max_new_tokens=6), request=r))[-1])
+    out = list(handlers.run_handler(*settings(max_new_tokens=6), request=r))[-1]
     assert wording.says_done(out)
 
 
-def test_stop_cancels_a_running_comparison():
+def test_stop_cancels_a_running_comparison(monkeypatch):
+    monkeypatch.setattr(handlers, "STOP_WAIT_S", 0.05)  # the run is turned by this thread: it cannot end meanwhile
     r = req("stop")
     gen = handlers.run_handler(*settings(max_new_tokens=400), request=r)
     next(gen)  # loading
     next(gen)  # first live frame
     stopping = page.status(handlers.stop_handler(*VIEW, request=r))
     assert stopping.kind == "busy" and wording.says(stopping, wording.STOPPING)
+    assert not wording.says(state.SESSIONS.get(r).status[0], wording.STOPPING)  # a passing word, not the tab's status
     rest = list(gen)
     assert wording.says_stopped(rest[-1])
     comp = state.SESSIONS.get(r).comparison
     assert all(lane.stop_reason == "cancelled" for lane in comp.lanes)
     assert all(metrics.total_new_tokens(lane.events) < 400 for lane in comp.lanes)
     assert not state.SESSIONS.get(r).lock.locked()
+
+
+def test_stop_answers_with_the_status_the_run_ended_on():
+    """Stop's answer and the run's last frame reach the page in either order: both say the run stopped."""
+    r = req("stop-live")
+    frames: list = []
+    gen = handlers.run_handler(*settings(max_new_tokens=400), request=r)
+    frames.append(next(gen))  # loading
+    frames.append(next(gen))  # first live frame
+    run = threading.Thread(target=lambda: frames.extend(gen))
+    run.start()
+    answer = page.status(handlers.stop_handler(*VIEW, request=r))
+    run.join(timeout=30)
+    assert not run.is_alive()
+    assert wording.says_stopped(answer), answer
+    assert page.status(frames[-1]) == answer
+    assert state.SESSIONS.get(r).status == (answer.text, answer.kind)
 
 
 def test_closing_the_stream_releases_the_session():
@@ -483,7 +500,7 @@ def test_save_load_replay_without_a_model(tmp_path, monkeypatch):
     # Another tab loads it with no model available at all.
     monkeypatch.setattr(compare.MODELS, "target", lambda *a, **k: pytest.fail("replay must not load a model"))
     other = req("load")
-    out = render.outputs_dict(saved_files.load_handler(path, *VIEW, request=other))
+    out = saved_files.load_handler(path, *VIEW, request=other)
     assert wording.says(out, wording.LOADED)
     loaded = state.SESSIONS.get(other).comparison
     for a, b in zip(live.lanes, loaded.lanes):
@@ -528,7 +545,7 @@ def test_multi_turn_continues_the_conversation():
     )
     spec = state.SESSIONS.get(r).comparison.spec
     assert [m["content"] for m in spec.prompt][:3] == ["Hi", first[1]["content"], "And then?"]
-    assert view_handlers.new_conversation_handler(request=r) == wording.conversation_empty()
+    assert view_handlers.new_conversation_handler(request=r) == {"conversation": wording.conversation_empty()}
     assert state.SESSIONS.get(r).history == []
 
 
@@ -536,7 +553,7 @@ def test_tree_slider_scrubs_back_and_follows_again():
     r = req("slider")
     list(handlers.run_handler(*settings(methods=["eagle"], max_new_tokens=6), request=r))
     lane = state.SESSIONS.get(r).comparison.lanes[0]
-    fig, account = view_handlers.tree_handler(0, 1, request=r)
+    fig, account = view_handlers.tree_handler(0, 1, request=r).values()
     assert wording.tree_title(fig) == ("EAGLE", 1) and state.SESSIONS.get(r).pins == {0: 1}
     assert [t.name for t in fig.data][:2] == ["edges", "accepted path"]
     assert wording.says_proposed(account, 1) and wording.says_one_forward_pass(account)
@@ -549,7 +566,9 @@ def test_picking_a_round_tells_it_in_words_escaped(temperature):
     r = req(f"explain{temperature}")
     session = state.SESSIONS.get(r)
     session.comparison = known_comparison(temperature=temperature)
-    fig, account = view_handlers.tree_handler(1, 1, request=r)
+    out = view_handlers.tree_handler(1, 1, request=r)
+    assert set(out) == {"lane1_tree", "lane1_explain"}  # that lane's only
+    fig, account = out["lane1_tree"], out["lane1_explain"]
     assert wording.tree_title(fig) == ("EAGLE", 1)
     assert account.startswith('<div class="poss-round-account"><p>') and wording.says_proposed(account, 1, 5)
     # Token texts are escaped: node 2 is "<c>", the target's token is "t".
@@ -557,10 +576,10 @@ def test_picking_a_round_tells_it_in_words_escaped(temperature):
     assert wording.says_kept(account, 2, "b", 0.9) and '(target p 0.90), "<c>"' in html.unescape(account)
     assert wording.says_top_candidate(account, "q", 0.5) and "&quot;t&quot;" in account
     assert wording.says_sampling_draw(account) == (temperature > 0)
-    out = render.outputs_dict(render.render(session, *VIEW))
+    out = render.render(session, *VIEW)
     assert wording.says_proposed(out["lane1_explain"], 1)  # the pinned round, on a repaint too
-    assert wording.says_prefill_round(view_handlers.tree_handler(0, 0, request=r)[1])
-    assert wording.says_plain_round(view_handlers.tree_handler(0, 2, request=r)[1])
+    assert wording.says_prefill_round(view_handlers.tree_handler(0, 0, request=r)["lane0_explain"])
+    assert wording.says_plain_round(view_handlers.tree_handler(0, 2, request=r)["lane0_explain"])
     state.SESSIONS.drop(r)
 
 
@@ -642,9 +661,7 @@ def test_precision_setting_loads_its_own_target_and_badges_say_what_identity_mea
     )
     # Through the UI's handler: the lanes run in the chosen dtype, and the hardware panel and the badge say so.
     monkeypatch.setattr(compare, "MODELS", cache)
-    out = render.outputs_dict(
-        list(handlers.run_handler(*settings(max_new_tokens=8, precision="bfloat16"), request=req("bf16")))[-1]
-    )
+    out = list(handlers.run_handler(*settings(max_new_tokens=8, precision="bfloat16"), request=req("bf16")))[-1]
     assert "bfloat16" in out["hardware"]
     badge = page.identity(out["lane1_head"])  # identical, or a rounding near-tie: never a mismatch
     assert (badge.kind == "ok" and wording.says_identical(badge)) or (
@@ -664,7 +681,7 @@ def test_preset_switch_and_app_flags():
     from poss_core.models.presets import DEFAULT_PRESET, get_preset
 
     out = view_handlers.preset_handler("tiny-random")
-    methods = out[0]
+    methods = out["methods"]
     assert [v for _, v in methods.choices] == [
         "plain",
         "eagle",
@@ -698,7 +715,7 @@ def test_stop_during_a_stepped_replay_ends_every_lane(tmp_path):
     path = saved_runs.save_run(known_comparison(), tmp_path / "known.jsonl")
     saved_files.load_handler(str(path), *VIEW, request=r)
     handlers.step_handler(*settings(), request=r)
-    out = render.outputs_dict(handlers.stop_handler(*VIEW, request=r))
+    out = handlers.stop_handler(*VIEW, request=r)
     assert wording.says_stopped(out)
     comp = state.SESSIONS.get(r).comparison
     assert comp.replay and all(lane.stop_reason == "cancelled" for lane in comp.lanes)
@@ -726,7 +743,7 @@ def test_untrained_drafts_are_flagged_in_the_lane_header(tmp_path, monkeypatch):
 def test_sampling_runs_are_reproducible_with_a_seed():
     r = req("sample")
     args = settings(methods=["plain", "eagle"], max_new_tokens=6, temperature=0.8, top_p=0.9, seed=7)
-    out = render.outputs_dict(list(handlers.run_handler(*args, request=r))[-1])
+    out = list(handlers.run_handler(*args, request=r))[-1]
     assert wording.says_done(out) and wording.says_sampling(page.identity(out["lane1_head"]))
     first = [lane.token_ids for lane in state.SESSIONS.get(r).comparison.lanes]
     list(handlers.run_handler(*args, request=r))

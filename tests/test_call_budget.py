@@ -95,9 +95,9 @@ def test_stop_ends_a_run_while_the_oracle_prepares(slow_forward):
     frames = interrupted_oracle_run(
         slow_forward, "stop-oracle", lambda: stopped.append(handlers.stop_handler(VIEW, request=req("stop-oracle")))
     )
-    assert wording.says(stopped[0], wording.STOPPING)
     status = page.status(frames[-1])
     assert wording.says_stopped_preparing(status, "Oracle"), status
+    assert page.status(stopped[0]) == status  # Stop answered once the run had ended, with its last word
 
 
 def test_a_fit_counts_against_the_cap_and_caches_nothing(slow_forward, fresh_fits, monkeypatch):

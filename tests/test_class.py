@@ -22,11 +22,11 @@ from app import (
     launch,
     live_queue,
     recordings,
-    render,
     state,
     user_settings,
     view_handlers,
 )
+from app.chart_view import CHART_NAMES
 from app.class_pool import CLASS, ClassPool
 from poss_core import compare, metrics, saved_runs
 from poss_core.errors import ConfigError
@@ -85,7 +85,7 @@ def test_everyone_pools_every_tabs_finished_runs_numbers_only(empty_class):
             metrics.total_new_tokens(lane.events) for c in runs for lane in c.lanes if lane.method == m
         )
     # A third tab that ran nothing sees both tabs' rounds, with the sample size on each chart.
-    out = render.outputs_dict(view_handlers.view_handler(EVERYONE, request=req("class-teacher")))
+    out = view_handlers.view_handler(EVERYONE, request=req("class-teacher"))
     draft_rounds = sum(
         len(metrics.draft_rounds(lane.events)) for c in runs for lane in c.lanes if lane.short == "EAGLE"
     )
@@ -115,22 +115,27 @@ def test_replays_loaded_runs_and_unfinished_steps_stay_out_until_they_end(empty_
 def test_the_class_charts_redraw_only_when_the_pool_changed(empty_class):
     teacher = req("class-tick")
     first = view_handlers.class_tick_handler(EVERYONE, request=teacher)
-    assert all(not isinstance(f, dict) for f in first)  # drawn
-    assert all(isinstance(f, dict) for f in view_handlers.class_tick_handler(EVERYONE, request=teacher))  # skipped
-    assert all(isinstance(f, dict) for f in view_handlers.class_tick_handler(THIS_RUN, request=teacher))
+    assert set(first) == set(CHART_NAMES)  # drawn
+    assert view_handlers.class_tick_handler(EVERYONE, request=teacher) == {}  # unchanged: nothing is sent
+    assert view_handlers.class_tick_handler(THIS_RUN, request=teacher) == {}
     live_run(req("class-tick-student"), methods=["plain", "eagle"], max_new_tokens=5)
     again = view_handlers.class_tick_handler(EVERYONE, request=teacher)
-    assert n_of(again[0], "EAGLE") >= 1
+    assert n_of(again["pos_acc"], "EAGLE") >= 1
 
 
 def test_only_the_launch_key_resets_the_class_pool(empty_class):
     live_run(req("class-reset"), methods=["plain", "eagle"], max_new_tokens=5)
     r = req("class-reset-ui")
     out = view_handlers.class_reset_handler("not the key", THIS_RUN, request=r)
-    refused = page.status(out[1])
-    assert out[0] == "" and refused.kind == "error" and wording.says(refused, wording.RESET_REFUSED) and len(CLASS) == 2
+    refused = page.status(out)
+    assert (
+        out["class_key"] == ""
+        and refused.kind == "error"
+        and wording.says(refused, wording.RESET_REFUSED)
+        and len(CLASS) == 2
+    )
     out = view_handlers.class_reset_handler(KEY, THIS_RUN, request=r)
-    assert page.status(out[1]).kind == "info" and wording.says(out[1], wording.RESET_DONE) and len(CLASS) == 0
+    assert page.status(out).kind == "info" and wording.says(out["status"], wording.RESET_DONE) and len(CLASS) == 0
     no_key = ClassPool()
     assert no_key.reset("") == no_key.reset(KEY) and not no_key.reset(KEY)[0]
 
@@ -159,17 +164,17 @@ def test_an_example_replays_its_recording_without_a_model_or_a_live_slot(recorde
     r = req("class-example")
     t0 = time.monotonic()
     frames = handlers.example_handler(recordings.EXAMPLES[1]["prompt"], DEFAULT_PRESET, THIS_RUN, request=r)
-    first = render.outputs_dict(next(frames))
+    first = next(frames)
     assert time.monotonic() - t0 < 5.0
     assert wording.says_replaying_recording(first, "tiny-random", "Test CPU")
     assert "a test machine" in page.status(first).text  # the recording's own hardware note
     assert page.badges(first["lane1_head"])["replay"].kind == "neutral"
-    last = render.outputs_dict(list(frames)[-1])
+    last = list(frames)[-1]
     assert wording.says_replay_done(last) and wording.says(last, wording.RUN_LIVE)
     session = state.SESSIONS.get(r)
     assert session.loaded is not None and session.comparison.replay and session.pools == {}
     assert not session.lock.locked()
-    out = render.outputs_dict(next(handlers.example_handler("a prompt of my own", "tiny-random", THIS_RUN, request=r)))
+    out = next(handlers.example_handler("a prompt of my own", "tiny-random", THIS_RUN, request=r))
     assert page.status(out).kind == "info" and wording.says(out, wording.RUN_LIVE)
     live_queue.LIVE.leave(busy)
 
@@ -232,7 +237,7 @@ def test_a_waiting_run_shows_its_place_and_stop_leaves_the_line(monkeypatch):
     assert status.kind == "busy" and wording.says_queued(status, place=1, running=1, slots=1, waiting=1)
     assert live_queue.LIVE.counts() == (1, 1)
     handlers.stop_handler(THIS_RUN, request=r)
-    out = render.outputs_dict(list(gen)[-1])
+    out = list(gen)[-1]
     assert wording.says(out, wording.QUEUE_STOPPED)
     assert live_queue.LIVE.counts() == (1, 0) and not state.SESSIONS.get(r).lock.locked()
     # Once the slot is free the next run goes straight through.
@@ -253,9 +258,7 @@ def test_a_waiting_run_starts_when_the_slot_frees_and_its_cap_starts_then(monkey
 
 def test_the_servers_token_limit_is_checked_before_queueing(monkeypatch):
     monkeypatch.setattr(user_settings, "MAX_NEW_TOKENS", 16)
-    out = render.outputs_dict(
-        list(handlers.run_handler(run_settings(max_new_tokens=17), THIS_RUN, request=req("class-limit")))[-1]
-    )
+    out = list(handlers.run_handler(run_settings(max_new_tokens=17), THIS_RUN, request=req("class-limit")))[-1]
     assert page.status(out).kind == "error" and wording.says(out, wording.over_token_limit(17, 16))
     import gradio as gr
 

@@ -8,7 +8,7 @@ import threading
 import pytest
 from app_settings import req, run_settings
 
-from app import handlers, render, state, user_settings
+from app import handlers, state, user_settings
 from poss_core import compare
 from poss_core.autobudget import cache, calibration
 
@@ -48,7 +48,7 @@ def test_a_run_during_the_start_up_fit_starts_on_the_default_budget(tmp_path, mo
     view = user_settings.View()
     request = req("cold")
     frames = list(handlers.run_handler(cold_settings(), view, request=request))
-    statuses = [render.outputs_dict(f)["status"] for f in frames]
+    statuses = [f["status"] for f in frames]
     assert sum("starts on the default tree budget (32)" in s for s in statuses) == 2  # both draft lanes
     assert not any("Fitting the tree budget" in s for s in statuses)
     comp = state.SESSIONS.get(request).comparison
@@ -61,4 +61,4 @@ def test_a_run_during_the_start_up_fit_starts_on_the_default_budget(tmp_path, mo
     frames = list(handlers.run_handler(cold_settings(), view, request=request))
     again = state.SESSIONS.get(request).comparison
     assert all(lane.budget_auto for lane in again.lanes[1:])
-    assert not any("default tree budget" in render.outputs_dict(f)["status"] for f in frames)
+    assert not any("default tree budget" in f["status"] for f in frames)

@@ -13,7 +13,7 @@ import pytest
 from helpers import PLOTLY_MARKUP, assert_shown_as_text, plotly_strings
 from test_bench import DEPTH, known_records
 
-from app import evidence_view
+from app import evidence_view, render
 from poss_core import metrics
 from poss_core.bench import cli
 from poss_core.errors import ConfigError
@@ -482,7 +482,7 @@ def test_upload_of_a_corrupt_file_says_why_and_keeps_the_charts(tmp_path):
 def test_the_tab_gets_each_handlers_outputs_keyed_by_component():
     # Gradio fills what a handler leaves out with a skip; a handler that changes nothing returns one skip.
     components = {name: object() for name in OUT}
-    uploaded = evidence_view.by_component(evidence_view.upload_handler, components)
+    uploaded = render.by_component(evidence_view.upload_handler, components)
     assert uploaded.__name__ == "upload_handler" and uploaded(None) == gr.skip()
     out = uploaded("notes.txt")
     assert list(out) == [components["message"]] and "error" in out[components["message"]]

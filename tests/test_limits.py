@@ -11,7 +11,7 @@ import pytest
 from app_settings import req, run_settings
 from helpers import run_main
 
-from app import api, handlers, render, state, user_settings
+from app import api, handlers, state, user_settings
 from poss_core import compare
 from poss_core.decoding import config as config_module
 from poss_core.decoding.config import DecodeConfig
@@ -24,7 +24,7 @@ VIEW = user_settings.View()
 
 def final_status(name, **kw):
     frames = list(handlers.run_handler(run_settings(**kw), VIEW, request=req(name)))
-    return render.outputs_dict(frames[-1])["status"]
+    return frames[-1]["status"]
 
 
 BAD_SETTINGS = [

@@ -10,7 +10,7 @@ import pytest
 from app_settings import req, run_settings
 from helpers import PLOTLY_MARKUP, assert_shown_as_text, plotly_strings
 
-from app import about, handlers, render, saved_files, serving, state, ui, user_settings
+from app import about, handlers, saved_files, serving, state, ui, user_settings
 from poss_core import saved_runs
 
 VIEW = user_settings.View()
@@ -108,21 +108,19 @@ CASES = [
 def test_a_bad_saved_run_changes_nothing_and_names_the_field(what, change, where, field, good_lines, tmp_path):
     r = req("saved-bad")
     good = write(tmp_path, good_lines, "good.jsonl")
-    out = render.outputs_dict(saved_files.load_handler(good, VIEW, request=r))
+    out = saved_files.load_handler(good, VIEW, request=r)
     assert "Loaded a saved run" in out["status"]
     session = state.SESSIONS.get(r)
     shown = session.comparison
     start = time.monotonic()
-    out = render.outputs_dict(
-        saved_files.load_handler(write(tmp_path, change(json.loads(json.dumps(good_lines)))), VIEW, request=r)
-    )
+    out = saved_files.load_handler(write(tmp_path, change(json.loads(json.dumps(good_lines)))), VIEW, request=r)
     assert time.monotonic() - start < 5.0
     assert "poss-status error" in out["status"] and where in out["status"] and field in out["status"], out["status"]
     assert session.comparison is shown and session.loaded is shown  # the tab keeps what it showed
     assert not session.lock.locked()
     if what == CASES[0][0]:  # and still replays (the same path for every case: once keeps the tier quick)
         frames = list(handlers.replay_handler(VIEW, request=r))
-        assert "Replay finished" in render.outputs_dict(frames[-1])["status"]
+        assert "Replay finished" in frames[-1]["status"]
 
 
 @pytest.mark.parametrize(
@@ -139,9 +137,9 @@ def test_a_first_line_that_is_not_a_run_object(first, needle, good_lines, tmp_pa
     r = req("saved-first")
     saved_files.load_handler(write(tmp_path, good_lines, "good.jsonl"), VIEW, request=r)
     shown = state.SESSIONS.get(r).comparison
-    out = render.outputs_dict(saved_files.load_handler(write(tmp_path, [first] + good_lines[1:]), VIEW, request=r))
+    out = saved_files.load_handler(write(tmp_path, [first] + good_lines[1:]), VIEW, request=r)
     assert needle in out["status"] and state.SESSIONS.get(r).comparison is shown
-    out = render.outputs_dict(list(handlers.run_handler(settings(max_new_tokens=4), VIEW, request=r))[-1])
+    out = list(handlers.run_handler(settings(max_new_tokens=4), VIEW, request=r))[-1]
     assert "Done" in out["status"]
 
 
@@ -184,7 +182,7 @@ def test_markdown_built_from_a_loaded_run_is_neutralised(evil, good_lines, tmp_p
     lines = json.loads(json.dumps(good_lines))
     lines[0]["hardware"] = {"device": evil, "link](http://x": "y"}
     r = req("saved-md")
-    out = render.outputs_dict(saved_files.load_handler(write(tmp_path, lines), VIEW, request=r))
+    out = saved_files.load_handler(write(tmp_path, lines), VIEW, request=r)
     md = out["hardware"]
     rows = md.split("|---|---|\n", 1)[1]
     for bad in ("[", "]", "(", ")", "<", ">", "!", "javascript:", "http:", "www.", "\n|"):
@@ -214,7 +212,7 @@ def test_token_texts_and_labels_of_a_loaded_run_show_as_text_in_trees_and_charts
             line["node_texts"] = [PLOTLY_MARKUP] * len(line["node_texts"])
             line["pieces"] = [PLOTLY_MARKUP[:60]] * len(line["pieces"])
     r = req("saved-plotly")
-    out = render.outputs_dict(saved_files.load_handler(write(tmp_path, lines), VIEW, request=r))
+    out = saved_files.load_handler(write(tmp_path, lines), VIEW, request=r)
     assert state.SESSIONS.get(r).comparison.lanes[1].node_texts[-1][0] == PLOTLY_MARKUP  # loaded as it was
     assert_shown_as_text(out["lane1_tree"])
     for chart in ("pos_acc", "feature_deviation", "accept_hist", "tokens_per_s"):
