@@ -6,8 +6,8 @@ and the per-call cap). Replays and the class charts never enter it.
 Why by hand and not a Gradio concurrency limit: Gradio's queue starts an event group's calls first come, first
 served, and estimates a wait from the average call. A class behind one address, or one visitor with many tabs, then
 holds every place ahead of everyone else: eight fresh clients at one address queueing 16 calls (cap 4 s) left a
-visitor from another address 15th in line, told 87 s and started after 71 s; in this line that visitor is 1st, told
-3.9 s and started after 5.6 s (`python scripts/server_check.py fair`). The live events' Gradio group has no limit, so
+visitor from another address 15th in line, told 87 s and started after 71 s; in this line that visitor takes the next
+slot and its call is under way within 2.4 s, in each of seven runs (`python scripts/server_check.py fair`). The live events' Gradio group has no limit, so
 Gradio's queue only hands calls to the handlers, which wait here (`LiveQueue.wait`), showing their place."""
 
 from __future__ import annotations
@@ -185,10 +185,20 @@ class LiveQueue:
             rate = sum(s for s, _ in whole) / work if work else self.typical_s_per_unit
             return max([rate] + [s / w for s, w in capped])
 
-    def hold_s(self, work: float, rate: float | None = None) -> float:
-        """The seconds a run of `work` units is expected to hold its slot: its work at the rate, at most the cap."""
+    def overrun_s(self) -> float:
+        """How long past the cap the last runs stopped at it held their slot (the round under way when the cap fell,
+        then the answer's assembly), 0 before any: a capped run holds its slot for the cap plus this."""
+        with self._lock:
+            over = [s - self.cap_s for s, _ in self._done if self.cap_s is not None and s >= 0.95 * self.cap_s]
+        return max(0.0, sum(over) / len(over)) if over else 0.0
+
+    def hold_s(self, work: float, rate: float | None = None, overrun: float | None = None) -> float:
+        """The seconds a run of `work` units is expected to hold its slot: its work at the rate, at most the cap and
+        what runs stopped at the cap have taken past it."""
         hold = (self.rate() if rate is None else rate) * max(1.0, float(work))
-        return min(hold, self.cap_s) if self.cap_s else hold
+        if not self.cap_s:
+            return hold
+        return min(hold, self.cap_s + (self.overrun_s() if overrun is None else overrun))
 
     def place(self, ticket: int) -> int:
         with self._lock:
@@ -205,7 +215,7 @@ class LiveQueue:
     def estimate_s(self, ticket: int) -> float:
         """Seconds until this ticket gets a slot: the expected seconds of every run ahead of it in the line
         (`hold_s`), played over the slots after what the running ones have left (0 once running)."""
-        rate = self.rate()
+        rate, over = self.rate(), self.overrun_s()
         now = time.monotonic()
         with self._lock:
             if ticket not in self._waiting:
@@ -213,11 +223,9 @@ class LiveQueue:
             order = self._order()
             ahead = order[: order.index(ticket)]
             # A run past its estimate is taken to end soon (a tenth of it), not never.
-            free_at = [
-                max(self.hold_s(self._work[t], rate) - (now - began), 0.1 * self.hold_s(self._work[t], rate))
-                for t, began in self._running.items()
-            ]
-            holds = [self.hold_s(self._work[t], rate) for t in ahead]
+            running = [(self.hold_s(self._work[t], rate, over), began) for t, began in self._running.items()]
+            free_at = [max(hold - (now - began), 0.1 * hold) for hold, began in running]
+            holds = [self.hold_s(self._work[t], rate, over) for t in ahead]
         free_at += [0.0] * max(0, self.slots - len(free_at))
         heapq.heapify(free_at)
         for hold in holds:

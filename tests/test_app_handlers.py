@@ -639,6 +639,23 @@ def test_models_are_loaded_once_and_shared(monkeypatch):
     assert calls == [("builtin:tiny-random", torch.bfloat16)] and all(g is target for g in got)
 
 
+def test_auto_precision_and_the_precision_it_stands_for_share_one_loaded_target(monkeypatch):
+    import dataclasses
+
+    from poss_core.models import loading
+    from poss_core.models.presets import get_preset
+
+    preset = dataclasses.replace(get_preset("tiny-random"), target="org/some-real-model")  # never loaded: patched
+    calls = []
+    load = lambda name, quantization, dtype: calls.append(dtype) or object()  # noqa: E731
+    monkeypatch.setattr(loading, "load_preset_target", load)
+    monkeypatch.setattr(loading, "pick_device", lambda device=None: torch.device("cpu"))
+    cache = compare.ModelCache()
+    auto = cache.target(preset, precision="auto")
+    assert cache.target(preset, precision="float32") is auto and calls == [torch.float32]  # a CPU's auto: float32
+    assert cache.target(preset, precision="bfloat16") is not auto and calls == [torch.float32, torch.bfloat16]
+
+
 def test_precision_setting_loads_its_own_target_and_badges_say_what_identity_means(monkeypatch):
     from poss_core.models import loading
     from poss_core.models.presets import get_preset

@@ -81,6 +81,23 @@ def test_a_run_stopped_at_the_cap_does_not_make_the_rate_look_fast():
     assert "each at most 1 s" in q.status(q.join(1, "b", "B"))
 
 
+def test_runs_stopped_at_the_cap_count_the_time_they_held_their_slot_past_it():
+    q = live_queue.LiveQueue(slots=1, typical_s_per_unit=0.1, cap_s=4.0)
+    assert q.overrun_s() == 0.0 and q.hold_s(512) == 4.0  # nothing ended at the cap yet: the cap
+    for held in (6.0, 5.0):  # each stopped at the cap, then finished its round and its answer
+        t = q.join(512, "a", "A")
+        q.try_start(t)
+        q._running[t] = time.monotonic() - held
+        q.leave(t)
+    assert q.overrun_s() == pytest.approx(1.5, abs=0.05) and q.hold_s(512) == pytest.approx(5.5, abs=0.05)
+    running = q.join(512, "a", "A")
+    q.try_start(running)
+    q._running[running] = time.monotonic() - 4.5  # past the cap, within what capped runs took
+    waiting = q.join(4, "b", "B")
+    assert q.estimate_s(waiting) == pytest.approx(1.0, abs=0.1)
+    assert q.hold_s(4) == pytest.approx(4 * q.rate())  # a run expected to end before the cap is not lengthened
+
+
 def test_an_address_has_a_share_by_default_that_a_class_behind_one_nat_fits_in():
     share_ = client_share.ClientShare()  # the defaults `python app.py` starts with
     assert share_.per_client == 2 and 30 <= share_.per_address <= 40
