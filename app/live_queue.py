@@ -7,8 +7,9 @@ Why by hand and not a Gradio concurrency limit: Gradio's queue starts an event g
 served, and estimates a wait from the average call. A class behind one address, or one visitor with many tabs, then
 holds every place ahead of everyone else: eight fresh clients at one address queueing 16 calls (cap 4 s) left a
 visitor from another address 15th in line, told 87 s and started after 71 s; in this line that visitor takes the next
-slot and its call is under way within 2.4 s, in each of seven runs (`python scripts/server_check.py fair`). The live events' Gradio group has no limit, so
-Gradio's queue only hands calls to the handlers, which wait here (`LiveQueue.wait`), showing their place."""
+slot and its call is under way within 2.4 s, in each of seven runs (`python scripts/server_check.py fair`). The live
+events' Gradio group has no limit, so Gradio's queue only hands calls to the handlers, which wait here
+(`LiveQueue.wait`), showing their place."""
 
 from __future__ import annotations
 
@@ -179,17 +180,21 @@ class LiveQueue:
         that also loaded the model weighs little), else the typical figure. A run stopped at the cap did only part
         of its work: it counts only as a floor (the rate is at least its seconds over its work)."""
         with self._lock:
-            capped = [(s, w) for s, w in self._done if self.cap_s is not None and s >= 0.95 * self.cap_s]
+            capped = self._capped()
             whole = [(s, w) for s, w in self._done if (s, w) not in capped]
             work = sum(w for _, w in whole)
             rate = sum(s for s, _ in whole) / work if work else self.typical_s_per_unit
             return max([rate] + [s / w for s, w in capped])
 
+    def _capped(self) -> list[tuple[float, float]]:
+        """The last runs that were stopped at the cap: (seconds held, work)."""
+        return [(s, w) for s, w in self._done if self.cap_s is not None and s >= 0.95 * self.cap_s]
+
     def overrun_s(self) -> float:
         """How long past the cap the last runs stopped at it held their slot (the round under way when the cap fell,
         then the answer's assembly), 0 before any: a capped run holds its slot for the cap plus this."""
         with self._lock:
-            over = [s - self.cap_s for s, _ in self._done if self.cap_s is not None and s >= 0.95 * self.cap_s]
+            over = [s - self.cap_s for s, _ in self._capped()]
         return max(0.0, sum(over) / len(over)) if over else 0.0
 
     def hold_s(self, work: float, rate: float | None = None, overrun: float | None = None) -> float:
