@@ -37,7 +37,7 @@ EVAL_GLOB = "../shared/data/eval/*.jsonl"
 
 SETTINGS = {
     "paper": {
-        "methods": "plain,eagle,hass,poss2,poss3,matched,pld",
+        "methods": "plain,eagle,hass,poss1,poss2,poss3,matched,pld",
         "limit": 3,
         "max_new_tokens": 64,
         "flags": ["--runs", "1", "--depth", "6", "--top-k", "10", "--tree-budget", "60"],
@@ -49,7 +49,7 @@ SETTINGS = {
         "flags": ["--runs", "2", "--tree-budget", "auto", "--dtype", "bfloat16", "--remeasure"],
     },
     "demo": {
-        "methods": "plain,eagle,hass,poss2,poss3,matched",
+        "methods": "plain,eagle,hass,poss1,poss2,poss3,matched",
         "limit": 3,
         "max_new_tokens": 64,
         "flags": [

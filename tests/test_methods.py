@@ -17,21 +17,28 @@ from poss_core.models.presets import DEFAULT_PRESET, drafts_dir, get_preset, pre
 from poss_core.results.records import TurnRecord
 
 
-def test_the_real_default_preset_labels_its_untrained_drafts_without_a_path():
-    """smollm2-135m as shipped: each draft not bundled (POSS-1 today) reads like the others in its checkbox plus
-    "(untrained)", its lane header carries the badge, and no label anywhere shows a folder."""
+def test_the_real_default_preset_labels_its_untrained_drafts_without_a_path(tmp_path, monkeypatch):
+    """smollm2-135m as shipped bundles every draft it offers; from a drafts folder that lacks one (here POSS-1), that
+    draft reads like the others in its checkbox plus "(untrained)", the note names it, and no label shows a folder."""
     preset = get_preset(DEFAULT_PRESET)
-    offered = methods.preset_methods(preset)
-    choices = dict((value, label) for label, value in control_defaults.method_choices(preset))
     bundled = {name for name in preset.drafts if (drafts_dir() / name / "model.safetensors").is_file()}
-    assert list(choices) == ["plain", "eagle", "hass", "poss1", "poss2", "poss3", "matched", "pld", "oracle"]
-    for name, method in offered.items():
-        assert method.trained == (name == "plain" or name in bundled)
-        assert choices[name] == (method.label if method.trained else f"{method.label} (untrained)")
-        assert str(drafts_dir()) not in choices[name] and os.sep not in choices[name]
-    if "poss1" not in bundled:
-        assert choices["poss1"] == "POSS-1 (6 specialists) (untrained)"
-        assert "POSS-1" in render.draft_note(preset) and "untrained" in render.draft_note(preset)
+    assert bundled == set(preset.drafts)
+    for folder, missing in ((None, set()), (tmp_path, {"poss1"})):
+        if folder is not None:
+            for name in bundled - missing:
+                (folder / name).mkdir()
+                (folder / name / "model.safetensors").write_bytes(b"")
+            monkeypatch.setenv("POSS_DRAFTS_DIR", str(folder))
+            preset = get_preset(DEFAULT_PRESET)  # built anew: its drafts are looked up in the folder now named
+        offered = methods.preset_methods(preset)
+        choices = dict((value, label) for label, value in control_defaults.method_choices(preset))
+        assert list(choices) == ["plain", "eagle", "hass", "poss1", "poss2", "poss3", "matched", "pld", "oracle"]
+        for name, method in offered.items():
+            assert method.trained == (name not in missing)
+            assert choices[name] == (method.label if method.trained else f"{method.label} (untrained)")
+            assert str(drafts_dir()) not in choices[name] and os.sep not in choices[name]
+        assert ("untrained" in render.draft_note(preset)) == bool(missing)
+    assert choices["poss1"] == "POSS-1 (6 specialists) (untrained)" and "POSS-1" in render.draft_note(preset)
     for preset_ in presets().values():  # no preset's method label carries a folder either
         for method in methods.preset_methods(preset_).values():
             assert str(drafts_dir()) not in method.label and "untrained:" not in method.label

@@ -19,7 +19,7 @@ from poss_core.training.recipe import main as recipe_main
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "configs" / "drafts" / "smollm2-135m.toml"
 BUNDLED_STEPS = 35_900  # every bundled draft's card says so
-HASS_STEPS = BUNDLED_STEPS + 800  # the hass control: the bundled EAGLE layer, then POSS-2's 300 + 500 unrolled steps
+HASS_STEPS = BUNDLED_STEPS + 800  # hass and POSS-1: the bundled EAGLE layer, then POSS-2's 300 + 500 unrolled steps
 
 
 def lineage_steps(recipe, method: str) -> int:
@@ -40,9 +40,9 @@ def lineage_steps(recipe, method: str) -> int:
 def test_committed_recipe_resolves_and_gives_every_bundled_draft_its_steps():
     recipe = load_recipe(RECIPE)
     bundled = sorted(p.name for p in (ROOT / recipe.bundle).iterdir() if (p / "config.json").is_file())
-    assert bundled == ["eagle", "hass", "matched", "poss2", "poss3"]
+    assert bundled == ["eagle", "hass", "matched", "poss1", "poss2", "poss3"]
     for method in bundled:
-        assert lineage_steps(recipe, method) == (HASS_STEPS if method == "hass" else BUNDLED_STEPS), method
+        assert lineage_steps(recipe, method) == (HASS_STEPS if method in ("hass", "poss1") else BUNDLED_STEPS), method
         card = json.loads((ROOT / recipe.bundle / method / "model_card.json").read_text())
         last = [s for s in recipe.steps if method in s.methods][-1]
         assert (last.steps, last.flags.get("batch_seed")) == (card["steps"], card["batch_seed"])

@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--target", default=None, help="a model id or folder instead of the preset's target")
     p.add_argument("--data", nargs="+", required=True, help="data folders written by poss_core.training.data")
     p.add_argument("--drafts", nargs="+", required=True, help="folders holding one subfolder per method")
-    p.add_argument("--methods", default="eagle,poss2,poss3,matched")
+    p.add_argument("--methods", default="eagle,hass,poss1,poss2,poss3,matched")
     p.add_argument("--depth", type=int, default=6, help="draft positions to unroll")
     p.add_argument(
         "--unroll",

@@ -612,7 +612,7 @@ def main(argv: list[str] | None = None) -> int:
     h = sub.add_parser("heldout", help="score drafts on the recipe's held-out slices")
     common(h)
     h.add_argument("--drafts", nargs="+", required=True, help="folders holding one subfolder per method")
-    h.add_argument("--methods", default="eagle,poss2,poss3,matched")
+    h.add_argument("--methods", default="eagle,hass,poss1,poss2,poss3,matched")
     h.add_argument("--threads", type=int, default=2)
     h.add_argument("--out", default="results/heldout", help="folder for one JSON per held-out slice")
     s = sub.add_parser("show", help="print the recipe's steps and the commands they run")
