@@ -31,11 +31,8 @@ class ModelCache:
 
     def _target_key(self, preset: Preset, quantization: str, precision: str) -> tuple:
         dtype = self.dtype if precision in (None, "", "auto") else loading.parse_dtype(precision)
-        if dtype is None and (not preset.target.startswith("builtin:") or preset.target == "builtin:smollm2-135m"):
-            # `auto` and the precision it loads are one target, not two copies evicting each other (the builtin
-            # random models keep their own default instead).
-            dtype = loading.default_dtype(loading.pick_device())
-        return (preset.target, quantization, dtype)
+        # Keyed by the dtype it loads in: `auto` and the precision it stands for are one target, not two copies.
+        return (preset.target, quantization, loading.load_dtype(preset.target, dtype))
 
     def _key_lock(self, key: tuple) -> threading.Lock:
         with self._lock:

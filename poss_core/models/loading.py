@@ -117,6 +117,14 @@ def default_dtype(device: torch.device) -> torch.dtype:
     return auto_dtype(device)
 
 
+def load_dtype(target_name: str, dtype: torch.dtype | None, device: str | None = None) -> torch.dtype | None:
+    """The dtype `load_preset_target` loads `target_name` in: `dtype`, else the device's default. The builtin random
+    models (tiny, twins) keep their own default: None."""
+    if dtype is not None or (target_name.startswith("builtin:") and target_name != "builtin:smollm2-135m"):
+        return dtype
+    return default_dtype(pick_device(device))
+
+
 def parse_max_memory(text: str | None) -> dict | None:
     """`"0:20GiB,1:20GiB,cpu:60GiB"` -> `{0: "20GiB", 1: "20GiB", "cpu": "60GiB"}` (accelerate's max_memory)."""
     if not text:
