@@ -29,10 +29,10 @@ specialists) gives each block of positions its own draft layer, a **specialist**
 level it will see there. POSS-*n* means each specialist covers *n* consecutive positions (POSS-1 with depth 6
 has 6 specialists, POSS-2 has 3, POSS-3 has 2). Each position still runs *one* layer, so drafting costs about what
 EAGLE's does, but not the same: each specialist keeps its own cache, so it also reads the newly committed tokens and
-the tree rows drafted before its positions. With the paper's tree (fp32, 2-core CPU) a round's drafting took 30 ms
-for EAGLE, 31 ms for POSS-3 and 34 ms for POSS-2, against about 150 ms for verifying the tree. The
-**matched-capacity control** stacks the same number of layers and runs all of them at every position
-(58 ms of drafting a round), to separate "more parameters" from "specialisation".
+the tree rows drafted before its positions. With the paper's tree (fp32, 2-core CPU) a round's drafting took 38 ms
+for EAGLE, 40 ms for POSS-3, 42 ms for POSS-2 and 48 ms for POSS-1, against about 177 ms for verifying the tree.
+The **matched-capacity control** stacks the same number of layers and runs all of them at every position
+(68 ms of drafting a round), to separate "more parameters" from "specialisation".
 
 ### Two differences, two questions
 POSS's specialists are trained on the draft's own errors: each later position is unrolled on the draft's own
@@ -43,14 +43,16 @@ batches. **POSS minus hass** is what specialisation adds; **POSS minus EAGLE** i
 gives both, with their intervals.
 
 ### What the bundled drafts show (SmolLM2-135M, six evaluation sets, 60 questions)
-* Along the target's own continuation (chains from round roots), every draft's feature deviation grows with draft
-  position (EAGLE's L2 from 24.6 at position 1 to 26.5 at position 5), as the paper says; the drafts trained on
-  their own errors (POSS and hass) grow less (24.7 to 26.2). From every position the curve starts lower and grows
-  more (EAGLE 22.2 to 26.4 on 42 turns: docs/results.md).
-* POSS-3 accepts 2.2% more than EAGLE (τ 3.09 against 3.02, interval +0.9 to +3.4%), but only 1.5% more than hass
-  (+0.0 to +2.9%), and POSS-2's 0.5% over hass is not resolved: on this small target specialisation adds little
-  beyond training on one's own errors. The matched control, three layers at every position, leads everything by
-  about 9%. These are what was measured; the Evidence tab has every figure with its interval.
+* Along the target's own continuation (chains from every position), every draft's feature deviation grows with
+  draft position, as the paper says: EAGLE's L2 from 21.5 at position 1 to 25.4 at position 6; the drafts trained
+  on their own errors (POSS and hass) end lower (25.0 to 25.1). POSS-1, POSS-2, POSS-3 and hass are level from
+  position 3 on: the specialists do not lower the deviation beyond what the training does.
+* POSS-1 (one specialist per position) accepts 2.5% more than EAGLE (τ 3.10 against 3.02, interval +0.8 to +4.3%)
+  and 1.8% more than hass (+0.4 to +3.1%); POSS-3 1.5% more than hass (+0.0 to +2.9%); POSS-2's 0.5% is not
+  resolved. POSS-1 over POSS-2 (+1.3%) or POSS-3 (+0.3%) is not resolved either: on this small target
+  specialisation adds a little beyond training on one's own errors, and six specialists add no clear gain over two
+  or three while drafting the longest. The matched control, three layers at every position, leads everything by
+  7–10%. These are what was measured; the Evidence tab has every figure with its interval.
 
 ### What to look at in the demo
 * Token colours: shaded tokens were guessed by the draft and accepted; the shade says at which draft position (or

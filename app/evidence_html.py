@@ -7,7 +7,7 @@ import html
 import math
 
 from poss_core.results.analysis import OVERALL
-from poss_core.results.evidence import Evidence
+from poss_core.results.evidence import Evidence, Spread
 
 
 def _fmt(v: float, digits: int = 2) -> str:
@@ -80,6 +80,7 @@ def table_html(ev: Evidence) -> str:
         "τ vs HASS control, mean of datasets (95%)",
         "speed-up (± std)",
         "tokens/s (± std)",
+        "drafting ms/round (± std)",
         "runs",
         "draft rounds",
         "questions",
@@ -102,6 +103,7 @@ def table_html(ev: Evidence) -> str:
             _interval_text(vs_hass, pct=True) if vs_hass else "",
             f"×{_fmt(speed.value)}" + (f" ± {_fmt(speed_std)}" if speed_std else ""),
             _fmt(tps.value, 1) + (f" ± {_fmt(tps_std, 1)}" if tps_std else ""),
+            _drafting_text(cell.draft_ms, info.plain),
             str(speed.n),
             "" if info.plain else str(cell.rounds),
             str(cell.questions),
@@ -117,6 +119,16 @@ def table_html(ev: Evidence) -> str:
         f'<table class="poss-evidence-table" style="border-collapse:collapse;font-size:0.9em">'
         f"<tr>{th}</tr>{''.join(rows)}</table>"
     )
+
+
+def _drafting_text(draft_ms: Spread | None, plain: bool) -> str:
+    """A draft's tree-building time per round (mean ± std over runs); blank for plain decoding and for summaries
+    written before it was kept."""
+    if plain or draft_ms is None:
+        return ""
+    est = draft_ms.estimate()
+    spread = est.high - est.value
+    return _fmt(est.value, 1) + (f" ± {_fmt(spread, 1)}" if spread else "")
 
 
 def message_html(text: str, kind: str) -> str:

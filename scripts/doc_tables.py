@@ -153,14 +153,16 @@ def deviation_table(ev: Evidence) -> str:
 
 
 def speed_table(paper: Evidence, demo: Evidence | None) -> str:
-    """Speed-up over plain decoding and tokens/s, with the paper's tree and with the Demo tab's tree."""
+    """Speed-up over plain decoding, tokens/s and drafting ms per round, with the paper's tree and with the Demo tab's
+    tree."""
 
     def cells(ev: Evidence | None, name: str) -> list[str]:
         if ev is None or name not in ev.results or OVERALL not in ev.results[name].scopes:
-            return ["not run", ""]
+            return ["not run", "", ""]
         c = ev.results[name].scopes[OVERALL]
         std = f" ± {c.speedup.std:.2f}" if c.speedup.std else ""
-        return [f"×{_num(c.speedup.mean)}{std}", _num(c.tokens_per_s.mean, 1)]
+        drafting = _num(c.draft_ms.mean, 1) if c.draft_ms is not None and c.draft_ms.mean else "–"
+        return [f"×{_num(c.speedup.mean)}{std}", _num(c.tokens_per_s.mean, 1), drafting]
 
     def setting(ev: Evidence | None) -> str:
         if ev is None:
@@ -168,7 +170,8 @@ def speed_table(paper: Evidence, demo: Evidence | None) -> str:
         rs = ev.meta.run_settings
         return f"{rs.get('tree_budget')}-node tree, {ev.meta.dtype}"
 
-    head = ["method", f"speed-up, {setting(paper)}", "tokens/s", f"speed-up, {setting(demo)}", "tokens/s"]
+    head = ["method", f"speed-up, {setting(paper)}", "tokens/s", "drafting ms/round"]
+    head += [f"speed-up, {setting(demo)}", "tokens/s", "drafting ms/round"]
     rows = [
         [m.short, *cells(paper, m.name), *cells(demo, m.name)]
         for m in paper.methods

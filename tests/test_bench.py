@@ -145,6 +145,13 @@ def test_aggregation_of_known_records_gives_known_tables():
     assert v["d2"]["speed"] == pytest.approx(1.0) and v["d2"]["speed_std"] == pytest.approx(0.0)
     assert v["mean_over_datasets"]["tau"] == pytest.approx(0.8)
 
+    # Between drafts, both ways on the same questions: POSS-2 over EAGLE is the vs-EAGLE interval, and EAGLE over
+    # POSS-2 is the ratio of the datasets' mean τ the other way round ((2.5 + 1.5) / (4 + 3) - 1).
+    between = agg["tau_between"]
+    assert sorted(between) == ["eagle", "poss2"] and list(between["eagle"]) == ["poss2"]
+    assert between["poss2"]["eagle"] == pytest.approx(v["tau_interval"]["mean_of_datasets"])
+    assert between["eagle"]["poss2"][0] == pytest.approx((2.5 + 1.5) / (4 + 3) - 1)
+
     # Time split per draft round (events give draft = wall/2, verify = wall/4).
     assert e1["draft_ms"] == pytest.approx(e1["round_ms"] / 2) and e1["overhead_share"] == pytest.approx(0.25)
 
@@ -158,6 +165,7 @@ def test_markdown_and_summary_show_the_tables(tmp_path):
     assert "Identity check PASSED" in md
     assert "1.13× ± 0.89" in md  # eagle's d1 speed-up, mean ± sample std over the two runs
     assert "| POSS-2 | τ +60.0%" in md
+    assert "## τ of each draft (row) over each other (column)" in md
     # EAGLE's overall row: τ pooled 13/6, then τ as the mean of the datasets (2.5 and 1.5)
     assert "| eagle | 2.17 | 2.00 |" in md
     # One question per dataset: the bootstrap interval is the change itself (POSS-2 pooled 19/5 over 13/6; by

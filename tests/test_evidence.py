@@ -595,3 +595,27 @@ def test_a_version_1_summary_still_loads_and_counts_every_round_as_drafting_its_
     from_hist = [at_least[k] / at_least[k - 1] if at_least[k - 1] else math.nan for k in range(1, len(stats.hist))]
     assert stats.rates(True) == pytest.approx(from_hist, nan_ok=True)
     assert stats.deviation_of("continuation")["count"] == []
+
+
+def test_drafting_time_per_round_is_in_the_summary_and_the_evidence_table(known):
+    """Each cell keeps the run's drafting ms per round (what more specialists cost), the Evidence tab's table shows it
+    for drafts only, and a summary written before it loads with none."""
+    from app.evidence_html import table_html
+
+    records, ev = known
+    table = analysis.aggregate(records, DEPTH)["table"]
+    for m in ("eagle", "poss2", "plain"):
+        kept = ev["results"][m]["scopes"]["d1"]["draft_ms"]
+        assert kept["mean"] == pytest.approx(table[m]["d1"]["draft_ms"]) and kept["runs"] == 2
+    assert ev["results"]["eagle"]["scopes"]["d1"]["draft_ms"]["mean"] > 0
+    assert ev["results"]["plain"]["scopes"]["d1"]["draft_ms"]["mean"] == 0
+    shown = table_html(evidence.Evidence.model_validate(ev))
+    assert "drafting ms/round" in shown
+    eagle_ms = ev["results"]["eagle"]["scopes"]["overall"]["draft_ms"]
+    assert f"{eagle_ms['mean']:.1f} ± {eagle_ms['std']:.1f}" in shown
+    old = json.loads(json.dumps(ev))
+    for result in old["results"].values():
+        for cell in result["scopes"].values():
+            cell.pop("draft_ms")
+    back = evidence.Evidence.model_validate(old)
+    assert back.results["eagle"].scopes["overall"].draft_ms is None and "drafting ms/round" in table_html(back)

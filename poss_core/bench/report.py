@@ -87,6 +87,7 @@ def markdown_report(agg: dict[str, Any], identity: dict[str, Any], meta: dict[st
     out += overall_section(agg, labels)
     out += per_dataset_sections(agg, labels)
     out += vs_eagle_sections(agg, labels)
+    out += between_drafts_section(agg, labels)
     out += by_position_sections(agg, labels)
     out += time_split_section(agg, labels)
     out += auto_expectation_section(agg, meta)
@@ -282,6 +283,33 @@ def vs_eagle_sections(agg: dict[str, Any], labels: dict[str, str]) -> list[str]:
             cells.append(f"{_fmt(change, 1, True)} ({_fmt(lo, 1, True)} to {_fmt(hi, 1, True)})")
         rows.append([_title(m, labels)] + cells)
     return out + [_md_table(["method", "pooled τ", "τ (mean of datasets)"], rows), ""]
+
+
+def between_drafts_section(agg: dict[str, Any], labels: dict[str, str]) -> list[str]:
+    """τ's change of each draft (row) over each other draft (column), mean of datasets, with its paired-bootstrap
+    interval: the comparisons between drafts trained alike (POSS-n against POSS-m, POSS against hass)."""
+    between = agg.get("tau_between") or {}
+    if len(between) < 2:
+        return []
+    drafts = list(between)
+    rows = []
+    for m in drafts:
+        cells = []
+        for b in drafts:
+            if b == m:
+                cells.append("")
+                continue
+            change, lo, hi = between[m][b]
+            cells.append(f"{_fmt(change, 1, True)} ({_fmt(lo, 1, True)} to {_fmt(hi, 1, True)})")
+        rows.append([_title(m, labels)] + cells)
+    return [
+        "## τ of each draft (row) over each other (column), mean of datasets, with a 95% interval",
+        "",
+        "The same paired bootstrap over questions as above, for every pair of drafts.",
+        "",
+        _md_table(["method"] + [_title(b, labels) for b in drafts], rows),
+        "",
+    ]
 
 
 def by_position_sections(agg: dict[str, Any], labels: dict[str, str]) -> list[str]:

@@ -165,6 +165,14 @@ def aggregate(records: Sequence[TurnRecord], depth: int, eagle: str = "eagle") -
             row["tau_interval"] = tau_change_interval(records, m, eagle, datasets)
             vs_eagle[m] = row
 
+    # Every draft against every other on the same questions: what specialisation adds is a difference between two
+    # drafts trained alike (POSS-1 against POSS-2, POSS against hass), not only a difference from EAGLE.
+    drafts = [m for m in methods if not is_plain(m) and m != ORACLE]
+    tau_between = {
+        m: {b: tau_change_interval(records, m, b, datasets)["mean_of_datasets"] for b in drafts if b != m}
+        for m in drafts
+    }
+
     mean_speedup = {m: mean_std([table[m][d]["speedup"] for d in datasets])[0] for m in methods}
     mean_fraction = {m: mean_std([table[m][d]["oracle_fraction"] for d in datasets])[0] for m in methods}
     # The paper's "mean" column: every dataset weighs the same, however many rounds it took (the pooled τ weighs
@@ -178,6 +186,7 @@ def aggregate(records: Sequence[TurnRecord], depth: int, eagle: str = "eagle") -
         "table": table,
         "baseline": baseline,
         "vs_eagle": vs_eagle,
+        "tau_between": tau_between,
         "mean_speedup_over_datasets": mean_speedup,
         "oracle": ORACLE if ORACLE in methods else None,
         "mean_oracle_fraction_over_datasets": mean_fraction,

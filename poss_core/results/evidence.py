@@ -179,6 +179,8 @@ class Cell(_Strict):
     new_tokens: Count
     speedup: Spread
     tokens_per_s: Spread
+    # building the draft tree per round (ms): what more specialists cost; absent from summaries written before it
+    draft_ms: Spread | None = None
     acceptance: Acceptance
     deviation: Deviation = Deviation()
 
@@ -421,6 +423,7 @@ def build_evidence(
                 "new_tokens": cell["new_tokens"],
                 "speedup": _spread(cell["speedup"], cell["speedup_std"], cell["speedup_runs"]),
                 "tokens_per_s": _spread(cell["tokens_per_s"], cell["tokens_per_s_std"], cell["tokens_per_s_runs"]),
+                "draft_ms": _spread(cell["draft_ms"], cell["draft_ms_std"], cell["tokens_per_s_runs"]),
                 "acceptance": acceptance_json(stats),
                 "deviation": deviation_json(stats),
             }
