@@ -88,6 +88,17 @@ def test_released_layout_loads_and_decodes_losslessly(tmp_path, tiny_target, lla
     assert out.token_ids == greedy_reference(tiny_target, ids, 25)
 
 
+def test_a_saved_label_names_the_draft_where_its_layout_cannot(tmp_path, tiny_target, trained_drafts):
+    """The hass control has EAGLE's layout: evaluation reports it under the label it was saved with."""
+    from poss_core.models.checkpoint import stored_label
+
+    eagle = trained_drafts["eagle"]
+    plain = save_draft(eagle, tmp_path / "eagle", tiny_target)
+    hass = save_draft(eagle, tmp_path / "hass", tiny_target, extra_meta={"label": "HASS control"})
+    assert stored_label(plain) == eagle.spec.label and stored_label(hass) == "HASS control"
+    assert stored_label(tmp_path / "nothing-here") is None
+
+
 def test_our_layout_round_trips_with_metadata(tmp_path, tiny_target, trained_drafts):
     draft = trained_drafts["poss2"]
     folder = save_draft(draft, tmp_path / "ours", tiny_target, dtype=torch.float32, extra_meta={"training": {"x": 1}})

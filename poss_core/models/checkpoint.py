@@ -380,6 +380,17 @@ def _draft_config(raw: dict[str, Any], target: TargetModel) -> LlamaConfig:
     return base
 
 
+def stored_label(folder: str | os.PathLike) -> str | None:
+    """The label a draft folder was saved under (its training's name for it, e.g. the hass control), or None: the
+    layout alone (`DraftSpec.label`) cannot tell a hass control from EAGLE."""
+    path = Path(folder) / META_FILE
+    if not path.is_file():
+        return None
+    meta = _read_json(path)
+    label = meta.get("label") if isinstance(meta, dict) else None
+    return label if isinstance(label, str) and label else None
+
+
 def save_draft(
     draft: DraftModel,
     folder: str | os.PathLike,

@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run(args) -> int:
-    from ..models.checkpoint import load_draft
+    from ..models.checkpoint import load_draft, stored_label
     from ..models.loading import load_preset_target
     from ..models.presets import get_preset
     from .train import evaluate, target_next_tokens
@@ -95,7 +95,7 @@ def run(args) -> int:
                 {
                     "drafts": str(folder),
                     "method": name,
-                    "label": draft.spec.label,
+                    "label": stored_label(path) or draft.spec.label,
                     "top1_by_position": [round(x, 4) for x in top1],
                 }
             )
