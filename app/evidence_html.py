@@ -123,9 +123,11 @@ def table_html(ev: Evidence) -> str:
 
 def _drafting_text(draft_ms: Spread | None, plain: bool) -> str:
     """A draft's tree-building time per round (mean ± std over runs); blank for plain decoding and for summaries
-    written before it was kept."""
+    written before it was kept, "–" where it was not timed apart (0: prompt lookup's n-gram search)."""
     if plain or draft_ms is None:
         return ""
+    if not draft_ms.mean:
+        return "–"
     est = draft_ms.estimate()
     spread = est.high - est.value
     return _fmt(est.value, 1) + (f" ± {_fmt(spread, 1)}" if spread else "")

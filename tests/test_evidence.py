@@ -619,3 +619,6 @@ def test_drafting_time_per_round_is_in_the_summary_and_the_evidence_table(known)
             cell.pop("draft_ms")
     back = evidence.Evidence.model_validate(old)
     assert back.results["eagle"].scopes["overall"].draft_ms is None and "drafting ms/round" in table_html(back)
+    untimed = json.loads(json.dumps(ev))  # prompt lookup: its n-gram search is not timed apart, so 0 is no figure
+    untimed["results"]["eagle"]["scopes"]["overall"]["draft_ms"].update(mean=0.0, std=0.0)
+    assert "<td>–</td>" in table_html(evidence.Evidence.model_validate(untimed))

@@ -141,6 +141,13 @@ def aggregate(records: Sequence[TurnRecord], depth: int, eagle: str = "eagle") -
             cell["oracle_fraction_runs"] = fractions
             cell["oracle_fraction"], cell["oracle_fraction_std"] = mean_std(fractions)
 
+    # τ's change of every draft over every other on the same questions, with its paired-bootstrap interval: what
+    # specialisation adds is a difference between drafts trained alike (POSS-1 against POSS-2, POSS against hass),
+    # not only one from EAGLE. Each method's questions are summed once; the vs-EAGLE rows read the same intervals.
+    drafts = [m for m in methods if not is_plain(m) and m != ORACLE]
+    totals = {m: question_totals(records, m) for m in drafts}
+    changes = {(m, b): paired_tau_change(totals[m], totals[b], datasets) for m in drafts for b in drafts if b != m}
+
     vs_eagle: dict[str, dict[str, Any]] = {}
     if eagle in methods:
         for m in methods:
@@ -162,16 +169,9 @@ def aggregate(records: Sequence[TurnRecord], depth: int, eagle: str = "eagle") -
                 "tau": mean_std([row[d]["tau"] for d in datasets])[0],
                 "speed": mean_std([row[d]["speed"] for d in datasets])[0],
             }
-            row["tau_interval"] = tau_change_interval(records, m, eagle, datasets)
+            row["tau_interval"] = changes[(m, eagle)]
             vs_eagle[m] = row
-
-    # Every draft against every other on the same questions: what specialisation adds is a difference between two
-    # drafts trained alike (POSS-1 against POSS-2, POSS against hass), not only a difference from EAGLE.
-    drafts = [m for m in methods if not is_plain(m) and m != ORACLE]
-    tau_between = {
-        m: {b: tau_change_interval(records, m, b, datasets)["mean_of_datasets"] for b in drafts if b != m}
-        for m in drafts
-    }
+    tau_between = {m: {b: changes[(m, b)]["mean_of_datasets"] for b in drafts if b != m} for m in drafts}
 
     mean_speedup = {m: mean_std([table[m][d]["speedup"] for d in datasets])[0] for m in methods}
     mean_fraction = {m: mean_std([table[m][d]["oracle_fraction"] for d in datasets])[0] for m in methods}
@@ -194,12 +194,12 @@ def aggregate(records: Sequence[TurnRecord], depth: int, eagle: str = "eagle") -
     }
 
 
-def tau_change_interval(
-    records: Sequence[TurnRecord], method: str, base: str, datasets: Sequence[str]
+def paired_tau_change(
+    mine: dict[tuple, metrics.TauTotals], theirs: dict[tuple, metrics.TauTotals], datasets: Sequence[str]
 ) -> dict[str, tuple[float, float, float]]:
-    """`method`'s τ change over `base` with a 95% paired-bootstrap interval over questions (`metrics`); a question's
-    turns and runs count as one unit, since at temperature 0 its runs repeat the same rounds."""
-    mine, theirs = question_totals(records, method), question_totals(records, base)
+    """A method's τ change over a base with a 95% paired-bootstrap interval over the questions both answered
+    (`question_totals` of each; `metrics`); a question's turns and runs count as one unit, since at temperature 0 its
+    runs repeat the same rounds."""
     groups = [[(mine[k], theirs[k]) for k in mine if k[0] == d and k in theirs] for d in datasets]
     return metrics.bootstrap_tau_change(groups)
 

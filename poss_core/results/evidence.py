@@ -25,7 +25,7 @@ from ..methods import ORACLE, color_of, is_plain, label_of, short_of
 from ..metrics import AcceptanceStats, Estimate
 from ..models.presets import presets
 from ..settings import LIMITS
-from .analysis import OVERALL, aggregate, identity_check, pooled_events_by_method, question_totals, tau_change_interval
+from .analysis import OVERALL, aggregate, identity_check, pooled_events_by_method, question_totals
 from .records import TurnRecord, records_in
 
 SCHEMA = "poss-evidence"
@@ -436,9 +436,7 @@ def build_evidence(
                 agg["vs_eagle"][m]["tau_interval"]["mean_of_datasets"], sum(len(r) for r in per_set)
             )
         if HASS in agg["methods"] and m != HASS and not is_plain(m) and m != ORACLE:
-            result["tau_vs_hass"] = interval(
-                tau_change_interval(records, m, HASS, datasets)["mean_of_datasets"], sum(len(r) for r in per_set)
-            )
+            result["tau_vs_hass"] = interval(agg["tau_between"][m][HASS], sum(len(r) for r in per_set))
         results[m] = result
     if ORACLE in agg["methods"]:
         meta = {
