@@ -39,7 +39,7 @@ from ..decoding.hf_generate import STALL_SECONDS
 from ..errors import ConfigError, PossError, run_cli
 from ..models.hardware import device_description
 from ..models.loading import load_preset_target, parse_dtype
-from ..models.numerics import plain_margin
+from ..models.numerics import plain_margin, rounding_tolerance
 from ..models.presets import DEFAULT_PRESET, Preset, get_preset
 from ..paths import project_root
 from ..results.analysis import classify_mismatches, first_divergences, identity_check, subset_identity
@@ -112,6 +112,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--calibration-tokens", type=int, default=48)
     p.add_argument("--remeasure", action="store_true", help="'auto': measure the forward-time curve again")
     p.add_argument("--no-hf-generate", action="store_true", help="time plain decoding with PlainDecoder only")
+    p.add_argument(
+        "--attention",
+        choices=["row-invariant", "sdpa"],
+        default=None,
+        help="the target's attention: row-invariant (default; every lane exact in every CPU precision) or "
+        "transformers' sdpa (a few percent faster; bf16/fp16 lanes may part from plain decoding at near-ties)",
+    )
     p.add_argument("--warmup-tokens", type=int, default=16)
     p.add_argument("--device", default=None)
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
@@ -183,6 +190,8 @@ def run_benchmark(args, argv: Sequence[str]) -> int:
     """The whole benchmark: check the arguments, load, warm up, run the questions, check identity, write, report."""
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.attention:  # read by every TargetModel this process builds (models/row_invariant.use_attention)
+        os.environ["POSS_ATTENTION"] = args.attention
     preset, budget = get_preset(args.preset), tree_budget_arg(args)
     base_cfg = base_config(args, preset, budget)
     questions = load_questions(args.data, args.limit)
@@ -318,9 +327,18 @@ def check_identity(records, target, temperature: float) -> dict:
         rec = by_key[(identity["reference"], (mm["run"], mm["dataset"], mm["question_id"], mm["turn"]))]
         mm["margin"] = plain_margin(target, rec.prompt_ids, rec.token_ids, mm["index"], mm["got"])
     numerics = target.numerics
+    # transformers' generate (plain-hf, pld, assisted) runs one-row steps without the engine's padding: those keep
+    # the precision's rounding tolerance even where the engine's own lanes are exact.
+    dtype = str(target.dtype).replace("torch.", "")
+    tolerance = numerics.tolerance or rounding_tolerance(target.dtype)
+    generated = (methods.PLAIN_HF, methods.PLD, methods.ASSISTED)
+    strict = numerics.tolerance == 0  # row-invariant numerics: no rounding near-ties in the engine's own lanes
+    exact = [m for m in dict.fromkeys(r.method for r in records) if strict and m not in generated]
     return {
-        **classify_mismatches(identity, numerics.tolerance, str(target.dtype).replace("torch.", "")),
+        **classify_mismatches(identity, tolerance, dtype, exact),
         "quantization": target.quantization,
+        "attention": getattr(target, "attention", "sdpa"),
+        "exact_methods": exact,
         "numerics": numerics.why,
     }
 

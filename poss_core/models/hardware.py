@@ -89,6 +89,7 @@ def hardware_info(target) -> dict[str, str]:
         "device": device,
         "dtype": str(target.dtype).replace("torch.", ""),
         "quantization": str(target.quantization),
+        "attention": str(getattr(target, "attention", "sdpa")),
         "context": str(target.max_context),
         "torch": torch.__version__,
     }

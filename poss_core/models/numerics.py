@@ -2,10 +2,12 @@
 the plain target's own logit margin there, classified as a rounding near-tie or a real mismatch.
 
 Greedy speculative decoding reproduces plain decoding exactly when a row's result does not depend on the other rows
-of the forward: the tree's batched verify pass and plain decoding's one-token step then give the same numbers. That
-holds for float32 on a CPU, and for this project's bitsandbytes targets (`quantization.use_row_independent_kernels`).
-In bf16/fp16 (and on GPUs) a batched and a one-token matmul round differently, so two tokens whose logits are within
-a few units in the last place can swap: a near-tie, which the badge and the benchmark name with its margin."""
+of the forward: the tree's batched verify pass and plain decoding's one-token step then give the same bits. The
+engine's row-invariant attention (row_invariant.py) with its one-row padding makes that hold on a CPU in float32,
+bfloat16 and float16, measured bit for bit (tests/test_row_invariant.py): there any divergence is a mismatch. Where
+it is not measured or not reached (transformers' own sdpa attention, 8-bit, 4-bit in half precision, a GPU), a batched
+and a one-token forward may round differently, so two tokens whose logits are within a few units in the last place
+can swap: a near-tie, which the badge and the benchmark name with its margin."""
 
 from __future__ import annotations
 
@@ -42,11 +44,21 @@ def rounding_tolerance(dtype) -> float:
 INT8_TOLERANCE = 2.0
 
 
-def target_numerics(device_type: str, dtype, quantization: str = "none", kernel: str | None = None) -> Numerics:
+def target_numerics(
+    device_type: str, dtype, quantization: str = "none", kernel: str | None = None, row_invariant: bool = False
+) -> Numerics:
     """The identity a target of this device, compute dtype and quantization mode allows. `kernel` is a 4-bit
-    target's (quantization.py): None means the default for the device (row-independent on a CPU, fused on a GPU)."""
+    target's (quantization.py): None means the default for the device (row-independent on a CPU, fused on a GPU).
+    `row_invariant`: the target runs row-invariant attention (row_invariant.py), exact on a CPU in every precision."""
     name = _dtype_name(dtype)
     tol = rounding_tolerance(dtype)
+    if row_invariant and device_type == "cpu" and quantization == "none":
+        return Numerics(
+            True,
+            0.0,
+            f"{name} on a CPU with row-invariant attention: a row's logits are the same bits alone, in a prompt chunk "
+            "or among tree siblings, so identity with plain decoding is exact and any difference is a mismatch",
+        )
     if quantization == "8bit":
         return Numerics(
             False,
@@ -98,7 +110,12 @@ def numerics_of(hardware: dict[str, str]) -> Numerics:
     """The numerics of the target a comparison ran on, from its hardware record (device, dtype, quantization), so
     a saved run's badges say what its own target allowed."""
     device = str(hardware.get("device", "cpu")).split(" ")[0].split(":")[0] or "cpu"
-    return target_numerics(device, hardware.get("dtype") or "float32", hardware.get("quantization") or "none")
+    return target_numerics(
+        device,
+        hardware.get("dtype") or "float32",
+        hardware.get("quantization") or "none",
+        row_invariant=hardware.get("attention") == "row_invariant",
+    )
 
 
 @dataclass(frozen=True)
@@ -126,7 +143,7 @@ def classify_divergence(index: int, margin: float | None, numerics: Numerics) ->
         return Divergence(
             index, None, NEAR_TIE, f"margin not measured; {numerics.why}", numerics.tolerance, numerics.tie
         )
-    if abs(margin) <= numerics.tolerance:
+    if numerics.tolerance > 0 and abs(margin) <= numerics.tolerance:
         return Divergence(
             index,
             margin,
@@ -135,13 +152,9 @@ def classify_divergence(index: int, margin: float | None, numerics: Numerics) ->
             numerics.tolerance,
             numerics.tie,
         )
-    return Divergence(
-        index,
-        margin,
-        MISMATCH,
-        f"plain's logit margin there is {margin:.3g}, not a rounding near-tie ({numerics.why})",
-        numerics.tolerance,
-    )
+    what = "no rounding explains it" if numerics.tolerance == 0 else "not a rounding near-tie"
+    reason = f"plain's logit margin there is {margin:.3g}, {what} ({numerics.why})"
+    return Divergence(index, margin, MISMATCH, reason, numerics.tolerance)
 
 
 def plain_margin(target, prompt_ids: list[int], want: list[int], index: int, got: int | None = None) -> float:

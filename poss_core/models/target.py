@@ -9,6 +9,8 @@ from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 from transformers.cache_utils import DynamicLayer
 
 from .numerics import Numerics, target_numerics
+from .row_invariant import NAME as ROW_INVARIANT
+from .row_invariant import min_rows, use_attention
 
 # Prompt tokens read per forward in a prefill: a call's budget is checked between chunks, so a stop or the cap lands
 # within one chunk (about a second for the default model on one CPU thread) instead of after the whole prompt; a
@@ -34,6 +36,22 @@ def causal_allowed(q: int, past: int, device: torch.device | str = "cpu") -> tor
     allowed = torch.ones(q, past + q, dtype=torch.bool, device=device)
     allowed[:, past:] = torch.ones(q, q, dtype=torch.bool, device=device).tril()
     return allowed
+
+
+def pad_rows(
+    input_ids: torch.Tensor, position_ids: torch.Tensor, allowed: torch.Tensor, pad: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A forward's inputs with `pad` copies of its last row after it: each copy sees exactly what the last row sees
+    (so it computes the same thing, and attention groups it with that row), and no row sees a copy."""
+    q, k = allowed.shape
+    grown = torch.zeros(q + pad, k + pad, dtype=torch.bool, device=allowed.device)
+    grown[:q, :k] = allowed
+    grown[q:, :k] = allowed[-1]
+    return (
+        torch.cat([input_ids, input_ids[-1:].expand(pad)]),
+        torch.cat([position_ids, position_ids[-1:].expand(pad)]),
+        grown,
+    )
 
 
 class KVSlab:
@@ -150,6 +168,10 @@ def keep_cache_slots(cache: DynamicCache, past_len: int, keep: torch.Tensor) -> 
 def truncate_cache_layer(cache: DynamicCache, layer_idx: int, length: int) -> None:
     """Cut one layer of a cache back to `length` entries."""
     layer = cache.layers[layer_idx]
+    if isinstance(layer, SlabLayer):
+        if layer.is_initialized and layer.keys.shape[-2] > length:
+            layer.bind(length)
+        return
     if getattr(layer, "is_initialized", True) and layer.keys is not None and layer.keys.shape[-2] > length:
         layer.keys = layer.keys[..., :length, :]
         layer.values = layer.values[..., :length, :]
@@ -164,8 +186,12 @@ class TargetModel:
         tokenizer: PreTrainedTokenizerBase,
         name: str = "target",
         quantization: str = "none",
+        attention: str | None = None,
     ) -> None:
         self.model = model.eval()
+        # Row-invariant attention (row_invariant.py) unless `attention` (or $POSS_ATTENTION) asks for transformers'
+        # own "sdpa": exact identity with plain decoding in every CPU precision, for a few percent of speed.
+        self.attention = use_attention(self.model, attention)
         self.kernel: str | None = None  # a 4-bit target's kernels: "row-independent" or "fast" (quantization.py)
         if quantization != "none":
             from .quantization import use_kernels
@@ -183,6 +209,10 @@ class TargetModel:
         self.vocab_size = int(self.lm_head.weight.shape[0])
         self.max_context = int(getattr(self.config, "max_position_embeddings", 4096) or 4096)
         self.eos_ids = self._eos_ids()
+        # Row-invariant attention promises a row the same bits alone or beside others; the matmuls' one-row path
+        # is padded away (forward) so the promise holds for a plain step too.
+        self.row_invariant = self.attention == ROW_INVARIANT
+        self.min_rows = min_rows(self.dtype_for_mask) if self.row_invariant else 1
 
     def _eos_ids(self) -> set[int]:
         ids: set[int] = set()
@@ -208,7 +238,13 @@ class TargetModel:
         """Run new tokens [q] at `position_ids` [q]; `allowed` is bool [q, past+q]. Extends `cache`.
 
         `logits` is "all", "last" or "none": the LM head over a 49k vocabulary is costly, so ask only for what is
-        used."""
+        used. A forward of fewer than `min_rows` rows runs with copies of its last row beside it, whose cache
+        entries are dropped: CPU matmuls take a vector path for one row that rounds differently from the matrix
+        path (numerics.min_rows), and a plain step must give the bits a tree node at its place gets."""
+        q = int(input_ids.shape[0])
+        pad = max(0, self.min_rows - q)
+        if pad:
+            input_ids, position_ids, allowed = pad_rows(input_ids, position_ids, allowed, pad)
         mask = float_mask(allowed.to(self.device), self.dtype_for_mask)
         out = self.decoder(
             input_ids=input_ids.to(self.device)[None],
@@ -218,10 +254,23 @@ class TargetModel:
             use_cache=True,
         )
         hidden = out.last_hidden_state[0]
+        if pad:
+            hidden = hidden[:q]
+            past = int(allowed.shape[1]) - q - pad
+            for i in range(len(cache.layers)):
+                truncate_cache_layer(cache, i, past + q)
         if logits == "none":
             return TargetOutput(None, hidden)
         head_in = hidden[-1:] if logits == "last" else hidden
-        return TargetOutput(self.lm_head(head_in).float(), hidden)
+        return TargetOutput(self._head(head_in), hidden)
+
+    def _head(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The LM head over rows of hidden states, float32 logits; fewer than `min_rows` rows are padded (as in
+        `forward`) so a row's logits do not depend on how many rows were asked for together."""
+        n = int(hidden.shape[0])
+        if 0 < n < self.min_rows:
+            hidden = torch.cat([hidden, hidden[-1:].expand(self.min_rows - n, -1)])
+        return self.lm_head(hidden)[:n].float()
 
     @torch.inference_mode()
     def prefill(
@@ -255,7 +304,7 @@ class TargetModel:
     @torch.inference_mode()
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """The LM head over some rows of `forward`'s hidden states: float32 logits on the CPU."""
-        return self.lm_head(hidden).float().cpu()
+        return self._head(hidden).cpu()
 
     @property
     def dtype_for_mask(self) -> torch.dtype:
@@ -266,7 +315,9 @@ class TargetModel:
     @property
     def numerics(self) -> Numerics:
         """What identity with plain decoding this target's device, compute dtype and quantization allow."""
-        return target_numerics(self.device.type, self.dtype_for_mask, self.quantization, self.kernel)
+        return target_numerics(
+            self.device.type, self.dtype_for_mask, self.quantization, self.kernel, row_invariant=self.row_invariant
+        )
 
     def input_embedding_weight(self) -> torch.Tensor:
         return self.model.get_input_embeddings().weight

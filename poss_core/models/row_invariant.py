@@ -1,0 +1,201 @@
+"""Row-invariant attention: a row's output is the same bits whether it is computed alone (a plain decoding step), in a
+prompt chunk, or as a draft-tree node among siblings it must not see, so greedy speculative decoding reproduces plain
+decoding exactly in bfloat16 and float16, not only in float32.
+
+Why the stock kernels are not. A reduction's rounding depends on its order, and SDPA's (and eager attention's softmax
+and weighted sum) change with the number of keys in the call and with where a row's visible keys sit among masked
+ones: a tree node's ancestors lie between siblings it does not see, at other slots than plain decoding has them. In
+bf16 that moves a logit by up to about 1, enough to flip a near-tie (the batch invariance of Thinking Machines'
+"Defeating Nondeterminism in LLM Inference", 2025; vLLM's batch-invariant mode and SGLang's deterministic inference
+follow it on GPUs).
+
+What this attention does instead. A row at absolute position p sees keys 0..p, and every row of every call splits
+them the same way, by p alone: a *head* of whole blocks, positions [0, H(p)) with H(p) = BLOCK * floor((p - MARGIN)
+/ BLOCK), read straight from the cache (a tree's committed prefix: MARGIN exceeds any tree depth, so the head never
+holds a tree node), and a *tail*, positions [H(p), p] in plain decoding's order (a tree node's committed prefix then its
+ancestors, gathered by rank among the keys it sees), padded to TAIL keys. Scores of the head and the tail are
+concatenated into one row of H(p) + TAIL entries, so the softmax (one row-local kernel) sees the same values in the
+same places in every call; the weighted sum is one matmul over the head and one over the tail. Measured on a CPU
+(tests/test_row_invariant.py): torch's bf16/fp16 matmuls give a row the same bits whatever the number of rows or
+batches beside it, and so does its last-dim softmax whatever the rows and trailing masked keys, which is what the
+construction relies on; the tests check the whole forward bit for bit.
+
+On a GPU the same construction is necessary but not sufficient: cuBLAS picks split-K and tile shapes by the problem
+size, so the matmuls here (and the model's linear layers) need fixed-tile kernels as well (vLLM's batch-invariant
+ops); `scripts/gpu_check.sh` measures whether identity holds there."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import torch
+from transformers import AttentionInterface, AttentionMaskInterface
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import eager_mask
+
+from ..errors import ConfigError
+
+NAME = "row_invariant"
+# What a target's attention can be: this module's, or transformers' own fused kernel (faster, not row-invariant).
+ATTENTIONS = (NAME, "sdpa")
+BLOCK = 32  # the head grows in whole blocks of this many keys: a boundary every BLOCK positions
+MARGIN = 32  # the tail's shortest span: more than any draft-tree depth, so a tree node's head is committed prefix
+TAIL = BLOCK + MARGIN  # keys in a tail row (positions [H(p), p], then masked padding)
+# Fewest rows a matmul is given: torch's CPU float32 matmul rounds 1 to 3 rows differently from 4 or more (bf16 and
+# fp16: only 1 row), measured in tests/test_row_invariant.py.
+MIN_ROWS = 4
+
+
+def min_rows(dtype: torch.dtype) -> int:
+    """Fewest rows a forward of this compute dtype runs (TargetModel pads a plain step up to it)."""
+    return MIN_ROWS if dtype == torch.float32 else 2
+
+
+def head_length(position: torch.Tensor) -> torch.Tensor:
+    """H(p): how many keys from position 0 a row at `position` reads straight from the cache (whole blocks)."""
+    return torch.div((position - MARGIN).clamp(min=0), BLOCK, rounding_mode="floor") * BLOCK
+
+
+class _Layout:
+    """What every layer of one forward reads off its mask: each row's position, head length and the cache slots of
+    its tail keys in plain decoding's order, with the rows grouped by head length."""
+
+    def __init__(self, allowed: torch.Tensor) -> None:
+        q, k = allowed.shape
+        seen = allowed.cumsum(-1)
+        self.position = seen[:, -1] - 1  # a row sees keys 0..p: p + 1 of them
+        self.head = head_length(self.position)
+        # The first H(p) keys a row sees must be cache slots 0..H(p)-1, the committed prefix in order.
+        ok = (seen.gather(1, (self.head - 1).clamp(min=0)[:, None])[:, 0] == self.head) | (self.head == 0)
+        if not bool(ok.all()):
+            raise ValueError(
+                f"row-invariant attention needs each row's first keys to be the committed prefix; a tree deeper than "
+                f"{MARGIN} or a mask that hides prefix keys is not supported"
+            )
+        rank = seen - 1 - self.head[:, None]  # a visible key's place in the row's tail (negative: in the head)
+        take = allowed & (rank >= 0)
+        rows, slots = take.nonzero(as_tuple=True)
+        self.tail_slots = torch.zeros(q, TAIL, dtype=torch.long, device=allowed.device)
+        self.tail_slots[rows, rank[rows, slots]] = slots
+        self.tail_masked = torch.arange(TAIL, device=allowed.device)[None, :] > (self.position - self.head)[:, None]
+        self.groups = [(int(h), (self.head == h).nonzero()[:, 0]) for h in torch.unique(self.head).tolist()]
+        self.rows = q
+
+
+# The last mask seen and its layout, per thread (lanes may run in threads of their own).
+_last = threading.local()
+
+
+def _layout(mask: torch.Tensor | None, q: int, k: int, device: torch.device) -> _Layout:
+    """The layout of a forward's mask, computed once for all its layers (they share the mask tensor)."""
+    if mask is not None and getattr(_last, "mask", None) is mask:
+        return _last.layout
+    if mask is None:  # no mask: the new rows are the last q of k, causal
+        allowed = torch.ones(q, k, dtype=torch.bool, device=device).tril(k - q)
+    else:
+        m = mask[0, 0]
+        allowed = m if m.dtype == torch.bool else m == 0
+    layout = _Layout(allowed)
+    _last.mask, _last.layout = mask, layout
+    return layout
+
+
+def row_invariant_attention(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float,
+    dropout: float = 0.0,
+    **kwargs,
+) -> tuple[torch.Tensor, None]:
+    """transformers' attention signature: query [1, H, q, d], key/value [1, Hkv, k, d] (the whole cache), the 4D
+    mask; returns [1, q, H, d]."""
+    batch, heads, q, d = query.shape
+    if batch != 1:  # batched forwards (feature extraction for training) need no identity with plain decoding
+        return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, **kwargs)
+    kv_heads, k = key.shape[1], key.shape[2]
+    groups = heads // kv_heads
+    layout = _layout(attention_mask, q, k, query.device)
+    qs = (query[0] * scaling).view(kv_heads, groups, q, d)  # head = kv_head * groups + group
+    keys, values = key[0], value[0]
+    # Tail keys and values of every row, in plain order: [Hkv, q, TAIL, d].
+    flat = layout.tail_slots.view(-1)
+    tail_k = keys.index_select(1, flat).view(kv_heads, q, TAIL, d)
+    tail_v = values.index_select(1, flat).view(kv_heads, q, TAIL, d)
+    if len(layout.groups) == 1:
+        out = _rows(qs, tail_k, tail_v, keys, values, layout.groups[0][0], layout.tail_masked)
+    else:
+        out = torch.empty(kv_heads, groups, q, d, dtype=query.dtype, device=query.device)
+        for h, rows in layout.groups:
+            sub = _rows(
+                qs.index_select(2, rows),
+                tail_k.index_select(1, rows),
+                tail_v.index_select(1, rows),
+                keys,
+                values,
+                h,
+                layout.tail_masked.index_select(0, rows),
+            )
+            out.index_copy_(2, rows, sub)
+    # [Hkv, groups, q, d] -> [1, q, H, d]
+    return out.permute(2, 0, 1, 3).reshape(1, q, heads, d), None
+
+
+def _rows(
+    qs: torch.Tensor,
+    tail_k: torch.Tensor,
+    tail_v: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    h: int,
+    tail_masked: torch.Tensor,
+) -> torch.Tensor:
+    """Attention of rows that share the head length `h`: softmax over [head scores | tail scores] (one row-local
+    kernel), then the head's and the tail's weighted values. `qs` [Hkv, groups, rows, d], the tails [Hkv, rows,
+    TAIL, d]; returns [Hkv, groups, rows, d]."""
+    kv_heads, groups, rows, d = qs.shape
+    # Tail scores: one small matmul per (kv head, row), [groups, d] @ [d, TAIL] -> [Hkv, groups, rows, TAIL].
+    tail_s = torch.matmul(qs.transpose(1, 2), tail_k.transpose(-1, -2)).transpose(1, 2)
+    if h == 0:
+        scores = tail_s.masked_fill(tail_masked[None, None], float("-inf"))
+        probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(values.dtype)
+        return torch.matmul(probs.transpose(1, 2), tail_v).transpose(1, 2)
+    # Head scores: [Hkv, groups * rows, d] @ [Hkv, d, h], with at least MIN_ROWS rows.
+    m = groups * rows
+    s_head = torch.matmul(_at_least(qs.reshape(kv_heads, m, d), MIN_ROWS), keys[:, :h].transpose(-1, -2))
+    scores = torch.cat([s_head[:, :m].view(kv_heads, groups, rows, h), tail_s], dim=-1)
+    scores[..., h:].masked_fill_(tail_masked[None, None], float("-inf"))
+    probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(values.dtype)
+    o_head = torch.matmul(_at_least(probs[..., :h].reshape(kv_heads, m, h), MIN_ROWS), values[:, :h])
+    o_tail = torch.matmul(probs[..., h:].transpose(1, 2), tail_v).transpose(1, 2)
+    return o_head[:, :m].view(kv_heads, groups, rows, d) + o_tail
+
+
+def _at_least(x: torch.Tensor, rows: int) -> torch.Tensor:
+    """`x` [b, m, n] with copies of its last row appended up to `rows` rows (a matmul's row count then never takes
+    the few-row paths that round differently; the copies' results are dropped)."""
+    m = x.shape[1]
+    return x if m >= rows else torch.cat([x, x[:, -1:].expand(-1, rows - m, -1)], dim=1)
+
+
+def register() -> str:
+    """Make `row_invariant` an attention implementation transformers knows (with eager's float masks for callers
+    that build their own, e.g. `generate`), and return its name."""
+    AttentionInterface.register(NAME, row_invariant_attention)
+    AttentionMaskInterface.register(NAME, eager_mask)
+    return NAME
+
+
+def use_attention(model, attention: str | None = None) -> str:
+    """Give `model` the attention `attention` names (None: $POSS_ATTENTION, else row-invariant) and return it."""
+    name = (attention or os.environ.get("POSS_ATTENTION") or NAME).replace("-", "_")
+    if name not in ATTENTIONS:
+        raise ConfigError(f"attention {name!r} is unknown: use {' or '.join(a.replace('_', '-') for a in ATTENTIONS)}.")
+    if name == NAME:
+        register()
+    if getattr(model.config, "_attn_implementation", None) != name:
+        model.set_attn_implementation(name)
+    return name

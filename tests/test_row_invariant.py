@@ -1,0 +1,152 @@
+"""Row-invariant attention: a row's logits and features are the same bits alone (a plain step), in prompt chunks, and
+as a tree node among siblings it does not see, in every CPU precision; so every greedy lane is plain decoding's
+output token for token, and the identity check calls any difference a mismatch."""
+
+import pytest
+import torch
+
+from poss_core.decoding.config import DecodeConfig
+from poss_core.decoding.decoder import PlainDecoder, SpeculativeDecoder, encode_prompt
+from poss_core.errors import ConfigError
+from poss_core.events import DecodeSummary
+from poss_core.models import row_invariant
+from poss_core.models.loading import random_draft
+from poss_core.models.numerics import MISMATCH, classify_divergence
+from poss_core.models.target import TargetModel, causal_allowed
+from poss_core.models.tiny import tiny_target
+from poss_core.results.analysis import classify_mismatches
+
+DTYPES = [torch.float32, torch.bfloat16, torch.float16]
+# Long enough that rows read whole head blocks (positions past MARGIN + BLOCK) and a chunk spans several head lengths.
+N, PREFIX = 150, 101
+
+
+def _run(target: TargetModel, ids: torch.Tensor, chunks: list[tuple[int, int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Logits and features of every row of `ids`, read in the given [begin, end) chunks with one cache."""
+    cache, logits, hidden = target.new_cache(), [], []
+    for begin, end in chunks:
+        out = target.forward(ids[begin:end], torch.arange(begin, end), causal_allowed(end - begin, begin), cache)
+        logits.append(out.logits)
+        hidden.append(out.hidden)
+    return torch.cat(logits), torch.cat(hidden)
+
+
+def _steps(begin: int, end: int, size: int) -> list[tuple[int, int]]:
+    return [(i, min(end, i + size)) for i in range(begin, end, size)]
+
+
+@pytest.fixture(scope="module", params=DTYPES, ids=lambda d: str(d).replace("torch.", ""))
+def target(request) -> TargetModel:
+    t = tiny_target(seed=3, dtype=request.param, layers=2)
+    assert t.attention == row_invariant.NAME
+    return t
+
+
+def test_a_row_is_the_same_bits_alone_and_in_chunks(target):
+    ids = torch.randint(3, target.vocab_size, (N,), generator=torch.Generator().manual_seed(0))
+    full_logits, full_hidden = _run(target, ids, [(0, N)])
+    for size in (1, 2, 3, 5, 16):
+        logits, hidden = _run(target, ids, [(0, PREFIX), *_steps(PREFIX, N, size)])
+        assert torch.equal(hidden, full_hidden), f"steps of {size}: features differ"
+        assert torch.equal(logits, full_logits), f"steps of {size}: logits differ"
+    logits, _ = _run(target, ids, _steps(0, N, 37))  # prompt chunks of another length
+    assert torch.equal(logits, full_logits)
+
+
+def _random_tree(depths: int, width: int, gen: torch.Generator) -> tuple[list[int], list[int], list[int]]:
+    """Parents and depths of a random tree (node 0 the root) and the nodes of one root-to-leaf path, in the order an
+    EAGLE tree has them (parents before children)."""
+    parents, depth, path = [-1], [0], [0]
+    for d in range(1, depths + 1):
+        frontier = [i for i, dd in enumerate(depth) if dd == d - 1]
+        first = len(parents)
+        for _ in range(width):
+            parents.append(frontier[int(torch.randint(len(frontier), (1,), generator=gen))])
+            depth.append(d)
+        children = [i for i in range(first, len(parents)) if parents[i] == path[-1]]
+        if not children:
+            break
+        path.append(children[int(torch.randint(len(children), (1,), generator=gen))])
+    return parents, depth, path
+
+
+def test_a_tree_node_among_siblings_is_the_same_bits_as_plain_decoding(target):
+    gen = torch.Generator().manual_seed(1)
+    for context in (20, 70, PREFIX):  # no head, one block, several blocks
+        parents, depth, path = _random_tree(6, 5, gen)
+        tokens = torch.randint(3, target.vocab_size, (len(parents),), generator=gen)
+        # Plain decoding of the committed context followed by the path's tokens, one row at a time.
+        context_ids = torch.randint(3, target.vocab_size, (context,), generator=gen)
+        line = torch.cat([context_ids, tokens[path]])
+        plain_logits, plain_hidden = _run(target, line, [(0, context), *_steps(context, len(line), 1)])
+        # The same context, then the whole tree in one forward: each node sees the context and its ancestors.
+        cache = target.new_cache()
+        target.forward(context_ids, torch.arange(context), causal_allowed(context, 0), cache)
+        size = len(parents)
+        ancestors = torch.zeros(size, size, dtype=torch.bool)
+        for i in range(size):
+            j = i
+            while j != -1:
+                ancestors[i, j], j = True, parents[j]
+        allowed = torch.ones(size, context + size, dtype=torch.bool)
+        allowed[:, context:] = ancestors
+        out = target.forward(tokens, context + torch.tensor(depth), allowed, cache)
+        for d, node in enumerate(path):
+            assert torch.equal(out.hidden[node], plain_hidden[context + d]), f"context {context}, depth {d}"
+            assert torch.equal(out.logits[node], plain_logits[context + d]), f"context {context}, depth {d}"
+
+
+def test_every_greedy_lane_is_plain_decoding_token_for_token(target):
+    for kind in ("eagle", "poss2"):
+        draft = random_draft(target, kind, depth=6)
+        for prompt in ("Hi there, how are you?", "Write a poem about the sea."):
+            ids = encode_prompt(target.tokenizer, prompt)
+            runs = []
+            for decoder in (
+                PlainDecoder(target, DecodeConfig(max_new_tokens=48)),
+                SpeculativeDecoder(target, draft, DecodeConfig(max_new_tokens=48, tree_budget=24)),
+            ):
+                *_, summary = decoder.generate(ids)
+                assert isinstance(summary, DecodeSummary)
+                runs.append(summary.token_ids)
+            assert runs[0] == runs[1], f"{kind} on {prompt!r}"
+
+
+def test_row_invariant_numerics_are_exact_on_a_cpu_and_call_any_divergence_a_mismatch(target):
+    numerics = target.numerics
+    assert numerics.exact and numerics.tolerance == 0
+    tiny_margin = classify_divergence(5, 1e-6, numerics)
+    assert tiny_margin.kind == MISMATCH and "no rounding explains it" in tiny_margin.reason
+
+
+def test_sdpa_stays_available_and_keeps_the_rounding_tolerance_in_half_precision():
+    fast = tiny_target(seed=3, dtype=torch.bfloat16, layers=2)
+    fast = TargetModel(fast.model, fast.tokenizer, attention="sdpa")
+    assert fast.attention == "sdpa" and fast.min_rows == 1
+    assert not fast.numerics.exact and fast.numerics.tolerance > 0
+    with pytest.raises(ConfigError, match="row-invariant or sdpa"):
+        TargetModel(fast.model, fast.tokenizer, attention="flash")
+
+
+def test_the_benchmark_counts_a_near_tie_of_an_exact_lane_as_a_mismatch():
+    entry = {"method": "eagle", "run": 0, "dataset": "d", "question_id": 1, "turn": 0, "index": 3, "got": 7}
+    identity = {"reference": "plain", "checked": 2, "mismatches": [{**entry, "margin": 0.01}]}
+    assert classify_mismatches(dict(identity), 0.5, "bfloat16")["near_ties"]  # sdpa: a near-tie
+    strict = classify_mismatches(dict(identity), 0.5, "bfloat16", exact=["eagle"])
+    assert not strict["near_ties"] and strict["mismatches"][0]["kind"] == "mismatch"
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).replace("torch.", ""))
+def test_the_kernel_facts_the_construction_relies_on(dtype):
+    """torch's CPU matmul gives a row the same bits beside 2 to 300 others (row_invariant.min_rows rows at least),
+    and its last-dim softmax the same values whatever the other rows and trailing masked keys. If a torch upgrade
+    breaks one of these, this says which."""
+    gen = torch.Generator().manual_seed(2)
+    fewest = row_invariant.min_rows(dtype)
+    a, b = torch.randn(300, 96, generator=gen).to(dtype), torch.randn(96, 200, generator=gen).to(dtype)
+    ref = (a @ b)[:1]
+    for m in (fewest, fewest + 1, 7, 33, 64, 300):
+        assert torch.equal((a[:m] @ b)[:1], ref), f"{m} rows"
+    s = torch.randn(50, 90, generator=gen)
+    masked = torch.cat([s, torch.full((50, 40), float("-inf"))], dim=-1)
+    assert torch.equal(torch.softmax(masked, -1)[:3, :90], torch.softmax(s[:3], -1))
