@@ -115,9 +115,10 @@ class Setting:
 
 
 QUANTIZATIONS = ("auto", "none", "8bit", "4bit")
-# auto = the device's default (fp32 on a CPU, where every lane is identical to plain decoding token for token; bf16 on
-# GPUs with bf16 units, fp16 on older ones: hardware.auto_dtype); bf16 is faster on CPUs with bf16 units; float16 is
-# offered in the app on GPUs only (slow on CPUs, where the command lines still take it).
+# auto = the device's default (fp32 on a CPU; bf16 on GPUs with bf16 units, fp16 on older ones: hardware.auto_dtype);
+# bf16 is faster on CPUs with bf16 units, and on a CPU every precision keeps every lane identical to plain decoding
+# token for token (row-invariant attention, models/row_invariant.py); float16 is offered in the app on GPUs only
+# (slow on CPUs, where the command lines still take it).
 PRECISIONS = ("auto", "float32", "bfloat16", "float16")
 
 # The upper bounds keep one call's work and memory bounded: the tree verified per round grows with depth, top_k and
@@ -176,9 +177,9 @@ _ALL = (
         "precision", str, "auto",
         label="Precision (the target's dtype)",
         help="the target's precision: auto (fp32 on CPU; bf16 on GPUs with bf16 units, fp16 on older ones such as a "
-        "T4) or a dtype; on Intel CPUs with AMX, bfloat16 "
-        "makes verifying a 16-token tree cost about what one plain step costs, so speculative decoding gains more "
-        "(its outputs may then differ from plain decoding's at rounding near-ties)",
+        "T4) or a dtype; on a CPU with bf16 units bfloat16 is the fastest, and on a CPU every precision keeps every "
+        "lane identical to plain decoding, token for token (row-invariant attention; on a GPU bf16/fp16 lanes may "
+        "differ at rounding near-ties)",
         choices=PRECISIONS, decode=False, flag="--dtype",
     ),
     Setting(

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU paths in one command, one report: the default preset in bf16 and fp16, the 8-bit and 4-bit target (both
-# 4-bit kernels), greedy identity, the benchmark with the default lanes (transformers' generate included), a quantized
+# 4-bit kernels), greedy identity, strict row invariance in bf16 and fp16 (scripts/row_invariance.py), the benchmark with the default lanes (transformers' generate included), a quantized
 # target measured per mode, precision and kernel, the app served on the GPU and driven through /compare, the
 # paper-scale twin, and optionally llama3-8b-instruct in 4-bit.
 #
@@ -109,6 +109,13 @@ step 8bit-poss2       "${GEN[@]}" --quantization 8bit --draft poss2 --check-iden
 step 4bit-poss2-row   env POSS_4BIT_KERNEL=row-independent "${GEN[@]}" --quantization 4bit --draft poss2 --check-identity
 step 4bit-poss2-fast  env POSS_4BIT_KERNEL=fast "${GEN[@]}" --quantization 4bit --draft poss2 --check-identity
 step fp32-poss2       "${GEN[@]}" --dtype float32 --quantization none --draft poss2 --check-identity
+# Strict bf16/fp16 identity: does this GPU give a row the same bits alone, in chunks and among tree siblings with
+# the row-invariant attention (exact on a CPU)? cuBLAS picks tiles and split-K by shape, so it may not: a FAIL here
+# says the lanes' identity on this GPU is up to rounding near-ties (the benchmark's banner counts them).
+step row-invariance-bf16 "$PY" scripts/row_invariance.py --device cuda --dtype bfloat16 \
+    --json "$OUT/row-invariance-bf16.json"
+step row-invariance-fp16 "$PY" scripts/row_invariance.py --device cuda --dtype float16 \
+    --json "$OUT/row-invariance-fp16.json"
 step identity-tests "$PY" -m pytest -q -p no:cacheprovider tests/test_greedy_identity.py tests/test_quantization.py \
     tests/test_quant_kernels.py tests/test_bench_stall.py
 
@@ -185,6 +192,15 @@ bench_section() {  # TITLE FOLDER LOG
     fi
 }
 {
+    echo
+    echo "## Row invariance on this GPU (strict: bit for bit)"
+    for p in bf16 fp16; do
+        echo
+        echo '```'
+        grep -E '^(smollm2|row invariance|steps|chunks|tree)' "$OUT/logs/row-invariance-$p.log" 2>/dev/null \
+            || echo "no result: see $OUT/logs/row-invariance-$p.log"
+        echo '```'
+    done
     echo
     echo "## A quantized target per mode, precision and 4-bit kernel ($OUT/quantized.json)"
     echo
