@@ -116,6 +116,9 @@ step row-invariance-bf16 "$PY" scripts/row_invariance.py --device cuda --dtype b
     --json "$OUT/row-invariance-bf16.json"
 step row-invariance-fp16 "$PY" scripts/row_invariance.py --device cuda --dtype float16 \
     --json "$OUT/row-invariance-fp16.json"
+# A GPU target uses sdpa unless told (models/row_invariant.use_attention): the same lane with row-invariant attention.
+step bf16-poss2-rowinv env POSS_ATTENTION=row-invariant "${GEN[@]}" --dtype bfloat16 --quantization none \
+    --draft poss2 --check-identity
 step identity-tests "$PY" -m pytest -q -p no:cacheprovider tests/test_greedy_identity.py tests/test_quantization.py \
     tests/test_quant_kernels.py tests/test_bench_stall.py
 

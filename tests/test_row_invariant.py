@@ -60,7 +60,7 @@ def test_row_invariant_numerics_are_exact_on_a_cpu_and_call_any_divergence_a_mis
 def test_sdpa_stays_available_and_keeps_the_rounding_tolerance_in_half_precision():
     fast = tiny_target(seed=3, dtype=torch.bfloat16, layers=2)
     fast = TargetModel(fast.model, fast.tokenizer, attention="sdpa")
-    assert fast.attention == "sdpa" and fast.min_rows == 1
+    assert fast.attention == "sdpa" and fast.padded_rows(1) == 1
     assert not fast.numerics.exact and fast.numerics.tolerance > 0
     with pytest.raises(ConfigError, match="row-invariant or sdpa"):
         TargetModel(fast.model, fast.tokenizer, attention="flash")
@@ -76,15 +76,16 @@ def test_the_benchmark_counts_a_near_tie_of_an_exact_lane_as_a_mismatch():
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).replace("torch.", ""))
 def test_the_kernel_facts_the_construction_relies_on(dtype):
-    """torch's CPU matmul gives a row the same bits beside 2 to 300 others (row_invariant.min_rows rows at least),
-    and its last-dim softmax the same values whatever the other rows and trailing masked keys. If a torch upgrade
-    breaks one of these, this says which."""
+    """torch's CPU matmul gives every row of a call padded by row_invariant.padded_rows the bits it gets among 300
+    rows, and its last-dim softmax the same values whatever the other rows and trailing masked keys. If a torch
+    upgrade breaks one of these, this says which."""
     gen = torch.Generator().manual_seed(2)
-    fewest = row_invariant.min_rows(dtype)
-    a, b = torch.randn(300, 96, generator=gen).to(dtype), torch.randn(96, 200, generator=gen).to(dtype)
-    ref = (a @ b)[:1]
-    for m in (fewest, fewest + 1, 7, 33, 64, 300):
-        assert torch.equal((a[:m] @ b)[:1], ref), f"{m} rows"
+    a, b = torch.randn(300, 576, generator=gen).to(dtype), torch.randn(576, 200, generator=gen).to(dtype)
+    ref = a @ b
+    for m in range(1, 40):
+        rows = row_invariant.padded_rows(m, dtype)
+        got = torch.cat([a[:m], a[m - 1 : m].expand(rows - m, -1)]) @ b
+        assert torch.equal(got[:m], ref[:m]), f"{m} rows padded to {rows}"
     s = torch.randn(50, 90, generator=gen)
     masked = torch.cat([s, torch.full((50, 40), float("-inf"))], dim=-1)
     assert torch.equal(torch.softmax(masked, -1)[:3, :90], torch.softmax(s[:3], -1))

@@ -42,14 +42,15 @@ ATTENTIONS = (NAME, "sdpa")
 BLOCK = 32  # the head grows in whole blocks of this many keys: a boundary every BLOCK positions
 MARGIN = 32  # the tail's shortest span: more than any draft-tree depth, so a tree node's head is committed prefix
 TAIL = BLOCK + MARGIN  # keys in a tail row (positions [H(p), p], then masked padding)
-# Fewest rows a matmul is given: torch's CPU float32 matmul rounds 1 to 3 rows differently from 4 or more (bf16 and
-# fp16: only 1 row), measured in tests/test_row_invariant.py.
-MIN_ROWS = 4
 
 
-def min_rows(dtype: torch.dtype) -> int:
-    """Fewest rows a forward of this compute dtype runs (TargetModel pads a plain step up to it)."""
-    return MIN_ROWS if dtype == torch.float32 else 2
+def padded_rows(rows: int, dtype: torch.dtype) -> int:
+    """How many rows a matmul of `rows` rows is given so each row gets the bits it would get among many: torch's CPU
+    bf16/fp16 matmul rounds a lone row differently (a vector path), and its float32 one rounds the last rows of a
+    call of under 12 rows differently unless they fill whole blocks of 4 (measured in tests/test_row_invariant.py)."""
+    if dtype == torch.float32:
+        return rows if rows >= 12 else max(4, -(-rows // 4) * 4)
+    return max(rows, 2)
 
 
 def head_length(position: torch.Tensor) -> torch.Tensor:
@@ -80,7 +81,6 @@ class _Layout:
         self.tail_slots[rows, rank[rows, slots]] = slots
         self.tail_masked = torch.arange(TAIL, device=allowed.device)[None, :] > (self.position - self.head)[:, None]
         self.groups = [(int(h), (self.head == h).nonzero()[:, 0]) for h in torch.unique(self.head).tolist()]
-        self.rows = q
 
 
 # The last mask seen and its layout, per thread (lanes may run in threads of their own).
@@ -163,22 +163,22 @@ def _rows(
         scores = tail_s.masked_fill(tail_masked[None, None], float("-inf"))
         probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(values.dtype)
         return torch.matmul(probs.transpose(1, 2), tail_v).transpose(1, 2)
-    # Head scores: [Hkv, groups * rows, d] @ [Hkv, d, h], with at least MIN_ROWS rows.
+    # Head scores: [Hkv, groups * rows, d] @ [Hkv, d, h], rows padded (padded_rows).
     m = groups * rows
-    s_head = torch.matmul(_at_least(qs.reshape(kv_heads, m, d), MIN_ROWS), keys[:, :h].transpose(-1, -2))
+    s_head = torch.matmul(_at_least(qs.reshape(kv_heads, m, d)), keys[:, :h].transpose(-1, -2))
     scores = torch.cat([s_head[:, :m].view(kv_heads, groups, rows, h), tail_s], dim=-1)
     scores[..., h:].masked_fill_(tail_masked[None, None], float("-inf"))
     probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(values.dtype)
-    o_head = torch.matmul(_at_least(probs[..., :h].reshape(kv_heads, m, h), MIN_ROWS), values[:, :h])
+    o_head = torch.matmul(_at_least(probs[..., :h].reshape(kv_heads, m, h)), values[:, :h])
     o_tail = torch.matmul(probs[..., h:].transpose(1, 2), tail_v).transpose(1, 2)
     return o_head[:, :m].view(kv_heads, groups, rows, d) + o_tail
 
 
-def _at_least(x: torch.Tensor, rows: int) -> torch.Tensor:
-    """`x` [b, m, n] with copies of its last row appended up to `rows` rows (a matmul's row count then never takes
-    the few-row paths that round differently; the copies' results are dropped)."""
-    m = x.shape[1]
-    return x if m >= rows else torch.cat([x, x[:, -1:].expand(-1, rows - m, -1)], dim=1)
+def _at_least(x: torch.Tensor) -> torch.Tensor:
+    """`x` [b, m, n] with copies of its last row appended up to `padded_rows(m)` rows (the copies' results are
+    dropped)."""
+    m, want = x.shape[1], padded_rows(x.shape[1], x.dtype)
+    return x if m >= want else torch.cat([x, x[:, -1:].expand(-1, want - m, -1)], dim=1)
 
 
 def register() -> str:
@@ -190,8 +190,11 @@ def register() -> str:
 
 
 def use_attention(model, attention: str | None = None) -> str:
-    """Give `model` the attention `attention` names (None: $POSS_ATTENTION, else row-invariant) and return it."""
-    name = (attention or os.environ.get("POSS_ATTENTION") or NAME).replace("-", "_")
+    """Give `model` the attention `attention` names and return it. None: $POSS_ATTENTION, else row-invariant on a
+    CPU, where it is measured exact, and transformers' sdpa on a GPU, where it is not measured yet (cuBLAS tiles by
+    shape; scripts/gpu_check.sh runs scripts/row_invariance.py to find out)."""
+    on_cpu = all(p.device.type == "cpu" for p in model.parameters())
+    name = (attention or os.environ.get("POSS_ATTENTION") or (NAME if on_cpu else "sdpa")).replace("-", "_")
     if name not in ATTENTIONS:
         raise ConfigError(f"attention {name!r} is unknown: use {' or '.join(a.replace('_', '-') for a in ATTENTIONS)}.")
     if name == NAME:

@@ -10,7 +10,7 @@ from transformers.cache_utils import DynamicLayer
 
 from .numerics import Numerics, target_numerics
 from .row_invariant import NAME as ROW_INVARIANT
-from .row_invariant import min_rows, use_attention
+from .row_invariant import padded_rows, use_attention
 
 # Prompt tokens read per forward in a prefill: a call's budget is checked between chunks, so a stop or the cap lands
 # within one chunk (about a second for the default model on one CPU thread) instead of after the whole prompt; a
@@ -212,7 +212,6 @@ class TargetModel:
         # Row-invariant attention promises a row the same bits alone or beside others; the matmuls' one-row path
         # is padded away (forward) so the promise holds for a plain step too.
         self.row_invariant = self.attention == ROW_INVARIANT
-        self.min_rows = min_rows(self.dtype_for_mask) if self.row_invariant else 1
 
     def _eos_ids(self) -> set[int]:
         ids: set[int] = set()
@@ -238,11 +237,11 @@ class TargetModel:
         """Run new tokens [q] at `position_ids` [q]; `allowed` is bool [q, past+q]. Extends `cache`.
 
         `logits` is "all", "last" or "none": the LM head over a 49k vocabulary is costly, so ask only for what is
-        used. A forward of fewer than `min_rows` rows runs with copies of its last row beside it, whose cache
-        entries are dropped: CPU matmuls take a vector path for one row that rounds differently from the matrix
-        path (numerics.min_rows), and a plain step must give the bits a tree node at its place gets."""
+        used. With row-invariant attention a forward of few rows runs with copies of its last row beside it, whose
+        cache entries are dropped: CPU matmuls round a lone row (and in float32 a short call's last rows)
+        differently (row_invariant.padded_rows), and a plain step must give the bits a tree node at its place gets."""
         q = int(input_ids.shape[0])
-        pad = max(0, self.min_rows - q)
+        pad = self.padded_rows(q) - q
         if pad:
             input_ids, position_ids, allowed = pad_rows(input_ids, position_ids, allowed, pad)
         mask = float_mask(allowed.to(self.device), self.dtype_for_mask)
@@ -265,12 +264,16 @@ class TargetModel:
         return TargetOutput(self._head(head_in), hidden)
 
     def _head(self, hidden: torch.Tensor) -> torch.Tensor:
-        """The LM head over rows of hidden states, float32 logits; fewer than `min_rows` rows are padded (as in
-        `forward`) so a row's logits do not depend on how many rows were asked for together."""
+        """The LM head over rows of hidden states, float32 logits; few rows are padded (as in `forward`) so a row's
+        logits do not depend on how many rows were asked for together."""
         n = int(hidden.shape[0])
-        if 0 < n < self.min_rows:
-            hidden = torch.cat([hidden, hidden[-1:].expand(self.min_rows - n, -1)])
+        if 0 < n < self.padded_rows(n):
+            hidden = torch.cat([hidden, hidden[-1:].expand(self.padded_rows(n) - n, -1)])
         return self.lm_head(hidden)[:n].float()
+
+    def padded_rows(self, rows: int) -> int:
+        """How many rows a forward of `rows` rows runs (row_invariant.padded_rows; as many with sdpa)."""
+        return padded_rows(rows, self.dtype_for_mask) if self.row_invariant else rows
 
     @torch.inference_mode()
     def prefill(
