@@ -327,13 +327,11 @@ def check_identity(records, target, temperature: float) -> dict:
         rec = by_key[(identity["reference"], (mm["run"], mm["dataset"], mm["question_id"], mm["turn"]))]
         mm["margin"] = plain_margin(target, rec.prompt_ids, rec.token_ids, mm["index"], mm["got"])
     numerics = target.numerics
-    # transformers' generate (plain-hf, pld, assisted) runs one-row steps without the engine's padding: those keep
-    # the precision's rounding tolerance even where the engine's own lanes are exact.
+    # Row-invariant numerics (tolerance 0) leave no rounding to explain a difference, in the engine's lanes and in
+    # transformers' generate alike (its calls are padded the same way: row_invariant.pad_small_calls).
     dtype = str(target.dtype).replace("torch.", "")
+    exact = list(dict.fromkeys(r.method for r in records)) if numerics.tolerance == 0 else []
     tolerance = numerics.tolerance or rounding_tolerance(target.dtype)
-    generated = (methods.PLAIN_HF, methods.PLD, methods.ASSISTED)
-    strict = numerics.tolerance == 0  # row-invariant numerics: no rounding near-ties in the engine's own lanes
-    exact = [m for m in dict.fromkeys(r.method for r in records) if strict and m not in generated]
     return {
         **classify_mismatches(identity, tolerance, dtype, exact),
         "quantization": target.quantization,

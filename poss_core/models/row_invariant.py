@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 import threading
+from functools import partial
 
 import torch
 from transformers import AttentionInterface, AttentionMaskInterface
@@ -201,4 +202,88 @@ def use_attention(model, attention: str | None = None) -> str:
         register()
     if getattr(model.config, "_attn_implementation", None) != name:
         model.set_attn_implementation(name)
+    if name == NAME:
+        pad_small_calls(model)
     return name
+
+
+def pad_small_calls(model) -> None:
+    """Pad every batch-1 call of `model`'s decoder and LM head with few rows up to `padded_rows` (copies of the last
+    row, dropped afterwards, their cache entries too), through forward hooks, so the engine's forwards and
+    transformers' own `generate` alike give a lone row the bits it gets among many. Once per model."""
+    decoder, head = model.get_decoder(), model.get_output_embeddings()
+    if getattr(decoder, "_row_padding", False):
+        return
+    dtype = head.weight.dtype if head.weight.is_floating_point() else torch.float32
+    decoder.register_forward_pre_hook(partial(_pad_decoder_call, dtype=dtype, config=model.config), with_kwargs=True)
+    decoder.register_forward_hook(_unpad_decoder_call, with_kwargs=True)
+    head.register_forward_pre_hook(partial(_pad_head_call, dtype=dtype, config=model.config))
+    head.register_forward_hook(_unpad_head_call)
+    decoder._row_padding = True
+
+
+# Rows each padded call really had, innermost last, per thread (lanes may run in threads of their own).
+_padded = threading.local()
+
+
+def _stack(name: str) -> list:
+    if not hasattr(_padded, name):
+        setattr(_padded, name, [])
+    return getattr(_padded, name)
+
+
+def _pad_decoder_call(module, args, kwargs, dtype, config):
+    ids = kwargs.get("input_ids", args[0] if args else None)
+    padding = config._attn_implementation == NAME  # a model switched back to sdpa is left as it is
+    rows = int(ids.shape[1]) if padding and ids is not None and ids.dim() == 2 and ids.shape[0] == 1 else 0
+    pad = padded_rows(rows, dtype) - rows if rows else 0
+    _stack("decoder").append((rows, pad))
+    if not pad:
+        return None
+    kwargs = dict(kwargs)
+    if args:
+        kwargs["input_ids"], args = args[0], ()
+    kwargs["input_ids"] = _repeat_last(kwargs["input_ids"], pad)
+    if kwargs.get("position_ids") is not None:
+        kwargs["position_ids"] = _repeat_last(kwargs["position_ids"], pad)
+    mask = kwargs.get("attention_mask")
+    if mask is not None and mask.dim() == 4:  # the engine's [1, 1, q, k]: copies see what the last row sees
+        low = torch.finfo(mask.dtype).min if mask.is_floating_point() else False
+        mask = torch.cat([mask, mask[:, :, -1:].expand(-1, -1, pad, -1)], dim=2)
+        kwargs["attention_mask"] = torch.nn.functional.pad(mask, (0, pad), value=low)
+    elif mask is not None and mask.dim() == 2:  # generate's [1, k]: the copies are causal after the last row
+        kwargs["attention_mask"] = torch.cat([mask, mask[:, -1:].expand(-1, pad)], dim=1)
+    return args, kwargs
+
+
+def _unpad_decoder_call(module, args, kwargs, output):
+    rows, pad = _stack("decoder").pop()
+    if not pad:
+        return None
+    output.last_hidden_state = output.last_hidden_state[:, :rows]
+    cache = kwargs.get("cache")
+    if cache is not None:
+        cache.crop(-pad)
+    return output
+
+
+def _pad_head_call(module, args, dtype, config):
+    x = args[0]
+    padding = config._attn_implementation == NAME and x.dim() >= 2 and (x.dim() == 2 or x.shape[0] == 1)
+    rows = int(x.shape[-2]) if padding else 0
+    pad = padded_rows(rows, dtype) - rows if rows else 0
+    _stack("head").append((rows, pad))
+    return (_repeat_last(x, pad, dim=-2),) if pad else None
+
+
+def _unpad_head_call(module, args, output):
+    rows, pad = _stack("head").pop()
+    return output.narrow(-2, 0, rows) if pad else None
+
+
+def _repeat_last(x: torch.Tensor, pad: int, dim: int = 1) -> torch.Tensor:
+    """`x` with `pad` copies of its last entry along `dim` appended."""
+    last = x.narrow(dim, x.shape[dim] - 1, 1)
+    shape = list(x.shape)
+    shape[dim] = pad
+    return torch.cat([x, last.expand(*shape)], dim=dim)

@@ -10,7 +10,7 @@ from transformers.cache_utils import DynamicLayer
 
 from .numerics import Numerics, target_numerics
 from .row_invariant import NAME as ROW_INVARIANT
-from .row_invariant import padded_rows, use_attention
+from .row_invariant import use_attention
 
 # Prompt tokens read per forward in a prefill: a call's budget is checked between chunks, so a stop or the cap lands
 # within one chunk (about a second for the default model on one CPU thread) instead of after the whole prompt; a
@@ -36,22 +36,6 @@ def causal_allowed(q: int, past: int, device: torch.device | str = "cpu") -> tor
     allowed = torch.ones(q, past + q, dtype=torch.bool, device=device)
     allowed[:, past:] = torch.ones(q, q, dtype=torch.bool, device=device).tril()
     return allowed
-
-
-def pad_rows(
-    input_ids: torch.Tensor, position_ids: torch.Tensor, allowed: torch.Tensor, pad: int
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """A forward's inputs with `pad` copies of its last row after it: each copy sees exactly what the last row sees
-    (so it computes the same thing, and attention groups it with that row), and no row sees a copy."""
-    q, k = allowed.shape
-    grown = torch.zeros(q + pad, k + pad, dtype=torch.bool, device=allowed.device)
-    grown[:q, :k] = allowed
-    grown[q:, :k] = allowed[-1]
-    return (
-        torch.cat([input_ids, input_ids[-1:].expand(pad)]),
-        torch.cat([position_ids, position_ids[-1:].expand(pad)]),
-        grown,
-    )
 
 
 class KVSlab:
@@ -237,13 +221,8 @@ class TargetModel:
         """Run new tokens [q] at `position_ids` [q]; `allowed` is bool [q, past+q]. Extends `cache`.
 
         `logits` is "all", "last" or "none": the LM head over a 49k vocabulary is costly, so ask only for what is
-        used. With row-invariant attention a forward of few rows runs with copies of its last row beside it, whose
-        cache entries are dropped: CPU matmuls round a lone row (and in float32 a short call's last rows)
-        differently (row_invariant.padded_rows), and a plain step must give the bits a tree node at its place gets."""
-        q = int(input_ids.shape[0])
-        pad = self.padded_rows(q) - q
-        if pad:
-            input_ids, position_ids, allowed = pad_rows(input_ids, position_ids, allowed, pad)
+        used. With row-invariant attention a forward of few rows runs with copies of its last row beside it
+        (row_invariant.pad_small_calls), so a plain step gets the bits a tree node at its place gets."""
         mask = float_mask(allowed.to(self.device), self.dtype_for_mask)
         out = self.decoder(
             input_ids=input_ids.to(self.device)[None],
@@ -253,27 +232,10 @@ class TargetModel:
             use_cache=True,
         )
         hidden = out.last_hidden_state[0]
-        if pad:
-            hidden = hidden[:q]
-            past = int(allowed.shape[1]) - q - pad
-            for i in range(len(cache.layers)):
-                truncate_cache_layer(cache, i, past + q)
         if logits == "none":
             return TargetOutput(None, hidden)
         head_in = hidden[-1:] if logits == "last" else hidden
-        return TargetOutput(self._head(head_in), hidden)
-
-    def _head(self, hidden: torch.Tensor) -> torch.Tensor:
-        """The LM head over rows of hidden states, float32 logits; few rows are padded (as in `forward`) so a row's
-        logits do not depend on how many rows were asked for together."""
-        n = int(hidden.shape[0])
-        if 0 < n < self.padded_rows(n):
-            hidden = torch.cat([hidden, hidden[-1:].expand(self.padded_rows(n) - n, -1)])
-        return self.lm_head(hidden)[:n].float()
-
-    def padded_rows(self, rows: int) -> int:
-        """How many rows a forward of `rows` rows runs (row_invariant.padded_rows; as many with sdpa)."""
-        return padded_rows(rows, self.dtype_for_mask) if self.row_invariant else rows
+        return TargetOutput(self.lm_head(head_in).float(), hidden)
 
     @torch.inference_mode()
     def prefill(
@@ -307,7 +269,7 @@ class TargetModel:
     @torch.inference_mode()
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """The LM head over some rows of `forward`'s hidden states: float32 logits on the CPU."""
-        return self._head(hidden).cpu()
+        return self.lm_head(hidden).float().cpu()
 
     @property
     def dtype_for_mask(self) -> torch.dtype:
