@@ -64,6 +64,14 @@ gives both, with their intervals.
   curves firm up as you try more prompts.
 """
 
+# Why the speed-ups on the page differ (the Demo under its lanes, the Evidence tab beside its speed charts).
+SPEED_STORY = (
+    "**Why speed-ups differ:** a speed-up depends on the tree (the Demo's small default, or the paper's larger one, "
+    "which a CPU verifies slowly), the precision (bfloat16 is faster than float32 on a CPU with bf16 units), the "
+    "machine, and whether it ran live here or is a recording made on another machine; so every speed figure names "
+    "its machine, tree and precision, while τ and acceptance do not depend on the machine."
+)
+
 METRICS = f"""
 ### Metric definitions
 * **Round**: one draft-then-verify step. **accept_len**: draft tokens accepted in a round (0 .. depth).

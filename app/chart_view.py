@@ -11,7 +11,7 @@ from poss_core.compare import Comparison
 from poss_core.models.presets import DEFAULT_PRESET
 from poss_core.views import figures
 
-from . import state, tab_pools
+from . import machine, state, tab_pools
 from .class_pool import CLASS, ClassEntry
 from .state import Session
 from .tab_pools import Pools
@@ -68,7 +68,18 @@ def chart_outputs(session: Session, view: View) -> dict[str, Any]:
     if view.everyone:
         return class_charts(session, view)
     runs_, colors, note = pooled_chart_runs(session.pool_view(comp)) if view.pooled else (*chart_runs(comp), "")
-    return _charts(runs_, colors, note, view.conditional, figures.tokens_per_s_figure(runs_, colors=colors, note=note))
+    tps = figures.tokens_per_s_figure(runs_, colors=colors, note="; ".join(x for x in (note, speed_note(comp)) if x))
+    return _charts(runs_, colors, note, view.conditional, tps)
+
+
+def speed_note(comp: Comparison | None) -> str:
+    """Where the tokens/s chart's speeds were measured: live on this machine or recorded on another, with the
+    precision and the draft lanes' tree."""
+    if comp is None:
+        return ""
+    trees = list(dict.fromkeys(t for t in (machine.tree_of(comp, lane) for lane in comp.lanes) if t))
+    where = f"recorded on {machine.machine_of(comp)}" if comp.replay else f"live on {machine.machine_of(comp)}"
+    return ", ".join([where, machine.precision_of(comp), *trees])
 
 
 def _charts(runs_: dict, colors: dict, note: str, conditional: bool, tokens_per_s: Any) -> dict[str, Any]:
@@ -121,6 +132,6 @@ def class_charts(session: Session, view: View) -> dict[str, Any]:
     tps = figures.empty_figure(
         f"Pooled tokens/s: {speeds}" if speeds else "No finished live run yet.",
         340,
-        "Tokens/s, everyone on this server (tokens over the lanes' own compute time)",
+        f"Tokens/s, everyone on this server ({machine.cpu_name()}; tokens over the lanes' own compute time)",
     )
     return _charts(runs_, colors, note, view.conditional, tps)

@@ -11,6 +11,11 @@ from poss_core.models.presets import Preset
 from poss_core.models.quantization import CPU_PLAIN_SPEED_RANGE
 
 PRESET_SETTINGS = ("depth", "top_k", "tree_budget", "max_new_tokens")  # what ui_defaults sets per preset
+# Max new tokens to start with: room for a typical answer to end on its own. SmolLM2-135M's answers to 43 plain
+# prompts at the Demo's settings: of those that end (32; the rest loop on), 28 end within 160 tokens, 24 within 128.
+# A Run of the three default lanes to 160 tokens took 22 s on a busy 2-core AMD EPYC (one torch thread), 12-17 s to
+# 64 (docs/app.md).
+ANSWER_TOKENS = 160
 
 
 def ui_defaults(preset: Preset) -> dict[str, Any]:
@@ -22,7 +27,7 @@ def ui_defaults(preset: Preset) -> dict[str, Any]:
         "depth": preset.depth,
         "top_k": min(preset.top_k, 8) if cpu else preset.top_k,
         "tree_budget": min(preset.tree_budget, 32) if cpu else preset.tree_budget,
-        "max_new_tokens": 64 if cpu else 128,
+        "max_new_tokens": ANSWER_TOKENS,
         "auto_budget": False,
     }
 
@@ -53,6 +58,23 @@ def precision_note(gpu: bool) -> str:
         f"auto = float32 on a CPU: every lane identical to plain decoding, token for token. bfloat16: {speed}; "
         f"a lane may then differ from plain at a rounding near-tie, and its badge says so"
     )
+
+
+def precision_hint(gpu: bool) -> str:
+    """The Precision setting's one line in the Settings panel (precision_note, in the About tab, says the rest)."""
+    if gpu:
+        return "auto = bfloat16 on a GPU with bf16 units, float16 on an older one"
+    units = cpu_bf16_units()
+    return "auto = float32 on a CPU; " + (
+        "bfloat16 is faster on this one (it has bf16 units)" if units else "this CPU has no bf16 units"
+    )
+
+
+def quantization_hint(gpu: bool) -> str:
+    """The Quantization setting's one line in the Settings panel (quantization_note, in the About tab)."""
+    if gpu:
+        return "auto quantizes only a target too big for the GPU"
+    return "auto = none on a CPU, where 8-bit and 4-bit save memory, not time"
 
 
 def quantization_note(gpu: bool) -> str:

@@ -12,7 +12,7 @@ from poss_core import settings
 from poss_core.settings import LIMITS, PRECISIONS
 
 from . import user_settings
-from .control_defaults import precision_note, quantization_note
+from .control_defaults import precision_hint, precision_note, quantization_hint, quantization_note
 from .user_settings import RunSettings, View
 
 # How the app's settings (user_settings.APP_SETTINGS) are laid out, row by row; a setting no row names gets a row of its
@@ -30,6 +30,9 @@ AUTO_BUDGET_INFO = (
     "depth, so the lanes compare like for like; on: fitted once per machine and draft (tens of seconds "
     "on a CPU, then cached), and each lane's header states its budget and depth stop"
 )
+# A control's help in the Settings panel is one short line; SETTINGS_EXPLAINED (the About tab) has the long story.
+AUTO_BUDGET_HINT = "off: every lane drafts the same tree; on: each lane's own, fitted to this machine"
+TEMPERATURE_HINT = "0 = greedy: every lane must match plain decoding"
 
 
 def run_controls(start: dict[str, Any], gpu: bool, precision: str) -> dict[str, gr.components.Component]:
@@ -43,11 +46,11 @@ def run_controls(start: dict[str, Any], gpu: bool, precision: str) -> dict[str, 
         "precision": {
             "choices": [p for p in PRECISIONS if gpu or p != "float16" or p == precision],
             "value": precision,
-            "info": precision_note(gpu),
+            "info": precision_hint(gpu),
         },
-        "quantization": {"info": quantization_note(gpu)},
-        "auto_budget": {"info": AUTO_BUDGET_INFO},
-        "temperature": {"info": "0 = greedy: every lane must match plain decoding"},
+        "quantization": {"info": quantization_hint(gpu)},
+        "auto_budget": {"info": AUTO_BUDGET_HINT},
+        "temperature": {"info": TEMPERATURE_HINT},
     }
     controls = {}
     for row in control_rows():
@@ -83,7 +86,7 @@ def setting_control(s: settings.Setting, value: Any = None, **kwargs: Any) -> gr
         return gr.Checkbox(**common)
     lo, hi = s.bounds
     if hi - lo > 100_000:  # the seed: a slider could not pick one value
-        return gr.Number(precision=0, **{**common, "info": f"{lo:g} to {hi:g}"})
+        return gr.Number(precision=0, **{**common, "info": f"any whole number from {lo:,} to {hi:,}"})
     low = lo + s.step if s.open_low else lo  # top-p's slider starts one step above 0
     return gr.Slider(common.pop("minimum", low), common.pop("maximum", hi), step=s.step, **common)
 
@@ -109,3 +112,19 @@ def gathered(handler, settings: bool = False, leading: int = 0):
         return handler(*values(controls), request=request)
 
     return answered
+
+
+def settings_explained(gpu: bool) -> str:
+    """The About tab's account of every setting the Settings panel offers: each one's label and its full help (the
+    panel shows one short line), with what precision, quantization and the fitted tree mean on this machine."""
+    long = {
+        "precision": precision_note(gpu),
+        "quantization": quantization_note(gpu),
+        "auto_budget": AUTO_BUDGET_INFO,
+    }
+    rows = []
+    for row in control_rows():
+        for name in row:
+            s = settings.SETTINGS[name]
+            rows.append(f"* **{s.label}**: {long.get(name, s.help)}.")
+    return "### The settings\n" + "\n".join(rows)

@@ -21,7 +21,7 @@ from poss_core.results.analysis import OVERALL
 from poss_core.results.evidence import Evidence, load_evidence
 from poss_core.views import figures
 
-from . import render
+from . import about, render
 from .evidence_html import header_html, message_html, table_html
 
 OUTPUT_NAMES = (
@@ -50,7 +50,11 @@ DEVIATION_CHOICES = [
     ("accepted positions only (conditional)", "accepted"),
 ]
 
-SPEED_WORDS = """**Why the paper's tree is slower than plain decoding here.** Every round the target verifies the whole
+SPEED_WORDS = (
+    about.SPEED_STORY
+    + """
+
+**Why the paper's tree is slower than plain decoding here.** Every round the target verifies the whole
 tree (60 drafted tokens) in one forward pass. On a GPU that pass costs about as much as a one-token step, since a
 GPU decoding one token is waiting on memory, not arithmetic; on a 2-core CPU a 61-token forward in float32 costs
 several one-token steps, and the draft's six levels cost more on top. A τ of about 3 does not pay for that. The Demo's
@@ -58,6 +62,7 @@ default tree (32 nodes, depth 6) in bfloat16 keeps the verification near two one
 run faster than plain decoding: the second chart. How much faster depends on the CPU (×1.17–1.22 on a 2-core AMD
 EPYC, ×1.47–1.58 on an Intel Xeon whose AMX multiplies bf16 in hardware). Acceptance (τ, pos-acc) does not depend on
 the machine; speed does."""
+)
 # The folder the path box may read besides the project's results/ (and $POSS_RESULTS_DIR): set by build_demo from
 # `python app.py --results-dir DIR`.
 RESULTS_DIR: Path | None = None
@@ -116,7 +121,7 @@ def scoped_charts(ev: Evidence, scope: str = OVERALL, kind: str = "every_positio
     speed, tps = ev.speedups(scope)
     note = "" if scope == OVERALL else f"dataset: {scope}"
     m = ev.meta
-    tree = f"{m.run_settings.get('tree_budget', '?')}-node tree, depth {ev.depth}, {m.dtype or '?'}"
+    tree = f"{m.run_settings.get('tree_budget', '?')}-node tree, depth {ev.depth}, {m.dtype or '?'}; {machine_of(ev)}"
     return {
         "speedup": figures.speedup_figure(
             speed,
@@ -125,10 +130,23 @@ def scoped_charts(ev: Evidence, scope: str = OVERALL, kind: str = "every_positio
             note="; ".join(x for x in (tree, note) if x),
             title="Speed-up with this run's tree",
         ),
-        "pos_acc": figures.pos_acc_figure(runs, conditional=True, colors=colors, note=note),
+        "pos_acc": figures.pos_acc_figure(
+            runs, conditional=True, specialist_bands=specialist_rows(runs), colors=colors, note=note
+        ),
         "pos_rate": figures.pos_acc_figure(runs, conditional=False, specialist_bands=None, colors=colors, note=note),
         "deviation": figures.feature_deviation_figure(runs, colors=colors, note=note, kind=kind),
     }
+
+
+def specialist_rows(runs: dict[str, Any]) -> dict[str, list[int]]:
+    """The specialist strip's rows under the pos-acc chart: the drafts with more than one specialist (POSS), each
+    position's specialist; a one-layer draft's row would read S1 everywhere, and six rows leave no room to read."""
+    return {label: list(st.specialists) for label, st in runs.items() if len(set(st.specialists or [])) > 1}
+
+
+def machine_of(ev: Evidence) -> str:
+    """The machine a summary's speeds were measured on, in a few words ("AMD EPYC")."""
+    return (ev.meta.hardware or "an unnamed machine").split(",")[0].removeprefix("cpu:").strip()
 
 
 def scope_choices(ev: Evidence) -> list[tuple[str, str]]:
@@ -143,8 +161,7 @@ def demo_speed_chart(demo: Evidence | None) -> Any:
     speed, tps = demo.speedups(OVERALL)
     m = demo.meta
     note = (
-        f"{m.run_settings.get('tree_budget', '?')}-node tree, depth {demo.depth}, {m.dtype or '?'}; "
-        f"{m.hardware.split(',')[0].removeprefix('cpu:')}"
+        f"{m.run_settings.get('tree_budget', '?')}-node tree, depth {demo.depth}, {m.dtype or '?'}; {machine_of(demo)}"
     )
     return figures.speedup_figure(speed, tps, colors=demo.colors(), note=note, title=title)
 
@@ -239,6 +256,11 @@ def bundled_handler(preset: str) -> dict[str, Any]:
     return _guarded(lambda: load_evidence(path), f"the bundled summary for {preset} ({path.name})", preset, demo)
 
 
+def first_open_handler(preset: str, shown: Evidence | None) -> dict[str, Any]:
+    """The tab opened: the bundled summary the first time (a summary on show stays as it is)."""
+    return {} if shown is not None else bundled_handler(preset)
+
+
 def upload_handler(file: Any) -> dict[str, Any]:
     """An uploaded evidence .json or records.jsonl."""
     if not file:
@@ -269,11 +291,19 @@ def folder_handler(text: Any) -> dict[str, Any]:
 # ---------------------------------------------------------------- layout
 
 
-def build_tab(demo: gr.Blocks, preset: str, preset_choices: list) -> None:
-    """The tab's controls and charts, and their wiring (called inside `with gr.Tab("Evidence")`)."""
+def build_tab(tab: gr.Tab, preset: str, preset_choices: list) -> None:
+    """The tab's controls and charts, and their wiring (called inside `with gr.Tab("Evidence") as tab`). The bundled
+    summary is drawn when the tab is first opened, not with every page load: a visitor who never opens it costs the
+    server no figure, and a page opened while a live run holds the CPU answers its first click sooner."""
     gr.Markdown(INTRO)
     with gr.Row():
-        preset_dd = gr.Dropdown(preset_choices, value=preset, label="Preset (its bundled drafts' summary)", scale=1)
+        preset_dd = gr.Dropdown(
+            preset_choices,
+            value=preset,
+            label="Preset (its bundled drafts' summary)",
+            scale=1,
+            elem_id="poss-evidence-preset",
+        )
         message = gr.HTML(elem_id="poss-evidence-message")
     header = gr.HTML(elem_id="poss-evidence-header")
     table = gr.HTML(elem_id="poss-evidence-table")
@@ -343,7 +373,7 @@ def build_tab(demo: gr.Blocks, preset: str, preset_choices: list) -> None:
     light = {"api_visibility": "private", "show_progress": "hidden"}
     loads = {"concurrency_id": "evidence", "concurrency_limit": LOAD_CONCURRENCY, "show_progress": "minimal"}
     preset_dd.change(bundled, preset_dd, outputs, **light)
-    demo.load(bundled, preset_dd, outputs, **light)
+    tab.select(render.by_component(first_open_handler, named), [preset_dd, shown], outputs, **light)
     upload.upload(uploaded, upload, outputs, api_name="load_evidence", **loads)
     folder_btn.click(typed, folder, outputs, api_visibility="private", **loads)
     folder.submit(typed, folder, outputs, api_visibility="private", **loads)

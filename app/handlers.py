@@ -14,7 +14,7 @@ from poss_core import compare, methods, metrics, saved_runs
 from poss_core.compare import CallBudget, Comparison
 from poss_core.errors import PossError
 
-from . import calls, client_share, live_queue, recordings, state
+from . import calls, client_share, live_queue, machine, recordings, state
 from .render import Frame, render, status_only
 from .state import Session
 from .user_settings import RunSettings, View
@@ -22,6 +22,9 @@ from .user_settings import RunSettings, View
 UPDATE_EVERY_S = 0.35  # the most often a running comparison repaints (lanes run flat out in between)
 CHARTS_EVERY_S = 1.5  # the charts repaint less often than the lanes
 MAX_RENDER_SHARE = 0.25  # repaint slower when drawing would take more than this share of the time
+# Repaint slower as a frame grows: each frame redraws every lane's whole token view in the browser (on a teacher's
+# laptop, the machine the server decodes on), and a long run's three lanes make views of a megabyte or more.
+FRAME_BYTES_PER_S = 1_000_000
 REPLAY_DELAY_S = 0.12  # pause between replayed rounds, so a replay reads like a live run
 MAX_PACE_S = 3.0  # a replay at its recorded timing waits at most this long between two turns
 STOP_WAIT_S = 5.0  # Stop waits this long for the call it stopped to end (a round, a load's step) before it answers
@@ -69,6 +72,11 @@ def _turn_ms(comp: Comparison, before: list[int]) -> float:
     return sum(lane.events[-1].wall_ms for lane, n in zip(comp.lanes, before) if len(lane.events) > n)
 
 
+def frame_bytes(frame: Frame) -> int:
+    """About what a frame weighs on the wire: its text outputs (the token views, headers, statuses)."""
+    return sum(len(v) for v in frame.values() if isinstance(v, str))
+
+
 def _stream(
     session: Session, view: View, comp: Comparison, label: str, paced: bool = False, note: str = ""
 ) -> Iterator[Frame]:
@@ -77,7 +85,7 @@ def _stream(
     MAX_PACE_S), else a replayed round follows the last after REPLAY_DELAY_S; `note` ends the final status.
 
     Drawing happens between rounds, outside every lane's timing; on a slow CPU it backs off so that it takes at
-    most MAX_RENDER_SHARE of the time."""
+    most MAX_RENDER_SHARE of the time, and a large frame (a long answer) comes at most FRAME_BYTES_PER_S."""
     # A paced replay (a class's examples, many at once) draws its trees only every CHARTS_EVERY_S (the first frame
     # none) and its charts once, at the end: its tokens show at once and the drawing costs the server little.
     last, last_charts, gap = 0.0, time.monotonic() if paced else 0.0, UPDATE_EVERY_S
@@ -112,7 +120,7 @@ def _stream(
                     with_trees=heavy or not paced,
                 )
                 last = time.monotonic()
-                gap = max(UPDATE_EVERY_S, (last - now) / MAX_RENDER_SHARE)
+                gap = max(UPDATE_EVERY_S, (last - now) / MAX_RENDER_SHARE, frame_bytes(frame) / FRAME_BYTES_PER_S)
                 if heavy:
                     last_charts = last
                 yield frame
@@ -158,7 +166,9 @@ def run_handler(settings: RunSettings, view: View, request: gr.Request | None = 
                     yield loading
                 comp = yield from calls.waiting(
                     budget,
-                    lambda: compare.start(run, cancel=budget, wait_for_fits=False, new_fits=state.CALL_FITS),
+                    lambda: machine.mark_live(
+                        compare.start(run, cancel=budget, wait_for_fits=False, new_fits=state.CALL_FITS)
+                    ),
                     loading,
                     discard=Comparison.close,
                 )
@@ -198,8 +208,13 @@ def step_handler(settings: RunSettings, view: View, request: gr.Request | None =
                     session.loaded = None
                 else:
                     budget = session.call = CallBudget(state.CALL_LIMIT_S)  # Stop and the cap cover the start
-                    comp = compare.start(
-                        settings.resolved(session.history), cancel=budget, wait_for_fits=False, new_fits=state.CALL_FITS
+                    comp = machine.mark_live(
+                        compare.start(
+                            settings.resolved(session.history),
+                            cancel=budget,
+                            wait_for_fits=False,
+                            new_fits=state.CALL_FITS,
+                        )
                     )
                     budget.seconds = None  # started: a paused Step's lanes wait for the next Step without a clock
                 session.comparison, session.stepping = comp, True

@@ -22,6 +22,13 @@ _LOCK = threading.Lock()
 _LOADED: dict[Path, Comparison] = {}  # a parsed recording per file: a handful of small files, kept for good
 
 
+def example_label(example: dict[str, str]) -> str:
+    """An example's button: its kind and a few words ("code: a palindrome check"), short enough that the six fit in
+    two rows beside the settings on a projector."""
+    words = example.get("label") or example["prompt"][:36].rstrip() + "…"
+    return f"{example['family']}: {words}"
+
+
 def recording_path(index: int, preset: str, folder: Path | None = None) -> Path:
     """Where example `index`'s recording for `preset` lives (what record_examples.py writes)."""
     family = EXAMPLES[index]["family"].lower().replace(" ", "-")

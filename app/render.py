@@ -18,10 +18,10 @@ from poss_core.compare import MAX_LANES, Comparison, Lane
 from poss_core.explain import explain_round
 from poss_core.model_cache import MODELS
 from poss_core.models.hardware import hardware_info
-from poss_core.models.presets import Preset
+from poss_core.models.presets import DEFAULT_PRESET, Preset, get_preset
 from poss_core.views import figures
 
-from . import about
+from . import about, chart_fit, machine, state
 from .chart_view import CHART_NAMES, chart_outputs
 from .server_text import neutral_paths
 from .state import DEFAULT_METHODS, Session
@@ -52,8 +52,48 @@ def _fmt(value: float, spec: str = ".1f", none: str = "–") -> str:
     return none if value is None or (isinstance(value, float) and math.isnan(value)) else format(value, spec)
 
 
+# A finished lane's state in words (its `data-lane-state` is the stop reason itself); a cut answer says why.
+STOP_WORDS = {
+    "eos": "finished: the answer ended",
+    "context_limit": "stopped at the context limit",
+    "cancelled": "stopped",
+}
+
+
+def stop_words(reason: str, max_new_tokens: int) -> str:
+    if reason == "max_new_tokens":
+        return f"cut off at the {max_new_tokens}-token limit (Max new tokens, in Settings)"
+    return STOP_WORDS.get(reason, reason)
+
+
+def where_html(lane: Lane, comp: Comparison) -> str:
+    """The line under a lane's figures that says where its speed comes from: live on this machine or recorded on
+    another (which CPU or GPU), the precision and the tree; a recording's lane adds this machine's live figures for
+    the same lane and settings once a live run here measured them."""
+    made = machine.machine_of(comp)
+    parts = [f"recorded on {made}" if comp.replay else f"live on {made}", machine.precision_of(comp)]
+    tree = machine.tree_of(comp, lane)
+    if tree:
+        parts.append(tree)
+    line = (
+        f'<div class="poss-where" data-where="{"recorded" if comp.replay else "live"}">{html.escape(" · ".join(parts))}'
+    )
+    if comp.replay:
+        here = machine.SPEEDS.here(comp, lane, methods.PLAIN)
+        if here is not None:
+            speed, up = here
+            runs = f"{speed.runs} live run{'s' if speed.runs != 1 else ''}"
+            figures_here = f"{_fmt(speed.tokens_per_s)} tokens/s" + (f", ×{_fmt(up, '.2f')} vs plain" if up else "")
+            line += (
+                f'<br><span data-here="1">here, on {html.escape(machine.cpu_name())}: '
+                f"{html.escape(figures_here)} ({runs})</span>"
+            )
+    return line + "</div>"
+
+
 def lane_head_html(lane: Lane, comp: Comparison, running: bool) -> str:
-    """The lane's title, live figures (tokens/s, τ, rounds, speed-up over plain) and its badges."""
+    """The lane's title, live figures (tokens/s, τ, rounds, speed-up over plain), where they come from (machine,
+    precision, tree) and its badges."""
     ev = lane.events
     tps = metrics.tokens_per_s(ev) if ev else math.nan
     plain = comp.lane(methods.PLAIN)
@@ -85,12 +125,7 @@ def lane_head_html(lane: Lane, comp: Comparison, running: bool) -> str:
         state = f'<div class="poss-lane-error">⚠ {html.escape(neutral_paths(lane.error))}</div>'
     elif lane.finished:
         reason = lane.stop_reason or ""
-        nice = {
-            "eos": "finished (end of answer)",
-            "max_new_tokens": "finished (max new tokens)",
-            "context_limit": "stopped at the context limit",
-            "cancelled": "stopped",
-        }.get(reason, reason)
+        nice = stop_words(reason, int(comp.spec.max_new_tokens))
         state = f'<span class="poss-note" data-lane-state="{html.escape(reason)}">{html.escape(nice)}</span>'
     else:
         now = "running" if running else "paused"
@@ -99,7 +134,7 @@ def lane_head_html(lane: Lane, comp: Comparison, running: bool) -> str:
             f"{'running…' if running else 'paused (Step for the next round)'}</span>"
         )
     if comp.replay:
-        badges.append(badge_html("replay", name="replay"))
+        badges.append(badge_html("recording", name="replay", title=f"recorded on {machine.machine_of(comp)}"))
     if not lane.trained:
         badges.insert(
             0,
@@ -112,8 +147,35 @@ def lane_head_html(lane: Lane, comp: Comparison, running: bool) -> str:
             ),
         )
     return (
-        f'<div class="poss-lane-head"><h3>{html.escape(lane.label)}</h3>{stat_line(items)}'
+        f'<div class="poss-lane-head"><h3>{html.escape(lane.label)}</h3>{stat_line(items)}{where_html(lane, comp)}'
         f"<div>{''.join(badges)} {state}</div></div>"
+    )
+
+
+def empty_tree() -> Any:
+    """A lane's tree before its first round."""
+    return figures.empty_figure("The latest round's draft tree appears here.", 360, "Draft tree")
+
+
+def idle_lanes(session: Session) -> tuple[Preset, list[str]]:
+    """The lanes a tab shows before its first run: the methods ticked there (Settings), else the default ones, on
+    the preset picked there, else the one the app serves first."""
+    name, chosen = session.idle_methods or (state.APP_PRESET or DEFAULT_PRESET, None)
+    preset = get_preset(name)
+    offered = methods.lane_methods(preset)
+    if chosen is None:
+        chosen = [m for m in DEFAULT_METHODS if m in offered]
+    return preset, [m for m in chosen if m in offered][:MAX_LANES]
+
+
+def idle_head_html(method: str, preset: Preset) -> str:
+    """A lane's header before its first run: the method's name, and what Run will show there."""
+    label = methods.label_of(method, preset)
+    what = "plain decoding: one token per forward pass" if methods.is_plain(method) else "speculative decoding"
+    return (
+        f'<div class="poss-lane-head"><h3>{html.escape(label)}</h3>'
+        f'<div class="poss-where">{html.escape(what)}</div>'
+        f'<div><span class="poss-note" data-lane-state="idle">waiting for ▶ Run (or an example)</span></div></div>'
     )
 
 
@@ -206,6 +268,16 @@ def draft_note(preset: Preset) -> str:
     return f'<div class="poss-note">{text}</div>'
 
 
+def lane_tokens_html(records: list, view: View, placeholder: str) -> str:
+    """A lane's token view in its scrolling box. Left open at its end (the browser closes the box and the view): a
+    running lane's view then only ever grows at its end, and Gradio sends each frame's new tokens instead of the
+    whole view (its streaming diff appends where a value starts with the last one), which keeps a long run's frames
+    small for the server and for every other tab waiting on it."""
+    return '<div class="poss-lane-tokens">' + tokens_html(
+        records, view.color_by, view.show_rejected, placeholder=placeholder, open_end=True
+    )
+
+
 def render(
     session: Session,
     view: View,
@@ -233,13 +305,7 @@ def render(
             lane = lanes_[i]
             out[p + "col"] = gr.Column(visible=True)
             out[p + "head"] = lane_head_html(lane, comp, running)
-            out[p + "tokens"] = (
-                '<div class="poss-lane-tokens">'
-                + tokens_html(
-                    lane.records, view.color_by, view.show_rejected, placeholder="waiting for the first round…"
-                )
-                + "</div>"
-            )
+            out[p + "tokens"] = lane_tokens_html(lane.records, view, "waiting for the first round…")
             out[p + "text"] = lane.text
             pin = session.pins.get(i)
             if with_trees:
@@ -247,18 +313,15 @@ def render(
                 out[p + "slider"] = round_slider(lane, pin)
                 out[p + "explain"] = lane_explain(lane, pin, float(comp.spec.temperature) > 0.0)
         else:
-            visible = comp is None and i < len(DEFAULT_METHODS)
-            out[p + "col"] = gr.Column(visible=visible)
-            out[p + "head"] = ""
-            out[p + "tokens"] = (
-                '<div class="poss-lane-tokens">'
-                + tokens_html([], placeholder="Press Run to stream this lane.")
-                + "</div>"
-            )
+            preset, idle = idle_lanes(session) if comp is None else (None, [])
+            out[p + "col"] = gr.Column(visible=i < len(idle))
+            out[p + "head"] = idle_head_html(idle[i], preset) if preset is not None and i < len(idle) else ""
+            out[p + "tokens"] = lane_tokens_html([], view, "Press Run to stream this lane.")
             out[p + "text"] = ""
-            out[p + "tree"] = figures.empty_figure("The latest round's draft tree appears here.", 360, "Draft tree")
-            out[p + "slider"] = round_slider(None, None)
-            out[p + "explain"] = EXPLAIN_EMPTY
+            if with_trees:
+                out[p + "tree"] = empty_tree()
+                out[p + "slider"] = round_slider(None, None)
+                out[p + "explain"] = EXPLAIN_EMPTY
     if not with_charts:
         return out
     out.update(chart_outputs(session, view))
@@ -283,11 +346,12 @@ def status_only(session: Session, status: tuple[str, str], remember: bool = True
 
 def by_component(handler: Callable[..., Any], components: dict[str, Any]) -> Callable[..., Any]:
     """`handler` for Gradio: each dict of outputs it returns or yields, keyed by name, keyed by component instead
-    (Gradio leaves the event's other outputs as they are), or one skip for an empty dict. Names are kept up to here so
+    (Gradio leaves the event's other outputs as they are), or one skip for an empty dict; each chart fitted to the
+    page's panels on the way (chart_fit.fit). Names are kept up to here so
     that handlers stay plain functions a test calls, and so that a ZeroGPU worker sends back only picklable values."""
 
     def keyed(out: dict[str, Any]) -> Any:
-        return {components[name]: value for name, value in out.items()} or gr.skip()
+        return {components[name]: chart_fit.fit(value) for name, value in out.items()} or gr.skip()
 
     if inspect.isgeneratorfunction(handler):
 

@@ -1,5 +1,5 @@
-"""What Gradio's `launch()` is given besides host and port: the page's CSS and theme, the worker threads, the largest
-upload, and the middlewares that give each client its share of the queue and limit uploads."""
+"""What Gradio's `launch()` is given besides host and port: the page's CSS, script and theme, the worker threads, the
+largest upload, and the middlewares that give each client its share of the queue and limit uploads."""
 
 from __future__ import annotations
 
@@ -13,6 +13,35 @@ from . import client_share, disk_budget, recordings
 
 THREADS = 160  # Gradio's worker threads: a waiting live run and a replay each hold one while they sleep
 CSS = (recordings.ASSETS / "app.css").read_text(encoding="utf-8")
+# On Run (a click, or Enter in the prompt) and Step: where the first lane's text is below the screen (the settings open
+# above it, or a phone), scroll just enough to show its first lines, never past the prompt's top on a wide screen, so
+# that a projector keeps the prompt in view; a phone's column is too tall for both, and scrolls to the lanes' headers.
+# Installed
+# once when the page loads (launch's js), so it scrolls at the click itself.
+LANES_INTO_VIEW_JS = """
+() => {
+  const intoView = () => {
+    const lane = document.querySelector("#poss-lane0-tokens");
+    const prompt = document.querySelector("#poss-prompt");
+    if (!lane || !prompt) return;
+    const below = lane.getBoundingClientRect().top + 96 - window.innerHeight;
+    if (below <= 0) return;
+    if (window.innerWidth < 700) {  // a phone: the lanes from their headers down
+      const head = document.querySelector("#poss-lane0-head") || lane;
+      window.scrollBy({top: head.getBoundingClientRect().top - 8, behavior: "instant"});
+      return;
+    }
+    const room = Math.max(0, prompt.getBoundingClientRect().top - 8);
+    window.scrollBy({top: Math.min(below, room), behavior: "instant"});
+  };
+  document.addEventListener("click", (e) => {
+    if (e.target.closest && e.target.closest("#poss-run, #poss-step")) intoView();
+  }, true);
+  document.addEventListener("keydown", (e) => {
+    if (e.key === "Enter" && !e.shiftKey && e.target.closest && e.target.closest("#poss-prompt")) intoView();
+  }, true);
+}
+"""
 
 
 def theme() -> gr.themes.Base:
@@ -35,6 +64,7 @@ def launch_kwargs(demo: gr.Blocks | None = None) -> dict[str, Any]:
     that gives each client its share of the queue and the one that limits uploads (`disk_budget`)."""
     kwargs: dict[str, Any] = {
         "css": CSS,
+        "js": LANES_INTO_VIEW_JS,
         "theme": theme(),
         "max_file_size": saved_runs.MAX_RUN_BYTES,
         "max_threads": THREADS,

@@ -18,7 +18,7 @@ from poss_core import methods
 from poss_core.call_budget import CallBudget
 from poss_core.compare import ROUND_BYTES, Comparison
 
-from . import recordings
+from . import machine, recordings
 from .class_pool import CLASS
 from .tab_pools import POOLED_ROUND_BYTES, MethodPool, Pools, pooled_runs
 
@@ -68,6 +68,8 @@ class Session:
     # The comparisons `pools` took, held weakly (a pooled run's lanes are freed with it): each run goes in once.
     pooled: list[weakref.ref] = field(default_factory=list)
     class_seen: tuple[int, bool] | None = None  # (class pool version, conditional) the class charts last drew
+    # (preset, methods) ticked in Settings before any run: the lanes' headers name them before the first Run
+    idle_methods: tuple[str, list[str]] | None = None
 
     def was_pooled(self, comp: Comparison) -> bool:
         return any(ref() is comp for ref in self.pooled)
@@ -80,6 +82,7 @@ class Session:
             return
         self.pooled = [ref for ref in self.pooled if ref() is not None] + [weakref.ref(comp)]
         CLASS.add_run(comp)  # "everyone on this server": its numbers, once, with this tab's pools
+        machine.SPEEDS.add_run(comp)  # this machine's speeds, which a recording's lanes show beside their own
         pools = dict(self.pools.get(comp.spec.preset, {}))
         for lane, run in pooled_runs(comp, light=True):
             pools[lane.method] = pools.get(lane.method, MethodPool(lane.short)).added(run)

@@ -53,10 +53,24 @@ def _shown(text: str) -> str:
     return escaped.replace("\n", '<span class="nl">↵</span>\n')
 
 
+END_MARK = "∎ end"  # an end-of-turn token (EOS, <|im_end|>), drawn as a mark rather than its raw text
+
+
+def _ends_turn(name: str) -> bool:
+    """Whether a special token's name reads as an end of the answer (<|im_end|>, <|endoftext|>, </s>, <|eot_id|>)."""
+    low = (name or "").lower()
+    return any(k in low for k in ("end", "eos", "eot", "</s>"))
+
+
 def tokens_html(
-    records: list[TokenRecord], color_by: str = "position", show_rejected: bool = False, placeholder: str = ""
+    records: list[TokenRecord],
+    color_by: str = "position",
+    show_rejected: bool = False,
+    placeholder: str = "",
+    open_end: bool = False,
 ) -> str:
-    """The coloured token view. `color_by` is "position" (shade by draft position) or "specialist".
+    """The coloured token view. `color_by` is "position" (shade by draft position) or "specialist"; `open_end`
+    leaves its last tag for the browser to close, so that the view of more tokens starts with the view of fewer.
 
     Every token carries its round (`data-round`): clicking one picks that round in the lane's tree (TOKEN_CLICK_JS).
     The first token of each round is focusable, so Tab walks the rounds and Enter picks one."""
@@ -74,7 +88,12 @@ def tokens_html(
         if rec.round != last_round:
             data += ' tabindex="0"'
             last_round = rec.round
-        text = rec.text or ("⟨special⟩" if rec.special else "")
+        text = rec.text
+        if rec.special:  # drawn as a mark; its name only in the tooltip
+            ends = _ends_turn(rec.text)
+            text = END_MARK if ends else "◆"
+            what = "end of the answer" if ends else "special token"
+            title = html.escape(f"{tooltip(rec)}\nthe model's {what}: {rec.text or '(unnamed)'}", quote=True)
         if rec.from_draft:
             p = min(rec.position, MAX_SHADES)
             s = min((rec.specialist or 0) + 1, MAX_SHADES)
@@ -84,7 +103,8 @@ def tokens_html(
         if rec.special:
             cls += " special"
         parts.append(f'<span class="{cls}"{data} title="{title}">{_shown(text)}</span>')
-    parts.append("</div>")
+    if not open_end:
+        parts.append("</div>")
     return "".join(parts)
 
 
@@ -125,6 +145,7 @@ def legend_html(color_by: str = "position", depth: int = 6, specialists: int = 3
         f'<span class="item"><span class="tok target bonus">tok</span> the target\'s own token (bonus or '
         f"correction; every token of plain decoding)</span>"
         f'<span class="item"><s class="rej">tok</s> draft the target rejected there</span>'
+        f'<span class="item"><span class="tok target special">{END_MARK}</span> the end of the answer</span>'
         f'<span class="item muted">hover a token for round, position, specialist and probabilities; click '
         f"it (or Tab to it and press Enter) for its round's tree</span></div>"
     )
@@ -145,29 +166,43 @@ def identity_badge(
     finished: bool,
     divergence: Divergence | None = None,
 ) -> str:
-    """At temperature 0 speculative decoding must reproduce plain decoding token for token: say whether it did, and
-    where it did not, why (a rounding near-tie with plain's logit margin, or a real mismatch), the full reason in
-    the tooltip."""
+    """At temperature 0 speculative decoding must reproduce plain decoding token for token: say whether it did in
+    words a student reads, and where it did not, from which token and why in short (a rounding near-tie, or a real
+    difference), the technical detail (plain's logit margin, the precision's tolerance, the reason) on hover."""
     if not greedy:
-        return badge_html("sampling: same distribution as plain, not the same text", "neutral", name="identity")
+        return badge_html(
+            "sampling: same odds as plain decoding, not the same text",
+            "neutral",
+            "With temperature above 0 each lane draws its own sample: verification keeps plain decoding's "
+            "distribution exactly, so the texts differ while the odds of every text are the same.",
+            name="identity",
+        )
     if plain_tokens is None:
         return badge_html("add the Plain lane to check identity", "neutral", name="identity")
     if divergence is not None:
-        at = f"differs from plain decoding at token {divergence.index + 1}"
-        margin = "" if divergence.margin is None else f"plain's logit margin {divergence.margin:.2g}"
+        at = f"differs from token {divergence.index + 1}"
+        detail = divergence_detail(divergence)
         if divergence.kind == NEAR_TIE:
-            why = f"{margin} ≤ {divergence.tolerance:g}" if margin else "margin not measured"
-            return badge_html(f"≈ {at}: {divergence.tie} ({why})", "neutral", divergence.reason, "identity")
-        return badge_html(
-            f"✗ {at}: " + (f"{margin}, not a near-tie" if margin else "not expected here (margin not measured)"),
-            "bad",
-            divergence.reason,
-            "identity",
-        )
-    n = min(len(tokens), len(plain_tokens))
+            return badge_html(
+                f"≈ {at}: {divergence.tie}, the two best tokens almost equal", "neutral", detail, "identity"
+            )
+        return badge_html(f"✗ {at}: a real difference, not a rounding tie", "bad", detail, "identity")
     if finished and len(tokens) != len(plain_tokens):
-        return badge_html(f"compared {n} tokens: identical so far", "ok", name="identity")
-    return badge_html("✓ identical to plain decoding" + ("" if finished else " so far"), "ok", name="identity")
+        n = min(len(tokens), len(plain_tokens))
+        return badge_html(f"✓ identical to plain decoding for all {n} tokens both wrote", "ok", name="identity")
+    if finished:
+        return badge_html("✓ identical to plain decoding, token for token", "ok", name="identity")
+    return badge_html("✓ identical to plain decoding so far", "ok", name="identity")
+
+
+def divergence_detail(divergence: Divergence) -> str:
+    """The identity badge's tooltip: where the lane parted from plain decoding, plain's logit margin against the
+    precision's tolerance, and the reason the engine gives."""
+    if divergence.margin is None:
+        margin = "plain's logit margin there was not measured"
+    else:
+        margin = f"plain's logit margin there: {divergence.margin:.2g} (tolerance {divergence.tolerance:g})"
+    return f"First different token: {divergence.index + 1}. {margin}. {divergence.reason}"
 
 
 # A lane header's figures: key (its `data-stat`, what readers go by) and the label the page shows.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from poss_core.views import figures
 
 from . import (
     about,
+    chart_fit,
     control_defaults,
     controls,
     evidence_view,
@@ -27,9 +29,17 @@ from . import (
     view_handlers,
 )
 from .api import compare_endpoint
-from .chart_view import CHART_NAMES
+from .chart_view import CHART_NAMES, chart_outputs
 from .control_defaults import method_choices, ui_defaults
-from .render import LANE_PARTS, OUTPUT_NAMES, by_component, conversation_html, draft_note
+from .render import (
+    LANE_PARTS,
+    OUTPUT_NAMES,
+    by_component,
+    conversation_html,
+    draft_note,
+    empty_tree,
+    idle_head_html,
+)
 from .state import DEFAULT_METHODS
 from .token_html import TOKEN_CLICK_JS, legend_html, status_html
 
@@ -46,6 +56,7 @@ TIMING_NOTE = (
     "Lanes run **in turns, one round each**, in one thread: each lane's tokens/s counts only its own "
     "rounds' compute time, i.e. the speed it would get alone on this machine."
 )
+SPEED_STORY = about.SPEED_STORY
 
 ASSETS = recordings.ASSETS
 EXAMPLES = recordings.EXAMPLES
@@ -63,9 +74,12 @@ def _gpu(fn, duration: int = 120):
 
 
 HEADER = """# POSS vs EAGLE: speculative decoding, live
-A small draft guesses several tokens, the big model checks them in one pass and keeps what it agrees with.
-**POSS** gives each draft position its own specialist layer; **EAGLE** uses one layer for all. Watch them side by
-side against plain decoding: coloured tokens came from the draft, underlined ones from the target."""
+A small draft guesses the next tokens and the model checks them all in one pass. **POSS** gives each draft position
+its own specialist layer, **EAGLE** one layer for all: shaded tokens came from the draft, underlined ones from the
+model."""
+SETTINGS_LABEL = "⚙ Settings: lanes, model, tree, length, precision"
+SETTINGS_MORE = "What each setting does, and what it costs on this machine: the About tab."
+EXAMPLES_LABEL = "Examples: a click replays a recorded run at once; ▶ Run runs it live here"
 
 
 def build_demo(
@@ -105,6 +119,8 @@ def build_demo(
     replays = {"concurrency_id": "replay", "concurrency_limit": REPLAY_CONCURRENCY}
     light = {"concurrency_limit": None, "show_progress": "hidden"}
 
+    # The charts a tab shows before its first run, drawn once here: a page load then sends no figure of its own.
+    charts0 = {name: chart_fit.fit(fig) for name, fig in chart_outputs(state.Session(), user_settings.View()).items()}
     age = max(1, round(cache_age_s))
     with gr.Blocks(
         title="POSS vs EAGLE: speculative decoding",
@@ -112,38 +128,44 @@ def build_demo(
         analytics_enabled=False,
         delete_cache=(min(CACHE_SWEEP_S, age), age),
     ) as demo:
-        gr.Markdown(HEADER)
+        gr.Markdown(HEADER, elem_id="poss-header")
         with gr.Tabs():
             with gr.Tab("Demo", id="demo"):
-                with gr.Row(equal_height=False):
-                    with gr.Column(scale=3):
+                # On a projector (1280x720) the prompt, Run and the lanes' streaming text share one screen: the
+                # settings sit in a closed accordion beside the prompt, the views and charts below the lanes.
+                with gr.Row(equal_height=False, elem_id="poss-top"):
+                    with gr.Column(scale=3, min_width=300):
                         prompt = gr.Textbox(
                             label="Prompt",
-                            lines=3,
+                            lines=2,
                             max_lines=12,
                             elem_id="poss-prompt",
                             max_length=MAX_PROMPT_CHARS,
-                            placeholder="Ask something, or pick an example below.",
+                            placeholder="Ask something, or pick an example.",
                         )
-                        with gr.Row():
-                            run_btn = gr.Button("▶ Run", variant="primary", elem_id="poss-run")
-                            step_btn = gr.Button("Step one round", elem_id="poss-step")
-                            stop_btn = gr.Button("■ Stop", variant="stop", elem_id="poss-stop")
-                            replay_btn = gr.Button("↻ Replay", elem_id="poss-replay")
-                        with gr.Row():
-                            multi_turn = gr.Checkbox(
-                                label="Multi-turn: continue the conversation", value=False, scale=3
-                            )
-                            new_conv = gr.Button("New conversation", size="sm", scale=1)
-                        conversation = gr.HTML(conversation_html([]))
-                        examples = gr.Examples(
-                            examples=[[e["prompt"]] for e in EXAMPLES],
-                            inputs=[prompt],
-                            example_labels=[f"{e['family']}: {e['prompt'][:48]}…" for e in EXAMPLES],
-                            label="Examples: a click replays a recorded run at once; ▶ Run runs it live",
+                        with gr.Row(elem_id="poss-buttons"):
+                            run_btn = gr.Button("▶ Run", variant="primary", elem_id="poss-run", min_width=80)
+                            stop_btn = gr.Button("■ Stop", variant="stop", elem_id="poss-stop", min_width=80)
+                            step_btn = gr.Button("Step a round", elem_id="poss-step", min_width=80)
+                            replay_btn = gr.Button("↻ Replay", elem_id="poss-replay", min_width=80)
+                        status = gr.HTML(
+                            status_html("Type a prompt (or pick an example) and press Run."), elem_id="poss-status"
                         )
-                    with gr.Column(scale=2):
-                        with gr.Accordion("Settings", open=True):
+                    with gr.Column(scale=2, min_width=280, elem_id="poss-side"):
+                        with gr.Column(elem_id="poss-examples"):
+                            gr.HTML(f'<div class="poss-examples-label">{EXAMPLES_LABEL}</div>')
+                            with gr.Row(elem_id="poss-example-buttons"):
+                                example_btns = [
+                                    gr.Button(
+                                        recordings.example_label(e),
+                                        size="sm",
+                                        scale=0,
+                                        min_width=40,
+                                        elem_classes="poss-example",
+                                    )
+                                    for e in EXAMPLES
+                                ]
+                        with gr.Accordion(SETTINGS_LABEL, open=False, elem_id="poss-settings"):
                             preset_dd = gr.Dropdown(preset_choices, value=preset, label="Model (preset)")
                             method_boxes = gr.CheckboxGroup(
                                 method_choices(first),
@@ -153,9 +175,45 @@ def build_demo(
                             )
                             note = gr.HTML(draft_note(first))
                             by_setting = controls.run_controls(d, gpu, precision)
-                status = gr.HTML(
-                    status_html("Type a prompt (or pick an example) and press Run."), elem_id="poss-status"
-                )
+                            gr.Markdown(SETTINGS_MORE, elem_classes="poss-note")
+                        with gr.Accordion("Multi-turn conversation", open=False, elem_id="poss-multi-turn"):
+                            with gr.Row():
+                                multi_turn = gr.Checkbox(
+                                    label="Multi-turn: continue the conversation", value=False, scale=3
+                                )
+                                new_conv = gr.Button("New conversation", size="sm", scale=1)
+                            conversation = gr.HTML(conversation_html([]))
+                legend = gr.HTML(legend_html("position"), elem_id="poss-legend")
+                lane_parts: list[list[Any]] = []
+                with gr.Row(equal_height=False, elem_id="poss-lanes"):
+                    for i in range(compare.MAX_LANES):
+                        with gr.Column(visible=i < len(methods0), min_width=280, elem_classes="poss-lane") as col:
+                            head = gr.HTML(
+                                idle_head_html(methods0[i], first) if i < len(methods0) else "",
+                                elem_classes="poss-lane-head-box",
+                                elem_id=f"poss-lane{i}-head",
+                            )
+                            toks = gr.HTML(
+                                '<div class="poss-lane-tokens"></div>',
+                                elem_id=f"poss-lane{i}-tokens",
+                                js_on_load=TOKEN_CLICK_JS,
+                            )
+                            with gr.Accordion("Plain text (copy)", open=False):
+                                text = gr.Textbox(
+                                    show_label=False, lines=5, max_lines=20, buttons=["copy"], interactive=False
+                                )
+                            tree = gr.Plot(chart_fit.fit(empty_tree()), show_label=False, elem_id=f"poss-lane{i}-tree")
+                            slider = gr.Slider(
+                                0,
+                                1,
+                                value=0,
+                                step=1,
+                                interactive=False,
+                                label="Round (scrub the tree back, or click a token)",
+                                elem_id=f"poss-lane{i}-round",
+                            )
+                            explain = gr.HTML(elem_id=f"poss-lane{i}-explain")
+                        lane_parts.append([col, head, toks, text, tree, slider, explain])
                 with gr.Row():
                     color_by = gr.Radio(
                         ["draft position", "specialist"],
@@ -169,34 +227,7 @@ def build_demo(
                         label="Show rejected drafts inline (struck through; always in the "
                         "tooltip of the target's token)",
                     )
-                legend = gr.HTML(legend_html("position"), elem_id="poss-legend")
-                gr.Markdown(TIMING_NOTE)
-                lane_parts: list[list[Any]] = []
-                with gr.Row(equal_height=False):
-                    for i in range(compare.MAX_LANES):
-                        with gr.Column(visible=i < len(methods0), min_width=320, elem_classes="poss-lane") as col:
-                            head = gr.HTML(elem_classes="poss-lane-head-box")
-                            toks = gr.HTML(
-                                '<div class="poss-lane-tokens"></div>',
-                                elem_id=f"poss-lane{i}-tokens",
-                                js_on_load=TOKEN_CLICK_JS,
-                            )
-                            with gr.Accordion("Plain text (copy)", open=False):
-                                text = gr.Textbox(
-                                    show_label=False, lines=5, max_lines=20, buttons=["copy"], interactive=False
-                                )
-                            tree = gr.Plot(show_label=False, elem_id=f"poss-lane{i}-tree")
-                            slider = gr.Slider(
-                                0,
-                                1,
-                                value=0,
-                                step=1,
-                                interactive=False,
-                                label="Round (scrub the tree back, or click a token)",
-                                elem_id=f"poss-lane{i}-round",
-                            )
-                            explain = gr.HTML(elem_id=f"poss-lane{i}-explain")
-                        lane_parts.append([col, head, toks, text, tree, slider, explain])
+                gr.Markdown(f"{TIMING_NOTE} {SPEED_STORY}", elem_id="poss-speed-story")
                 gr.Markdown("### Charts (POSS and EAGLE on the same axes; each states its sample size)")
                 with gr.Row(equal_height=False):
                     pos_acc_mode = gr.Radio(
@@ -219,11 +250,11 @@ def build_demo(
                     forget_btn = gr.Button("Forget my runs", size="sm", scale=1, elem_id="poss-forget")
                 class_timer = gr.Timer(CLASS_REFRESH_S, active=False)
                 with gr.Row():
-                    pos_acc_plot = gr.Plot(show_label=False, elem_id="poss-chart-pos-acc")
-                    dev_plot = gr.Plot(show_label=False, elem_id="poss-chart-deviation")
+                    pos_acc_plot = gr.Plot(charts0["pos_acc"], show_label=False, elem_id="poss-chart-pos-acc")
+                    dev_plot = gr.Plot(charts0["feature_deviation"], show_label=False, elem_id="poss-chart-deviation")
                 with gr.Row():
-                    hist_plot = gr.Plot(show_label=False, elem_id="poss-chart-hist")
-                    tps_plot = gr.Plot(show_label=False, elem_id="poss-chart-tps")
+                    hist_plot = gr.Plot(charts0["accept_hist"], show_label=False, elem_id="poss-chart-hist")
+                    tps_plot = gr.Plot(charts0["tokens_per_s"], show_label=False, elem_id="poss-chart-tps")
                 gr.Markdown(
                     f"Conditional: {figures.POS_ACC_FORMULA}; unconditional: {figures.POS_RATE_FORMULA}. "
                     "A round whose tree stopped before position k counts at neither. Feature deviation: "
@@ -251,12 +282,13 @@ def build_demo(
                         save_btn = gr.Button("Save this run (JSONL)")
                         saved = gr.File(label="Saved run", interactive=False)
                         upload = gr.File(label="Load a saved run (.jsonl)", file_types=[".jsonl"], type="filepath")
-            with gr.Tab("Evidence", id="evidence"):
-                evidence_view.build_tab(demo, preset, preset_choices)
+            with gr.Tab("Evidence", id="evidence") as evidence_tab:
+                evidence_view.build_tab(evidence_tab, preset, preset_choices)
             with gr.Tab("About", id="about"):
                 gr.Markdown(about.INTRO)
                 gr.HTML(about.DIAGRAM)
                 gr.Markdown(about.METRICS)
+                gr.Markdown(controls.settings_explained(gpu), elem_id="poss-settings-explained")
                 hardware = gr.Markdown(about.hardware_markdown(None))
 
         # The Demo's outputs by name (render.OUTPUT_NAMES), and every other component a Demo handler changes: each
@@ -290,14 +322,17 @@ def build_demo(
             **replays,
             show_progress="minimal",
         )
-        examples.load_input_event.then(
-            keyed(controls.gathered(handlers.example_handler, leading=2)),
-            [prompt, preset_dd] + view,
-            outputs,
-            api_name="example",
-            **replays,
-            show_progress="minimal",
-        )
+        # An example: its prompt goes into the box in the browser (no round trip), then its recording replays.
+        for i, (button, example) in enumerate(zip(example_btns, EXAMPLES)):
+            button.click(None, None, prompt, js=f"() => {json.dumps(example['prompt'])}", queue=False).then(
+                keyed(controls.gathered(handlers.example_handler, leading=2)),
+                [prompt, preset_dd] + view,
+                outputs,
+                api_name="example" if i == 0 else None,
+                api_visibility="public" if i == 0 else "private",
+                **replays,
+                show_progress="minimal",
+            )
         for control in view:
             control.change(
                 keyed(controls.gathered(view_handlers.view_handler)), view, outputs, api_visibility="private", **light
@@ -352,6 +387,13 @@ def build_demo(
             api_visibility="private",
             **light,
         )
+        method_boxes.change(
+            keyed(view_handlers.idle_lanes_handler),
+            [preset_dd, method_boxes],
+            [c for parts in lane_parts for c in parts[:2]],
+            api_visibility="private",
+            **light,
+        )
         new_conv.click(
             keyed(view_handlers.new_conversation_handler), None, conversation, api_visibility="private", **light
         )
@@ -367,7 +409,7 @@ def build_demo(
         )
         # Also /view: the outputs for a view (the load tool reads the class charts through it).
         demo.load(
-            keyed(controls.gathered(view_handlers.view_handler)),
+            keyed(controls.gathered(view_handlers.load_handler)),
             view,
             outputs,
             api_name="view",

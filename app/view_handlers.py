@@ -7,14 +7,26 @@ from typing import Any
 
 import gradio as gr
 
+from poss_core.compare import MAX_LANES
 from poss_core.errors import PossError
 from poss_core.models.presets import get_preset
 
-from . import control_defaults, state
+from . import about, control_defaults, state
 from .chart_view import chart_outputs
 from .class_pool import CLASS
 from .control_defaults import method_choices, ui_defaults
-from .render import Frame, conversation_html, draft_note, lane_explain, lane_tree, render, round_slider
+from .render import (
+    Frame,
+    conversation_html,
+    draft_note,
+    idle_head_html,
+    idle_lanes,
+    lane_explain,
+    lane_tree,
+    loaded_hardware,
+    render,
+    round_slider,
+)
 from .state import DEFAULT_METHODS
 from .token_html import status_html
 from .user_settings import View
@@ -41,6 +53,19 @@ def view_handler(view: View, request: gr.Request | None = None) -> Frame:
     """Redraw after a toggle (colour by position/specialist, rejected drafts, conditional/unconditional)."""
     session = state.SESSIONS.get(request, touch=False)  # reading only: it never postpones reaping what the tab holds
     return render(session, view)
+
+
+def load_handler(view: View, request: gr.Request | None = None) -> Frame:
+    """A page load (and /view): a tab with nothing on show gets its status and lanes only, its charts and trees
+    being the empty ones the page starts with, so that opening the page costs the server almost nothing while a live
+    run holds the CPU (an example clicked right away waits behind no figure); a tab with runs, or a view of pooled
+    runs, gets everything."""
+    session = state.SESSIONS.get(request, touch=False)
+    light = session.comparison is None and not view.pooled and not view.everyone
+    out = render(session, view, with_charts=not light, with_trees=not light)
+    if light:
+        out["hardware"] = about.hardware_markdown(loaded_hardware())
+    return out
 
 
 def tree_handler(lane_index: int, round_index: float, request: gr.Request | None = None) -> Frame:
@@ -115,6 +140,25 @@ def new_conversation_handler(request: gr.Request | None = None) -> Frame:
     session = state.SESSIONS.get(request)
     session.history = []
     return {"conversation": conversation_html(session.history)}
+
+
+def idle_lanes_handler(preset_name: str, chosen: list[str], request: gr.Request | None = None) -> Frame:
+    """Methods or preset changed in Settings: before the tab's first run its lanes follow them (shown, and named in
+    their headers); once it shows a run, its lanes stay that run's until the next one."""
+    session = state.SESSIONS.get(request, touch=False)
+    if session.comparison is not None or not isinstance(preset_name, str):
+        return {}
+    try:
+        get_preset(preset_name)
+    except PossError:
+        return {}
+    session.idle_methods = (preset_name, [m for m in (chosen or []) if isinstance(m, str)])
+    preset, idle = idle_lanes(session)
+    out: Frame = {}
+    for i in range(MAX_LANES):
+        out[f"lane{i}_col"] = gr.Column(visible=i < len(idle))
+        out[f"lane{i}_head"] = idle_head_html(idle[i], preset) if i < len(idle) else ""
+    return out
 
 
 def preset_handler(preset_name: str) -> Frame:

@@ -1,8 +1,8 @@
 """Record the Demo tab's examples: one run of the default lanes (plain, EAGLE, POSS-2) per example prompt, with the
 app's default settings for the preset, saved in the saved-run format (poss_core/saved_runs.py, compact floats,
 gzip-compressed) as assets/recordings/PRESET/NN-FAMILY.jsonl.gz. Clicking an example in the app replays its
-recording at once, at the speed it was recorded, labelled with the hardware written here (CPU model, threads, dtype,
-date and --note).
+recording at once, at the speed it was recorded, labelled with the hardware written here (the CPU's model name and
+threads, dtype, date and --note): each lane's header says which machine made it.
 
     nice -n 19 python scripts/record_examples.py                     # smollm2-135m, bf16 where the CPU has bf16 units
     python scripts/record_examples.py --preset tiny-random --out /tmp/rec --max-new-tokens 16
@@ -23,26 +23,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
-def cpu_model() -> str:
-    """The CPU's model name (Linux), else the platform's processor string."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return " ".join(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    import platform
-
-    return platform.processor() or platform.machine()
-
-
 def build_parser() -> argparse.ArgumentParser:
     from poss_core.models.presets import DEFAULT_PRESET, presets
 
     p = argparse.ArgumentParser(prog="python scripts/record_examples.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--preset", default=DEFAULT_PRESET, choices=list(presets()), help=f"default {DEFAULT_PRESET}")
     p.add_argument("--out", type=Path, default=None, help="folder of recordings (default assets/recordings)")
-    p.add_argument("--max-new-tokens", type=int, default=None, help="default: the app's slider default (64 on a CPU)")
+    p.add_argument("--max-new-tokens", type=int, default=None, help="default: the app's slider default (160)")
     p.add_argument(
         "--dtype",
         default="auto",
@@ -62,6 +49,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from app.control_defaults import initial_precision, ui_defaults
     from app.launch import cpu_threads
+    from app.machine import cpu_name
     from app.recordings import EXAMPLES, RECORDINGS_DIR, recording_path
     from app.state import DEFAULT_METHODS
     from poss_core import compare, saved_runs
@@ -82,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     folder = args.out or RECORDINGS_DIR
     hardware_extra = {
-        "cpu": f"{cpu_model()}, {torch.get_num_threads()} thread(s)",
+        "cpu": f"{cpu_name()}, {torch.get_num_threads()} thread(s)",
         "recorded": time.strftime("%Y-%m-%d", time.gmtime()),
     }
     if args.note:

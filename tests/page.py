@@ -45,12 +45,32 @@ def stats(head: str) -> dict[str, str]:
 class Badge:
     kind: str  # "ok", "bad" or "neutral"
     text: str
+    title: str = ""  # its tooltip: the detail behind the words
 
 
 def badges(head: str) -> dict[str, Badge]:
     """A lane header's badges by name (`data-badge`: "identity", "replay", "untrained")."""
-    found = re.findall(r'<span class="poss-badge (\w+)" data-badge="(\w+)"(?: title="[^"]*")?>(.*?)</span>', head)
-    return {name: Badge(kind, html.unescape(text)) for kind, name, text in found}
+    found = re.findall(r'<span class="poss-badge (\w+)" data-badge="(\w+)"(?: title="([^"]*)")?>(.*?)</span>', head)
+    return {name: Badge(kind, html.unescape(text), html.unescape(title)) for kind, name, title, text in found}
+
+
+def where(head: str) -> str:
+    """The line under a lane's figures that names where they come from (machine, precision, tree), as text."""
+    m = re.search(r'<div class="poss-where"[^>]*>(.*?)</div>', head, re.S)
+    assert m, f"no machine line in {head!r}"
+    return html.unescape(re.sub(r"<[^>]+>", " ", m.group(1)))
+
+
+def where_kind(head: str) -> str:
+    """ "live" or "recorded": where a lane's figures were measured."""
+    m = re.search(r'data-where="(\w+)"', head)
+    assert m, f"no machine line in {head!r}"
+    return m.group(1)
+
+
+def here_figures(head: str) -> bool:
+    """Whether a recording's lane header shows this machine's live figures beside its own."""
+    return 'data-here="1"' in head
 
 
 def identity(head: str) -> Badge:
@@ -59,7 +79,8 @@ def identity(head: str) -> Badge:
 
 
 def lane_state(head: str) -> str:
-    """ "running", "paused", or the finished lane's stop reason ("eos", "max_new_tokens", "cancelled", ...)."""
+    """ "idle" (before a run), "running", "paused", or the finished lane's stop reason ("eos", "max_new_tokens",
+    "cancelled", ...)."""
     m = re.search(r'data-lane-state="([^"]*)"', head)
     assert m, f"no lane state in {head!r}"
     return m.group(1)

@@ -15,6 +15,7 @@ import page as lane_page
 import pytest
 import wording
 
+from app import recordings
 from app.serving import launch_kwargs
 from app.ui import build_demo
 from poss_core.models.presets import DEFAULT_PRESET
@@ -189,7 +190,7 @@ def test_browser_shows_tokens_tree_and_charts(server):
             assert page.locator(f"#poss-chart-{chart} .main-svg").count() > 0, chart
         assert page.locator("#poss-chart-tps .scatterlayer .trace").count() == 3
         assert wording.says(page.locator("#poss-chart-pos-acc").inner_text(), wording.POS_ACC_TITLE)
-        assert "bfloat16" in page.locator("#poss-precision").inner_text()
+        assert "bfloat16" in page.locator("#poss-precision").text_content()
         SCREENSHOT.parent.mkdir(exist_ok=True)
         page.screenshot(path=str(SCREENSHOT), full_page=True)
     assert SCREENSHOT.stat().st_size > 10_000
@@ -325,11 +326,12 @@ def test_browser_example_replays_at_once_while_another_tab_runs_and_the_class_po
         other.goto(server)
         other.wait_for_selector("#poss-run", timeout=60_000)
         live.fill("#poss-prompt textarea", "Tell me a long story about a lighthouse keeper.")
+        live.click("#poss-settings")  # the settings start closed
         live.locator("#poss-max-new-tokens input[type=number]").fill("2000")
         live.click("#poss-run")
         wait_for_status(live, wording.RUNNING, timeout=60_000)
         t0 = time.monotonic()
-        other.get_by_text("chat: Hi! I'm visiting Lisbon").first.click()
+        other.get_by_role("button", name=recordings.example_label(recordings.EXAMPLES[0])).click()
         other.wait_for_selector("#poss-lane0-tokens .tok", timeout=60_000)
         took = time.monotonic() - t0
         print(f"\n[e2e] an example's first replayed tokens {took:.2f} s after the click, while another tab ran live")

@@ -209,22 +209,34 @@ def says_identical(badge: Any) -> bool:
     return text(badge).startswith("✓ identical to plain decoding")
 
 
+def says_identical_in_full(badge: Any) -> bool:
+    """A finished lane's badge: identical to plain decoding, token for token (a student's words)."""
+    return text(badge) == "✓ identical to plain decoding, token for token"
+
+
 def says_differs(
     badge: Any, at: int, margin: float | None = None, tolerance: float | None = None, near_tie: bool = False
 ) -> bool:
-    """The identity badge's first difference at token `at`: a near-tie (plain's logit margin within `tolerance`) or a
-    mismatch (a margin too large to be rounding); `margin` None: not measured."""
+    """The identity badge's first difference at token `at`, in words ("differs from token 12: ..."): a near-tie or a
+    real difference; its tooltip gives plain's logit margin against the precision's tolerance (`margin` None: not
+    measured)."""
     words = text(badge)
-    head = f"differs from plain decoding at token {at}: "
+    head = f"differs from token {at}: "
+    detail = badge.title if isinstance(badge, Badge) else ""
+    if margin is None:
+        measured = "margin there was not measured" in detail
+    else:
+        measured = f"margin there: {margin:.2g}" in detail and (
+            tolerance is None or f"tolerance {tolerance:g}" in detail
+        )
     if near_tie:
-        why = f"plain's logit margin {margin:.2g} ≤ {tolerance:g}" if margin is not None else "margin not measured"
-        return f"{head}a rounding near-tie ({why})" in words and words.startswith("≈")
-    why = (
-        f"plain's logit margin {margin:.2g}, not a near-tie"
-        if margin is not None
-        else "not expected here (margin not measured)"
-    )
-    return f"{head}{why}" in words and words.startswith("✗")
+        return words.startswith("≈ " + head) and "almost equal" in words and measured
+    return words.startswith("✗ " + head) and "not a rounding tie" in words and measured
+
+
+def says_cut_off(head: str, limit: int) -> bool:
+    """A lane header's state: the answer was cut at the length limit, said in words (and where to change it)."""
+    return render.stop_words("max_new_tokens", limit) in text(head) and "Max new tokens" in text(head)
 
 
 def says_near_tie(badge: Any) -> bool:
