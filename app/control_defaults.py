@@ -35,7 +35,8 @@ def ui_defaults(preset: Preset) -> dict[str, Any]:
 def initial_precision(requested: str, gpu: bool, bf16_units: str | None) -> str:
     """The Precision setting `python app.py` starts with: what --dtype asks for, except that `auto` on a CPU with bf16
     units starts in bfloat16, where the draft lanes are measurably faster than plain decoding (fp32 on such a CPU
-    showed no speed-up in the app: README, "What you see"); float32 stays one click away for exact identity."""
+    showed no speed-up in the app: README, "What you see"); on a CPU every precision keeps the lanes identical to
+    plain decoding (row-invariant attention), so bfloat16 costs no exactness."""
     if requested == "auto" and not gpu and bf16_units:
         return "bfloat16"
     return requested
@@ -55,8 +56,9 @@ def precision_note(gpu: bool) -> str:
         else "this CPU has no native bf16 units, so bfloat16 may be slower here"
     )
     return (
-        f"auto = float32 on a CPU: every lane identical to plain decoding, token for token. bfloat16: {speed}; "
-        f"a lane may then differ from plain at a rounding near-tie, and its badge says so"
+        f"auto = float32 on a CPU. On a CPU every precision keeps every lane identical to plain decoding, token for "
+        f"token (the target's attention is row-invariant: a row's logits are the same bits alone or among tree "
+        f"siblings); bfloat16: {speed}"
     )
 
 
@@ -65,8 +67,8 @@ def precision_hint(gpu: bool) -> str:
     if gpu:
         return "auto = bfloat16 on a GPU with bf16 units, float16 on an older one"
     units = cpu_bf16_units()
-    return "auto = float32 on a CPU; " + (
-        "bfloat16 is faster on this one (it has bf16 units)" if units else "this CPU has no bf16 units"
+    return "auto = float32 on a CPU; every precision identical to plain; " + (
+        "bfloat16 is faster here" if units else "no bf16 units here"
     )
 
 

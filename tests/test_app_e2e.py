@@ -190,7 +190,8 @@ def test_browser_shows_tokens_tree_and_charts(server):
             assert page.locator(f"#poss-chart-{chart} .main-svg").count() > 0, chart
         assert page.locator("#poss-chart-tps .scatterlayer .trace").count() == 3
         assert wording.says(page.locator("#poss-chart-pos-acc").inner_text(), wording.POS_ACC_TITLE)
-        assert "bfloat16" in page.locator("#poss-precision").text_content()
+        page.click("#poss-settings")  # the settings start closed
+        assert "bfloat16" in page.locator("#poss-precision").inner_text()
         SCREENSHOT.parent.mkdir(exist_ok=True)
         page.screenshot(path=str(SCREENSHOT), full_page=True)
     assert SCREENSHOT.stat().st_size > 10_000
