@@ -57,7 +57,10 @@ def machine_of(comp: Comparison) -> str:
     hw = comp.hardware or {}
     device = hw.get("device", "")
     if hw.get("cpu") and not device.startswith("cuda"):
-        return hw["cpu"].replace("(R)", "").replace("(TM)", "")
+        cpu = hw["cpu"].replace("(R)", "").replace("(TM)", "")
+        return re.sub(
+            r"\b(\d+) thread\(s\)", lambda m: m.group(1) + (" thread" if m.group(1) == "1" else " threads"), cpu
+        )
     return device or "unknown hardware"
 
 

@@ -29,6 +29,7 @@ from .token_html import (
     badge_html,
     identity_badge,
     legend_html,
+    special_mark,
     stat_line,
     status_html,
     tokens_html,
@@ -179,6 +180,12 @@ def idle_head_html(method: str, preset: Preset) -> str:
     )
 
 
+def shown_token(lane: Lane, token: int, text: str) -> str:
+    """A token's text as the tree and the round's account show it: a special token (the end of the answer) as the
+    token view's mark, never its raw name."""
+    return special_mark(text) if token in lane.special_ids else text
+
+
 def lane_tree(lane: Lane, round_index: int | None) -> Any:
     if not lane.events:
         return figures.empty_figure("No round yet.", 360, f"{lane.short}: draft tree")
@@ -187,9 +194,9 @@ def lane_tree(lane: Lane, round_index: int | None) -> Any:
     root = lane.pieces[r - 1][-1] if r > 0 and lane.pieces[r - 1] else "root"
     return figures.tree_figure(
         event,
-        labels=lane.node_texts[r],
+        labels=[shown_token(lane, n.token, label) for n, label in zip(event.nodes, lane.node_texts[r])],
         root_label=root or "root",
-        bonus_label=lane.bonus_texts[r],
+        bonus_label=shown_token(lane, event.bonus, lane.bonus_texts[r]),
         title=f"{lane.short}: draft tree, round {r}",
         height=360,
     )
@@ -224,8 +231,8 @@ def lane_explain(lane: Lane, round_index: int | None, sampling: bool = False) ->
 
     def token_text(token: int) -> str:
         if token in known:
-            return known[token]
-        return lane.token_text(token) if lane.token_text is not None else f"#{token}"
+            return shown_token(lane, token, known[token])
+        return shown_token(lane, token, lane.token_text(token) if lane.token_text is not None else f"#{token}")
 
     return account_html(explain_round(event, token_text, sampling=sampling))
 

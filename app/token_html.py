@@ -62,6 +62,11 @@ def _ends_turn(name: str) -> bool:
     return any(k in low for k in ("end", "eos", "eot", "</s>"))
 
 
+def special_mark(name: str) -> str:
+    """What a special token is drawn as: the end mark for the end of an answer, a diamond for any other."""
+    return END_MARK if _ends_turn(name) else "◆"
+
+
 def tokens_html(
     records: list[TokenRecord],
     color_by: str = "position",
@@ -90,9 +95,8 @@ def tokens_html(
             last_round = rec.round
         text = rec.text
         if rec.special:  # drawn as a mark; its name only in the tooltip
-            ends = _ends_turn(rec.text)
-            text = END_MARK if ends else "◆"
-            what = "end of the answer" if ends else "special token"
+            text = special_mark(rec.text)
+            what = "end of the answer" if _ends_turn(rec.text) else "special token"
             title = html.escape(f"{tooltip(rec)}\nthe model's {what}: {rec.text or '(unnamed)'}", quote=True)
         if rec.from_draft:
             p = min(rec.position, MAX_SHADES)

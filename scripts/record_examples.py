@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     folder = args.out or RECORDINGS_DIR
     hardware_extra = {
-        "cpu": f"{cpu_name()}, {torch.get_num_threads()} thread(s)",
+        "cpu": f"{cpu_name()}, {torch.get_num_threads()} thread{'s' if torch.get_num_threads() != 1 else ''}",
         "recorded": time.strftime("%Y-%m-%d", time.gmtime()),
     }
     if args.note:

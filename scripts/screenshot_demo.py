@@ -17,12 +17,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file from anywhere: the package is beside
 
+from app.recordings import EXAMPLES
 from app.serving import launch_kwargs
 from app.ui import build_demo
 from poss_core.models.presets import DEFAULT_PRESET
 
 CHROMIUM = "/usr/bin/chromium"
-PROMPT = "A train travels 180 km in 2.5 hours. What is its average speed in km/h? Explain step by step."  # an example
+PROMPT = EXAMPLES[0]["prompt"]  # the first example (chat), run live
 
 
 def free_port() -> int:
@@ -63,6 +64,10 @@ def main() -> None:
             Path(args.out).parent.mkdir(parents=True, exist_ok=True)
             page.screenshot(path=args.out, full_page=True)
             print(page.locator("#poss-status").inner_text())
+            for i in range(3):  # each lane's figures and where they come from
+                head = page.locator(f"#poss-lane{i}-head")
+                if head.is_visible():
+                    print(" | ".join(line for line in head.inner_text().splitlines() if line.strip()))
             browser.close()
     finally:
         demo.close()

@@ -114,6 +114,19 @@ def test_an_end_of_turn_token_is_an_end_mark_and_a_cut_answer_says_why():
     assert all(wording.says_cut_off(h, 5) for h in heads)
 
 
+def test_the_tree_and_the_round_told_in_words_show_the_end_mark_too():
+    comp = live("tree-end", methods=["plain", "eagle"], max_new_tokens=6)
+    lane = comp.lanes[1]
+    last = lane.events[-1]
+    lane.special_ids = {last.bonus}  # as if the last round's own token had been the end of the answer
+    lane.bonus_texts[-1] = "<|im_end|>"
+    tree = render.lane_tree(lane, None)
+    texts = [str(t) for trace in tree.data for t in (trace.text or [])] + [a.text for a in tree.layout.annotations]
+    assert token_html.END_MARK in " ".join(texts) and not any("<|im_end|>" in t for t in texts)
+    account = render.lane_explain(lane, None)
+    assert "im_end" not in account and token_html.END_MARK in visible_text(account)
+
+
 def test_the_default_length_lets_an_answer_end_within_the_servers_cap():
     for name in (DEFAULT_PRESET, "tiny-random"):
         d = control_defaults.ui_defaults(get_preset(name))

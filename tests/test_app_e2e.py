@@ -190,7 +190,7 @@ def test_browser_shows_tokens_tree_and_charts(server):
             assert page.locator(f"#poss-chart-{chart} .main-svg").count() > 0, chart
         assert page.locator("#poss-chart-tps .scatterlayer .trace").count() == 3
         assert wording.says(page.locator("#poss-chart-pos-acc").inner_text(), wording.POS_ACC_TITLE)
-        page.click("#poss-settings")  # the settings start closed
+        page.click("#poss-settings > .label-wrap")  # the settings start closed
         assert "bfloat16" in page.locator("#poss-precision").inner_text()
         SCREENSHOT.parent.mkdir(exist_ok=True)
         page.screenshot(path=str(SCREENSHOT), full_page=True)
@@ -327,7 +327,7 @@ def test_browser_example_replays_at_once_while_another_tab_runs_and_the_class_po
         other.goto(server)
         other.wait_for_selector("#poss-run", timeout=60_000)
         live.fill("#poss-prompt textarea", "Tell me a long story about a lighthouse keeper.")
-        live.click("#poss-settings")  # the settings start closed
+        live.click("#poss-settings > .label-wrap")  # the settings start closed
         live.locator("#poss-max-new-tokens input[type=number]").fill("2000")
         live.click("#poss-run")
         wait_for_status(live, wording.RUNNING, timeout=60_000)

@@ -74,6 +74,10 @@ def box(tab, selector: str) -> dict:
     )
 
 
+def lane_text_of(tab, selector: str) -> str:
+    return tab.locator(selector).inner_text()
+
+
 def lane_text(tab, i: int) -> str:
     """What lane `i`'s token view shows, as a reader sees it (the newline marks are decoration)."""
     return tab.locator(f"#poss-lane{i}-tokens").inner_text().replace("↵", "")
@@ -124,7 +128,8 @@ def test_every_example_replays_a_sensible_english_answer_with_an_end_mark(server
             recorded = recordings.recording_for(recordings.example_index(example["prompt"]), DEFAULT_PRESET)
             for i in range(3):
                 shown = lane_text(tab, i)
-                assert "<|im_end|>" not in shown and "<|" not in shown, (label, shown[-40:])
+                around = tab.locator(f"#poss-lane{i}-tree").text_content() + lane_text_of(tab, f"#poss-lane{i}-explain")
+                assert "<|" not in shown and "<|" not in around, (label, "a raw marker in the lane")
                 answer = shown.removesuffix(token_html.END_MARK).strip()
                 assert shown.rstrip().endswith(token_html.END_MARK), (label, "the answer ends", shown[-40:])
                 assert not sensible(answer), (label, sensible(answer))
@@ -141,7 +146,7 @@ def test_slider_bounds_are_whole_and_chart_legends_stay_off_their_titles(server,
         tab.fill("#poss-prompt textarea", "Hello there, how are you?")
         tab.click("#poss-run")
         wait_for_status(tab, wording.DONE)
-        tab.click("#poss-settings")
+        tab.click("#poss-settings > .label-wrap")
         tab.wait_for_selector("#poss-tree-budget [data-testid=max-value]", state="visible")
         top = tab.locator("#poss-tree-budget [data-testid=max-value]")
         assert top.inner_text() == "256"
@@ -201,10 +206,10 @@ def test_an_example_shows_its_first_tokens_within_2_s_while_another_tab_runs_liv
     monkeypatch.setattr(handlers, "MAX_PACE_S", 0.0)  # each replay over at once, ready for the next click
     live, other = open_page(browser, server), open_page(browser, server)
     try:
-        live.click("#poss-settings")
+        live.click("#poss-settings > .label-wrap")
         live.locator("#poss-max-new-tokens input[type=number]").fill("2000")
         live.locator("#poss-max-new-tokens input[type=number]").press("Enter")
-        live.click("#poss-settings")
+        live.click("#poss-settings > .label-wrap")
         live.fill("#poss-prompt textarea", "Tell me a long story about a lighthouse keeper.")
         other.wait_for_timeout(1500)  # the student's page has loaded and settled
         took = []
