@@ -70,16 +70,24 @@ def _code(text: str) -> str:
     return f"<code>{html.escape(text)}</code>"
 
 
+def machine_of(ev: Evidence) -> str:
+    """The machine a summary's speeds were measured on, in a few words ("AMD EPYC")."""
+    return (ev.meta.hardware or "an unnamed machine").split(",")[0].removeprefix("cpu:").strip()
+
+
 def table_html(ev: Evidence) -> str:
-    """One row per method: τ with 95% intervals, τ over EAGLE, speed-up and tokens/s over runs, the sample sizes."""
+    """One row per method: τ with 95% intervals, τ over EAGLE, speed-up and tokens/s over runs (their headers naming
+    the machine, tree and precision they were measured with), the sample sizes."""
+    m = ev.meta
+    where = f"{machine_of(ev)}, {m.run_settings.get('tree_budget', '?')}-node tree, {m.dtype or '?'}"
     head = [
         "method",
         "τ, mean of datasets (95%)",
         "τ pooled (95%)",
         "τ vs EAGLE, mean of datasets (95%)",
         "τ vs HASS control, mean of datasets (95%)",
-        "speed-up (± std)",
-        "tokens/s (± std)",
+        f"speed-up (± std), {where}",
+        f"tokens/s (± std), {where}",
         "drafting ms/round (± std)",
         "runs",
         "draft rounds",

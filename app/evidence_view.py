@@ -22,7 +22,7 @@ from poss_core.results.evidence import Evidence, load_evidence
 from poss_core.views import figures
 
 from . import about, render
-from .evidence_html import header_html, message_html, table_html
+from .evidence_html import header_html, machine_of, message_html, table_html
 
 OUTPUT_NAMES = (
     "message",
@@ -142,11 +142,6 @@ def specialist_rows(runs: dict[str, Any]) -> dict[str, list[int]]:
     """The specialist strip's rows under the pos-acc chart: the drafts with more than one specialist (POSS), each
     position's specialist; a one-layer draft's row would read S1 everywhere, and six rows leave no room to read."""
     return {label: list(st.specialists) for label, st in runs.items() if len(set(st.specialists or [])) > 1}
-
-
-def machine_of(ev: Evidence) -> str:
-    """The machine a summary's speeds were measured on, in a few words ("AMD EPYC")."""
-    return (ev.meta.hardware or "an unnamed machine").split(",")[0].removeprefix("cpu:").strip()
 
 
 def scope_choices(ev: Evidence) -> list[tuple[str, str]]:

@@ -196,6 +196,18 @@ def test_charts_get_their_legend_under_the_plot_and_their_subtitles_wrapped():
     assert chart_fit.fit("not a figure") == "not a figure"
 
 
+def test_the_evidence_speeds_name_their_machine_tree_and_precision():
+    out = evidence_view.bundled_handler(DEFAULT_PRESET)
+    ev = out["shown"]
+    where = f"{evidence_view.machine_of(ev)}, {ev.meta.run_settings['tree_budget']}-node tree, {ev.meta.dtype}"
+    speed_heads = re.findall(r"<th[^>]*>([^<]*(?:speed-up|tokens/s)[^<]*)</th>", out["table"])
+    assert len(speed_heads) == 2 and all(where in h for h in speed_heads), speed_heads
+    for chart in ("speedup", "speedup_demo"):
+        assert (
+            "node tree" in out[chart].layout.title.text and evidence_view.machine_of(ev) in out[chart].layout.title.text
+        )
+
+
 def test_the_evidence_strip_shows_only_the_drafts_with_several_specialists():
     out = evidence_view.bundled_handler(DEFAULT_PRESET)
     strip = [t for t in out["pos_acc"].data if t.type == "heatmap"]
