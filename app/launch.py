@@ -33,6 +33,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="interface to listen on (default 127.0.0.1, or $GRADIO_SERVER_NAME; 0.0.0.0 for a LAN)",
     )
     p.add_argument("--port", type=int, default=None, help="port (default 7860, or $GRADIO_SERVER_PORT)")
+    p.add_argument(
+        "--attention",
+        choices=["row-invariant", "sdpa"],
+        default=None,
+        help="the target's attention: row-invariant (default on a CPU: every lane identical to plain decoding in "
+        "every precision) or transformers' sdpa (more tokens/s, bf16 lanes may part at rounding near-ties; also "
+        "POSS_ATTENTION)",
+    )
     p.add_argument("--share", action="store_true", help="also open a public gradio.live link (off by default)")
     p.add_argument(
         "--concurrency",
@@ -255,6 +263,8 @@ def start_disk_budget(demo, cap_mb: float, upload_mb_per_s: float, age_s: float)
 
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
+    if args.attention:  # read by every TargetModel the app loads (models/row_invariant.use_attention)
+        os.environ["POSS_ATTENTION"] = args.attention
     import torch
 
     torch.set_num_threads(cpu_threads(args.threads))
