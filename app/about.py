@@ -104,15 +104,16 @@ METRICS = f"""
 At temperature 0 every lane must write exactly what the plain lane writes. That rests on one property of the
 target's arithmetic: a token's result must not depend on the other tokens in the same forward pass, because plain
 decoding runs one token at a time and verification runs the whole tree at once.
-* **On a CPU, every precision** has it: the target's attention is row-invariant (a row attends to whole blocks of
-  keys and a tail in plain decoding's order, and a lone row's matrix products are padded past the vector path), so
-  a row's logits are the same bits alone, in a prompt chunk or among tree siblings, in float32, bfloat16 and
-  float16. Every lane is identical to plain decoding, and any difference would be a real mismatch (a bug), which
-  the badge would say.
-* **bfloat16 / float16 on a GPU** (transformers' fused attention, unless `POSS_ATTENTION=row-invariant`) round a
-  batched and a one-token product differently, so where the target's two best tokens are within a fraction of a
-  logit (0.5 in bf16) a lane can take the other one: a **rounding near-tie**. The badge then says from which token
-  the lane differs, with the plain target's own logit margin there in its tooltip.
+* **On a CPU, every precision** has it, with the target's row-invariant attention (the default): a row attends to
+  whole blocks of keys and a tail in plain decoding's order, and a lone row's matrix products are padded past the
+  vector path, so its logits are the same bits alone, in a prompt chunk or among tree siblings, in float32,
+  bfloat16 and float16. Every lane is identical to plain decoding, and any difference would be a real mismatch (a
+  bug), which the badge would say.
+* **bfloat16 / float16 with transformers' fused attention** (a GPU, unless `POSS_ATTENTION=row-invariant`; a CPU
+  with `python app.py --attention sdpa`, which is faster) round a batched and a one-token product differently, so
+  where the target's two best tokens are within a fraction of a logit (0.5 in bf16) a lane can take the other one:
+  a **rounding near-tie**. The badge then says from which token the lane differs, with the plain target's own
+  logit margin there in its tooltip.
 * **4-bit NF4** targets dequantize their weights and multiply in the compute dtype, so in float32 every lane is
   identical. (bitsandbytes' fused CPU kernel would round the activations to bfloat16, and a float32 target would
   behave like a bfloat16 one: 4 of 6 test runs parted from plain decoding.)

@@ -3,6 +3,7 @@ mean on this machine."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from poss_core import methods
@@ -42,6 +43,12 @@ def initial_precision(requested: str, gpu: bool, bf16_units: str | None) -> str:
     return requested
 
 
+def cpu_lanes_exact() -> bool:
+    """Whether a CPU target runs row-invariant attention, which keeps every lane identical to plain decoding in every
+    precision: the default, unless `python app.py --attention sdpa` (or POSS_ATTENTION=sdpa) chose speed."""
+    return (os.environ.get("POSS_ATTENTION") or "row-invariant").replace("_", "-") == "row-invariant"
+
+
 def precision_note(gpu: bool) -> str:
     """The Precision setting's explanation, for this machine."""
     if gpu:
@@ -55,6 +62,12 @@ def precision_note(gpu: bool) -> str:
         if units
         else "this CPU has no native bf16 units, so bfloat16 may be slower here"
     )
+    if not cpu_lanes_exact():
+        return (
+            f"auto = float32 on a CPU, where every lane is identical to plain decoding; bfloat16: {speed}, and with "
+            f"transformers' sdpa attention (--attention sdpa) a bf16 lane may part from plain decoding at a rounding "
+            f"near-tie, which its badge says"
+        )
     return (
         f"auto = float32 on a CPU. On a CPU every precision keeps every lane identical to plain decoding, token for "
         f"token (the target's attention is row-invariant: a row's logits are the same bits alone or among tree "
@@ -67,9 +80,8 @@ def precision_hint(gpu: bool) -> str:
     if gpu:
         return "auto = bfloat16 on a GPU with bf16 units, float16 on an older one"
     units = cpu_bf16_units()
-    return "auto = float32 on a CPU; every precision identical to plain; " + (
-        "bfloat16 is faster here" if units else "no bf16 units here"
-    )
+    exact = "every precision identical to plain" if cpu_lanes_exact() else "bf16 may part at near-ties"
+    return f"auto = float32 on a CPU; {exact}; " + ("bfloat16 is faster here" if units else "no bf16 units here")
 
 
 def quantization_hint(gpu: bool) -> str:

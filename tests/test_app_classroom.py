@@ -219,6 +219,14 @@ def test_the_evidence_strip_shows_only_the_drafts_with_several_specialists():
 # ---------------------------------------------------------------- settings: one line each, the rest in About
 
 
+def test_the_precision_help_says_what_identity_the_attention_gives(monkeypatch):
+    monkeypatch.delenv("POSS_ATTENTION", raising=False)
+    assert control_defaults.cpu_lanes_exact() and "identical" in control_defaults.precision_hint(False)
+    monkeypatch.setenv("POSS_ATTENTION", "sdpa")  # python app.py --attention sdpa
+    assert not control_defaults.cpu_lanes_exact()
+    assert "near-tie" in control_defaults.precision_hint(False) and "near-tie" in control_defaults.precision_note(False)
+
+
 def test_settings_help_is_one_short_line_and_the_long_story_is_in_about():
     import gradio as gr
 
