@@ -13,7 +13,7 @@ from poss_core.events import DecodeSummary
 from poss_core.models import row_invariant
 from poss_core.models.invariance import invariance
 from poss_core.models.loading import random_draft
-from poss_core.models.numerics import MISMATCH, classify_divergence
+from poss_core.models.numerics import MISMATCH, classify_divergence, target_numerics
 from poss_core.models.target import TargetModel
 from poss_core.models.tiny import tiny_target
 from poss_core.results.analysis import classify_mismatches
@@ -73,7 +73,7 @@ def test_the_benchmark_counts_a_near_tie_of_an_exact_lane_as_a_mismatch():
     entry = {"method": "eagle", "run": 0, "dataset": "d", "question_id": 1, "turn": 0, "index": 3, "got": 7}
     identity = {"reference": "plain", "checked": 2, "mismatches": [{**entry, "margin": 0.01}]}
     assert classify_mismatches(dict(identity), 0.5, "bfloat16")["near_ties"]  # sdpa: a near-tie
-    strict = classify_mismatches(dict(identity), 0.5, "bfloat16", exact=["eagle"])
+    strict = classify_mismatches(dict(identity), target_numerics("cpu", torch.bfloat16, row_invariant=True).tolerance)
     assert not strict["near_ties"] and strict["mismatches"][0]["kind"] == "mismatch"
 
 

@@ -39,7 +39,7 @@ from ..decoding.hf_generate import STALL_SECONDS
 from ..errors import ConfigError, PossError, run_cli
 from ..models.hardware import device_description
 from ..models.loading import load_preset_target, parse_dtype
-from ..models.numerics import plain_margin, rounding_tolerance
+from ..models.numerics import plain_margin
 from ..models.presets import DEFAULT_PRESET, Preset, get_preset
 from ..paths import project_root
 from ..results.analysis import classify_mismatches, first_divergences, identity_check, subset_identity
@@ -329,14 +329,10 @@ def check_identity(records, target, temperature: float) -> dict:
     numerics = target.numerics
     # Row-invariant numerics (tolerance 0) leave no rounding to explain a difference, in the engine's lanes and in
     # transformers' generate alike (its calls are padded the same way: row_invariant.pad_small_calls).
-    dtype = str(target.dtype).replace("torch.", "")
-    exact = list(dict.fromkeys(r.method for r in records)) if numerics.tolerance == 0 else []
-    tolerance = numerics.tolerance or rounding_tolerance(target.dtype)
     return {
-        **classify_mismatches(identity, tolerance, dtype, exact),
+        **classify_mismatches(identity, numerics.tolerance, str(target.dtype).replace("torch.", "")),
         "quantization": target.quantization,
         "attention": getattr(target, "attention", "sdpa"),
-        "exact_methods": exact,
         "numerics": numerics.why,
     }
 

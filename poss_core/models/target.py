@@ -152,10 +152,6 @@ def keep_cache_slots(cache: DynamicCache, past_len: int, keep: torch.Tensor) -> 
 def truncate_cache_layer(cache: DynamicCache, layer_idx: int, length: int) -> None:
     """Cut one layer of a cache back to `length` entries."""
     layer = cache.layers[layer_idx]
-    if isinstance(layer, SlabLayer):
-        if layer.is_initialized and layer.keys.shape[-2] > length:
-            layer.bind(length)
-        return
     if getattr(layer, "is_initialized", True) and layer.keys is not None and layer.keys.shape[-2] > length:
         layer.keys = layer.keys[..., :length, :]
         layer.values = layer.values[..., :length, :]

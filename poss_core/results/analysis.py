@@ -278,21 +278,19 @@ def first_divergences(mismatches: Sequence[dict[str, Any]]) -> dict[tuple, dict[
     return first
 
 
-def classify_mismatches(
-    identity: dict[str, Any], tolerance: float, precision: str = "", exact: Sequence[str] = ()
-) -> dict[str, Any]:
+def classify_mismatches(identity: dict[str, Any], tolerance: float, precision: str = "") -> dict[str, Any]:
     """Split the mismatches into real ones and rounding near-ties. A turn counts as a near-tie when, where it first
     differs, the plain target's own logits put the two tokens within `tolerance` of each other (`margin`, set by the
     caller): a batched verify pass and a one-token plain step round differently, and in low precision that can flip
     an exact or near tie. A later turn of a conversation whose earlier turn diverged that way has a different
-    context, so it is counted with the near-ties too. Everything else stays a mismatch, and so does every divergence
-    of a method in `exact` (its numerics are row-invariant: no rounding explains a difference)."""
+    context, so it is counted with the near-ties too. Everything else stays a mismatch; with a tolerance of 0
+    (row-invariant numerics, where no rounding explains a difference) every divergence is one."""
     first = first_divergences(identity["mismatches"])
     real, ties = [], []
     for m in sorted(identity["mismatches"], key=lambda m: (*_conversation(m), m["turn"])):
         lead = first[_conversation(m)]
         tie = (
-            m["method"] not in exact
+            tolerance > 0
             and lead.get("margin") is not None
             and lead["got"] is not None
             and abs(lead["margin"]) <= tolerance
