@@ -13,6 +13,7 @@ import gradio as gr
 from poss_core import compare, methods, metrics, saved_runs
 from poss_core.compare import CallBudget, Comparison
 from poss_core.errors import PossError
+from poss_core.run_spec import MAX_LANES
 
 from . import calls, client_share, live_queue, machine, recordings, state
 from .render import Frame, render, status_only
@@ -199,7 +200,7 @@ def step_handler(settings: RunSettings, view: View, request: gr.Request | None =
             paused = session.stepping and comp is not None and not comp.finished
             if not (comp.replay if paused else session.loaded is not None):  # a live round: it takes a live slot
                 session.call = session.call or CallBudget()  # Stop reaches the wait, which has no clock
-                ticket = calls.slot_blocking(session.call, compare.MAX_LANES, request)  # one round of each lane
+                ticket = calls.slot_blocking(session.call, MAX_LANES, request)  # one round of each lane
             released, session.released = session.released, None
             if not (session.stepping and comp is not None and not comp.finished):
                 session.pool_run(comp)  # the run on show ended (pooled once, whatever ended it)

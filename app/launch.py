@@ -184,7 +184,9 @@ def preload(preset_name: str, precision: str = "auto") -> None:
         methods = [m for m in DEFAULT_METHODS if m in preset_methods(preset)]
         # A two-token comparison loads the drafts and warms up the kernels, so the first real Run starts at once.
         compare.run_to_end(
-            compare.start(compare.RunSpec("Hello", methods, preset_name, max_new_tokens=2, precision=precision))
+            compare.start(
+                compare.RunSpec("Hello", methods, preset_name, max_new_tokens=2, precision=precision).resolve()
+            )
         )
         print(f"[poss] {preset_name} ready; fitting the default lanes' tree budgets ...", file=sys.stderr, flush=True)
         d = ui_defaults(preset)
@@ -198,7 +200,7 @@ def preload(preset_name: str, precision: str = "auto") -> None:
                 tree_budget=d["tree_budget"],
                 precision=precision,
                 auto_budget=True,
-            )
+            ).resolve()
         )
         print(f"[poss] {preset_name}: tree budgets fitted.", file=sys.stderr, flush=True)
     except PossError as err:  # the UI shows the same message when someone presses Run

@@ -14,11 +14,12 @@ from typing import Any
 import gradio as gr
 
 from poss_core import methods, metrics
-from poss_core.compare import MAX_LANES, Comparison, Lane
+from poss_core.compare import Comparison, Lane
 from poss_core.explain import explain_round
 from poss_core.model_cache import MODELS
 from poss_core.models.hardware import hardware_info
 from poss_core.models.presets import DEFAULT_PRESET, Preset, get_preset
+from poss_core.run_spec import MAX_LANES
 from poss_core.views import figures
 
 from . import about, chart_fit, machine, state

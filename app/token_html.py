@@ -6,8 +6,8 @@ from __future__ import annotations
 import html
 import math
 
-from poss_core.compare import TokenRecord
 from poss_core.models.numerics import NEAR_TIE, Divergence
+from poss_core.token_records import TokenRecord
 
 from .server_text import neutral_paths
 

@@ -8,10 +8,11 @@ from typing import Any
 
 import gradio as gr
 
-from poss_core import compare, methods
+from poss_core import methods
 from poss_core.decoding.config import MAX_PROMPT_CHARS
 from poss_core.models.hardware import cuda_available
 from poss_core.models.presets import DEFAULT_PRESET, get_preset, presets
+from poss_core.run_spec import MAX_LANES
 from poss_core.views import figures
 
 from . import (
@@ -170,7 +171,7 @@ def build_demo(
                             method_boxes = gr.CheckboxGroup(
                                 method_choices(first),
                                 value=methods0,
-                                label=f"Methods to compare (lanes, at most {compare.MAX_LANES})",
+                                label=f"Methods to compare (lanes, at most {MAX_LANES})",
                                 elem_id="poss-methods",
                             )
                             note = gr.HTML(draft_note(first))
@@ -186,7 +187,7 @@ def build_demo(
                 legend = gr.HTML(legend_html("position"), elem_id="poss-legend")
                 lane_parts: list[list[Any]] = []
                 with gr.Row(equal_height=False, elem_id="poss-lanes"):
-                    for i in range(compare.MAX_LANES):
+                    for i in range(MAX_LANES):
                         with gr.Column(visible=i < len(methods0), min_width=280, elem_classes="poss-lane") as col:
                             head = gr.HTML(
                                 idle_head_html(methods0[i], first) if i < len(methods0) else "",

@@ -1,5 +1,5 @@
-"""What the controls send: the Run settings as one value (`RunSettings`, one per setting the app offers, checked into a
-`RunSpec` once) and how the lanes are drawn (`View`, the toggles)."""
+"""What the controls send: the Run settings as one value (`RunSettings`, one per setting the app offers, checked and
+resolved into a run once by `RunSpec.resolve`) and how the lanes are drawn (`View`, the toggles)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from poss_core import settings
-from poss_core.compare import Resolved, RunSpec
-from poss_core.decoding.config import check_prompt_text
 from poss_core.errors import ConfigError, PromptError
+from poss_core.run_spec import Resolved, RunSpec
 
 POOLED_VIEW = "all my runs"  # the charts' source control: "this run", this, or CLASS_VIEW
 CLASS_VIEW = "everyone on this server"  # every finished live run on the server, pooled (app/class_pool.py)
@@ -67,18 +66,18 @@ class RunSettings(settings.ByName):
         bounds, and no more new tokens than this server gives a run."""
         if self.prompt is None or (isinstance(self.prompt, str) and not self.prompt.strip()):
             raise PromptError("the prompt is empty: type a question or instruction (or pick an example).")
-        check_prompt_text(self.prompt)  # named "prompt", also when it follows a conversation
+        turn = {"role": "user", "content": self.prompt}
         if self.multi_turn and history:
-            message: str | list[dict] = list(history) + [{"role": "user", "content": self.prompt}]
-        else:
-            message = self.prompt
+            message: str | list[dict] = [*history, turn]
+        else:  # a prompt that is not text goes in as one message, so the run's check says "prompt must be text"
+            message = self.prompt if isinstance(self.prompt, str) else [turn]
         chosen = self.methods or []
         if isinstance(chosen, (list, tuple)):
             chosen = list(dict.fromkeys(chosen))  # a checkbox group's values, once each
         # An unset choice (a radio Gradio sends as None) reads its default; anything else is checked as sent.
         values = {k: v for k, v in self.values.items() if not (v in (None, "") and settings.SETTINGS[k].choices)}
-        spec = RunSpec(message, chosen, self.preset, **values)
-        run = spec.resolve()
+        run = RunSpec(message, chosen, self.preset, **values).resolve()
+        spec = run.spec
         spec.methods.sort(key=list(run.offered).index)
         if MAX_NEW_TOKENS is not None and spec.max_new_tokens > MAX_NEW_TOKENS:
             raise ConfigError(

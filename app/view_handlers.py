@@ -7,9 +7,9 @@ from typing import Any
 
 import gradio as gr
 
-from poss_core.compare import MAX_LANES
 from poss_core.errors import PossError
 from poss_core.models.presets import get_preset
+from poss_core.run_spec import MAX_LANES
 
 from . import about, control_defaults, state
 from .chart_view import chart_outputs

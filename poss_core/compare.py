@@ -1,5 +1,5 @@
 """A side-by-side comparison of methods on one prompt: one lane per method on the same prompt and seed, advanced in
-turns (one round each), what each emitted token was, and the model cache every comparison shares.
+turns (one round each), from a run resolved once (`run_spec.Resolved`) and the model cache every comparison shares.
 
 Scheduling and timing: a comparison runs its lanes in one thread, calling each lane's generator once per turn, so
 every lane gets one draft-and-verify round in turn and none waits for another to finish. Each event's wall_ms,
@@ -10,7 +10,6 @@ draft_ms and verify_ms time that lane's own compute only, so the speed a lane sh
 from __future__ import annotations
 
 import functools
-import math
 import sys
 import threading
 import traceback
@@ -19,209 +18,22 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import methods, settings
+from . import methods
 from .autobudget import known_budget_choice
 from .call_budget import CallBudget, as_budget
-from .decoding.config import DecodeConfig, check_messages, check_prompt_tokens
+from .decoding.config import DecodeConfig, check_prompt_tokens
 from .decoding.decoder import encode_prompt
 from .decoding.detokenizer import Detokenizer, TokenTexts
-from .errors import CallStopped, ConfigError, PossError
+from .errors import CallStopped, PossError
 from .events import DecodeSummary, RoundEvent
+from .held_memory import NODE_BYTES, ROUND_BYTES, generator_tensor_bytes
 from .model_cache import MODELS, ModelCache
-from .models.hardware import cuda_available, hardware_info
+from .models.hardware import hardware_info
 from .models.numerics import Divergence, classify_divergence, first_difference, numerics_of, plain_margin
-from .models.presets import Preset, get_preset
+from .run_spec import Resolved, RunSpec
+from .token_records import TokenRecord, round_records
 
 PLAIN = methods.PLAIN  # the plain-decoding lane's method name
-MAX_LANES = 3
-
-
-class RunSpec(settings.ByName):
-    """What a comparison runs: the prompt, the methods (one lane each), the preset, and every run setting of the
-    settings table (`settings.RUN`: decoding, precision, quantization, fitted budget), read as attributes
-    (`spec.depth`). A setting not given reads its declared default. `check()` validates it once: every value typed and
-    within its bounds, the methods the preset offers; a saved run records `to_json()`."""
-
-    def __init__(self, prompt: str | list[dict], methods: list[str], preset: str, **values: Any) -> None:
-        unknown = sorted(set(values) - set(settings.RUN))
-        if unknown:
-            raise ConfigError(f"{unknown[0]!r} is not a setting of a comparison: use {', '.join(settings.RUN)}.")
-        self.prompt, self.methods, self.preset = prompt, methods, preset
-        self.values: dict[str, Any] = {**settings.defaults(settings.RUN), **values}
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, RunSpec) and self.to_json() == other.to_json()
-
-    def __repr__(self) -> str:
-        return f"RunSpec({self.to_json()!r})"
-
-    def config(self) -> DecodeConfig:
-        """The decoding settings, each checked against its declared bounds (ConfigError names a bad field)."""
-        return DecodeConfig.of(**{name: self.values[name] for name in settings.DECODE if name in self.values})
-
-    def messages(self) -> list[dict]:
-        if isinstance(self.prompt, str):
-            return [{"role": "user", "content": self.prompt}]
-        return list(self.prompt)
-
-    def check(self) -> "RunSpec":
-        """Raise ConfigError (or PromptError) for settings no lane could run with, before anything loads; else type
-        every value as the decoder takes it (a slider's 4.0 becomes 4) and return self."""
-        self.resolve()
-        return self
-
-    def resolve(self) -> "Resolved":
-        """Check the spec (as `check` does) and resolve, once, what every step of a run reads: its preset, decoding
-        config and offered methods."""
-        check_messages(self.prompt)
-        if not isinstance(self.methods, list) or not all(isinstance(m, str) for m in self.methods):
-            raise ConfigError(f"methods={self.methods!r}: give a list of method names (e.g. plain, eagle, poss2).")
-        if not self.methods:
-            raise ConfigError("no method chosen: pick two or three (e.g. Plain, EAGLE and POSS-2).")
-        if len(self.methods) > MAX_LANES:
-            raise ConfigError(f"{len(self.methods)} methods chosen: pick at most {MAX_LANES} lanes.")
-        if not isinstance(self.preset, str):
-            raise ConfigError(f"preset={self.preset!r}: give a preset's name.")
-        self.values = settings.checked(self.values)  # every value typed and in bounds, once
-        config = DecodeConfig(**settings.decoding(self.values))  # checked just now: not again through `of`
-        preset = get_preset(self.preset)
-        offered = methods.lane_methods(preset)
-        for m in self.methods:
-            if m == methods.ASSISTED:
-                methods.get_method(preset, m)  # where the preset has no smaller model: why, and what to use
-            if m not in offered:
-                raise ConfigError(
-                    f"method {m!r} is not available for preset {preset.name!r}: use {', '.join(offered)}."
-                )
-        if preset.device == "gpu" and not cuda_available():
-            raise ConfigError(
-                f"preset {preset.name!r} needs a GPU and this machine has none: use smollm2-135m (CPU) or tiny-random."
-            )
-        return Resolved(self, preset, config, offered)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"prompt": self.prompt, "methods": self.methods, "preset": self.preset, **self.values}
-
-    @classmethod
-    def from_json(cls, obj: dict[str, Any]) -> "RunSpec":
-        """A spec from what `to_json` wrote: settings it lacks read their defaults, names it no longer has are
-        dropped."""
-        return cls(
-            obj.get("prompt"),
-            obj.get("methods"),
-            obj.get("preset"),
-            **{k: v for k, v in obj.items() if k in settings.RUN},
-        )
-
-
-@dataclass(frozen=True)
-class Resolved:
-    """A checked spec and what it names, resolved once: the preset, the decoding config, the methods it offers."""
-
-    spec: RunSpec
-    preset: Preset
-    config: DecodeConfig
-    offered: dict[str, methods.Method]
-
-    def draft_methods(self) -> list[str]:
-        return [m for m in self.spec.methods if methods.uses_draft(m)]
-
-    def target(self, models: ModelCache):
-        return models.target(self.preset, self.spec.quantization, self.spec.precision)
-
-    def draft(self, models: ModelCache, method: str, target):
-        return models.draft(self.preset, method, target, self.spec.quantization, self.spec.precision)
-
-
-def resolved(spec: "RunSpec | Resolved") -> Resolved:
-    """A run as given when it is resolved already (the app resolves where its input arrives, once per run), else the
-    spec checked and resolved now."""
-    return spec if isinstance(spec, Resolved) else spec.resolve()
-
-
-# ----- what each emitted token was ------------------------------------------------------------------------------
-@dataclass
-class Rejected:
-    """A drafted candidate the target turned down, at the position where the round's accepted path ended."""
-
-    text: str
-    draft_prob: float
-    target_prob: float
-
-
-@dataclass
-class TokenRecord:
-    """One emitted token and where it came from."""
-
-    text: str
-    round: int
-    source: str  # "draft" (accepted draft token) | "bonus" | "corrected" | "prefill" | "plain"
-    position: int = 0  # draft position 1..depth for accepted draft tokens; the position it filled for target tokens
-    specialist: int | None = None
-    draft_prob: float | None = None
-    target_prob: float | None = None
-    special: bool = False  # EOS and other special tokens: shown as a marker, not as text
-    rejected: list[Rejected] = field(default_factory=list)
-
-    @property
-    def from_draft(self) -> bool:
-        return self.source == "draft"
-
-
-def rejected_at_end(event: RoundEvent, labels: list[str]) -> list[Rejected]:
-    """The drafted children of the last accepted node (or the root) that the target rejected, best draft score first."""
-    parent = event.accepted[-1] if event.accepted else -1
-    kids = [i for i, n in enumerate(event.nodes) if n.parent == parent]
-    kids.sort(key=lambda i: -event.nodes[i].score)
-    return [
-        Rejected(
-            labels[i] if i < len(labels) else str(event.nodes[i].token),
-            event.nodes[i].draft_prob,
-            event.target_probs[i] if i < len(event.target_probs) else math.nan,
-        )
-        for i in kids
-    ]
-
-
-def round_records(
-    event: RoundEvent, pieces: list[str], labels: list[str], special_ids: set[int] | frozenset[int] = frozenset()
-) -> list[TokenRecord]:
-    """The records of a round's emitted tokens: accepted draft tokens first, then the target's token.
-
-    `pieces` is each emitted token's text in context, `labels` each drafted node's own text (for rejected tokens)."""
-    out = []
-    k = event.accept_len
-    for i, tok in enumerate(event.tokens):
-        text = pieces[i] if i < len(pieces) else ""
-        special = tok in special_ids
-        if i < k:
-            a = event.accepted[i]
-            node = event.nodes[a]
-            seen = event.draft_observed  # transformers' generate shows accepted candidates, not who drafted them how
-            out.append(
-                TokenRecord(
-                    text,
-                    event.round,
-                    "draft",
-                    i + 1,
-                    node.specialist if seen else None,
-                    node.draft_prob if seen else None,
-                    event.target_probs[a] if a < len(event.target_probs) else None,
-                    special,
-                )
-            )
-        elif event.prefill:
-            out.append(TokenRecord(text, event.round, "prefill", special=special))
-        elif not event.nodes:
-            out.append(TokenRecord(text, event.round, "plain", special=special))
-        else:
-            rejected = rejected_at_end(event, labels)
-            out.append(
-                TokenRecord(
-                    text, event.round, "corrected" if rejected else "bonus", k + 1, special=special, rejected=rejected
-                )
-            )
-    return out
 
 
 # ----- lanes -----------------------------------------------------------------------------------------------------
@@ -333,55 +145,6 @@ class Lane:
         self.source = None
 
 
-# What a comparison's rounds hold in memory, for the app's budget of what tabs keep: tracemalloc around loading saved
-# tiny-random runs (1,650 to 21,700 nodes, 135 to 207 rounds, three lanes) fits about 240 bytes per drafted node
-# (its DraftNode, its label text) and 3.2 to 3.9 KB per round (the event, its token records, texts and deviations),
-# 1.6 to 2.1 times the saved file; rounded up here.
-NODE_BYTES = 300
-ROUND_BYTES = 4000
-
-
-_NOT_WALKED = ("TargetModel", "Detokenizer", "TokenTexts", "_Stream")  # shared models, texts and token ids
-
-
-def generator_tensor_bytes(source: Any, limit: int = 20_000) -> int:
-    """The bytes of the tensors a paused decoder's generator (and the generators it delegates to) holds in its
-    locals, each storage counted once: its KV caches, the draft's state, the committed features. Models and
-    tokenizers are not walked (their weights are shared by every lane); at most `limit` objects are visited."""
-    import torch
-
-    frame = getattr(source, "gi_frame", None)
-    if frame is None:
-        return 0
-    seen_objs: set[int] = set()
-    storages: dict[int, int] = {}
-    stack = [v for k, v in frame.f_locals.items() if k != "self"]
-    while stack and len(seen_objs) < limit:
-        obj = stack.pop()
-        if id(obj) in seen_objs or obj is None or isinstance(obj, (str, bytes, int, float, bool, torch.nn.Module)):
-            continue
-        seen_objs.add(id(obj))
-        if isinstance(obj, torch.Tensor):
-            if not isinstance(obj, torch.nn.Parameter) and obj.device.type != "meta":
-                storage = obj.untyped_storage()
-                storages[storage.data_ptr()] = storage.nbytes()
-        elif hasattr(obj, "gi_frame"):  # a generator this one delegates to (the oracle's rounds)
-            if obj.gi_frame is not None:
-                stack.extend(v for k, v in obj.gi_frame.f_locals.items() if k != "self")
-        elif isinstance(obj, dict):
-            stack.extend(obj.values())
-        elif isinstance(obj, (list, tuple, set, frozenset)):
-            if obj and isinstance(next(iter(obj)), (int, float, str)):
-                continue  # token ids and texts: no tensors in them
-            stack.extend(obj)
-        elif hasattr(obj, "__dict__"):
-            kind = type(obj)
-            if kind.__name__ in _NOT_WALKED or kind.__module__.startswith(("transformers.tokenization", "tokenizers")):
-                continue
-            stack.extend(vars(obj).values())
-    return sum(storages.values())
-
-
 @dataclass(eq=False)  # compared (and held in sets) by identity
 class Comparison:
     """The lanes of one run (live, stepped or replayed) and the settings they share."""
@@ -470,21 +233,20 @@ class Comparison:
 
 
 def start(
-    spec: RunSpec | Resolved,
+    run: Resolved,
     models: ModelCache = MODELS,
     cancel: threading.Event | None = None,
     wait_for_fits: bool = True,
     new_fits: bool = True,
 ) -> Comparison:
-    """Load what the spec needs (from the shared cache), encode the prompt and open one generator per lane. With
+    """Load what the run needs (from the shared cache), encode the prompt and open one generator per lane. With
     `wait_for_fits=False`, a draft lane whose auto budget another thread is still fitting uses the default budget;
     with `new_fits=False`, so does one whose fit is not cached yet (a public server offers only the fits it has).
 
     `cancel` is the call's budget (a CallBudget, or an Event it follows): each load is checked against it before and
     after, a fit and the oracle's reference decode stop within one round of it (CallStopped), and the lanes watch it
-    before each round. Raises a PossError with a readable message for bad settings, an empty or too long prompt, a
-    missing draft, a model that fails to load, or a call stopped meanwhile."""
-    run = resolved(spec)
+    before each round. Raises a PossError with a readable message for a too long prompt, a missing draft, a model
+    that fails to load, or a call stopped meanwhile (the settings were checked when the run was resolved)."""
     spec = run.spec
     budget = as_budget(cancel)
     budget.check("waiting to start")
@@ -531,10 +293,10 @@ def _open_lane(
         lane_config = methods.oracle_config(config) if spec.auto_budget else config
         lane_budget, auto = lane_config.tree_budget, spec.auto_budget
     elif method.assistant:
-        assistant = models.assistant(run.preset, name, target, spec.quantization, spec.precision)
+        assistant = run.assistant(models, method, target)
         budget.check(f"loading the assistant of {run.preset.name}")
     elif methods.uses_draft(name):
-        draft = run.draft(models, name, target)
+        draft = run.draft(models, method, target)
         budget.check(f"loading the draft {name!r}")
         auto = spec.auto_budget and fit_offered(models, target, draft, config, wait_for_fits, new_fits)
         if auto:
@@ -582,7 +344,7 @@ def live_comparisons() -> list[Comparison]:
 
 
 def fit_budgets(
-    spec: RunSpec | Resolved,
+    run: Resolved,
     models: ModelCache = MODELS,
     wait_for_fits: bool = True,
     new_fits: bool = True,
@@ -593,15 +355,14 @@ def fit_budgets(
     ones read the cache). With `wait_for_fits=False`, a fit another thread has under way is not waited for, and with
     `new_fits=False` no fit is started: the status says the lane starts on the default budget. `cancel` (the call's
     budget) stops a fit within one round with CallStopped."""
-    run = resolved(spec)
     if not run.spec.auto_budget:
         return
     budget, config = as_budget(cancel), run.config
     target = run.target(models)
     for method in run.draft_methods():
-        budget.check(f"loading the draft {method!r}")
+        budget.check(f"loading the draft {method.name!r}")
         draft = run.draft(models, method, target)
-        label = methods.label_of(method, run.preset)
+        label = method.label
         if known_budget_choice(target, draft, config) is not None:
             continue
         if not new_fits:
@@ -622,12 +383,11 @@ def fit_budgets(
                 raise budget.stopped(f"fitting the tree budget of {label}") from None
 
 
-def prefit_budgets(spec: RunSpec | Resolved, models: ModelCache = MODELS) -> None:
+def prefit_budgets(run: Resolved, models: ModelCache = MODELS) -> None:
     """Fit every draft lane's auto budget now, one after another (the app does it at start-up, in the background).
     All of them count as under way from the start, so a Run that comes meanwhile starts on the default budgets
     (`wait_for_fits=False`) instead of waiting for calibrations it did not ask for (the app also sets
     `models.startup_fit` from before it loads anything until this returns)."""
-    run = resolved(spec)
     target = run.target(models)
     models.fit_budgets_in_turn(target, [run.draft(models, m, target) for m in run.draft_methods()], run.config)
 

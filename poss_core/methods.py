@@ -8,7 +8,7 @@ trained draft, offered beside the drafts so a class sees what training buys."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from .decoding.config import DecodeConfig
 from .decoding.decoder import PlainDecoder, SpeculativeDecoder
@@ -255,14 +255,13 @@ def build_decoder(
 def oracle_config(config: DecodeConfig) -> DecodeConfig:
     """The oracle's settings under `--tree-budget auto`: the bare chain (the depth's tokens plus the root), its best
     budget, since filler nodes are never accepted and only make the verify pass longer."""
-    return replace(config, tree_budget=config.depth + 1, depth_stop=0.0)
+    return config.changed(tree_budget=config.depth + 1, depth_stop=0.0)
 
 
 def with_budget_choice(config: DecodeConfig, choice) -> DecodeConfig:
     """`config` with what `--tree-budget auto` chose (a `BudgetChoice`): budget, depth if it chose one, depth stop
     and how verification reads the LM head."""
-    return replace(
-        config,
+    return config.changed(
         tree_budget=choice.budget,
         depth=choice.depth or config.depth,
         depth_stop=choice.depth_stop,

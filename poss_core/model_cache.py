@@ -62,9 +62,12 @@ class ModelCache:
                         del self._drafts[dk]
             return target
 
-    def draft(self, preset: Preset, method: str, target, quantization: str = "auto", precision: str = "auto"):
-        m = methods.get_method(preset, method)
-        ref = m.draft
+    def draft(
+        self, preset: Preset, method: methods.Method, target, quantization: str = "auto", precision: str = "auto"
+    ):
+        """A draft method's draft for this target, loaded once (keyed by its source, the preset's depth and its
+        positions per specialist)."""
+        ref = method.draft
         key = (
             *self._target_key(preset, quantization, precision),
             ref.source,
@@ -72,17 +75,18 @@ class ModelCache:
             ref.positions_per_specialist,
         )
         return self._beside_target(
-            key, lambda: methods.load_draft(m, target, preset.depth), f"draft {method!r} of {preset.name!r}"
+            key, lambda: methods.load_draft(method, target, preset.depth), f"draft {method.name!r} of {preset.name!r}"
         )
 
-    def assistant(self, preset: Preset, method: str, target, quantization: str = "auto", precision: str = "auto"):
+    def assistant(
+        self, preset: Preset, method: methods.Method, target, quantization: str = "auto", precision: str = "auto"
+    ):
         """The assisted method's smaller model, loaded once per target and kept (and evicted) with its drafts."""
-        m = methods.get_method(preset, method)
-        key = (*self._target_key(preset, quantization, precision), "assistant", m.assistant)
+        key = (*self._target_key(preset, quantization, precision), "assistant", method.assistant)
         return self._beside_target(
             key,
-            lambda: methods.load_assistant(m, target, quantization),
-            f"the assistant {m.assistant!r} of {preset.name!r}",
+            lambda: methods.load_assistant(method, target, quantization),
+            f"the assistant {method.assistant!r} of {preset.name!r}",
         )
 
     def _beside_target(self, key: tuple, load, what: str):

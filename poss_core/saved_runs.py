@@ -34,11 +34,12 @@ from pydantic import (
 
 from . import methods, settings
 from .call_budget import CallBudget
-from .compare import MAX_LANES, Comparison, Lane, RunSpec
+from .compare import Comparison, Lane
 from .decoding.config import MAX_PROMPT_CHARS, MAX_PROMPT_TOKENS
 from .errors import PossError
 from .events import DraftNode, FeatureDeviation, MaybeNaN, RoundEvent, StartDeviation, TreeDeviation, default_in_json
 from .json_safe import clean_json
+from .run_spec import MAX_LANES, RunSpec
 from .settings import LIMITS
 
 VERSION = 1

@@ -2,7 +2,7 @@
 
 From this one table come the bounds every entry point checks (`LIMITS`), the app's Run controls (`app/ui.py`), the
 command lines' flags (`add_flags`: `python -m poss_core.generate` and `python -m poss_core.bench`), the `/compare`
-parameters (`app/api.py`), the settings a comparison runs with and a saved run records (`compare.RunSpec`), and the
+parameters (`app/api.py`), the settings a comparison runs with and a saved run records (`run_spec.RunSpec`), and the
 checks of `decoding.config.DecodeConfig`. `check` turns a loosely typed value (a slider's float, a JSON number) into
 the typed value the decoder takes, or raises a ConfigError that names the field and what is valid.
 
@@ -30,7 +30,8 @@ COMMAND_LINES = frozenset({GENERATE, BENCH})
 class Setting:
     """One setting. `bounds` is what every entry point allows (the app's sliders span it); `open_low` / `open_high`
     exclude an end; `always_capped` applies the upper bound to the engine's own configs too (a probability), where
-    the others cap only what a user asks for (`DecodeConfig.check_limits`)."""
+    the others cap only what a user asks for (`checked`; a DecodeConfig built from a caller's own values is held to
+    the uncapped bounds)."""
 
     name: str
     kind: type  # int, float, str or bool
@@ -235,9 +236,14 @@ def check(name: str, value: Any, capped: bool = True) -> Any:
     return SETTINGS[name].check(value, capped)
 
 
-def checked(values: dict[str, Any]) -> dict[str, Any]:
+class Checked(dict):
+    """Setting values that went through `check` (typed, inside the bounds a user may ask for): made only by
+    `checked`, so what takes one (`DecodeConfig.from_checked`, a resolved run) need not check them again."""
+
+
+def checked(values: dict[str, Any]) -> Checked:
     """Every value of `values` through `check`, in the table's order."""
-    return {name: check(name, values[name]) for name in SETTINGS if name in values}
+    return Checked((name, check(name, values[name])) for name in SETTINGS if name in values)
 
 
 def decoding(values: dict[str, Any]) -> dict[str, Any]:

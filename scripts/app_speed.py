@@ -44,10 +44,10 @@ def measure(
         auto_budget=fastest,
         precision=precision,
     )
-    for _ in compare.fit_budgets(spec0):  # the one-time calibration, before any timing
+    for _ in compare.fit_budgets(spec0.resolve()):  # the one-time calibration, before any timing
         pass
     compare.run_to_end(
-        compare.start(compare.RunSpec("Hello", methods, preset, max_new_tokens=4, precision=precision))
+        compare.start(compare.RunSpec("Hello", methods, preset, max_new_tokens=4, precision=precision).resolve())
     )  # warm-up
     events = {m: [] for m in methods}
     tokens = {m: 0 for m in methods}
@@ -57,7 +57,9 @@ def measure(
     slowest_run = 0.0
     for prompt in prompts:
         t0 = time.perf_counter()
-        comp = compare.run_to_end(compare.start(compare.RunSpec(**{**spec0.to_json(), "prompt": prompt})))
+        comp = compare.run_to_end(
+            compare.start(compare.RunSpec.from_json({**spec0.to_json(), "prompt": prompt}).resolve())
+        )
         slowest_run = max(slowest_run, time.perf_counter() - t0)
         plain = comp.lane(compare.PLAIN)
         for lane in comp.lanes:

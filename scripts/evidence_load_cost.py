@@ -91,7 +91,7 @@ def time_compare(preset: str, tokens: int) -> float:
 
     spec = compare.RunSpec("Write a short poem about the sea.", ["plain", "eagle"], preset, max_new_tokens=tokens)
     start = time.perf_counter()
-    compare.run_to_end(compare.start(spec))
+    compare.run_to_end(compare.start(spec.resolve()))
     return time.perf_counter() - start
 
 

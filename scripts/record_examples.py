@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
                 max_new_tokens=args.max_new_tokens or d["max_new_tokens"],
                 precision=precision,
             )
-            comp = compare.run_to_end(compare.start(spec))
+            comp = compare.run_to_end(compare.start(spec.resolve()))
             comp.hardware = {**comp.hardware, **hardware_extra}
             path = saved_runs.save_run(comp, recording_path(i, args.preset, folder), compact=True)
             saved_runs.load_run(path)  # the app's loader accepts it

@@ -95,6 +95,21 @@ def folder_mb(path: Path) -> float:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) / 2**20 if path.exists() else 0.0
 
 
+def folder_files(*paths: Path) -> set[Path]:
+    """The regular files under the folders (gone meanwhile: not counted)."""
+    return {p for path in paths if path.exists() for p in path.rglob("*") if p.is_file()}
+
+
+FAILED: list[str] = []  # the verdicts that failed in this run of main
+
+
+def verdict(ok: bool) -> str:
+    """PASS or FAIL for a printed line; a FAIL makes main's exit status 1."""
+    if not ok:
+        FAILED.append("FAIL")
+    return "PASS" if ok else "FAIL"
+
+
 class Server:
     """`python app.py` from `root` on a free loopback port, in its own temp and cache folders."""
 
@@ -449,7 +464,7 @@ def case_refuse(a) -> None:
             f"{'' if fine else '  <- FAIL; the log begins ' + repr(text[:240])}"
         )
     print(
-        f"[refuse] {'PASS' if ok else 'FAIL'} (each refused or cancelled call: at most one log line, no trace, no "
+        f"[refuse] {verdict(ok)} (each refused or cancelled call: at most one log line, no trace, no "
         f"echoed value, no server folder named)"
     )
 
@@ -471,7 +486,7 @@ def _saved_run(path: Path, seed: int, tokens: int = 400) -> Path:
                 depth=6,
                 top_k=10,
                 tree_budget=60,
-            )
+            ).resolve()
         )
     )
     return saved_runs.save_run(comp, path)
@@ -535,7 +550,7 @@ def case_disk(a) -> None:
     print(
         f"[disk] then {a.uploads} loads ({mb:.1f} MB in all) and {a.uploads} saves: {grown:.1f} MB above the start; "
         f"{a.wait:g} s later (cache age {a.cache_minutes:g} min): {left:.1f} MB, {len(leftovers)} files left "
-        f"({runs} saved runs or copies, {empty} empty temporary files). {'PASS' if ok else 'FAIL'} (peaks within "
+        f"({runs} saved runs or copies, {empty} empty temporary files). {verdict(ok)} (peaks within "
         f"{a.disk_limit_mb:g} MB, nothing left after the sweep)"
     )
 
@@ -576,7 +591,11 @@ def step_args(prompt: str, preset: str, methods: list[str], max_new_tokens: int,
 
 def _flag(root: Path, flag: str, value: str) -> list[str]:
     """[flag, value] where the checkout's app.py has the flag (an older checkout runs without it)."""
-    return [flag, value] if flag in (root / "app" / "launch.py").read_text() else []
+    return [flag, value] if _has_flag(root, flag) else []
+
+
+def _has_flag(root: Path, flag: str) -> bool:
+    return flag in (root / "app" / "launch.py").read_text()
 
 
 def _status_text(out) -> str:
@@ -643,7 +662,7 @@ def case_memory(a) -> None:
         f"/view every {a.view_every:g} s throughout: RSS {base:.0f} MB at start, {stepped:.0f} MB after the Steps, "
         f"peak {peak:.0f} MB (+{held:.0f} MB); {a.idle_minutes:g} min idle + {a.reap_wait:g} s after the last: "
         f"{after:.0f} MB (+{left:.0f} MB). The first tab's next Step says: {told[:150]!r}. "
-        f"{'PASS' if ok else 'FAIL'} (within {a.slack_mb:g} MB of the start, and the tab told why)"
+        f"{verdict(ok)} (within {a.slack_mb:g} MB of the start, and the tab told why)"
     )
 
 
@@ -673,7 +692,9 @@ def case_fair(a) -> None:
     args = compare_args(
         long_prompt(32), ["plain", "eagle"], 256, depth=10, top_k=20, tree_budget=256, precision="float32"
     )
-    with Server(a.root, a.preset, a.cap, a.extra) as server:
+    # The visitor's address is its X-Forwarded-For entry: the one a trusted proxy appends, where the server counts
+    # proxies (--proxy-hops); without one the header is ignored and every client here is 127.0.0.1.
+    with Server(a.root, a.preset, a.cap, [*_flag(a.root, "--proxy-hops", "1"), *a.extra]) as server:
         # Warmed at the flood's settings and precision: what the flood's first call loads holds its slot past the cap,
         # which no estimate of the line can know of.
         warm = compare_args("Hi", ["plain", "eagle"], 4, depth=10, top_k=20, tree_budget=256, precision="float32")
@@ -701,7 +722,7 @@ def case_fair(a) -> None:
         f"[fair] {a.flood_clients} fresh clients at one address queued {len(jobs)} calls (cap {a.cap:g} s each); a "
         f"visitor from another address was told place {told['place']}, wait_s {told['wait_s']}; its call started "
         f"after {waited:.1f} s. The flood's last call was told place {flood_told.get('place')}, wait_s "
-        f"{flood_told.get('wait_s')}. {'PASS' if ok else 'FAIL'} (started within 2 x cap + 5 s, told within "
+        f"{flood_told.get('wait_s')}. {verdict(ok)} (started within 2 x cap + 5 s, told within "
         f"max(cap, half the wait) of it)"
     )
 
@@ -724,7 +745,7 @@ def case_prefill(a) -> None:
     print(
         f"[prefill] a {a.prompt_tokens}-token prompt (the chat template adds about 23), matched / POSS-3 / HASS "
         f"at depth 10, top-k 20, budget 256, 256 tokens, fp32: {took:.1f} s against a {a.cap:g} s cap ({how}). "
-        f"{'PASS' if ok else 'FAIL'} (within the cap + {a.round_s:g} s for one round and the client)"
+        f"{verdict(ok)} (within the cap + {a.round_s:g} s for one round and the client)"
     )
 
 

@@ -397,7 +397,7 @@ def seed_runs(folder: Path) -> None:
             top_k=10,
             tree_budget=60,
         )
-        saved_runs.save_run(compare.run_to_end(compare.start(spec)), folder / f"seed-{seed}.jsonl")
+        saved_runs.save_run(compare.run_to_end(compare.start(spec.resolve())), folder / f"seed-{seed}.jsonl")
 
 
 def warm(server, a: argparse.Namespace) -> None:

@@ -33,6 +33,8 @@ from app import (
 from poss_core import compare, methods, saved_runs, settings
 from poss_core.models.numerics import MISMATCH, NEAR_TIE, Divergence
 from poss_core.models.presets import DEFAULT_PRESET, get_preset
+from poss_core.run_spec import MAX_LANES
+from poss_core.token_records import TokenRecord
 
 THIS_RUN = user_settings.View()
 THREE = ["plain", "eagle", "poss2"]
@@ -58,14 +60,14 @@ def test_lanes_are_named_before_the_first_run_and_follow_the_methods_ticked(monk
     monkeypatch.setattr(state, "APP_PRESET", "tiny-random")
     preset = get_preset("tiny-random")
     out = view_handlers.load_handler(THIS_RUN, request=req("idle"))
-    shown = [i for i in range(compare.MAX_LANES) if out[f"lane{i}_col"].visible]
+    shown = [i for i in range(MAX_LANES) if out[f"lane{i}_col"].visible]
     assert [page.lane_title(out[f"lane{i}_head"]) for i in shown] == [methods.label_of(m, preset) for m in THREE]
     assert all(page.lane_state(out[f"lane{i}_head"]) == "idle" for i in shown)
     # A page load draws no figure of its own (the page starts with the empty ones), so it costs almost nothing.
     assert not any(k.endswith(("_tree", "_slider")) or k in ("pos_acc", "tokens_per_s") for k in out)
 
     out = view_handlers.idle_lanes_handler("tiny-random", ["plain", "poss1"], request=req("idle"))
-    assert [out[f"lane{i}_col"].visible for i in range(compare.MAX_LANES)] == [True, True, False]
+    assert [out[f"lane{i}_col"].visible for i in range(MAX_LANES)] == [True, True, False]
     assert page.lane_title(out["lane1_head"]) == methods.label_of("poss1", preset)
     # Redrawn later (a view toggle), the tab keeps the lanes ticked.
     again = view_handlers.view_handler(THIS_RUN, request=req("idle"))
@@ -102,8 +104,8 @@ def test_identity_badges_speak_words_with_the_detail_on_hover():
 
 
 def test_an_end_of_turn_token_is_an_end_mark_and_a_cut_answer_says_why():
-    rec = compare.TokenRecord("<|im_end|>", 3, "bonus", 1, special=True)
-    view = token_html.tokens_html([compare.TokenRecord("Hi", 3, "plain"), rec])
+    rec = TokenRecord("<|im_end|>", 3, "bonus", 1, special=True)
+    view = token_html.tokens_html([TokenRecord("Hi", 3, "plain"), rec])
     assert "<|im_end|>" not in visible_text(view) and token_html.END_MARK in visible_text(view)
     assert "<|im_end|>" in page.tokens(view)[-1].title  # its name on hover
     assert page.tokens(view)[-1].source == "bonus"

@@ -33,7 +33,10 @@ from app import (
 from poss_core import compare, methods, metrics, saved_runs
 from poss_core.errors import ModelLoadError, PromptError
 from poss_core.events import DecodeSummary, DraftNode, FeatureDeviation, RoundEvent
+from poss_core.models.hardware import cuda_available
 from poss_core.models.presets import get_preset
+from poss_core.run_spec import MAX_LANES
+from poss_core.token_records import round_records
 from poss_core.views import figures
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -128,7 +131,7 @@ def known_comparison(temperature=0.0, plain_tokens=PLAIN_TOKENS):
 
 
 def test_round_records_classify_tokens():
-    recs = compare.round_records(SPEC_EVENTS[1], PIECES[1], LABELS[1])
+    recs = round_records(SPEC_EVENTS[1], PIECES[1], LABELS[1])
     assert [r.source for r in recs] == ["draft", "draft", "corrected"]
     assert [(r.position, r.specialist) for r in recs[:2]] == [(1, 0), (2, 1)]
     assert recs[0].draft_prob == pytest.approx(0.8) and recs[0].target_prob == pytest.approx(0.9)
@@ -136,12 +139,12 @@ def test_round_records_classify_tokens():
     # Rejected at position 3: the children of the last accepted node (2), best draft score first.
     assert [r.text for r in recs[2].rejected] == ["q", "w"]
     assert recs[2].rejected[0].target_prob == pytest.approx(0.1)
-    assert compare.round_records(SPEC_EVENTS[0], ["A"], [])[0].source == "prefill"
-    assert compare.round_records(plain_round(1, 5), ["x"], [])[0].source == "plain"
+    assert round_records(SPEC_EVENTS[0], ["A"], [])[0].source == "prefill"
+    assert round_records(plain_round(1, 5), ["x"], [])[0].source == "plain"
 
 
 def test_tokens_html_escapes_and_colours():
-    recs = [r for e, p, lab in zip(SPEC_EVENTS, PIECES, LABELS) for r in compare.round_records(e, p, lab)]
+    recs = [r for e, p, lab in zip(SPEC_EVENTS, PIECES, LABELS) for r in round_records(e, p, lab)]
     out = token_html.tokens_html(recs, "position", show_rejected=True)
     assert "<c>" not in out and "&lt;c&gt;" in out and "&amp;" in out  # token text is escaped
     toks = page.tokens(out)
@@ -387,7 +390,7 @@ def test_auto_budget_fits_each_draft_lane_once_then_reads_the_cache(tmp_path, mo
     [
         (dict(prompt="   "), wording.PROMPT_EMPTY),
         (dict(methods=[]), wording.NO_METHOD),
-        (dict(methods=["plain", "eagle", "poss1", "poss2"]), wording.too_many_lanes(compare.MAX_LANES)),
+        (dict(methods=["plain", "eagle", "poss1", "poss2"]), wording.too_many_lanes(MAX_LANES)),
         (dict(tree_budget=1), wording.out_of_range("tree_budget", 1)),
         (dict(top_p=0.0), wording.out_of_range("top_p", 0.0)),
         (dict(methods=["plain", "hass"]), wording.method_unavailable("hass")),
@@ -403,7 +406,7 @@ def test_bad_inputs_show_a_message_not_a_traceback(change, message):
 
 
 def test_gpu_preset_on_cpu_and_failing_model_load(monkeypatch):
-    if not compare.cuda_available():
+    if not cuda_available():
         out = list(handlers.run_handler(*settings(preset="llama3-8b-instruct", methods=["plain"]), request=req("gpu")))[
             -1
         ]
@@ -619,7 +622,8 @@ def test_models_are_loaded_once_and_shared(monkeypatch):
     preset = get_preset("tiny-random")
     assert compare.MODELS.target(preset) is compare.MODELS.target(preset)
     target = compare.MODELS.target(preset)
-    assert compare.MODELS.draft(preset, "poss2", target) is compare.MODELS.draft(preset, "poss2", target)
+    poss2 = methods.get_method(preset, "poss2")
+    assert compare.MODELS.draft(preset, poss2, target) is compare.MODELS.draft(preset, poss2, target)
     calls = []
 
     def slow_load(name, quantization="auto", dtype=None):
@@ -673,8 +677,9 @@ def test_precision_setting_loads_its_own_target_and_badges_say_what_identity_mea
     fp32, bf16 = cache.target(preset, precision="float32"), cache.target(preset, precision="bfloat16")
     assert fp32 is not bf16 and cache.target(preset, precision="bfloat16") is bf16
     assert calls == [torch.float32, torch.bfloat16] and bf16.dtype == torch.bfloat16
-    assert cache.draft(preset, "eagle", bf16, precision="bfloat16") is not cache.draft(
-        preset, "eagle", fp32, precision="float32"
+    eagle = methods.get_method(preset, "eagle")
+    assert cache.draft(preset, eagle, bf16, precision="bfloat16") is not cache.draft(
+        preset, eagle, fp32, precision="float32"
     )
     # Through the UI's handler: the lanes run in the chosen dtype, and the hardware panel and the badge say so.
     monkeypatch.setattr(compare, "MODELS", cache)

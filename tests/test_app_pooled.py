@@ -14,6 +14,7 @@ from wording import n_of
 
 from app import handlers, saved_files, state, tab_pools, token_html, user_settings, view_handlers
 from poss_core import compare, metrics, saved_runs
+from poss_core.token_records import round_records
 
 THIS_RUN = user_settings.View()
 ALL_RUNS = user_settings.View.from_controls("draft position", False, "conditional", user_settings.POOLED_VIEW)
@@ -143,7 +144,7 @@ def test_view_control_values():
 
 
 def test_tokens_carry_their_round_and_each_round_is_one_tab_stop():
-    recs = [rec for e, p, lab in zip(SPEC_EVENTS, PIECES, LABELS) for rec in compare.round_records(e, p, lab)]
+    recs = [rec for e, p, lab in zip(SPEC_EVENTS, PIECES, LABELS) for rec in round_records(e, p, lab)]
     out = token_html.tokens_html(recs, show_rejected=True)
     spans = re.findall(r'<(?:span|s) class="(?:tok[^"]*|rej)" data-round="(\d+)"', out)
     assert [int(x) for x in spans] == [0, 1, 1, 1, 1, 2, 2, 3, 3, 3, 3]  # rejected drafts too

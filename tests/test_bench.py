@@ -636,7 +636,7 @@ def test_questions_over_the_prompt_cap_are_skipped_not_fatal(tmp_path, monkeypat
     assert rc == 0, err
     records = bench_records.read_records(out / "records.jsonl")
     assert {r.question_id for r in records} == {3} and {r.method for r in records} == {"plain", "eagle"}
-    assert "skipped qa/1 turn 0 (plain): prompt message 0 has 1000000 characters" in err
+    assert "skipped qa/1 turn 0 (plain): prompt has 1000000 characters" in err
     assert "skipped qa/2 turn 0 (plain): the prompt has " in err and f"tokens: the most is {cap}." in err
 
 

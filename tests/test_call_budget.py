@@ -15,9 +15,10 @@ import wording
 from app_settings import req, run_settings
 
 from app import api, control_defaults, handlers, state, user_settings, view_handlers
-from poss_core import compare
+from poss_core import compare, methods
 from poss_core.autobudget import cache, calibration
 from poss_core.errors import CallStopped, ConfigError
+from poss_core.models.presets import get_preset
 from poss_core.models.target import TargetModel
 
 VIEW = user_settings.View()
@@ -122,7 +123,7 @@ def test_without_call_fits_a_lane_uses_the_default_budget_and_says_so(fresh_fits
     eagle = out["lanes"][1]
     assert (
         eagle["budget_auto"] is False
-        and eagle["tree_budget"] == control_defaults.ui_defaults(compare.get_preset("tiny-random"))["tree_budget"]
+        and eagle["tree_budget"] == control_defaults.ui_defaults(get_preset("tiny-random"))["tree_budget"]
     )
     assert wording.says(eagle["budget_note"], wording.FITS_AT_START_ONLY)
     frames = list(handlers.run_handler(run_settings(auto_budget=True), VIEW, request=req("no-fits")))
@@ -159,16 +160,16 @@ def test_a_compare_call_whose_client_left_stops_within_a_round(slow_forward, mon
 
 
 def test_a_budget_stops_a_fit_within_one_round(slow_forward, fresh_fits):
-    preset = compare.get_preset("tiny-random")
+    preset = get_preset("tiny-random")
     target = compare.MODELS.target(preset)
-    draft = compare.MODELS.draft(preset, "eagle", target)
+    draft = compare.MODELS.draft(preset, methods.get_method(preset, "eagle"), target)
     budget = compare.CallBudget(0.2)
     t0 = time.monotonic()
     with pytest.raises(CallStopped):
         compare.MODELS.budget(
             target,
             draft,
-            compare.RunSpec("x", ["eagle"], "tiny-random", depth=4, top_k=4, tree_budget=16).config(),
+            compare.RunSpec("x", ["eagle"], "tiny-random", depth=4, top_k=4, tree_budget=16).resolve().config,
             cancel=budget,
         )
     assert time.monotonic() - t0 < 1.0 and budget.timed_out

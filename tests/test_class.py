@@ -61,7 +61,7 @@ def recorded(tmp_path_factory) -> Path:
         spec = compare.RunSpec(
             recordings.EXAMPLES[i]["prompt"], THREE, "tiny-random", depth=4, top_k=4, tree_budget=16, max_new_tokens=8
         )
-        comp = compare.run_to_end(compare.start(spec))
+        comp = compare.run_to_end(compare.start(spec.resolve()))
         comp.hardware = {**comp.hardware, "cpu": "Test CPU, 1 thread(s)", "note": "a test machine"}
         saved_runs.save_run(comp, recordings.recording_path(i, "tiny-random", folder), compact=True)
     return folder
@@ -143,7 +143,9 @@ def test_only_the_launch_key_resets_the_class_pool(empty_class):
 def test_the_class_pool_is_bounded_whatever_the_number_of_runs():
     pool = ClassPool(max_keys=2)
     comp = compare.run_to_end(
-        compare.start(compare.RunSpec("Hi", THREE, "tiny-random", depth=4, top_k=4, tree_budget=16, max_new_tokens=6))
+        compare.start(
+            compare.RunSpec("Hi", THREE, "tiny-random", depth=4, top_k=4, tree_budget=16, max_new_tokens=6).resolve()
+        )
     )
     for _ in range(5):
         pool.add_run(comp)

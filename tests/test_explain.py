@@ -115,7 +115,9 @@ def test_decoders_record_the_targets_probability_of_its_bonus():
 
     for temperature in (0.0, 0.8):
         comp = compare.start(
-            compare.RunSpec("Hello there", ["eagle"], "tiny-random", temperature=temperature, max_new_tokens=6)
+            compare.RunSpec(
+                "Hello there", ["eagle"], "tiny-random", temperature=temperature, max_new_tokens=6
+            ).resolve()
         )
         try:
             while comp.turn():

@@ -11,7 +11,6 @@ import torch
 
 from poss_core import compare, methods, saved_runs
 from poss_core.bench import cli
-from poss_core.compare import RunSpec, round_records
 from poss_core.decoding.config import DecodeConfig
 from poss_core.decoding.decoder import PlainDecoder, encode_prompt
 from poss_core.decoding.hf_generate import HFGenerateDecoder
@@ -20,6 +19,8 @@ from poss_core.events import DecodeSummary, RoundEvent
 from poss_core.explain import explain_round
 from poss_core.models.presets import DEFAULT_PRESET, get_preset
 from poss_core.models.tiny import tiny_target as make_tiny
+from poss_core.run_spec import RunSpec
+from poss_core.token_records import round_records
 
 # The tiny random target falls into a repeating pattern within a few tokens, so n-grams recur and lookups hit.
 PROMPT = "abc abc abc abc abc abc"
@@ -144,7 +145,7 @@ def test_assisted_on_the_default_preset_says_why_not_and_what_to_use(eval_files,
     with pytest.raises(ConfigError, match="smallest SmolLM2.*Use pld"):
         methods.get_method(preset, "assisted")
     with pytest.raises(ConfigError, match="smallest SmolLM2"):
-        RunSpec(prompt="hi", methods=["plain", "assisted"], preset=DEFAULT_PRESET).check()
+        RunSpec(prompt="hi", methods=["plain", "assisted"], preset=DEFAULT_PRESET).resolve()
     with pytest.raises(ConfigError, match="smallest SmolLM2"):
         cli.check_methods(["plain", "assisted"], preset)
 
@@ -196,7 +197,7 @@ def test_a_comparison_runs_pld_and_assisted_lanes_saves_and_replays_them(tmp_pat
     spec = RunSpec(
         prompt=PROMPT, methods=["plain", "pld", "assisted"], preset="tiny-random", max_new_tokens=24, depth=4
     )
-    comp = compare.run_to_end(compare.start(spec, models=compare.ModelCache()))
+    comp = compare.run_to_end(compare.start(spec.resolve(), models=compare.ModelCache()))
     plain, pld, assisted = comp.lanes
     assert plain.token_ids == pld.token_ids == assisted.token_ids and not (pld.error or assisted.error)
     assert assisted.label.startswith("Assisted (smaller model: tiny-random-small)")

@@ -17,11 +17,18 @@ ROOT = Path(__file__).resolve().parents[1]
 LAYERS = [
     ["poss_core", "poss_core.errors", "poss_core.json_safe", "poss_core.paths"],
     ["poss_core.events", "poss_core.settings", "poss_core.call_budget"],
-    ["poss_core.metrics", "poss_core.prompt_files", "poss_core.explain"],
+    [
+        "poss_core.metrics",
+        "poss_core.prompt_files",
+        "poss_core.explain",
+        "poss_core.token_records",
+        "poss_core.held_memory",
+    ],
     ["poss_core.models"],
     ["poss_core.decoding"],
     ["poss_core.autobudget"],
     ["poss_core.methods", "poss_core.model_cache"],
+    ["poss_core.run_spec"],  # a comparison's settings, checked and resolved once
     ["poss_core.compare", "poss_core.saved_runs"],
     ["poss_core.views"],  # what the app and the benchmark both draw
     ["poss_core.results"],  # what a benchmark run leaves: records, tables, the evidence summary

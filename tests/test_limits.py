@@ -149,8 +149,8 @@ def test_a_cancelled_compare_call_stops_within_one_round(monkeypatch):
     started = []
     real_start = compare.start
 
-    def recording_start(spec, *a, **k):
-        comp = real_start(spec, *a, **k)
+    def recording_start(run, *a, **k):
+        comp = real_start(run, *a, **k)
         started.append(comp)
         return comp
 

@@ -182,7 +182,9 @@ def test_sixteen_clients_against_the_real_app():
 
     torch.set_num_threads(1)
     refs = {
-        p: compare.run_to_end(compare.start(compare.RunSpec(p, ["plain"], "tiny-random", max_new_tokens=NEW_TOKENS)))
+        p: compare.run_to_end(
+            compare.start(compare.RunSpec(p, ["plain"], "tiny-random", max_new_tokens=NEW_TOKENS).resolve())
+        )
         .lanes[0]
         .text
         for p in PROMPTS

@@ -61,7 +61,7 @@ def test_plain_decoding_has_one_name_and_its_old_spelling_is_read_only_from_old_
     assert methods.migrated("ar-float32") == "plain-float32" and methods.migrated("eagle") == "eagle"
     assert methods.is_plain("plain-bfloat16") and not methods.is_plain("ar") and not methods.is_plain("poss2")
     with pytest.raises(ConfigError, match="'ar' is not available"):  # a new run names plain decoding `plain`
-        compare.RunSpec("hi", ["ar", "eagle"], "tiny-random").check()
+        compare.RunSpec("hi", ["ar", "eagle"], "tiny-random").resolve()
     assert runner.parse_methods("eagle,plain-float32") == ["plain", "plain-hf", "eagle", "plain-float32"]
     old = TurnRecord(
         run=0,

@@ -95,7 +95,7 @@ def test_a_comparison_runs_an_oracle_lane_beside_plain_decoding():
         tree_budget=12,
         max_new_tokens=16,
     )
-    comp = compare.run_to_end(compare.start(spec))
+    comp = compare.run_to_end(compare.start(spec.resolve()))
     plain, oracle = comp.lanes
     assert oracle.label == "Oracle (the target's own continuation)" and oracle.error is None
     assert oracle.token_ids == plain.token_ids

@@ -110,11 +110,51 @@ def test_check_names_the_field_and_what_is_valid(name, value, needle):
 
 
 def test_a_run_spec_is_checked_once_into_typed_values():
-    spec = compare.RunSpec(
+    run = compare.RunSpec(
         "hi", ["plain", "eagle"], "tiny-random", depth=4.0, top_k=4.0, tree_budget=16.0, temperature=0
-    ).check()
+    ).resolve()
+    spec = run.spec
     assert (spec.depth, spec.top_k, spec.tree_budget) == (4, 4, 16) and isinstance(spec.temperature, float)
-    assert spec.config() == DecodeConfig(depth=4, top_k=4, tree_budget=16)
+    assert run.config == DecodeConfig(depth=4, top_k=4, tree_budget=16)
     assert compare.RunSpec.from_json(spec.to_json()) == spec
     with pytest.raises(ConfigError, match="'dept' is not a setting of a comparison"):
         compare.RunSpec("hi", ["plain"], "tiny-random", dept=4)
+
+
+def test_a_run_checks_each_value_once_and_its_config_trusts_them(monkeypatch):
+    seen = []
+    real = settings.Setting.check
+    monkeypatch.setattr(
+        settings.Setting, "check", lambda self, value, capped=True: seen.append(self.name) or real(self, value, capped)
+    )
+    run = compare.RunSpec("hi", ["plain", "eagle"], "tiny-random", depth=4, top_k=4, tree_budget=16).resolve()
+    assert sorted(seen) == sorted(settings.RUN) and run.config.depth == 4
+    seen.clear()
+    assert run.config.changed(tree_budget=20, depth_stop=0.1).tree_budget == 20  # a fitted budget: only what changed
+    assert sorted(seen) == ["depth_stop", "tree_budget"]
+
+
+@pytest.mark.parametrize(
+    "values,needle",
+    [
+        (dict(depth=0), "depth=0 is out of range"),
+        (dict(depth=4.0), "depth=4.0 must be an integer"),
+        (dict(top_p=1.5), "top_p=1.5 is out of range"),
+        (dict(head_rows="some"), "head_rows='some': use one of read, all"),
+    ],
+)
+def test_a_config_built_from_a_callers_own_values_is_checked(values, needle):
+    with pytest.raises(ConfigError, match=needle):
+        DecodeConfig(**values)
+    with pytest.raises(ConfigError, match=needle):
+        DecodeConfig().changed(**values)
+
+
+def test_only_checked_values_skip_the_configs_check():
+    assert DecodeConfig(max_new_tokens=10**6).max_new_tokens == 10**6  # the engine's own open-ended decode
+    with pytest.raises(ConfigError, match="max_new_tokens=1000000 is out of range"):
+        DecodeConfig.of(max_new_tokens=10**6)  # what a user asks for is capped
+    with pytest.raises(TypeError, match="settings.checked"):
+        DecodeConfig.from_checked({"depth": 0})
+    with pytest.raises(ConfigError, match="'precision' is not a decoding setting"):
+        DecodeConfig.of(precision="float32")

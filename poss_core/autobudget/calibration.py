@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 
 from .. import metrics
@@ -52,7 +51,7 @@ def calibrate(
     (an Event, e.g. a call's budget) stops the decode within one round with CallStopped."""
     budget = max(2, min(max_budget, max_useful_budget(config.depth, config.top_k)))
     # Every round drafts the full depth: what a dynamic depth stop would have cut is read off these rounds.
-    cfg = replace(config, tree_budget=budget, max_new_tokens=max_new_tokens, depth_stop=0.0, head_rows="read")
+    cfg = config.changed(tree_budget=budget, max_new_tokens=max_new_tokens, depth_stop=0.0, head_rows="read")
     decoder = SpeculativeDecoder(target, draft, cfg)
     events: list[RoundEvent] = []
     for ids in prompts:

@@ -8,7 +8,6 @@ import statistics
 import time
 from collections.abc import Sequence
 from contextlib import contextmanager
-from dataclasses import replace
 
 import torch
 import torch.nn.functional as F
@@ -105,7 +104,7 @@ def measure_overhead(
         ids = encode_prompt(target.tokenizer, prompt)
         if draft is None:  # the oracle: the plain run it proposes from is made (untimed) before the rounds
             tokens = (rounds + warmup_rounds + 1) * (cfg.depth + 1)
-            dec = OracleDecoder(target, replace(cfg, max_new_tokens=tokens))
+            dec = OracleDecoder(target, cfg.changed(max_new_tokens=tokens))
             with _untimed(clock):
                 dec.prepare(ids)
             realign = dec._realign
@@ -116,7 +115,7 @@ def measure_overhead(
 
             dec._realign = untimed_realign
         else:
-            dec = SpeculativeDecoder(target, draft, replace(cfg, max_new_tokens=10**6))
+            dec = SpeculativeDecoder(target, draft, cfg.changed(max_new_tokens=10**6))
         rows = []
         gen = dec.generate(ids)
         last = dict(clock)

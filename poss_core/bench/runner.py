@@ -16,7 +16,7 @@ import json
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -228,7 +228,7 @@ def make_lanes(args, preset, target, names: list[str], base_cfg, say, calibratio
                 )
                 cfg = methods.with_budget_choice(base_cfg, choice)
                 if args.head_rows:
-                    cfg = replace(cfg, head_rows=args.head_rows)
+                    cfg = cfg.changed(head_rows=args.head_rows)
                 say(f"{name}: {choice.describe()}")
             lanes.append(
                 BenchLane(
@@ -258,7 +258,7 @@ def other_precision_plain(args, preset, method: methods.Method, base_cfg, say) -
 def with_max_tokens(lane: BenchLane, max_new_tokens: int) -> BenchLane:
     """The same lane with another token budget (decoders are cheap views of the shared target and draft)."""
     dec = copy.copy(lane.decoder)
-    dec.config = replace(dec.config, max_new_tokens=max_new_tokens)
+    dec.config = dec.config.changed(max_new_tokens=max_new_tokens)
     return BenchLane(lane.name, lane.label, dec, lane.budget)
 
 

@@ -3,7 +3,7 @@ endpoints and the generate/benchmark command lines, and the checks a prompt pass
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from .. import settings
@@ -35,8 +35,8 @@ def check_prompt_text(text: Any, field: str = "prompt") -> str:
 
 
 def check_messages(prompt: Any) -> list[dict]:
-    """A prompt given as text or as chat messages ({"role", "content"}), each checked by `check_prompt_text`; the
-    whole conversation is bounded by MAX_PROMPT_CHARS too."""
+    """A prompt given as text or as chat messages ({"role", "content"}), each checked by `check_prompt_text` (the
+    last one, when it is the user's, named "prompt"); the whole conversation is bounded by MAX_PROMPT_CHARS too."""
     if isinstance(prompt, str):
         return [{"role": "user", "content": check_prompt_text(prompt)}]
     if not isinstance(prompt, (list, tuple)):
@@ -45,7 +45,9 @@ def check_messages(prompt: Any) -> list[dict]:
     for i, m in enumerate(prompt):
         if not isinstance(m, dict) or not isinstance(m.get("role"), str):
             raise PromptError(f"prompt message {i} must be {{'role': ..., 'content': ...}}.")
-        content = check_prompt_text(m.get("content", ""), f"prompt message {i}")
+        # The last message, when it is the user's, is the prompt just asked (also after a conversation).
+        name = "prompt" if i == len(prompt) - 1 and m["role"] == "user" else f"prompt message {i}"
+        content = check_prompt_text(m.get("content", ""), name)
         check_prompt_text(m["role"], f"prompt message {i}'s role")
         total += len(content)
         if total > MAX_PROMPT_CHARS:
@@ -69,10 +71,11 @@ class DecodeConfig:
     """What one decode does: the decoding settings of `settings.SETTINGS` (a test checks the fields match the table,
     defaults included). `depth` is the number of draft positions per round; `tree_budget` counts the root.
 
-    Every entry point (the app's controls, /run, /step, /compare, the command lines) builds one through
-    `DecodeConfig.of(...)` or `methods.decode_config(...)`, which check every value against its declared bounds;
-    construction itself checks types and the bounds the engine needs (the engine's own configs, e.g. the overhead
-    measurement's open-ended decode, may go past what a user may ask for)."""
+    Each value is checked once, where it comes in: a run's settings by `settings.checked` (then `from_checked`),
+    loosely typed values by `of` (the command lines, `methods.decode_config`), a change by `changed` (only the values
+    changed); a config built directly from a caller's own values (a script, a test, the engine's own runs) is checked
+    on construction against what the engine can run, which may go past what a user may ask for (the overhead
+    measurement's open-ended decode)."""
 
     depth: int = 6
     top_k: int = 10
@@ -90,29 +93,50 @@ class DecodeConfig:
     head_rows: str = "read"
 
     def __post_init__(self) -> None:
-        self.validate()
+        for name in settings.DECODE:
+            _check_field(name, getattr(self, name))
+
+    @classmethod
+    def from_checked(cls, values: settings.Checked) -> "DecodeConfig":
+        """A config from the decoding settings among values `settings.checked` typed and bounded already (a run's
+        settings), not checked again; a setting not among them takes its default."""
+        if not isinstance(values, settings.Checked):
+            raise TypeError(f"from_checked takes what settings.checked returns, not {type(values).__name__}")
+        return cls._built({f.name: values.get(f.name, f.default) for f in fields(cls)})
 
     @classmethod
     def of(cls, **values: Any) -> "DecodeConfig":
         """A config from loosely typed values (integral floats for integers, ints for floats), every one checked
-        against its declared bounds."""
-        return cls(**settings.checked(values))
+        against the bounds a user may ask for."""
+        unknown = sorted(set(values) - set(settings.DECODE))
+        if unknown:
+            raise ConfigError(f"{unknown[0]!r} is not a decoding setting: use {', '.join(settings.DECODE)}.")
+        return cls.from_checked(settings.checked(values))
+
+    def changed(self, **values: Any) -> "DecodeConfig":
+        """This config with `values` instead (an auto budget's choice, the oracle's chain, the engine's own runs):
+        only those are checked, against what the engine can run; the others were checked when this one was made."""
+        typed = {name: _check_field(name, value) for name, value in values.items()}
+        return self._built({**{f.name: getattr(self, f.name) for f in fields(self)}, **typed})
+
+    @classmethod
+    def _built(cls, values: dict[str, Any]) -> "DecodeConfig":
+        # Set the way a frozen dataclass's own __init__ sets its fields, without __post_init__'s check.
+        config = object.__new__(cls)
+        for name, value in values.items():
+            object.__setattr__(config, name, value)
+        return config
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0.0
 
-    def validate(self) -> None:
-        """Raise ConfigError naming the first value of the wrong type or outside what the engine can run."""
-        for name in settings.DECODE:
-            value = getattr(self, name)
-            if settings.SETTINGS[name].kind is int and isinstance(value, float):
-                raise ConfigError(f"{name}={value!r} must be an integer.")  # typed() would round it
-            settings.check(name, value, capped=False)
 
-    def check_limits(self) -> "DecodeConfig":
-        """Raise ConfigError naming the first setting outside its declared bounds (what every way in allows);
-        return self."""
-        for name in settings.DECODE:
-            settings.check(name, getattr(self, name))
-        return self
+def _check_field(name: str, value: Any) -> Any:
+    """`value` as the engine takes it, or ConfigError: a valid `name`, already an integer for an integer field (4.0
+    is refused, which `settings.check` would turn into 4) and inside what the engine can run."""
+    if name not in settings.DECODE:
+        raise ConfigError(f"{name!r} is not a decoding setting: use {', '.join(settings.DECODE)}.")
+    if settings.SETTINGS[name].kind is int and isinstance(value, float):
+        raise ConfigError(f"{name}={value!r} must be an integer.")
+    return settings.check(name, value, capped=False)

@@ -79,7 +79,6 @@ class _BaseDecoder:
     _stats_depth: int | None = 0  # plain decoding drafts nothing: its histogram has only accept_len 0
 
     def __init__(self, target: TargetModel, config: DecodeConfig) -> None:
-        config.validate()
         self.target = target
         self.config = config
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import replace
 
 import torch
 
@@ -45,11 +44,10 @@ class OracleDecoder(SpeculativeDecoder):
     method = "oracle"
 
     def __init__(self, target: TargetModel, config: DecodeConfig, pad_to_budget: bool = True) -> None:
-        config.validate()
         self.target = target
         # Acceptance always runs to the chain's last node, a leaf: one LM-head call over every slot is cheaper than
         # the rows with children plus a second call for that leaf.
-        self.config = replace(config, head_rows="all")
+        self.config = config.changed(head_rows="all")
         self.draft = None
         self._stats_depth = config.depth
         self.pad_to_budget = pad_to_budget
@@ -72,7 +70,7 @@ class OracleDecoder(SpeculativeDecoder):
 
     def _plain_continuation(self, ids: list[int], max_new_tokens: int, cancel=None) -> list[int]:
         """Plain decoding's tokens after `ids`: the oracle's reference, stopped early when `cancel` is set."""
-        plain = PlainDecoder(self.target, replace(self.config, max_new_tokens=max_new_tokens))
+        plain = PlainDecoder(self.target, self.config.changed(max_new_tokens=max_new_tokens))
         return list(list(plain.generate(ids, cancel=cancel))[-1].token_ids)
 
     def generate(self, input_ids: Sequence[int], cancel=None):
