@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from poss_core.errors import ConfigError, PossError
-from poss_core.training.data import pack_token_ids, read_token_ids, token_ids_card
+from poss_core.training.data import pack_token_ids, read_token_ids
 from poss_core.training.recipe import card_lineage, export_dir, lineage, load_recipe, train_command
 from poss_core.training.recipe import main as recipe_main
 
@@ -70,7 +70,8 @@ def test_pack_and_read_token_ids_round_trip(tmp_path):
     assert info == {"shards": 2, "rows": 3, "tokens": 12}
     back = read_token_ids(tmp_path / "ids.npz")
     assert [(s.index, s.input_ids, s.prompt_lens) for s in back] == [(0, shards[0], [2, 2]), (3, shards[3], [2])]
-    assert token_ids_card(tmp_path / "ids.npz") == {"seed": 7}
+    with np.load(tmp_path / "ids.npz", allow_pickle=False) as z:
+        assert json.loads(str(z["card"])) == {"seed": 7}  # the folder's data card travels with its ids
 
 
 def test_damaged_token_id_files_are_refused(tmp_path):

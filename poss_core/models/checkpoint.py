@@ -72,25 +72,6 @@ def fingerprint_matches(stored: str, target: TargetModel) -> bool:
     return stored == target_fingerprint(target) or stored == legacy_target_fingerprint(target)
 
 
-def restamp_fingerprint(folder: str | os.PathLike, target: TargetModel) -> str:
-    """Rewrite a draft's stored legacy fingerprint in today's scheme, in place (only that field of poss_draft.json,
-    the rest of the file byte for byte), so it also loads on a float16 target. `target` must be the one the draft
-    was made for, loaded in float32 or bfloat16 (where the legacy fingerprint can be checked). Returns the new one."""
-    path = Path(folder) / META_FILE
-    text = path.read_text(encoding="utf-8")
-    stored = json.loads(text).get("target_fingerprint")
-    new = target_fingerprint(target)
-    if stored in (None, new):
-        return new
-    if stored != legacy_target_fingerprint(target):
-        raise CheckpointError(
-            f"{path}: fingerprint {stored} is not {target.name!r}'s in either scheme (load the target the draft was "
-            f"made for, in float32 or bfloat16)."
-        )
-    path.write_text(text.replace(f'"{stored}"', f'"{new}"'), encoding="utf-8")
-    return new
-
-
 def _weights_file(folder: Path) -> Path:
     """The single weights file, else the sharded layout's index."""
     for name in (*WEIGHT_FILES, *INDEX_FILES):

@@ -320,12 +320,6 @@ def pack_token_ids(token_dir: Path, out_file: Path, card: dict | None = None) ->
     return {"shards": len(files), "rows": len(row_lens), "tokens": len(ids)}
 
 
-def token_ids_card(path: str | Path) -> dict:
-    """The data card stored in a `pack_token_ids` file (how the folder was generated)."""
-    with np.load(path, allow_pickle=False) as z:
-        return json.loads(str(z["card"])) if "card" in z else {}
-
-
 def read_token_ids(path: str | Path) -> list[TokenShard]:
     """The shards of a `pack_token_ids` file, in shard order (a clear error for a missing or malformed file)."""
     path = Path(path)
