@@ -8,7 +8,7 @@ import pytest
 from helpers import run_main
 
 from poss_core.autobudget import CALIBRATION_PROMPTS
-from poss_core.bench import cli, overhead, report, runner
+from poss_core.bench import cli, overhead, rebuild, report, runner, tables
 from poss_core.decoding import decoder as decoder_module
 from poss_core.decoding.config import DecodeConfig
 from poss_core.decoding.decoder import PlainDecoder, SpeculativeDecoder
@@ -229,7 +229,7 @@ def test_identity_check_compares_token_for_token():
     assert set(got) == {"poss2", "poss3"}
     assert got["poss2"]["index"] == 1 and got["poss2"]["got"] == 9 and got["poss2"]["want"] == 2
     assert got["poss3"]["index"] == 2 and got["poss3"]["got"] is None
-    assert "IDENTITY CHECK FAILED" in report.identity_banner(result)
+    assert "IDENTITY CHECK FAILED" in tables.identity_banner(result)
 
 
 class BrokenDecoder(SpeculativeDecoder):
@@ -453,10 +453,10 @@ def test_auto_expectation_compares_the_chosen_row_with_what_was_measured():
     (row,) = analysis.auto_expectations(agg, meta)
     assert row["expected_tau"] == 2.4 and row["tau"] == 2.2 and row["expected_round_ms"] == 28.0
     assert row["rounds_only_tokens_per_s"] == pytest.approx(1000 * 2.2 / 35.0) and row["tokens_per_s"] == 55.0
-    md = "\n".join(report.auto_expectation_section(agg, meta))
+    md = "\n".join(tables.auto_expectation_section(agg, meta))
     assert "| EAGLE | 2.40 | 2.20 | 28.0 | 35.0 | 85.7 | 62.9 | 55.0 |" in md
     assert "| Plain decoding (target only) | 1.00 | 1.00 | 20.0 | 22.0 | 50.0 | 45.5 | 40.0 |" in md
-    assert report.auto_expectation_section(agg, {}) == []
+    assert tables.auto_expectation_section(agg, {}) == []
 
 
 def test_calibration_prompts_are_never_what_is_measured(eval_files, tmp_path):
@@ -514,11 +514,11 @@ def test_near_ties_are_told_from_real_mismatches():
     identity = analysis.classify_mismatches({"reference": "plain", "checked": 6, "mismatches": ms}, 0.5, "bfloat16")
     assert [m["method"] for m in identity["mismatches"]] == ["poss2"]
     assert [m["kind"] for m in identity["near_ties"]] == ["near-tie", "after an earlier turn's divergence"]
-    assert "IDENTITY CHECK FAILED" in report.identity_banner(identity)
+    assert "IDENTITY CHECK FAILED" in tables.identity_banner(identity)
     only_ties = analysis.classify_mismatches(
         {"reference": "plain", "checked": 6, "mismatches": ms[:2]}, 0.5, "bfloat16"
     )
-    banner = report.identity_banner(only_ties)
+    banner = tables.identity_banner(only_ties)
     assert banner.startswith("Identity check PASSED up to rounding: 4 of 6") and "bfloat16" in banner
     strict = analysis.classify_mismatches({"reference": "plain", "checked": 6, "mismatches": ms[:2]}, 0.01, "float32")
     assert len(strict["mismatches"]) == 2 and not strict["near_ties"]
@@ -580,9 +580,11 @@ def test_report_rebuilds_a_smaller_run_from_a_larger_ones_records(tmp_path):
     }
     report.write_outputs(tmp_path / "big", records, {"preset": "unit"}, DEPTH, identity, plotlyjs="cdn")
     with pytest.raises(PossError, match="--out"):
-        cli.report_main([str(tmp_path / "big"), "--limit", "2"])
+        rebuild.report_main([str(tmp_path / "big"), "--limit", "2"])
     assert (
-        cli.report_main([str(tmp_path / "big"), "--limit", "2", "--out", str(tmp_path / "small"), "--plotlyjs", "cdn"])
+        rebuild.report_main(
+            [str(tmp_path / "big"), "--limit", "2", "--out", str(tmp_path / "small"), "--plotlyjs", "cdn"]
+        )
         == 0
     )
     small = json.loads((tmp_path / "small" / "summary.json").read_text())

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from poss_core import compare, methods, saved_runs
-from poss_core.bench import cli
+from poss_core.bench import cli, rebuild
 from poss_core.decoding.config import DecodeConfig
 from poss_core.decoding.decoder import PlainDecoder, encode_prompt
 from poss_core.decoding.hf_generate import HFGenerateDecoder
@@ -190,7 +190,7 @@ def test_bench_runs_prompt_lookup_beside_plain_with_its_speedup_and_identity(eva
     row = next(line for line in md.splitlines() if line.startswith("| Prompt lookup (no draft model) |"))
     assert "×" in row  # its speed-up in the overall table
     assert "pld: transformers' own speculative `generate`" in md
-    assert cli.report_main([str(out), "--plotlyjs", "cdn"]) == 0  # records with unobserved nodes read back
+    assert rebuild.report_main([str(out), "--plotlyjs", "cdn"]) == 0  # records with unobserved nodes read back
 
 
 def test_a_comparison_runs_pld_and_assisted_lanes_saves_and_replays_them(tmp_path):

@@ -9,7 +9,7 @@ from helpers import greedy_reference
 from test_bench import events, known_records, rec
 
 from poss_core import compare, methods
-from poss_core.bench import cli, overhead, report, runner
+from poss_core.bench import cli, overhead, runner, tables
 from poss_core.decoding.config import DecodeConfig
 from poss_core.decoding.decoder import encode_prompt
 from poss_core.decoding.oracle import OracleDecoder, oracle_tree
@@ -121,7 +121,7 @@ def test_the_report_gives_each_methods_share_of_the_oracles_speed_up():
     assert t["oracle"]["overall"]["oracle_fraction"] == pytest.approx(1.0)
     # poss2 on d1: 17 tokens in 0.5 s and 1.0 s, the oracle's 17 in 0.25 s: 0.5 and 0.25 of its speed
     assert t["poss2"]["d1"]["oracle_fraction"] == pytest.approx(0.375)
-    md = report.markdown_report(agg, analysis.identity_check(recs), {"labels": {}})
+    md = tables.markdown_report(agg, analysis.identity_check(recs), {"labels": {}})
     assert "of the oracle's speed-up (pooled)" in md and "## Speed-up as a fraction of the oracle's per dataset" in md
     lines = md.splitlines()
     at = next(i for i, line in enumerate(lines) if "of the oracle's speed-up" in line)
@@ -131,7 +131,7 @@ def test_the_report_gives_each_methods_share_of_the_oracles_speed_up():
     column = [c.strip() for c in header.strip("|").split("|")].index("of the oracle's speed-up (pooled)")
     assert cells[column].startswith(f"{t['poss2']['overall']['oracle_fraction']:.2f}")
     # Without an oracle, no fraction column.
-    plain_md = report.markdown_report(
+    plain_md = tables.markdown_report(
         analysis.aggregate(known_records(), depth=3), analysis.identity_check(known_records()), {"labels": {}}
     )
     assert "oracle" not in plain_md.lower()

@@ -40,14 +40,11 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from .. import metrics
 from ..decoding.tree import stop_threshold
 from ..events import RoundEvent
-
-if TYPE_CHECKING:
-    from .timing import ForwardCurve
 
 CANDIDATE_BUDGETS = (2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 40, 48, 60, 64, 80, 96, 128)
 MAX_BUDGET = 96
@@ -56,6 +53,16 @@ DEPTH_STOPS = (0.0, 0.05, 0.1, 0.15, 0.2, 0.3)
 DEFAULT_POS_ACC = (0.920, 0.784, 0.717, 0.671)  # EAGLE-2, reference §6; later positions use DEFAULT_TAIL
 DEFAULT_TAIL = 0.65
 DEFAULT_MISS = 0.4  # coverage heuristic: each further kept candidate catches 60% of what is left
+
+
+class Curve(Protocol):
+    """What the cost model reads of a measured forward-time curve (`timing.ForwardCurve` measures one)."""
+
+    def at(self, n: float) -> float:
+        """The target's forward milliseconds over n verified tokens."""
+
+    def post_at(self, n: float) -> float:
+        """The LM head's milliseconds over n rows."""
 
 
 # ----- acceptance profiles ---------------------------------------------------------------------------------------
@@ -95,7 +102,7 @@ def head_reads_by_budget(event: RoundEvent, max_budget: int, max_depth: int | No
     return reads
 
 
-def head_ms(curve: ForwardCurve, reads: Sequence[tuple[int, int]], slots: Sequence[int]) -> tuple[float, str]:
+def head_ms(curve: Curve, reads: Sequence[tuple[int, int]], slots: Sequence[int]) -> tuple[float, str]:
     """Mean LM-head milliseconds per round over calibration rounds, (children, leaf) reads and slots per round, the
     cheaper of verification's two ways and its name: "read" (one call over the slots with children, a second
     one-row call when acceptance stops at a leaf) or "all" (every slot in one call; on a CPU the head's cost is
@@ -277,7 +284,7 @@ def draft_ms_at(draft_ms: float | Mapping[int, float], depth: int, full_depth: i
 
 
 def choose_budget(
-    curve: ForwardCurve,
+    curve: Curve,
     profile: AcceptanceProfile,
     draft_ms: float | Mapping[int, float],
     fixed_ms: float,

@@ -22,35 +22,31 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import shlex
-import subprocess
 import sys
 from collections.abc import Sequence
-from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
-import transformers
 
 from .. import methods, settings
 from ..decoding.config import DecodeConfig
 from ..decoding.hf_generate import STALL_SECONDS
-from ..errors import ConfigError, PossError, run_cli
-from ..models.hardware import device_description
+from ..errors import ConfigError, run_cli
 from ..models.loading import load_preset_target, parse_dtype
 from ..models.numerics import plain_margin
 from ..models.presets import DEFAULT_PRESET, Preset, get_preset
-from ..paths import project_root
-from ..results.analysis import classify_mismatches, first_divergences, identity_check, subset_identity
+from ..results.analysis import classify_mismatches, first_divergences, identity_check
 from ..results.evidence import evidence_main
-from ..results.records import first_questions, read_records, read_summary, records_in
 from ..settings import LIMITS
 from . import runner
+from .deviation import deviation_main
 from .overhead import linear_main, overhead_main
-from .report import identity_banner, write_outputs
+from .rebuild import report_main
+from .report import write_outputs
+from .run_meta import load_average, run_meta
 from .runner import calibration_texts, load_questions, parse_methods, run_questions, watched_decode
 from .stall import StallWatch
+from .tables import identity_banner
 
 DEFAULT_METHODS = "plain,eagle,hass,poss1,poss2,poss3,matched"
 
@@ -144,43 +140,6 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _hardware(target) -> str:
-    return device_description(target.device) + f", {platform.system()} {platform.machine()}"
-
-
-def _load_average() -> float | None:
-    try:
-        return os.getloadavg()[0]
-    except (OSError, AttributeError):
-        return None
-
-
-def _load_text(start: float | None, end: float | None) -> str:
-    """Other work on the machine shows in the timings: say how busy it was."""
-    if start is None or end is None:
-        return ""
-    return f"; 1-minute load average {start:.1f} before loading, {end:.1f} at the end"
-
-
-def _git_commit() -> str | None:
-    """The checkout's commit (with "+changes" when files differ from it), or None outside a git checkout."""
-
-    def git(*args: str) -> str:
-        return subprocess.run(
-            ["git", *args], cwd=project_root(), capture_output=True, text=True, timeout=10
-        ).stdout.strip()
-
-    try:
-        commit = git("rev-parse", "HEAD")
-        return (commit + ("+changes" if git("status", "--porcelain", "--untracked-files=no") else "")) or None
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
-def _software() -> str:
-    return f"Python {platform.python_version()}, torch {torch.__version__}, transformers {transformers.__version__}"
-
-
 def _loud(lines: list[str]) -> None:
     bar = "!" * 100
     print("\n" + "\n".join([bar, *[f"!!! {line}" for line in lines], bar]) + "\n", file=sys.stderr, flush=True)
@@ -200,7 +159,7 @@ def run_benchmark(args, argv: Sequence[str]) -> int:
     names = parse_methods(args.methods, hf_generate=not args.no_hf_generate)
     check_methods(names, preset)
 
-    load_start = _load_average()
+    load_start = load_average()
     if load_start is not None and load_start > 0.5:
         say(
             f"note: the machine is already busy (1-minute load average {load_start:.1f} on {os.cpu_count()} cores): "
@@ -337,84 +296,6 @@ def check_identity(records, target, temperature: float) -> dict:
     }
 
 
-def run_meta(
-    args,
-    argv: Sequence[str],
-    preset: Preset,
-    target,
-    lanes: Sequence[runner.BenchLane],
-    questions,
-    base_cfg: DecodeConfig,
-    budget: int | str,
-    skipped: list[str],
-    load_start: float | None,
-) -> dict:
-    """What the report says about the run: command, date, hardware, software, settings, budgets, questions, notes."""
-    settings = (
-        f"depth {base_cfg.depth}, top-k {base_cfg.top_k}, temperature {args.temperature}, top-p {args.top_p}, "
-        f"max new tokens {args.max_new_tokens}, runs {args.runs}, seed {args.seed}"
-    )
-    if base_cfg.depth_stop and budget != "auto":
-        settings += f", dynamic depth stop below p {base_cfg.depth_stop:g}"
-    if args.head_rows == "all":
-        settings += ", the target's LM head over every tree slot"
-    if budget == "auto":
-        source = (
-            f"first {args.calibration_prompts} prompts of {' '.join(args.calibration_data)}"
-            if args.calibration_data
-            else "the built-in prompts"
-        )
-        chosen = "; ".join(f"{m.name} → {m.budget_choice.describe()}" for m in lanes if m.budget_choice is not None)
-        budget_text = f"auto (calibrated on {source}, {args.calibration_tokens} new tokens each): {chosen}"
-    else:
-        budget_text = f"{budget} (fixed)"
-    untrained = [m.name for m in lanes if not m.trained]
-    notes = (
-        [
-            f"Untrained (random) drafts: {', '.join(untrained)}. Their acceptance and speed say nothing about POSS; "
-            f"they show what the machinery costs."
-        ]
-        if untrained
-        else []
-    )
-    n_turns = sum(len(q.turns) for q in questions)
-    return {
-        "preset": preset.name,
-        "model_id": preset.name,
-        "command": "python -m poss_core.bench " + shlex.join(list(argv)),
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "hardware": _hardware(target) + _load_text(load_start, _load_average()),
-        "software": _software(),
-        "target": f"{preset.description}, {str(target.dtype).replace('torch.', '')} on {target.device.type} "
-        f"(quantization: {target.quantization})",
-        "settings": settings,
-        "budget": budget_text,
-        "questions": f"{len(questions)} questions, {n_turns} turns from "
-        f"{', '.join(dict.fromkeys(q.dataset for q in questions))}"
-        + (f" (first {args.limit} per dataset)" if args.limit else ""),
-        "labels": {m.name: m.label for m in lanes},
-        "budgets": {m.name: m.budget for m in lanes if m.budget is not None},
-        "budget_choices": {m.name: m.budget_choice.to_json() for m in lanes if m.budget_choice is not None},
-        "skipped": skipped,
-        "notes": notes,
-        # The same facts as values, for the evidence summary (poss_core.results.evidence).
-        "dtype": str(target.dtype).replace("torch.", ""),
-        "threads": torch.get_num_threads(),
-        "git_commit": _git_commit(),
-        "run_settings": {
-            "depth": base_cfg.depth,
-            "top_k": base_cfg.top_k,
-            "tree_budget": budget,
-            "max_new_tokens": args.max_new_tokens,
-            "temperature": args.temperature,
-            "top_p": args.top_p,
-            "runs": args.runs,
-            "seed": args.seed,
-            "limit": args.limit,
-        },
-    }
-
-
 def _print_console(agg: dict, meta: dict) -> None:
     """The overall table on stdout: method, τ, tokens/s, speed-up, time split."""
 
@@ -443,67 +324,6 @@ def _print_console(agg: dict, meta: dict) -> None:
     print()
 
 
-def report_main(argv: Sequence[str]) -> int:
-    p = argparse.ArgumentParser(
-        prog="python -m poss_core.bench report",
-        description="Rebuild tables, JSONL and HTML from a results folder's records.jsonl.",
-    )
-    p.add_argument("folder")
-    p.add_argument("--plotlyjs", choices=["inline", "cdn"], default="inline")
-    p.add_argument(
-        "--limit",
-        type=int,
-        default=None,
-        help="only the first N questions of each dataset (a larger run read as a smaller one); needs --out",
-    )
-    p.add_argument("--out", default=None, help="write the rebuilt report here instead of into FOLDER")
-    args = p.parse_args(argv)
-    folder = Path(args.folder)
-    if args.limit is not None and (args.out is None or Path(args.out).resolve() == folder.resolve()):
-        raise PossError("--limit rebuilds a smaller report: give --out with another folder, so the full records stay.")
-    summary = checked_summary(folder / "summary.json")
-    records = read_records(records_in(folder))
-    meta, identity = summary["meta"], summary.get("identity")
-    if args.limit is not None:
-        records = first_questions(records, args.limit)
-        meta = {
-            **meta,
-            "notes": list(meta.get("notes", []))
-            + [
-                f"Rebuilt from {folder}'s records: the first {args.limit} questions of each dataset "
-                f"(python -m poss_core.bench report {folder} --limit {args.limit} --out {args.out})."
-            ],
-        }
-        identity = subset_identity(identity, records) if identity is not None else None
-    out = Path(args.out) if args.out else folder
-    out.mkdir(parents=True, exist_ok=True)
-    paths = write_outputs(
-        out, records, meta, int(summary["depth"]), identity, plotlyjs=True if args.plotlyjs == "inline" else "cdn"
-    )
-    print("wrote " + ", ".join(str(p) for p in paths.values()))
-    return 0
-
-
-def checked_summary(path: Path) -> dict:
-    """A results folder's summary.json with what a report needs (its run's `meta` and the `depth`), else a
-    ConfigError saying what to give instead (an empty or foreign file is not a KeyError)."""
-    rebuild = "give a folder written by `python -m poss_core.bench ... --out DIR`"
-    if not path.is_file():
-        raise ConfigError(f"{path} does not exist: {rebuild}.")
-    try:
-        summary = read_summary(path)
-    except (ValueError, AttributeError, TypeError, KeyError) as err:  # not JSON, or JSON of another shape
-        raise ConfigError(f"{path} is not a benchmark summary ({type(err).__name__}): {rebuild}.") from None
-    lo, hi = LIMITS["depth"]
-    meta, depth = (summary.get("meta"), summary.get("depth")) if isinstance(summary, dict) else (None, None)
-    if not isinstance(meta, dict) or not (isinstance(depth, int) and lo <= depth <= hi):
-        raise ConfigError(
-            f'{path} is not a benchmark summary (it needs the run\'s "meta" and a "depth" from '
-            f"{lo} to {hi}): {rebuild}."
-        )
-    return summary
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
 
@@ -517,8 +337,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         if argv and argv[0] == "evidence":
             return evidence_main(argv[1:])
         if argv and argv[0] == "deviation":
-            from .deviation import deviation_main
-
             return deviation_main(argv[1:])
         return run_benchmark(build_parser().parse_args(argv), argv)
 

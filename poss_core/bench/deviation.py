@@ -25,6 +25,8 @@ from ..models.loading import load_preset_target, parse_dtype
 from ..models.presets import get_preset
 from ..models.target import TargetModel
 from ..results.records import TurnRecord, read_records, records_in
+from .rebuild import checked_summary
+from .report import write_outputs
 
 
 def roots_of(record: TurnRecord) -> list[int]:
@@ -94,9 +96,6 @@ def fill_folder(folder: Path, depth: int, preset_name: str, dtype: str | None) -
 
 
 def deviation_main(argv: Sequence[str]) -> int:
-    from .cli import checked_summary
-    from .report import write_outputs
-
     p = argparse.ArgumentParser(
         prog="python -m poss_core.bench deviation",
         description=__doc__,
