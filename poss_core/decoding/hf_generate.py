@@ -156,8 +156,8 @@ class HFGenerateDecoder(_BaseDecoder):
         self.mode = mode
         self.assistant = assistant
         # True: `generate` runs transformers' generate to the end in the calling thread, then yields its rounds (the
-        # benchmark: with OpenMP, a second thread's parallel regions run ~1.7x slower while the calling thread's
-        # team exists, measured by `python scripts/generate_thread_cost.py`); False: rounds stream from a worker.
+        # benchmark: with OpenMP, a second thread's parallel regions run far slower while the calling thread's
+        # team exists, as `python scripts/generate_thread_cost.py` measures); False: rounds stream from a worker.
         self.in_caller_thread = in_caller_thread
         self.stall_s = stall_s  # None or 0: wait for a round without a bound
         self.progress: Callable[[], None] | None = None  # called at every put (the benchmark's stall watch)

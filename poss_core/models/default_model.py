@@ -67,7 +67,7 @@ def download_gguf() -> Path:
 
 
 def prepare_default_model(force: bool = False) -> Path:
-    """Return the folder of the prepared checkpoint, building it from the GGUF on first use (about 20 s)."""
+    """Return the folder of the prepared checkpoint, building it from the GGUF on first use."""
     folder = prepared_dir()
     if (folder / "config.json").is_file() and (folder / "model.safetensors").is_file() and not force:
         return folder

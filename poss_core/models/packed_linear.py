@@ -3,7 +3,8 @@
 A bf16 `F.linear` on a CPU hands the weight to oneDNN, which reorders it into its blocked (AMX/VNNI) layout on every
 call. The draft multiplies a handful of rows by each weight at every depth of every round, so that reorder costs
 about as much as the product itself. Packing the weight once and calling oneDNN's linear with it gives the same
-numbers (bf16 products are bit-identical here) at 1.4-1.75x the speed: `python -m poss_core.bench linear` measures it.
+numbers (bf16 products are bit-identical here), faster: `python -m poss_core.bench linear` measures by how much
+(docs/results.md, "Engine overhead").
 Everything else (fp32, GPUs, builds without oneDNN, training with autograd) keeps `F.linear`."""
 
 from __future__ import annotations

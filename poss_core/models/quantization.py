@@ -4,16 +4,16 @@ Both modes are set up so that a row's result does not depend on the other rows o
 identity with plain decoding of the same quantized target rests on (`numerics.py` says what each mode keeps):
 - 4-bit NF4 on a CPU with AVX-512 BF16 would use bitsandbytes' fused kernel, which rounds the activations to bf16
   whatever the compute dtype: a float32 target then behaves like a bf16 one, and a batched verify pass and a
-  one-token step drifted apart by up to 0.2 in the logits (SmolLM2-135M; 4 of 6 speculative runs parted from plain
-  decoding). `use_row_independent_kernels` keeps the dequantize-and-multiply path in the compute dtype instead, for
-  one row as for many: every lane is then identical to plain decoding. (It is also faster for trees: the fused
+  one-token step drift apart in the logits, so speculative runs part from plain decoding.
+  `use_row_independent_kernels` keeps the dequantize-and-multiply path in the compute dtype instead, for one row as
+  for many: every lane is then identical to plain decoding. (It is also faster for trees: the fused
   kernel is a matrix-vector kernel.)
 - 8-bit is LLM.int8 without the outlier split (`llm_int8_threshold=0`). With the split, the outlier columns are
-  chosen from the whole batch, so a tree's other rows change a row's result (4 of 6 speculative runs parted from
-  plain decoding, one at the first token). Without it each row is rounded to int8 on its own. Identity is still not
+  chosen from the whole batch, so a tree's other rows change a row's result (speculative runs part from plain
+  decoding, even at the first token). Without it each row is rounded to int8 on its own. Identity is still not
   exact: a last-digit float difference upstream (attention over a tree rather than one token) can flip one int8
-  rounding, and layer after layer that grows to logit differences of up to about 1.7, so a lane parts from plain
-  decoding where plain's two best tokens are that close (23 of 28 turns of 128 tokens, `docs/results.md`). The
+  rounding, and layer after layer that grows to logit differences large enough that a lane parts from plain
+  decoding where plain's two best tokens are that close (how often: `docs/results.md`, "Quantized targets"). The
   price of no outlier split: int8 is weaker on large models whose activations have outlier features (the LLM.int8
   paper's case); measure τ on such a target.
 """
@@ -31,9 +31,8 @@ from ..errors import ConfigError
 MODES = ("auto", "none", "8bit", "4bit")
 GiB = 1024**3
 
-# Plain decoding's tokens/s on a CPU with a bitsandbytes target, over float32's: SmolLM2-135M gave 10.7 tokens/s in
-# 8-bit and 10.0 in 4-bit against 16.1 in float32 (`python scripts/quantized_speed.py --threads 1`, the app's six
-# example prompts, 64 tokens, one thread, a quiet machine; docs/results.md, "Quantized targets").
+# Plain decoding's tokens/s on a CPU with a bitsandbytes target, over float32's, as SmolLM2-135M measured them
+# (`python scripts/quantized_speed.py --threads 1`; docs/results.md, "Quantized targets").
 CPU_PLAIN_SPEED_VS_FLOAT32 = {"8bit": 0.67, "4bit": 0.62}
 # The same as the range the app and the load-time note quote.
 CPU_PLAIN_SPEED_RANGE = (
@@ -134,8 +133,8 @@ class OncePerProcess(logging.Filter):
         return True
 
 
-# bitsandbytes' 8-bit matmul warns "inputs will be cast from torch.float32 to float16" on every call: 19,530 lines
-# (1.6 MB) in one 20 s run of an 8-bit target.
+# bitsandbytes' 8-bit matmul warns "inputs will be cast from torch.float32 to float16" on every call: a line per
+# matmul of an 8-bit target.
 BNB_LOGGERS = ("bitsandbytes.autograd._functions", "bitsandbytes.nn.modules")
 
 

@@ -5,7 +5,7 @@ decoding exactly in bfloat16 and float16, not only in float32.
 Why the stock kernels are not. A reduction's rounding depends on its order, and SDPA's (and eager attention's softmax
 and weighted sum) change with the number of keys in the call and with where a row's visible keys sit among masked
 ones: a tree node's ancestors lie between siblings it does not see, at other slots than plain decoding has them. In
-bf16 that moves a logit by up to about 1, enough to flip a near-tie (the batch invariance of Thinking Machines'
+bf16 that moves a logit enough to flip a near-tie (the batch invariance of Thinking Machines'
 "Defeating Nondeterminism in LLM Inference", 2025; vLLM's batch-invariant mode and SGLang's deterministic inference
 follow it on GPUs).
 

@@ -40,9 +40,10 @@ MAX_NODES = int(LIMITS["tree_budget"][1]) - 1
 # over questions is the dearest part). The full evaluation sets are 6 datasets and 478 questions.
 MAX_METHODS, MAX_DATASETS, MAX_RUNS, MAX_QUESTIONS = 16, 32, 20, 2000
 # Rounds in a records.jsonl the app builds a summary from: its cost is Python work per round (pooled per run, per
-# dataset and overall), about 60 µs a round on one CPU core, so this bounds a load to seconds whatever the bytes. A
-# full evaluation run (478 questions, seven methods, one run, 64 new tokens) is about 130,000 rounds; larger runs
-# are summarised with `python -m poss_core.bench evidence`, which has no such cap, and the summary loaded instead.
+# dataset and overall; `python scripts/evidence_load_cost.py` measures it), so this bounds a load to seconds whatever
+# the bytes. A full evaluation run (478 questions, seven methods, one run, 64 new tokens) is about 130,000 rounds;
+# larger runs are summarised with `python -m poss_core.bench evidence`, which has no such cap, and the summary loaded
+# instead.
 MAX_ROUNDS = 250_000
 HASS = "hass"  # the single-layer control trained like POSS: the second base every draft's τ is compared with
 

@@ -444,7 +444,7 @@ def build_fixed(
     progress: bool = True,
     features: bool = True,
 ) -> dict:
-    """Features of the target over fixed (prompt, answer) pairs: no generation, so ~10x cheaper per token. With
+    """Features of the target over fixed (prompt, answer) pairs: no generation, so far cheaper per token. With
     `features` False, the shards hold tokens only (the tokenizer alone runs)."""
     out.mkdir(parents=True, exist_ok=True)
     encoded = [encode_pair(target.tokenizer, p, a, cfg.max_prompt_tokens, cfg.max_new_tokens) for p, a in pairs]

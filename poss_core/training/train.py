@@ -133,9 +133,9 @@ def token_batches(
 
 
 def feature_fill(target_name: str, dtype: torch.dtype) -> FeatureFill:
-    """Features for rows that have none, from a copy of the target in `dtype` (bf16: about 4x faster than fp32 on a
-    CPU, and the precision data folders store features in). Rows that have features pass through untouched; the
-    computed ones are not kept, so memory stays that of the tokens."""
+    """Features for rows that have none, from a copy of the target in `dtype` (bf16: faster than fp32 on a CPU, and
+    the precision data folders store features in). Rows that have features pass through untouched; the computed ones
+    are not kept, so memory stays that of the tokens."""
     from ..models.loading import load_preset_target
 
     feature_target = load_preset_target(target_name, quantization="none", dtype=dtype)

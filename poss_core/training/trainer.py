@@ -150,7 +150,7 @@ class TrainConfig:
     unroll: str = "predicted"  # "predicted": every context feature a prediction; "decoding": as decoding sees it
     weights: LossWeights = field(default_factory=LossWeights)
     seed: int = 0
-    autocast: str = "none"  # "bfloat16": mixed precision (fp32 master weights); ~2x faster on CPUs with AMX
+    autocast: str = "none"  # "bfloat16": mixed precision (fp32 master weights); faster on CPUs with AMX
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
