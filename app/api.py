@@ -21,7 +21,7 @@ from poss_core.models.presets import DEFAULT_PRESET, get_preset
 from . import client_share, control_defaults, live_queue, state
 from .class_pool import CLASS
 from .control_defaults import ui_defaults
-from .server_text import neutral_paths
+from .server_text import REFUSED, neutral_paths
 from .user_settings import RunSettings
 
 PROGRESS_EVERY_S = 1.0  # how often /compare yields while it works: the points where a gone client is noticed
@@ -187,7 +187,11 @@ def compare_endpoint(app_preset: str, wrap: Callable = lambda fn: fn):
         preset = a.pop("preset") or app_preset
         cancel = threading.Event()
         with client_share.running(request):
-            run = api_run(prompt, methods, preset, quiet_refusals=True, **a)
+            try:
+                run = api_run(prompt, methods, preset, quiet_refusals=True, **a)
+            except gr.Error:
+                REFUSED("a /compare input out of its bounds", client_share.request_client(request)[1])
+                raise
             spec = run.spec
             # The worker runs what was checked here; a ZeroGPU worker (another process) gets plain values instead.
             checked = {"run": run} if work is compare_api else {}

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import os
 import threading
 import time
 from collections import defaultdict
@@ -29,18 +30,37 @@ PER_CLIENT = 2  # calls waiting or running per session (`python app.py --max-cal
 PER_ADDRESS = 40
 
 
-def client_address(host: str | None, forwarded_for: str | None) -> str:
-    """The client's address: the peer's, or the first X-Forwarded-For hop when the peer is a private or loopback
-    address (a proxy in front of the app, as on a Space); a header from a public peer is not trusted."""
+def _spaces_hops() -> int:
+    """Proxies in front of the app that append to X-Forwarded-For: one on a Hugging Face Space (its router), none
+    when run locally."""
+    return 1 if os.environ.get("SPACE_ID") else 0
+
+
+# Trusted proxy hops (`python app.py --proxy-hops`): the client's address is the entry the outermost trusted proxy
+# appended to X-Forwarded-For, counted from the right; 0 ignores the header (the peer's address is the client's).
+PROXY_HOPS = _spaces_hops()
+
+
+def client_address(host: str | None, forwarded_for: str | None, hops: int | None = None) -> str:
+    """The client's address: with `hops` trusted proxies (PROXY_HOPS) in front of the app, the `hops`-th
+    X-Forwarded-For entry from the right, which the first trusted proxy appended for the peer it saw; never an
+    entry the client wrote, so a client cannot invent addresses by sending the header. The header counts only
+    from a private or loopback peer (a proxy); a public peer, a header with fewer entries than hops, or
+    `hops` 0 give the peer's own address."""
     host = host or "?"
-    if forwarded_for:
-        try:
-            private = ipaddress.ip_address(host).is_private
-        except ValueError:
-            private = False
-        if private:
-            return forwarded_for.split(",")[0].strip() or host
-    return host
+    hops = PROXY_HOPS if hops is None else hops
+    if hops <= 0 or not forwarded_for:
+        return host
+    try:
+        peer = ipaddress.ip_address(host)
+    except ValueError:
+        return host
+    if not (peer.is_private or peer.is_loopback):
+        return host
+    entries = [e.strip() for e in forwarded_for.split(",")]
+    if len(entries) < hops or not entries[-hops]:
+        return host
+    return entries[-hops]
 
 
 class ClientShare:
@@ -136,7 +156,9 @@ def running(request: Any):
 
 class QueueShareMiddleware:
     """Refuses a counted event's `/queue/join` past its client's share (HTTP 422 in the shape Gradio's clients show
-    as a message). `fn_indexes` are the counted events (the app's decoding calls); anything else passes untouched."""
+    as a message), and a `/queue/data` stream for a session the queue does not know (404, where Gradio would log a
+    trace each time). `fn_indexes` are the counted events (the app's decoding calls); anything else passes
+    untouched. Each refusal is a line in the log (`server_text.REFUSED`)."""
 
     def __init__(self, app, fn_indexes: set[int] | None = None, share: ClientShare | None = None) -> None:
         self.app = app
@@ -144,11 +166,12 @@ class QueueShareMiddleware:
         self.share = share or SHARE
 
     async def __call__(self, scope, receive, send) -> None:
-        if (
-            scope.get("type") != "http"
-            or scope.get("method") != "POST"
-            or not scope.get("path", "").endswith("/queue/join")
-        ):
+        path = scope.get("path", "") if scope.get("type") == "http" else ""
+        if scope.get("method") == "GET" and path.endswith("/queue/data") and not _known_session(scope):
+            _log_refusal("an unknown session's queue stream", scope)
+            await _send_json(send, 404, {"detail": "Session not found."})
+            return
+        if scope.get("method") != "POST" or not path.endswith("/queue/join"):
             await self.app(scope, receive, send)
             return
         chunks, more = [], True
@@ -162,6 +185,7 @@ class QueueShareMiddleware:
         body = b"".join(chunks)
         refused = self._refusal(scope, body)
         if refused is not None:
+            _log_refusal("the share of calls per tab and address", scope)
             await _send_json(
                 send,
                 422,
@@ -190,10 +214,32 @@ class QueueShareMiddleware:
             return None  # Gradio answers a malformed body itself
         if not isinstance(data, dict) or data.get("fn_index") not in self.fn_indexes:
             return None
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
-        client = scope.get("client") or (None, None)
-        address = client_address(client[0], headers.get("x-forwarded-for")) if client[0] else None
-        return self.share.join(data.get("session_hash"), address)
+        return self.share.join(data.get("session_hash"), scope_address(scope))
+
+
+def scope_address(scope) -> str | None:
+    """The client address of an ASGI request (`client_address` of its peer and X-Forwarded-For)."""
+    headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+    client = scope.get("client") or (None, None)
+    return client_address(client[0], headers.get("x-forwarded-for")) if client[0] else None
+
+
+def _log_refusal(limit: str, scope) -> None:
+    from .server_text import REFUSED
+
+    REFUSED(limit, scope_address(scope))
+
+
+def _known_session(scope) -> bool:
+    """Whether `/queue/data`'s session_hash is one Gradio's queue has messages for (True when it cannot tell)."""
+    from urllib.parse import parse_qs
+
+    try:
+        queue = scope["app"].get_blocks()._queue
+        session = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("session_hash", [""])[0]
+    except Exception:  # noqa: BLE001 - not Gradio's app (a test): let it answer
+        return True
+    return session in queue.pending_messages_per_session
 
 
 async def _send_json(send, status: int, payload: dict) -> None:

@@ -7,9 +7,8 @@ before their bytes reach the disk.
   then the oldest until the folder is under its cap.
 - `UploadRate` gives each client address a byte rate with a burst (a token bucket), so one address cannot fill the
   cap in seconds.
-- `UploadLimitMiddleware` checks each `POST /gradio_api/upload` from its headers alone (Content-Length, the client's
-  address): too large (413), over its address's rate (429) or no room left under the cap (507) is refused with a
-  one-line message before Gradio writes anything.
+- When the folder is over its cap, a flood loses its own files first (`app/file_owners.py` says who owns what);
+  protected saved runs are never deleted. `app/upload_limits.py` checks each upload against the rate and the cap.
 """
 
 from __future__ import annotations
@@ -20,11 +19,9 @@ import stat
 import sys
 import threading
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-
-import anyio
 
 MB = 2**20
 DISK_CAP_BYTES = 2048 * MB  # `python app.py --disk-cap-mb`: a free Space's ~50 GB disk, far from full
@@ -76,36 +73,79 @@ def sweep(
     room: int = 0,
     now: float | None = None,
     keep: Collection[str] = (),
+    address_of: Callable[[str], str | None] | None = None,
+    share_bytes: int = 64 * MB,
 ) -> SweepResult:
-    """Delete the files under `folder` older than `age_s`, then the oldest until the rest and `room` more bytes fit
-    in `cap_bytes`; then the empty folders left (those older than FRESH_S). Files in `keep` count but are never
-    deleted."""
+    """Delete the files under `folder` older than `age_s`; then, until the rest and `room` more bytes fit in
+    `cap_bytes`: the oldest files of the address (`address_of`) holding the most past `share_bytes` (a flood loses
+    its own files first), then the oldest unowned files, then the oldest owned ones; then the empty folders left
+    (those older than FRESH_S). Files in `keep` count but are never deleted."""
     now = time.time() if now is None else now
     keep = set(keep)
     files, dirs = _files(Path(folder))
     files.sort()  # oldest first
     total = sum(size for _, size, _ in files)
-    removed = freed = 0
-    for touched, size, path in files:
-        if now - touched <= age_s and total + room <= cap_bytes:
-            break  # everything after this one is newer and fits
-        if path in keep:
-            continue
+    gone: set[str] = set()
+    freed = 0
+
+    def delete(size: int, path: str) -> None:
+        nonlocal total, freed
         try:
             os.unlink(path)
         except FileNotFoundError:  # deleted meanwhile (Gradio's own sweep, a save replacing it)
             pass
         except OSError:
-            continue
-        total -= size
-        removed, freed = removed + 1, freed + size
+            return
+        total, freed = total - size, freed + size
+        gone.add(path)
+
+    for touched, size, path in files:
+        if now - touched > age_s and path not in keep:
+            delete(size, path)
+    for _, size, path in _over_cap_order(files, keep, gone, address_of, share_bytes):
+        if total + room <= cap_bytes:
+            break
+        delete(size, path)
     for mtime, path in dirs:
         if now - mtime > FRESH_S:
             try:
                 os.rmdir(path)  # only an empty one goes
             except OSError:
                 pass
-    return SweepResult(removed, freed, total)
+    return SweepResult(len(gone), freed, total)
+
+
+def _over_cap_order(
+    files: list[tuple[float, int, str]],
+    keep: set[str],
+    gone: set[str],
+    address_of: Callable[[str], str | None] | None,
+    share_bytes: int,
+) -> Iterator[tuple[float, int, str]]:
+    """The files a full folder loses, in order (`files` oldest first, none of `keep` or `gone`): each time the
+    oldest deletable file of the address holding the most past `share_bytes` (counting all it holds, kept files
+    too), then unowned files, then owned ones, oldest first."""
+    owner = {path: address_of(path) if address_of else None for _, _, path in files}
+    held: dict[str, int] = {}
+    queues: dict[str, list[tuple[float, int, str]]] = {}
+    for f in files:
+        address = owner[f[2]]
+        if address is None or f[2] in gone:
+            continue
+        held[address] = held.get(address, 0) + f[1]
+        if f[2] not in keep:
+            queues.setdefault(address, []).append(f)
+    while True:
+        over = [a for a in queues if queues[a] and held[a] > share_bytes]
+        if not over:
+            break
+        address = max(over, key=held.__getitem__)
+        f = queues[address].pop(0)
+        held[address] -= f[1]
+        yield f
+    owned = {f[2] for q in queues.values() for f in q}
+    yield from (f for f in files if owner[f[2]] is None and f[2] not in keep and f[2] not in gone)
+    yield from (f for f in files if f[2] in owned)
 
 
 class DiskBudget:
@@ -118,11 +158,15 @@ class DiskBudget:
         cap_bytes: int = DISK_CAP_BYTES,
         age_s: float = 600.0,
         keep: Callable[[], Collection[str]] | None = None,
+        address_of: Callable[[str], str | None] | None = None,
+        share_bytes: int = 64 * MB,
     ) -> None:
         self.folder = folder
         self.cap_bytes = cap_bytes
         self.age_s = age_s
-        self.keep = keep
+        self.keep = keep  # files no sweep deletes (Gradio's keep_in_cache, protected saved runs)
+        self.address_of = address_of  # a file's owning address (app/file_owners.py): a flood loses its own first
+        self.share_bytes = share_bytes
         self.used = 0
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -131,7 +175,15 @@ class DiskBudget:
         if self.folder is None:
             return SweepResult(0, 0, 0)
         with self._lock:
-            result = sweep(self.folder, self.cap_bytes, self.age_s, room=room, keep=self.keep() if self.keep else ())
+            result = sweep(
+                self.folder,
+                self.cap_bytes,
+                self.age_s,
+                room=room,
+                keep=self.keep() if self.keep else (),
+                address_of=self.address_of,
+                share_bytes=self.share_bytes,
+            )
             self.used = result.left
         return result
 
@@ -218,80 +270,3 @@ class UploadRate:
 
 BUDGET = DiskBudget()
 RATE = UploadRate()
-
-
-def _mb(n: float) -> str:
-    return f"{n / MB:.0f} MB" if n >= 10 * MB else f"{n / MB:.1f} MB"
-
-
-class UploadLimitMiddleware:
-    """Checks every `POST .../gradio_api/upload` before Gradio reads its body: it must say its size, be at most
-    `max_bytes`, fit its address's rate (UploadRate) and fit under the disk cap (DiskBudget); otherwise one plain-text
-    line and 411, 413, 429 or 507. Everything else passes untouched."""
-
-    def __init__(
-        self,
-        app,
-        budget: DiskBudget | None = None,
-        rate: UploadRate | None = None,
-        max_bytes: int = MAX_UPLOAD_BYTES,
-    ) -> None:
-        self.app = app
-        self.budget = budget or BUDGET
-        self.rate = rate or RATE
-        self.max_bytes = max_bytes
-
-    async def __call__(self, scope, receive, send) -> None:
-        if (
-            scope.get("type") == "http"
-            and scope.get("method") == "POST"
-            and scope.get("path", "").rstrip("/").endswith("/gradio_api/upload")
-        ):
-            refused = await self._refusal(scope)
-            if refused is not None:
-                status, message, headers = refused
-                await _send_text(send, status, message, headers)
-                return
-        await self.app(scope, receive, send)
-
-    async def _refusal(self, scope) -> tuple[int, str, list[tuple[bytes, bytes]]] | None:
-        from .client_share import client_address
-
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
-        try:
-            size = int(headers["content-length"])
-            if size < 0:
-                raise ValueError
-        except (KeyError, ValueError):
-            return 411, "An upload must give its size (Content-Length).", []
-        if size > self.max_bytes:
-            return 413, f"An upload may be at most {_mb(self.max_bytes)}; this one is {_mb(size)}.", []
-        host = (scope.get("client") or (None, None))[0]
-        address = client_address(host, headers.get("x-forwarded-for")) if host else "?"
-        wait = self.rate.take(address, size)
-        if wait > 0:
-            return (
-                429,
-                f"Too many uploads from your address: {_mb(self.rate.bytes_per_s)}/s at most (a burst of "
-                f"{_mb(self.rate.burst_bytes)}). Try again in {math.ceil(wait)} s.",
-                [(b"retry-after", str(math.ceil(wait)).encode())],
-            )
-        if not await anyio.to_thread.run_sync(self.budget.admit, size):
-            return 507, "The server's upload space is full: try again in a few minutes.", [(b"retry-after", b"60")]
-        return None
-
-
-async def _send_text(send, status: int, message: str, headers: list[tuple[bytes, bytes]]) -> None:
-    body = message.encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"text/plain; charset=utf-8"),
-                (b"content-length", str(len(body)).encode()),
-                *headers,
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})

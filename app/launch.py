@@ -96,15 +96,31 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-calls-per-address",
         type=int,
         default=40,
-        help="the same per client address (the first X-Forwarded-For hop behind a proxy; 0: no limit). The "
+        help="the same per client address (see --proxy-hops; 0: no limit). The "
         "default, 40, lets a class of thirty behind one NAT run at once; the line of live runs serves "
         "addresses in turn, then tabs, so one address's many calls do not delay the others",
+    )
+    p.add_argument(
+        "--proxy-hops",
+        type=int,
+        default=None,
+        help="trusted proxies in front of the app that append the client's address to X-Forwarded-For: the client "
+        "is the entry this many places from the right, never one the client wrote; 0 ignores the header (default: "
+        "1 on a Hugging Face Space, whose router appends it, 0 elsewhere; also POSS_PROXY_HOPS)",
     )
     p.add_argument(
         "--cache-minutes",
         type=float,
         default=10.0,
         help="uploads and downloads in Gradio's cache are deleted once this old (default 10)",
+    )
+    p.add_argument(
+        "--saved-run-minutes",
+        type=float,
+        default=float(os.environ.get("POSS_SAVED_RUN_MINUTES", "10")),
+        help="a saved run belongs to its tab: kept while the tab is open and this many minutes after (and at least "
+        "this long after it was saved), whatever other visitors save, load or upload; a tab keeps its newest 4 "
+        "(default 10; also POSS_SAVED_RUN_MINUTES)",
     )
     p.add_argument(
         "--disk-cap-mb",
@@ -133,9 +149,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--session-memory-mb",
         type=float,
         default=float(os.environ.get("POSS_SESSION_MEMORY_MB", "4096")),
-        help="the memory every tab together may hold: paused Steps with their caches, finished and loaded runs, "
-        "pooled rounds; past it the least recently used tab's are freed and the tab is told why (default 4096, "
-        "sized for a 16 GB Space; also POSS_SESSION_MEMORY_MB)",
+        help="the memory total: what every tab together may hold (paused Steps with their caches, finished and "
+        "loaded runs, pooled rounds; past it the least recently used tab's are freed and the tab is told why), and "
+        "the models kept loaded (targets of other precisions or quantizations are let go past it, all but the one in "
+        "use; a target that alone needs more is refused) (default 4096, sized for a 16 GB Space; also "
+        "POSS_SESSION_MEMORY_MB)",
     )
     p.add_argument(
         "--threads",
@@ -225,6 +243,16 @@ def prepare_target(preset_name: str) -> None:
         print(f"[poss] could not prepare {preset_name}: {err}", file=sys.stderr, flush=True)
 
 
+def proxy_hops(requested: int | None) -> int:
+    """--proxy-hops, else $POSS_PROXY_HOPS, else one on a Space and none elsewhere (client_share.PROXY_HOPS)."""
+    from app import client_share
+
+    if requested is not None:
+        return requested
+    env = os.environ.get("POSS_PROXY_HOPS", "")
+    return int(env) if env.strip().isdigit() else client_share.PROXY_HOPS
+
+
 def cpu_threads(requested: int | None) -> int:
     return requested if requested and requested > 0 else max(1, (os.cpu_count() or 2) // 2)
 
@@ -243,21 +271,29 @@ def max_new_tokens(requested: int | None, gpu: bool) -> int:
     return top if gpu else min(top, CPU_MAX_NEW_TOKENS)
 
 
-def start_disk_budget(demo, cap_mb: float, upload_mb_per_s: float, age_s: float) -> None:
-    """Cap Gradio's cache folder (`disk_budget.BUDGET`, swept by age and size in a daemon thread) and set the uploads'
-    rate per address (`disk_budget.RATE`)."""
+def start_disk_budget(demo, cap_mb: float, upload_mb_per_s: float, age_s: float, saved_run_s: float) -> None:
+    """Cap Gradio's cache folder (`disk_budget.BUDGET`, swept by age and size in a daemon thread, a flood's own files
+    first), set the uploads' rate per address (`disk_budget.RATE`) and keep each tab's saved runs for it
+    (`file_owners.OWNERS`: while the tab lives and `saved_run_s` after)."""
     from gradio.utils import get_upload_folder
 
-    from app import disk_budget
+    from app import disk_budget, file_owners, saved_files, state
 
+    owners = file_owners.OWNERS
+    owners.keep_s, owners.tab_seen = saved_run_s, state.SESSIONS.last_seen
+    owners.idle_s = lambda: state.SESSIONS.idle_s
+    saved_files.protect_saved_runs(demo)
     budget = disk_budget.BUDGET
-    budget.folder, budget.cap_bytes, budget.age_s = Path(get_upload_folder()), int(cap_mb * 2**20), age_s
-    # Files a component keeps for good (Gradio's keep_in_cache) count against the cap but are never deleted.
+    budget.folder, budget.cap_bytes, budget.age_s = Path(get_upload_folder()).resolve(), int(cap_mb * 2**20), age_s
+    # Files a component keeps for good (Gradio's keep_in_cache, with the protected saved runs) count against the cap
+    # but are never deleted.
     budget.keep = lambda: {p for block in demo.blocks.values() for p in getattr(block, "keep_in_cache", ())}
+    budget.address_of = owners.address_of
     disk_budget.RATE.bytes_per_s = upload_mb_per_s * 2**20
     budget.start()
     print(
-        f"[poss] disk: Gradio's cache capped at {cap_mb:.0f} MB, uploads {upload_mb_per_s:g} MB/s per address",
+        f"[poss] disk: Gradio's cache capped at {cap_mb:.0f} MB, uploads {upload_mb_per_s:g} MB/s per address, "
+        f"saved runs kept {saved_run_s / 60:g} minutes past their tab",
         file=sys.stderr,
         flush=True,
     )
@@ -275,6 +311,7 @@ def main(argv: list[str] | None = None) -> None:
     from app.control_defaults import initial_precision
     from app.serving import launch_kwargs
     from app.ui import build_demo
+    from poss_core.model_cache import MODELS
     from poss_core.models.hardware import cpu_bf16_units, cuda_available
 
     precision = initial_precision(args.dtype, cuda_available(), cpu_bf16_units())
@@ -282,6 +319,7 @@ def main(argv: list[str] | None = None) -> None:
         ("--max-call-seconds", args.max_call_seconds),
         ("--cache-minutes", args.cache_minutes),
         ("--idle-minutes", args.idle_minutes),
+        ("--saved-run-minutes", args.saved_run_minutes),
         ("--session-memory-mb", args.session_memory_mb),
         ("--upload-mb-per-second", args.upload_mb_per_second),
     ):
@@ -290,6 +328,7 @@ def main(argv: list[str] | None = None) -> None:
     for flag, value in (
         ("--max-calls-per-client", args.max_calls_per_client),
         ("--max-calls-per-address", args.max_calls_per_address),
+        ("--proxy-hops", 0 if args.proxy_hops is None else args.proxy_hops),
     ):
         if value < 0 or (flag == "--max-calls-per-client" and value < 1):
             build_parser().error(f"{flag}={value}: use a whole number >= {1 if 'client' in flag else 0}.")
@@ -309,13 +348,17 @@ def main(argv: list[str] | None = None) -> None:
     concurrency = args.concurrency or live_queue.auto_slots(os.cpu_count(), threads)
     state.SESSIONS.idle_s = args.idle_minutes * 60.0
     state.SESSIONS.budget_mb = args.session_memory_mb
+    MODELS.budget_bytes = int(args.session_memory_mb * 2**20)
     user_settings.MAX_NEW_TOKENS = max_new_tokens(args.max_new_tokens, cuda_available())
+    client_share.PROXY_HOPS = proxy_hops(args.proxy_hops)
     client_share.SHARE.per_client = args.max_calls_per_client
     client_share.SHARE.per_address = args.max_calls_per_address
     live_queue.LIVE.max_waiting, live_queue.LIVE.cap_s = args.queue_size, args.max_call_seconds
     CLASS.reset_key = args.class_reset_key
     print(
-        f"[poss] live runs: {concurrency} at once, at most {user_settings.MAX_NEW_TOKENS} new tokens each, up to "
+        f"[poss] client addresses: {client_share.PROXY_HOPS or 'no'} trusted proxy hop"
+        f"{'s' if client_share.PROXY_HOPS != 1 else ''}; live runs: {concurrency} at once, at most "
+        f"{user_settings.MAX_NEW_TOKENS} new tokens each, up to "
         f"{args.queue_size} waiting; class pool reset {'by key' if CLASS.reset_key else 'off (no key)'}",
         file=sys.stderr,
         flush=True,
@@ -330,7 +373,9 @@ def main(argv: list[str] | None = None) -> None:
         cache_age_s=args.cache_minutes * 60.0,
     )
     demo.queue(max_size=args.queue_size, default_concurrency_limit=concurrency)
-    start_disk_budget(demo, args.disk_cap_mb, args.upload_mb_per_second, args.cache_minutes * 60.0)
+    start_disk_budget(
+        demo, args.disk_cap_mb, args.upload_mb_per_second, args.cache_minutes * 60.0, args.saved_run_minutes * 60.0
+    )
     server_text.install()  # a call Gradio refuses on its inputs: one log line, not a trace echoing its values
     if not args.no_preload:
         prepare_target(args.preset)  # before the page is up: its first Run then only loads a prepared checkpoint

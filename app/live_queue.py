@@ -5,10 +5,11 @@ and the per-call cap). Replays and the class charts never enter it.
 
 Why by hand and not a Gradio concurrency limit: Gradio's queue starts an event group's calls first come, first
 served, and estimates a wait from the average call. A class behind one address, or one visitor with many tabs, then
-holds every place ahead of everyone else: eight fresh clients at one address queueing 16 calls (cap 4 s) left a
-visitor from another address 15th in line, told 87 s and started after 71 s; in this line that visitor takes the next
-slot and its call is under way within 2.4 s, in each of seven runs (`python scripts/server_check.py fair`). The live
-events' Gradio group has no limit, so Gradio's queue only hands calls to the handlers, which wait here
+holds every place ahead of everyone else; here a visitor from another address takes the next slot
+(`python scripts/server_check.py fair`; figures in docs/results.md). Turns alone would let a stream of new addresses
+push a waiting call back without end, so a call is passed by at most `LiveQueue.PASSED_MAX` calls that joined after
+it (`python scripts/server_check.py addr`). The live events' Gradio group has no limit, so Gradio's queue only
+hands calls to the handlers, which wait here
 (`LiveQueue.wait`), showing their place."""
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ import time
 from collections import OrderedDict, deque
 
 from poss_core.errors import PossError
+
+from .server_text import REFUSED
 
 
 def auto_slots(cores: int | None, threads: int) -> int:
@@ -46,8 +49,10 @@ class LiveQueue:
     """Live runs in a fair line: `slots` decode at once, up to `max_waiting` wait. The next to start is the oldest
     call of the least recently served session of the least recently served address (an address or session not
     served yet comes first), so addresses take turns, then sessions within an address: one address's flood waits
-    behind every other address's next call, and one tab's behind its neighbours'. A ticket's place is 0 while it
-    decodes and k for the k-th in that order.
+    behind every other address's next call, and one tab's behind its neighbours'. A waiting call that calls joining
+    after it have passed PASSED_MAX times goes next (the oldest first), so whatever the number of addresses, a call
+    waits for at most the calls ahead of it when it joined plus PASSED_MAX. A ticket's place is 0 while it decodes
+    and k for the k-th in that order.
 
     Each ticket carries its work (lanes times the new tokens it asked for). The wait is estimated by playing the line
     forward, each run holding its slot for its expected seconds: its work times the seconds per unit of work that
@@ -77,14 +82,19 @@ class LiveQueue:
         # joining again does not jump it (pruned to the most recent SERVED_KEPT).
         self._served: OrderedDict[tuple[str, ...], float] = OrderedDict()
         self._ordered: list[int] | None = None  # the waiting tickets in starting order (None: to work out again)
+        self._passed: dict[int, int] = {}  # waiting ticket -> calls that joined after it and started before it
 
     SERVED_KEPT = 4096
+    # The most calls that joined later may start ahead of a waiting one; then it goes first (in arrival order). Turns
+    # alone would let a stream of new addresses (a class arriving) push a returning visitor back without end.
+    PASSED_MAX = 8
 
     def join(self, work: float = 1.0, session: str | None = None, address: str | None = None) -> int:
         """A ticket in the line for a run of `work` units from `session` at `address` (QueueFull past
         `max_waiting`)."""
         with self._lock:
             if len(self._waiting) >= self.max_waiting:
+                REFUSED("the line of live runs is full", address)
                 raise QueueFull(
                     f"{len(self._waiting)} live runs are already waiting, the most this server queues: "
                     f"try again in a few minutes (the examples replay at once meanwhile)."
@@ -94,6 +104,7 @@ class LiveQueue:
             self._ordered = None
             self._who[ticket] = (address or "?", session or "?")
             self._work[ticket] = max(1.0, float(work))
+            self._passed[ticket] = 0
             return ticket
 
     def _order(self) -> list[int]:
@@ -104,8 +115,10 @@ class LiveQueue:
         return self._ordered
 
     def _play_order(self) -> list[int]:
-        """The line played forward, each start making its address and session the most recently served."""
+        """The line played forward, each start making its address and session the most recently served and counting
+        as passing every call that joined before it; a call passed PASSED_MAX times goes next."""
         served: dict[tuple[str, ...], tuple[int, float]] = {k: (0, t) for k, t in self._served.items()}
+        passed = {t: self._passed.get(t, 0) for t in self._waiting}
         queues: dict[str, dict[str, deque[int]]] = {}
         for t in self._waiting:  # arrival order within each session
             address, session = self._who[t]
@@ -117,14 +130,24 @@ class LiveQueue:
 
         order: list[int] = []
         for step in range(len(self._waiting)):
-            address = min(queues, key=lambda a: key(("a", a), min(q[0] for q in queues[a].values())))
-            sessions = queues[address]
-            session = min(sessions, key=lambda s: key(("s", address, s), sessions[s][0]))
-            order.append(sessions[session].popleft())
+            aged = [t for t in passed if passed[t] >= self.PASSED_MAX]
+            if aged:
+                ticket = min(aged)
+                address, session = self._who[ticket]
+            else:
+                address = min(queues, key=lambda a: key(("a", a), min(q[0] for q in queues[a].values())))
+                sessions = queues[address]
+                session = min(sessions, key=lambda s: key(("s", address, s), sessions[s][0]))
+                ticket = sessions[session][0]
+            queues[address][session].remove(ticket)
+            order.append(ticket)
+            del passed[ticket]
+            for t in passed:
+                passed[t] += t < ticket
             served[("a", address)] = served[("s", address, session)] = (1, float(step))  # after every real start
-            if not sessions[session]:
-                del sessions[session]
-            if not sessions:
+            if not queues[address][session]:
+                del queues[address][session]
+            if not queues[address]:
                 del queues[address]
         return order
 
@@ -153,6 +176,10 @@ class LiveQueue:
             return False
         self._waiting.remove(ticket)
         self._ordered = None
+        self._passed.pop(ticket, None)
+        for t in self._waiting:  # tickets count up in arrival order
+            if t < ticket:
+                self._passed[t] += 1
         now = self._running[ticket] = time.monotonic()
         address, session = self._who[ticket]
         for k in (("a", address), ("s", address, session)):
@@ -173,6 +200,7 @@ class LiveQueue:
             elif ticket in self._waiting:
                 self._waiting.remove(ticket)
                 self._ordered = None
+            self._passed.pop(ticket, None)
             self._lock.notify_all()
 
     def rate(self) -> float:

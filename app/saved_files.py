@@ -4,6 +4,7 @@ checked in full before it replaces what the tab shows."""
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import sys
 import tempfile
@@ -19,15 +20,17 @@ from poss_core import saved_runs
 from poss_core.compare import Comparison
 from poss_core.errors import PossError
 
-from . import state
+from . import client_share, disk_budget, file_owners, server_text, state
 from .render import Frame, render, status_only
 from .user_settings import View
 
 
 def save_handler(request: gr.Request | None = None) -> Any:
     """Write this tab's last run (all events plus settings) as JSONL and offer it for download. A run is written
-    once (saving it again offers the same file) into Gradio's cache, whose sweep deletes it; the folder also keeps
-    at most SAVED_RUNS_KEPT files (`prune_saved_runs`)."""
+    once (saving it again offers the same file) into Gradio's cache. The file belongs to this tab
+    (`file_owners.OWNERS`): no other visitor's saves, loads or uploads can delete it while the tab lives and for
+    `--saved-run-minutes` after; the tab keeps its newest few, and its address's saves count against its upload
+    rate and its share of the disk."""
     session = state.SESSIONS.get(request, touch=False)
     comp = session.comparison
     if comp is None or not any(lane.events for lane in comp.lanes):
@@ -35,45 +38,57 @@ def save_handler(request: gr.Request | None = None) -> Any:
     known = _SAVED.get(comp)
     if known is not None and known.is_file():
         return str(known)
-    folder = saved_runs_dir()
-    prune_saved_runs(folder)
-    name = f"poss-run-{time.strftime('%Y%m%d-%H%M%S')}-{state.SESSIONS.key(request)[:8]}-{next(_SAVE_COUNT)}.jsonl"
-    path = _SAVED[comp] = saved_runs.save_run(comp, folder / name)
+    tab = state.SESSIONS.key(request)
+    address = client_share.request_client(request)[1] or "?"
+    name = f"poss-run-{time.strftime('%Y%m%d-%H%M%S')}-{next(_SAVE_COUNT)}.jsonl"
+    path = saved_runs.save_run(comp, saved_runs_dir() / name)
+    size = path.stat().st_size
+    refused = _room_for(path, address, size)
+    if refused:
+        server_text.REFUSED(refused[0], address)
+        raise gr.Error(refused[1])
+    for old in file_owners.OWNERS.saved(str(path), tab, address, size):
+        _delete(old)
+    _SAVED[comp] = path
     return str(path)
 
 
-SAVED_RUNS_KEPT = 16  # saved-run files kept in saved_runs_dir(), the newest
-SAVED_RUN_AGE_S = 600.0  # older ones are deleted at the next save (the cache sweep usually has by then)
+def _room_for(path: Path, address: str, size: int) -> tuple[str, str] | None:
+    """Whether a saved run just written may stay: its bytes count against its address's upload rate and must fit
+    under the disk cap; if not, it is deleted and (the limit, what the user is told) returned."""
+    wait = disk_budget.RATE.take(address, size)
+    if wait > 0:
+        _delete(str(path))
+        return "save rate", f"Too many saves and uploads from your address: try again in {math.ceil(wait)} s."
+    if not disk_budget.BUDGET.admit(size):
+        _delete(str(path))
+        return "disk cap", "The server's space for saved runs is full: try again in a few minutes."
+    return None
+
+
+def _delete(path: str) -> None:
+    file_owners.OWNERS.forget(path)
+    try:
+        os.unlink(path)
+    except OSError:  # gone already (a sweep)
+        pass
+
+
 _SAVED: "weakref.WeakKeyDictionary[Comparison, Path]" = weakref.WeakKeyDictionary()  # each run's file, written once
 _SAVE_COUNT = itertools.count()
 
 
 def saved_runs_dir() -> Path:
     """Where Save writes: a folder inside Gradio's cache ($GRADIO_TEMP_DIR, else TMPDIR/gradio), so Gradio serves the
-    file where it is (no second copy) and its cache sweep deletes it (`--cache-minutes`)."""
+    file where it is (no second copy)."""
     return Path(os.environ.get("GRADIO_TEMP_DIR") or Path(tempfile.gettempdir()) / "gradio") / "poss-runs"
 
 
-def prune_saved_runs(folder: Path, keep: int | None = None, age_s: float | None = None) -> int:
-    """Delete saved-run files older than `age_s` and all but the newest `keep` (SAVED_RUN_AGE_S, SAVED_RUNS_KEPT);
-    returns how many went."""
-    keep = SAVED_RUNS_KEPT if keep is None else keep
-    age_s = SAVED_RUN_AGE_S if age_s is None else age_s
-    try:
-        files = sorted(
-            (p for p in folder.glob("poss-run-*.jsonl") if p.is_file()), key=lambda p: p.stat().st_mtime, reverse=True
-        )
-    except OSError:
-        return 0
-    now, gone = time.time(), 0
-    for i, path in enumerate(files):
-        try:
-            if i >= keep or now - path.stat().st_mtime > age_s:
-                path.unlink()
-                gone += 1
-        except OSError:  # deleted meanwhile by another save: nothing to do
-            pass
-    return gone
+def protect_saved_runs(demo: gr.Blocks) -> None:
+    """Let Gradio's own cache sweep (`delete_cache`) skip the protected saved runs, as the disk sweep does: it keeps
+    every file in a component's `keep_in_cache`, which it only adds to and iterates."""
+    block = next(iter(demo.blocks.values()))
+    block.keep_in_cache = file_owners.KeepInCache(block.keep_in_cache)
 
 
 def load_handler(file: Any, view: View, request: gr.Request | None = None) -> Frame:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+import threading
+import time
 import traceback as _traceback
 from functools import lru_cache
 from pathlib import Path
@@ -118,3 +120,36 @@ def install() -> None:
     for module in (gradio.queueing, gradio.routes):
         if getattr(module, "traceback", None) is _traceback:
             module.traceback = _QuietTraceback()
+
+
+class RefusalLog:
+    """One log line per refusal: which limit, which address, never the values the call sent. The same limit and
+    address refused again within `every_s` is counted, not written, and the count goes with its next line, so a
+    flood of refusals cannot flood the log."""
+
+    def __init__(self, every_s: float = 10.0, out=None, max_keys: int = 4096) -> None:
+        self.every_s = every_s
+        self.out = out
+        self.max_keys = max_keys
+        self._last: dict[tuple[str, str], tuple[float, int]] = {}  # (limit, address) -> (when written, held back)
+        self._lock = threading.Lock()
+
+    def __call__(self, limit: str, address: str | None, status: int | None = None) -> bool:
+        """Log that a call from `address` was refused by `limit` (with its HTTP status); False when it was only
+        counted."""
+        key, now = (limit, address or "?"), time.monotonic()
+        with self._lock:
+            when, held = self._last.get(key, (float("-inf"), 0))
+            if now - when < self.every_s:
+                self._last[key] = (when, held + 1)
+                return False
+            self._last[key] = (now, 0)
+            if len(self._last) > self.max_keys:
+                self._last = {k: v for k, v in self._last.items() if now - v[0] < self.every_s}
+        more = f" (and {held} more like it)" if held else ""
+        code = f" ({status})" if status else ""
+        print(f"[poss] refused: {limit}{code}, from {key[1]}{more}", file=self.out or sys.stderr, flush=True)
+        return True
+
+
+REFUSED = RefusalLog()

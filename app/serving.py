@@ -9,7 +9,7 @@ import gradio as gr
 
 from poss_core import saved_runs
 
-from . import client_share, disk_budget, recordings
+from . import client_share, recordings, upload_limits
 
 THREADS = 160  # Gradio's worker threads: a waiting live run and a replay each hold one while they sleep
 CSS = (recordings.ASSETS / "app.css").read_text(encoding="utf-8")
@@ -75,8 +75,8 @@ def launch_kwargs(demo: gr.Blocks | None = None) -> dict[str, Any]:
         kwargs["app_kwargs"] = {
             "middleware": [
                 Middleware(client_share.QueueShareMiddleware, fn_indexes=decoding_events(demo)),
-                # uploads are sized, rated per address and fitted under the disk cap before Gradio writes them
-                Middleware(disk_budget.UploadLimitMiddleware, max_bytes=saved_runs.MAX_RUN_BYTES + 2**20),
+                # uploads: sized, rated per address, fitted under the disk cap before Gradio writes them, then metered
+                Middleware(upload_limits.UploadLimitMiddleware, max_bytes=saved_runs.MAX_RUN_BYTES + 2**20),
             ]
         }
     return kwargs

@@ -4,9 +4,6 @@ server's per-call limits."""
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
-import gc
 import threading
 import time
 import weakref
@@ -17,6 +14,7 @@ from typing import Any
 from poss_core import methods
 from poss_core.call_budget import CallBudget
 from poss_core.compare import ROUND_BYTES, Comparison
+from poss_core.models.resident import release_memory
 
 from . import machine, recordings
 from .class_pool import CLASS
@@ -301,6 +299,12 @@ class SessionStore:
         finally:
             session.lock.release()
 
+    def last_seen(self, key: str) -> float | None:
+        """When the tab `key` last acted (time.monotonic()), None for a tab the store no longer serves."""
+        with self._lock:
+            session = self._sessions.get(key)
+        return None if session is None else session.last_seen
+
     def held_mb(self) -> float:
         """What every tab holds together, MB (for tests and the server checks)."""
         with self._lock:
@@ -339,21 +343,3 @@ class SessionStore:
 
 
 SESSIONS = SessionStore()
-
-
-_MALLOC_TRIM: Any = None
-
-
-def release_memory() -> bool:
-    """Return freed memory to the system: collect Python's cycles, then ask glibc to give back the free pages it
-    keeps (`malloc_trim(0)`; without it the process's RSS stays at its peak after tabs' caches are freed). False
-    where the C library has no malloc_trim (musl, macOS): collecting is all then."""
-    global _MALLOC_TRIM
-    gc.collect()
-    if _MALLOC_TRIM is None:
-        try:
-            _MALLOC_TRIM = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
-            _MALLOC_TRIM.argtypes, _MALLOC_TRIM.restype = [ctypes.c_size_t], ctypes.c_int
-        except (OSError, AttributeError):
-            _MALLOC_TRIM = False
-    return bool(_MALLOC_TRIM and _MALLOC_TRIM(0))

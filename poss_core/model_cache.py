@@ -1,8 +1,10 @@
 """The targets, drafts, assistants and tree-budget fits every comparison shares: loaded once per process, one load
-per model at a time, at most a few targets kept (their drafts evicted with them)."""
+per model at a time, at most a few targets kept (their drafts evicted with them), and within a memory total: past it
+the least recently used targets go, all but the one in use, and a target that alone needs more is refused."""
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections import OrderedDict
 from typing import Any
@@ -12,15 +14,21 @@ from .autobudget import cached_budget_choice, known_budget_choice
 from .decoding.config import DecodeConfig
 from .errors import CallStopped, ModelLoadError, PossError
 from .models import loading
+from .models.hardware import cuda_available
 from .models.presets import Preset
+from .models.resident import model_bytes, release_memory
+
+MB = 2**20
 
 
 class ModelCache:
     """Targets and drafts loaded once and shared by every session; one lock per model so sessions loading
-    different models do not wait on each other. Keeps at most `max_targets` targets (and their drafts)."""
+    different models do not wait on each other. Keeps at most `max_targets` targets (and their drafts), and, with a
+    `budget_bytes`, their weights in main memory within it (GPU memory is the device's own to bound)."""
 
-    def __init__(self, max_targets: int = 2) -> None:
+    def __init__(self, max_targets: int = 2, budget_bytes: int | None = None) -> None:
         self.max_targets = max_targets
+        self.budget_bytes = budget_bytes  # the memory total (the app's --session-memory-mb); None: no total
         self._lock = threading.Lock()
         self._key_locks: dict[tuple, threading.Lock] = {}
         self._targets: OrderedDict[tuple, Any] = OrderedDict()
@@ -31,7 +39,10 @@ class ModelCache:
 
     def _target_key(self, preset: Preset, quantization: str, precision: str) -> tuple:
         dtype = self.dtype if precision in (None, "", "auto") else loading.parse_dtype(precision)
-        # Keyed by the dtype it loads in: `auto` and the precision it stands for are one target, not two copies.
+        # Keyed by what it loads as: `auto` and the precision it stands for are one target, not two copies, and so
+        # are quantization `auto` and `none` without a GPU (auto quantizes only to fit a GPU).
+        if quantization in (None, "", "auto") and not cuda_available():
+            quantization = "none"
         return (preset.target, quantization, loading.load_dtype(preset.target, dtype))
 
     def _key_lock(self, key: tuple) -> threading.Lock:
@@ -54,13 +65,72 @@ class ModelCache:
                     f"could not load {preset.name!r}: {type(err).__name__}: "
                     f"{str(err).splitlines()[0] if str(err) else ''}"
                 ) from err
+            self._refuse_past_total(preset, key, target)
             with self._lock:
                 self._targets[key] = target
                 while len(self._targets) > self.max_targets:
-                    old, _ = self._targets.popitem(last=False)
-                    for dk in [k for k in self._drafts if k[:3] == old]:
-                        del self._drafts[dk]
+                    self._evict(next(iter(self._targets)))
+            self.fit_total(keep=key)
             return target
+
+    def _evict(self, key: tuple) -> None:
+        """Let go of a target and what was loaded beside it (under the lock); a run still using them keeps them
+        until it ends."""
+        self._targets.pop(key, None)
+        for dk in [k for k in self._drafts if k[:3] == key]:
+            del self._drafts[dk]
+
+    def _main_memory_bytes(self, key: tuple) -> int:
+        """What a target and the models beside it hold in main memory (0 for a target on a GPU)."""
+        with self._lock:
+            models = [self._targets.get(key), *(m for k, m in self._drafts.items() if k[:3] == key)]
+        if any(getattr(getattr(m, "device", None), "type", "cpu") != "cpu" for m in models if m is not None):
+            return 0
+        return model_bytes(*(m for m in models if m is not None))
+
+    def resident_bytes(self) -> int:
+        """What every loaded target and the models beside them hold in main memory."""
+        with self._lock:
+            keys = list(self._targets)
+        return sum(self._main_memory_bytes(k) for k in keys)
+
+    def fit_total(self, keep: tuple | None = None) -> int:
+        """Past `budget_bytes`, let go of the least recently used targets (and their drafts) but `keep`, the one in
+        use; returns how many went."""
+        if not self.budget_bytes:
+            return 0
+        gone = 0
+        while self.resident_bytes() > self.budget_bytes:
+            with self._lock:
+                old = next((k for k in self._targets if k != keep), None)
+                if old is None:
+                    break
+                self._evict(old)
+            gone += 1
+            print(
+                f"[poss] models: let go of {old[0]} ({old[2]}, quantization {old[1]}) to stay within the memory total "
+                f"of {self.budget_bytes / MB:.0f} MB",
+                file=sys.stderr,
+                flush=True,
+            )
+        if gone:
+            release_memory()
+        return gone
+
+    def _refuse_past_total(self, preset: Preset, key: tuple, target) -> None:
+        """A target that alone needs more main memory than the total is refused (and let go at once)."""
+        if not self.budget_bytes or getattr(getattr(target, "device", None), "type", "cpu") != "cpu":
+            return
+        need = model_bytes(target)
+        if need <= self.budget_bytes:
+            return
+        del target
+        release_memory()
+        raise ModelLoadError(
+            f"{preset.name!r} in {str(key[2]).replace('torch.', '')} (quantization {key[1]}) needs "
+            f"{need / MB:.0f} MB, more than this server's memory total of {self.budget_bytes / MB:.0f} MB: pick a "
+            f"lower precision or 8-bit, or a smaller preset."
+        )
 
     def draft(
         self, preset: Preset, method: methods.Method, target, quantization: str = "auto", precision: str = "auto"
@@ -106,6 +176,7 @@ class ModelCache:
                 ) from err
             with self._lock:
                 self._drafts[key] = model
+            self.fit_total(keep=key[:3])
             return model
 
     def budget(self, target, draft, config: DecodeConfig, log=None, cancel: threading.Event | None = None):

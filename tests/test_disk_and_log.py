@@ -15,7 +15,8 @@ import time
 import pytest
 
 from app import disk_budget, saved_files, server_text
-from app.disk_budget import MB, DiskBudget, UploadLimitMiddleware, UploadRate, sweep
+from app.disk_budget import MB, DiskBudget, UploadRate, sweep
+from app.upload_limits import UploadLimitMiddleware
 
 
 def _file(path, size: int, age_s: float, now: float) -> str:

@@ -108,3 +108,49 @@ def test_an_address_has_a_share_by_default_that_a_class_behind_one_nat_fits_in()
     refused = share_.join("one-more", "203.0.113.1")  # fresh sessions cannot grow one address's share past it
     assert refused and "your address" in refused
     assert share_.join("elsewhere", "198.51.100.2") is None  # another address is not held up by it
+
+
+def test_calls_joining_later_pass_a_waiting_call_at_most_passed_max_times():
+    # A returning visitor waits behind a stream of addresses never served: each new address would sort first by
+    # turns alone; after PASSED_MAX of them the visitor goes next, however many more arrive.
+    q = live_queue.LiveQueue(slots=1, max_waiting=64)
+    first = q.join(1, "r", "198.51.100.7")
+    assert q.try_start(first)
+    q.leave(first)  # the visitor was served once
+    visitor = q.join(1, "r", "198.51.100.7")
+    stream = [q.join(1, f"n{i}", f"10.9.0.{i}") for i in range(20)]  # new addresses, all after the visitor
+    assert q.place(visitor) == q.PASSED_MAX + 1
+    order = started(q)
+    assert order.index(visitor) == q.PASSED_MAX
+    assert order[: q.PASSED_MAX] == stream[: q.PASSED_MAX]
+
+
+def test_a_call_passed_in_the_line_keeps_its_count_while_it_waits():
+    q = live_queue.LiveQueue(slots=1, max_waiting=64)
+    served = q.join(1, "r", "A")
+    assert q.try_start(served)
+    q.leave(served)
+    waiting = q.join(1, "r", "A")
+    for i in range(q.PASSED_MAX):  # one new address at a time, each starting ahead of it
+        t = q.join(1, f"n{i}", f"N{i}")
+        assert q.place(t) == 1 and q.try_start(t)
+        q.leave(t)
+    late = q.join(1, "late", "never-served")
+    assert q.place(waiting) == 1 and q.place(late) == 2
+
+
+@pytest.mark.parametrize(
+    ("peer", "header", "hops", "address"),
+    [
+        ("10.0.0.2", "203.0.113.9", 0, "10.0.0.2"),  # no trusted proxy: the header is the client's own words
+        ("10.0.0.2", "203.0.113.9", 1, "203.0.113.9"),  # the proxy appended the client's address
+        ("10.0.0.2", "6.6.6.6, 203.0.113.9", 1, "203.0.113.9"),  # an entry the client wrote is never used
+        ("10.0.0.2", "6.6.6.6, 203.0.113.9, 10.0.0.7", 2, "203.0.113.9"),  # two proxies: the second from the right
+        ("10.0.0.2", "203.0.113.9", 2, "10.0.0.2"),  # fewer entries than proxies: the peer
+        ("127.0.0.1", "203.0.113.9", 1, "203.0.113.9"),  # a local proxy
+        ("8.8.4.4", "203.0.113.9", 1, "8.8.4.4"),  # a public peer is not a proxy of ours
+        ("10.0.0.2", None, 1, "10.0.0.2"),
+    ],
+)
+def test_the_client_address_is_the_entry_the_trusted_proxy_appended(peer, header, hops, address):
+    assert client_share.client_address(peer, header, hops=hops) == address

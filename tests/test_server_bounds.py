@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import gc
 import weakref
+from pathlib import Path
 
 import page
 import pytest
 import wording
 from app_settings import req, run_settings
 
-from app import handlers, saved_files, state, user_settings, view_handlers
+from app import file_owners, handlers, saved_files, state, user_settings, view_handlers
 
 VIEW = user_settings.View()
 
@@ -29,19 +30,24 @@ def store(monkeypatch):
     return s
 
 
-def test_a_saved_run_is_written_once_and_the_folder_stays_small(store, tmp_path, monkeypatch):
+def test_a_saved_run_is_written_once_and_belongs_to_its_tab(store, tmp_path, monkeypatch):
+    owners = file_owners.FileOwners(keep_s=600.0, per_tab=2, tab_seen=store.last_seen, idle_s=lambda: store.idle_s)
+    monkeypatch.setattr(file_owners, "OWNERS", owners)
     monkeypatch.setattr(saved_files, "saved_runs_dir", lambda: tmp_path)
-    monkeypatch.setattr(saved_files, "SAVED_RUNS_KEPT", 3)
     run_in(store, "saver")
     first = saved_files.save_handler(req("saver"))
     assert saved_files.save_handler(req("saver")) == first  # the same run again: the same file, not a new one
     assert len(list(tmp_path.glob("*.jsonl"))) == 1
-    for i in range(5):
-        run_in(store, f"saver{i}")
-        saved_files.save_handler(req(f"saver{i}"))
-    assert len(list(tmp_path.glob("*.jsonl"))) <= 3 + 1  # the kept ones, and the one just written
-    assert saved_files.prune_saved_runs(tmp_path, keep=10, age_s=0.0) >= 3  # past the age, every file goes
-    assert list(tmp_path.glob("*.jsonl")) == []
+    for i in range(5):  # other tabs' saves never touch it
+        run_in(store, f"other{i}")
+        saved_files.save_handler(req(f"other{i}"))
+    assert Path(first).is_file() and first in owners.protected()
+    mine = [first]
+    for _ in range(3):
+        run_in(store, "saver")
+        mine.append(saved_files.save_handler(req("saver")))
+    assert [Path(p).is_file() for p in mine] == [False, False, True, True]  # the tab keeps its newest two
+    assert owners.protected() >= set(mine[2:])
 
 
 def test_an_idle_tab_lets_go_of_its_finished_and_loaded_runs(store, tmp_path, monkeypatch):
