@@ -9,7 +9,7 @@ import gradio as gr
 
 from poss_core import saved_runs
 
-from . import client_share, recordings, upload_limits
+from . import client_share, path_alias, recordings, upload_limits
 
 THREADS = 160  # Gradio's worker threads: a waiting live run and a replay each hold one while they sleep
 CSS = (recordings.ASSETS / "app.css").read_text(encoding="utf-8")
@@ -58,6 +58,12 @@ def decoding_events(demo: gr.Blocks) -> set[int]:
     return {i for i, fn in demo.fns.items() if fn.concurrency_id in ("decode", "live") or fn.api_name == "replay"}
 
 
+def _upload_folder() -> str:
+    from gradio.utils import get_upload_folder
+
+    return get_upload_folder()
+
+
 def launch_kwargs(demo: gr.Blocks | None = None) -> dict[str, Any]:
     """What `launch()` needs besides host and port: CSS and theme (Gradio 6 takes them at launch), the largest
     upload (a saved run; Gradio refuses bigger files before they reach a handler) and, given the demo, the middleware
@@ -74,6 +80,8 @@ def launch_kwargs(demo: gr.Blocks | None = None) -> dict[str, Any]:
 
         kwargs["app_kwargs"] = {
             "middleware": [
+                # outermost: the others see the server's own paths, a client only the alias
+                Middleware(path_alias.PathAliasMiddleware, folder=_upload_folder),
                 Middleware(client_share.QueueShareMiddleware, fn_indexes=decoding_events(demo)),
                 # uploads: sized, rated per address, fitted under the disk cap before Gradio writes them, then metered
                 Middleware(upload_limits.UploadLimitMiddleware, max_bytes=saved_runs.MAX_RUN_BYTES + 2**20),

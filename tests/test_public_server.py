@@ -270,3 +270,48 @@ def test_the_models_kept_loaded_stay_within_the_memory_total_but_the_one_in_use(
     cache.budget_bytes = model_bytes(second) // 2
     with pytest.raises(ModelLoadError, match="more than this server's memory total"):
         cache.target(preset, precision="float32")
+
+
+def test_replies_name_the_alias_never_the_upload_folder_and_requests_get_it_back(tmp_path):
+    from app.path_alias import ALIAS, PathAliasMiddleware
+
+    folder = str(tmp_path / "gradio")
+    seen = {}
+
+    async def app(scope, receive, send):
+        message = await receive()
+        seen["path"], seen["body"] = scope["path"], message.get("body", b"")
+        seen["length"] = dict(scope["headers"]).get(b"content-length")
+        ctype = b"text/event-stream" if scope["path"].endswith("/queue/data") else b"application/json"
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", ctype)]})
+        await send({"type": "http.response.body", "body": f'["{folder}/abc/run.jsonl"]'.encode(), "more_body": True})
+        await send({"type": "http.response.body", "body": b""})
+
+    def call(method: str, path: str, body: bytes = b""):
+        sent = []
+
+        async def receive():
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        async def send(message):
+            sent.append(message)
+
+        scope = {
+            "type": "http",
+            "method": method,
+            "path": path,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+        }
+        asyncio.run(PathAliasMiddleware(app, folder=lambda: folder)(scope, receive, send))
+        return sent
+
+    sent = call("POST", "/gradio_api/queue/join", json.dumps({"data": [{"path": f"{ALIAS}/abc/run.jsonl"}]}).encode())
+    assert json.loads(seen["body"])["data"][0]["path"] == f"{folder}/abc/run.jsonl"
+    assert seen["length"] == str(len(seen["body"])).encode()
+    reply = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    assert json.loads(reply) == [f"{ALIAS}/abc/run.jsonl"] and folder.encode() not in reply
+    assert dict(sent[0]["headers"])[b"content-length"] == str(len(reply)).encode()
+    call("GET", f"/gradio_api/file={ALIAS}/poss-runs/x.jsonl")
+    assert seen["path"] == f"/gradio_api/file={folder}/poss-runs/x.jsonl"
+    stream = call("GET", "/gradio_api/queue/data")
+    assert all(folder.encode() not in m.get("body", b"") for m in stream)
