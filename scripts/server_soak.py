@@ -50,12 +50,12 @@ _spec.loader.exec_module(server_check)
 
 METHODS = ["plain", "eagle", "poss2"]
 # A free Space's shape: the 20 s cap and no call fits of the public-server cases, the Space's token limit and tab
-# memory budget, a short idle time so the reaper acts within the soak, and a disk cap nearer what the mix writes
-# (under 10 MB in 30 minutes, with the 10-minute age sweep) than the Space's 2048 MB. The size sweep under a flood
-# is server_check's disk case.
+# memory budget, a short idle time so the reaper acts within the soak, and a disk cap nearer what the mix writes in
+# 30 minutes (with the 10-minute age sweep) than the Space's 2048 MB, and one trusted proxy hop as behind the Space's
+# router (each visitor's X-Forwarded-For is then its address). The size sweep under a flood is server_check's disk case.
 DEFAULT_SERVER_ARGS = (
     "--max-call-seconds 20 --no-call-fits --max-new-tokens 256 --idle-minutes 2 "
-    "--disk-cap-mb 128 --session-memory-mb 4096 --cache-minutes 10"
+    "--disk-cap-mb 128 --session-memory-mb 4096 --cache-minutes 10 --proxy-hops 1"
 )
 PROMPTS = [
     "Why is the sky blue?",
