@@ -1,6 +1,5 @@
 """What loading a large results file costs the Evidence tab: builds a synthetic records.jsonl (by default 16 methods
-x 2,000 questions, one run, a prefill and two rounds each: about 12 MB, inside every size limit of `load_evidence`) and
-times
+x 2,000 questions, one run, a prefill and two rounds each, inside every size limit of `load_evidence`) and times
 `poss_core.results.evidence.load_evidence` on it, wall clock and CPU seconds of this process, with the split between
 parsing the rows and building the summary (the bootstrap intervals among it). With --compare PRESET it also times a
 small comparison (plain and EAGLE at RunSpec's default tree, --compare-tokens new tokens) alone, then while

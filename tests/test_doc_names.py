@@ -78,8 +78,8 @@ class Project:
     """Every module of app/, poss_core/ and scripts/ by dotted name, and every class by its name."""
 
     root: Path
-    modules: dict[str, Module] = field(default_factory=dict)
-    files: set[str] = field(default_factory=set)
+    modules: dict[str, Module] = field(default_factory=dict, repr=False)
+    files: set[str] = field(default_factory=set, repr=False)
 
     @classmethod
     def read(cls, root: Path) -> Project:
