@@ -18,7 +18,7 @@ from poss_core.json_safe import clean_json
 from poss_core.methods import PLAIN
 from poss_core.models.presets import DEFAULT_PRESET, get_preset
 
-from . import client_share, control_defaults, live_queue, state
+from . import client_share, control_defaults, limits, live_queue
 from .class_pool import CLASS
 from .control_defaults import ui_defaults
 from .server_text import REFUSED, neutral_paths
@@ -80,13 +80,15 @@ def compare_api(
     cancelled API call, or a client gone away). A refused input raises gr.Error (with `quiet_refusals`, without a
     traceback in the server's log)."""
     name = preset or DEFAULT_PRESET
-    budget = CallBudget(state.CALL_LIMIT_S, parent=cancel)
+    budget = CallBudget(limits.LIMITS.call_s, parent=cancel)
     # The endpoint checks its input where it arrives and passes the run on; a direct call is checked here.
     run = run or api_run(prompt, methods, name, quiet_refusals, **values)
     try:
         if budget.is_set() and not budget.timed_out:
             raise gr.Error("cancelled before the comparison started.", print_exception=not quiet_refusals)
-        comp = compare.run_to_end(compare.start(run, cancel=budget, wait_for_fits=False, new_fits=state.CALL_FITS))
+        comp = compare.run_to_end(
+            compare.start(run, cancel=budget, wait_for_fits=False, new_fits=limits.LIMITS.call_fits)
+        )
     except PossError as err:
         raise gr.Error(neutral_paths(str(err)), print_exception=not quiet_refusals) from err
     CLASS.add_run(comp)  # "everyone on this server" counts API runs too (numbers only)
@@ -124,7 +126,7 @@ def compare_api(
             "timing": "lanes run in turns, one round each; tokens/s counts each lane's own compute",
             "timed_out": comp.timed_out,
             **(
-                {"note": f"stopped at the server's limit of {state.CALL_LIMIT_S:g} s per call"}
+                {"note": f"stopped at the server's limit of {limits.LIMITS.call_s:g} s per call"}
                 if comp.timed_out
                 else {}
             ),
@@ -160,7 +162,11 @@ def _budget_note(comp: compare.Comparison, lane: compare.Lane) -> str | None:
     """Why a draft lane that asked for an auto budget decodes on the default one (none needed otherwise)."""
     if not comp.spec.auto_budget or lane.budget_auto or lane.budget is None or lane.method == "oracle":
         return None
-    why = "this server fits tree budgets only at start-up" if not state.CALL_FITS else "the server was still fitting it"
+    why = (
+        "this server fits tree budgets only at start-up"
+        if not limits.LIMITS.call_fits
+        else "the server was still fitting it"
+    )
     return f"the default tree budget ({lane.budget}): {why}, and none is cached for this draft, depth and top-k"
 
 

@@ -18,7 +18,7 @@ import gradio as gr
 from poss_core.compare import CallBudget
 from poss_core.errors import CallStopped, PossError
 
-from . import client_share, live_queue, state
+from . import client_share, limits, live_queue
 from .render import Frame, render, status_only
 from .state import Session
 from .user_settings import View
@@ -38,7 +38,7 @@ def queue_wait(session: Session, budget: CallBudget, ticket: int) -> Iterator[Fr
         if time.monotonic() - shown >= QUEUE_FRAME_S:
             shown = time.monotonic()
             yield status_only(session, (live_queue.LIVE.status(ticket), "busy"))
-    budget.restart(state.CALL_LIMIT_S)
+    budget.restart(limits.LIMITS.call_s)
 
 
 def slot_blocking(budget: CallBudget, work: float, request: Any = None) -> int:

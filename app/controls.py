@@ -11,7 +11,7 @@ import gradio as gr
 from poss_core import settings
 from poss_core.settings import LIMITS, PRECISIONS
 
-from . import user_settings
+from . import limits, user_settings
 from .control_defaults import precision_hint, precision_note, quantization_hint, quantization_note
 from .user_settings import RunSettings, View
 
@@ -39,7 +39,7 @@ def run_controls(start: dict[str, Any], gpu: bool, precision: str) -> dict[str, 
     """One control per setting the app offers, made from its declaration (settings.SETTINGS: label, bounds, step,
     choices, help), laid out in CONTROL_ROWS; `start` holds the preset's tree defaults (control_defaults.ui_defaults),
     `gpu` and `precision` what this machine offers and starts with."""
-    top_tokens = min(LIMITS["max_new_tokens"][1], user_settings.MAX_NEW_TOKENS or LIMITS["max_new_tokens"][1])
+    top_tokens = min(LIMITS["max_new_tokens"][1], limits.LIMITS.max_new_tokens or LIMITS["max_new_tokens"][1])
     # What differs from the declaration here: this machine's words and offers, and this server's cap.
     special: dict[str, dict[str, Any]] = {
         "max_new_tokens": {"maximum": top_tokens, "value": min(start["max_new_tokens"], top_tokens), "info": None},

@@ -21,7 +21,7 @@ from poss_core.results.analysis import OVERALL
 from poss_core.results.evidence import Evidence, load_evidence
 from poss_core.views import figures
 
-from . import about, render
+from . import about, limits, render
 from .evidence_html import header_html, machine_of, message_html, table_html
 
 OUTPUT_NAMES = (
@@ -63,9 +63,6 @@ run faster than plain decoding: the second chart. How much faster depends on the
 EPYC, ×1.47–1.58 on an Intel Xeon whose AMX multiplies bf16 in hardware). Acceptance (τ, pos-acc) does not depend on
 the machine; speed does."""
 )
-# The folder the path box may read besides the project's results/ (and $POSS_RESULTS_DIR): set by build_demo from
-# `python app.py --results-dir DIR`.
-RESULTS_DIR: Path | None = None
 # Uploads and typed folders loaded at once, in their own queue ("evidence"), apart from the decoding one: a build is
 # Python work bounded by evidence.MAX_ROUNDS (seconds of one core), and one at a time leaves the other cores to the
 # live runs however many loads wait. Each runs in a worker process (`loading.load_apart`), so its Python work never
@@ -106,7 +103,8 @@ def refresh_command(preset: str) -> str:
 
 def load_results_path(text: Any) -> Evidence:
     """The summary of a typed results folder or file, read only from the project's results/ or RESULTS_DIR."""
-    return loading.load_results_path(text, loading.results_roots(RESULTS_DIR))
+    extra = limits.LIMITS.results_dir  # `python app.py --results-dir DIR`
+    return loading.load_results_path(text, loading.results_roots(Path(extra) if extra else None))
 
 
 # ---------------------------------------------------------------- charts

@@ -15,7 +15,7 @@ from poss_core.compare import CallBudget, Comparison
 from poss_core.errors import PossError
 from poss_core.run_spec import MAX_LANES
 
-from . import calls, client_share, live_queue, machine, recordings, state
+from . import calls, client_share, limits, live_queue, machine, recordings, state
 from .render import Frame, render, status_only
 from .state import Session
 from .user_settings import RunSettings, View
@@ -52,7 +52,7 @@ def _final_status(comp: Comparison, note: str = "") -> tuple[str, str]:
         return "Some lanes failed: " + " | ".join(errors), "error"
     if comp.timed_out:
         return (
-            f"Stopped at this server's limit of {state.CALL_LIMIT_S:g} s per call: every lane ended cleanly. "
+            f"Stopped at this server's limit of {limits.LIMITS.call_s:g} s per call: every lane ended cleanly. "
             f"Ask for fewer new tokens or a smaller tree.",
             "info",
         )
@@ -92,7 +92,7 @@ def _stream(
     last, last_charts, gap = 0.0, time.monotonic() if paced else 0.0, UPDATE_EVERY_S
     due = 0.0  # a paced replay's next turn is due then (the first round shows at once)
     if isinstance(comp.cancel, CallBudget):
-        comp.cancel.limit(state.CALL_LIMIT_S)  # the per-call cap (a live run's clock began with its call)
+        comp.cancel.limit(limits.LIMITS.call_s)  # the per-call cap (a live run's clock began with its call)
     try:
         while True:
             if comp.replay and comp.cancelled:  # replayed lanes do not watch the flag themselves
@@ -161,14 +161,14 @@ def run_handler(settings: RunSettings, view: View, request: gr.Request | None = 
                 loading = status_only(session, (f"Loading {spec.preset} and {len(spec.methods)} lane(s)…", "busy"))
                 yield loading
                 # A fit the app started at start-up is not waited for: the lane starts on the default budget.
-                lines = compare.fit_budgets(run, wait_for_fits=False, new_fits=state.CALL_FITS, cancel=budget)
+                lines = compare.fit_budgets(run, wait_for_fits=False, new_fits=limits.LIMITS.call_fits, cancel=budget)
                 while (line := (yield from calls.waiting(budget, lambda: next(lines, None), loading))) is not None:
                     loading = status_only(session, (line, "busy"))
                     yield loading
                 comp = yield from calls.waiting(
                     budget,
                     lambda: machine.mark_live(
-                        compare.start(run, cancel=budget, wait_for_fits=False, new_fits=state.CALL_FITS)
+                        compare.start(run, cancel=budget, wait_for_fits=False, new_fits=limits.LIMITS.call_fits)
                     ),
                     loading,
                     discard=Comparison.close,
@@ -208,13 +208,13 @@ def step_handler(settings: RunSettings, view: View, request: gr.Request | None =
                     comp = saved_runs.replay(session.loaded)
                     session.loaded = None
                 else:
-                    budget = session.call = CallBudget(state.CALL_LIMIT_S)  # Stop and the cap cover the start
+                    budget = session.call = CallBudget(limits.LIMITS.call_s)  # Stop and the cap cover the start
                     comp = machine.mark_live(
                         compare.start(
                             settings.resolved(session.history),
                             cancel=budget,
                             wait_for_fits=False,
-                            new_fits=state.CALL_FITS,
+                            new_fits=limits.LIMITS.call_fits,
                         )
                     )
                     budget.seconds = None  # started: a paused Step's lanes wait for the next Step without a clock
@@ -222,7 +222,7 @@ def step_handler(settings: RunSettings, view: View, request: gr.Request | None =
                 session.pins.clear()
             clock = isinstance(comp.cancel, CallBudget) and not comp.replay
             if clock:  # each Step's round (the first reads the prompt) is capped like a call; the pause is not
-                comp.cancel.restart(state.CALL_LIMIT_S)
+                comp.cancel.restart(limits.LIMITS.call_s)
             try:
                 comp.turn()
             finally:

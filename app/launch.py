@@ -271,50 +271,38 @@ def max_new_tokens(requested: int | None, gpu: bool) -> int:
     return top if gpu else min(top, CPU_MAX_NEW_TOKENS)
 
 
-def start_disk_budget(demo, cap_mb: float, upload_mb_per_s: float, age_s: float, saved_run_s: float) -> None:
-    """Cap Gradio's cache folder (`disk_budget.BUDGET`, swept by age and size in a daemon thread, a flood's own files
-    first), set the uploads' rate per address (`disk_budget.RATE`) and keep each tab's saved runs for it
-    (`file_owners.OWNERS`: while the tab lives and `saved_run_s` after)."""
+def start_disk_budget(demo) -> None:
+    """Sweep Gradio's cache folder under the installed limits' cap (`disk_budget.BUDGET`, by age and size in a daemon
+    thread, a flood's own files first) and keep each tab's saved runs for it (`file_owners.OWNERS`: while the tab
+    lives and --saved-run-minutes after, by this sweep and Gradio's own)."""
     from gradio.utils import get_upload_folder
 
-    from app import disk_budget, file_owners, saved_files, state
+    from app import disk_budget, file_owners, limits, saved_files, state
 
     owners = file_owners.OWNERS
-    owners.keep_s, owners.tab_seen = saved_run_s, state.SESSIONS.last_seen
-    owners.idle_s = lambda: state.SESSIONS.idle_s
+    owners.tab_seen, owners.idle_s = state.SESSIONS.last_seen, lambda: state.SESSIONS.idle_s
     saved_files.protect_saved_runs(demo)
     budget = disk_budget.BUDGET
-    budget.folder, budget.cap_bytes, budget.age_s = Path(get_upload_folder()).resolve(), int(cap_mb * 2**20), age_s
+    budget.folder = Path(get_upload_folder()).resolve()
     # Files a component keeps for good (Gradio's keep_in_cache, with the protected saved runs) count against the cap
     # but are never deleted.
     budget.keep = lambda: {p for block in demo.blocks.values() for p in getattr(block, "keep_in_cache", ())}
     budget.address_of = owners.address_of
-    disk_budget.RATE.bytes_per_s = upload_mb_per_s * 2**20
     budget.start()
+    server = limits.LIMITS
     print(
-        f"[poss] disk: Gradio's cache capped at {cap_mb:.0f} MB, uploads {upload_mb_per_s:g} MB/s per address, "
-        f"saved runs kept {saved_run_s / 60:g} minutes past their tab",
+        f"[poss] disk: Gradio's cache capped at {server.disk_cap_bytes / 2**20:.0f} MB, uploads "
+        f"{server.upload_bytes_per_s / 2**20:g} MB/s per address, saved runs kept {server.saved_run_s / 60:g} "
+        f"minutes past their tab",
         file=sys.stderr,
         flush=True,
     )
 
 
-def main(argv: list[str] | None = None) -> None:
-    args = build_parser().parse_args(argv)
-    if args.attention:  # read by every TargetModel the app loads (models/row_invariant.use_attention)
-        os.environ["POSS_ATTENTION"] = args.attention
-    import torch
+def check_flags(args: argparse.Namespace) -> None:
+    """Refuse flags out of their bounds, with the flag and what to use (argparse's error: exit status 2)."""
+    from poss_core.settings import LIMITS
 
-    torch.set_num_threads(cpu_threads(args.threads))
-    from app import client_share, live_queue, server_text, state, user_settings
-    from app.class_pool import CLASS
-    from app.control_defaults import initial_precision
-    from app.serving import launch_kwargs
-    from app.ui import build_demo
-    from poss_core.model_cache import MODELS
-    from poss_core.models.hardware import cpu_bf16_units, cuda_available
-
-    precision = initial_precision(args.dtype, cuda_available(), cpu_bf16_units())
     for flag, value in (
         ("--max-call-seconds", args.max_call_seconds),
         ("--cache-minutes", args.cache_minutes),
@@ -332,8 +320,6 @@ def main(argv: list[str] | None = None) -> None:
     ):
         if value < 0 or (flag == "--max-calls-per-client" and value < 1):
             build_parser().error(f"{flag}={value}: use a whole number >= {1 if 'client' in flag else 0}.")
-    from poss_core.settings import LIMITS
-
     top = int(LIMITS["max_new_tokens"][1])
     for flag, value, most in (
         ("--concurrency", args.concurrency, 64),
@@ -344,38 +330,39 @@ def main(argv: list[str] | None = None) -> None:
             build_parser().error(f"{flag}={value}: use a whole number from 1 to {most}.")
     if not 64 <= args.disk_cap_mb < float("inf"):  # the cap must hold at least one burst of uploads
         build_parser().error(f"--disk-cap-mb={args.disk_cap_mb}: use a number >= 64.")
-    threads = cpu_threads(args.threads)
-    concurrency = args.concurrency or live_queue.auto_slots(os.cpu_count(), threads)
-    state.SESSIONS.idle_s = args.idle_minutes * 60.0
-    state.SESSIONS.budget_mb = args.session_memory_mb
-    MODELS.budget_bytes = int(args.session_memory_mb * 2**20)
-    user_settings.MAX_NEW_TOKENS = max_new_tokens(args.max_new_tokens, cuda_available())
-    client_share.PROXY_HOPS = proxy_hops(args.proxy_hops)
-    client_share.SHARE.per_client = args.max_calls_per_client
-    client_share.SHARE.per_address = args.max_calls_per_address
-    live_queue.LIVE.max_waiting, live_queue.LIVE.cap_s = args.queue_size, args.max_call_seconds
-    CLASS.reset_key = args.class_reset_key
-    print(
-        f"[poss] client addresses: {client_share.PROXY_HOPS or 'no'} trusted proxy hop"
-        f"{'s' if client_share.PROXY_HOPS != 1 else ''}; live runs: {concurrency} at once, at most "
-        f"{user_settings.MAX_NEW_TOKENS} new tokens each, up to "
-        f"{args.queue_size} waiting; class pool reset {'by key' if CLASS.reset_key else 'off (no key)'}",
-        file=sys.stderr,
-        flush=True,
+
+
+def server_limits(args: argparse.Namespace):
+    """The limits the flags ask for, with this machine's defaults where a flag is not given."""
+    from app import limits, live_queue
+    from poss_core.models.hardware import cuda_available
+
+    slots = args.concurrency or live_queue.auto_slots(os.cpu_count(), cpu_threads(args.threads))
+    return limits.ServerLimits.from_args(
+        args, slots, max_new_tokens(args.max_new_tokens, cuda_available()), proxy_hops(args.proxy_hops)
     )
-    demo = build_demo(
-        preset=args.preset,
-        concurrency=concurrency,
-        precision=precision,
-        call_limit_s=args.max_call_seconds,
-        results_dir=args.results_dir,
-        call_fits=not args.no_call_fits,
-        cache_age_s=args.cache_minutes * 60.0,
-    )
-    demo.queue(max_size=args.queue_size, default_concurrency_limit=concurrency)
-    start_disk_budget(
-        demo, args.disk_cap_mb, args.upload_mb_per_second, args.cache_minutes * 60.0, args.saved_run_minutes * 60.0
-    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    if args.attention:  # read by every TargetModel the app loads (models/row_invariant.use_attention)
+        os.environ["POSS_ATTENTION"] = args.attention
+    import torch
+
+    torch.set_num_threads(cpu_threads(args.threads))
+    from app import limits, server_text
+    from app.control_defaults import initial_precision
+    from app.serving import launch_kwargs
+    from app.ui import build_demo
+    from poss_core.models.hardware import cpu_bf16_units, cuda_available
+
+    precision = initial_precision(args.dtype, cuda_available(), cpu_bf16_units())
+    check_flags(args)
+    server = server_limits(args)
+    print(limits.summary(server), file=sys.stderr, flush=True)
+    demo = build_demo(args.preset, precision, server)  # installs the limits
+    demo.queue(max_size=server.queue_size, default_concurrency_limit=server.slots)
+    start_disk_budget(demo)
     server_text.install()  # a call Gradio refuses on its inputs: one log line, not a trace echoing its values
     if not args.no_preload:
         prepare_target(args.preset)  # before the page is up: its first Run then only loads a prepared checkpoint

@@ -1,6 +1,5 @@
 """What the app remembers: each browser tab's session (its comparison, conversation, pinned rounds, status, and its
-"All my runs" pools, app/tab_pools.py), the store that keeps them under a memory total and reaps idle ones, and the
-server's per-call limits."""
+"All my runs" pools, app/tab_pools.py), and the store that keeps them under a memory total and reaps idle ones."""
 
 from __future__ import annotations
 
@@ -21,13 +20,6 @@ from .class_pool import CLASS
 from .tab_pools import POOLED_ROUND_BYTES, MethodPool, Pools, pooled_runs
 
 DEFAULT_METHODS = [methods.PLAIN, "eagle", "poss2"]
-# The server-side cap on work per call: a Run, Replay or /compare call decodes for at most this many seconds, then
-# its lanes are stopped and the status (or the API's answer) says so. `python app.py --max-call-seconds` sets it.
-CALL_LIMIT_S = 300.0
-# Whether a call may start a new tree-budget fit (within its CALL_LIMIT_S); False: only fits cached at start-up or on
-# disk are used, and a lane that would need a new one starts on the default budget and says so
-# (`python app.py --no-call-fits`, for a public server).
-CALL_FITS = True
 # What every tab together may hold (paused Steps with their caches, finished and loaded runs, pooled rounds): past it
 # the least recently used tab's holdings are freed and the tab is told why (`python app.py --session-memory-mb`).
 # Sized for a 16 GB Space: the models, the live run's caches and the web server keep well within the rest.
@@ -234,7 +226,7 @@ class SessionStore:
         now = time.monotonic() if now is None else now
         self._last_reap = now
         with self._lock:
-            # A tab streaming a Run holds its lock and is bounded by CALL_LIMIT_S: it is not reaped here.
+            # A tab streaming a Run holds its lock and is bounded by the per-call cap: it is not reaped here.
             idle = [
                 s
                 for s in self._sessions.values()

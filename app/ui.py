@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import gradio as gr
@@ -22,7 +21,7 @@ from . import (
     controls,
     evidence_view,
     handlers,
-    live_queue,
+    limits,
     recordings,
     saved_files,
     state,
@@ -84,28 +83,17 @@ EXAMPLES_LABEL = "Examples: a click replays a recorded run at once; ▶ Run runs
 
 
 def build_demo(
-    preset: str = DEFAULT_PRESET,
-    concurrency: int = 2,
-    precision: str = "auto",
-    call_limit_s: float | None = None,
-    results_dir: str | None = None,
-    call_fits: bool = True,
-    cache_age_s: float = 600.0,
+    preset: str = DEFAULT_PRESET, precision: str = "auto", server: limits.ServerLimits | None = None
 ) -> gr.Blocks:
-    """The whole app. `concurrency` caps how many live comparisons (runs, steps, API calls) decode at once, the
-    slots of live_queue.LIVE (the others wait in line, their status saying where and for how long); `precision`
-    is the Precision setting's initial value (`python app.py --dtype`); `call_limit_s` the most seconds one call
-    decodes (state.CALL_LIMIT_S; `python app.py --max-call-seconds`); `results_dir` a folder the Evidence tab may
-    read results from besides results/ (`python app.py --results-dir`); `call_fits` False offers only the tree-budget
-    fits cached at start-up or on disk (state.CALL_FITS; `python app.py --no-call-fits`); `cache_age_s` how old a file
-    in Gradio's cache may get before it is deleted (`python app.py --cache-minutes`)."""
-    if call_limit_s is not None:
-        state.CALL_LIMIT_S = float(call_limit_s)
-    state.CALL_FITS = bool(call_fits)
-    if results_dir:
-        evidence_view.RESULTS_DIR = Path(results_dir)
+    """The whole app, serving `preset` first, with `precision` the Precision setting's initial value
+    (`python app.py --dtype`) and `server` the limits it holds visitors to (installed here; default
+    `ServerLimits()`): among them how many live comparisons decode at once (the others wait in live_queue.LIVE,
+    their status saying where and for how long) and how old a file in Gradio's cache may get."""
+    server = server or limits.ServerLimits()
+    limits.install(server)
+    concurrency = max(1, server.slots)
+    cache_age_s = server.cache_age_s
     state.SESSIONS.start_reaper()  # paused Step sessions idle past SESSIONS.idle_s free their decoders
-    live_queue.LIVE.slots = max(1, int(concurrency))
     state.APP_PRESET = preset
     first = get_preset(preset)
     d = ui_defaults(first)

@@ -10,11 +10,10 @@ from poss_core import settings
 from poss_core.errors import ConfigError, PromptError
 from poss_core.run_spec import Resolved, RunSpec
 
+from . import limits
+
 POOLED_VIEW = "all my runs"  # the charts' source control: "this run", this, or CLASS_VIEW
 CLASS_VIEW = "everyone on this server"  # every finished live run on the server, pooled (app/class_pool.py)
-# The most new tokens one live run may ask for (`python app.py --max-new-tokens`; the UI's slider stops there too).
-# None: the settings' own bound (LIMITS) only.
-MAX_NEW_TOKENS: int | None = None
 
 
 @dataclass
@@ -79,9 +78,10 @@ class RunSettings(settings.ByName):
         run = RunSpec(message, chosen, self.preset, **values).resolve()
         spec = run.spec
         spec.methods.sort(key=list(run.offered).index)
-        if MAX_NEW_TOKENS is not None and spec.max_new_tokens > MAX_NEW_TOKENS:
+        most = limits.LIMITS.max_new_tokens  # `python app.py --max-new-tokens`; the UI's slider stops there too
+        if most is not None and spec.max_new_tokens > most:
             raise ConfigError(
                 f"max_new_tokens={spec.max_new_tokens} is more than this server gives one run "
-                f"({MAX_NEW_TOKENS}, so that every visitor gets a turn): ask for {MAX_NEW_TOKENS} or fewer."
+                f"({most}, so that every visitor gets a turn): ask for {most} or fewer."
             )
         return run

@@ -17,6 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file from anywhere: the package is beside
 
+from app.limits import ServerLimits
 from app.recordings import EXAMPLES
 from app.serving import launch_kwargs
 from app.ui import build_demo
@@ -46,7 +47,7 @@ def main() -> None:
 
     from playwright.sync_api import sync_playwright
 
-    demo = build_demo(DEFAULT_PRESET, concurrency=1, precision=args.precision)
+    demo = build_demo(DEFAULT_PRESET, args.precision, ServerLimits(slots=1))
     demo.queue(max_size=4, default_concurrency_limit=1)
     port = free_port()
     demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, **launch_kwargs())

@@ -16,6 +16,7 @@ import pytest
 import wording
 
 from app import recordings
+from app.limits import ServerLimits
 from app.serving import launch_kwargs
 from app.ui import build_demo
 from poss_core.models.presets import DEFAULT_PRESET
@@ -37,7 +38,7 @@ def free_port() -> int:
 
 @pytest.fixture(scope="module")
 def server():
-    demo = build_demo("tiny-random", concurrency=2)
+    demo = build_demo("tiny-random", server=ServerLimits(slots=2))
     demo.queue(max_size=16, default_concurrency_limit=2)
     port = free_port()
     demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, **launch_kwargs())

@@ -19,6 +19,7 @@ from answer_text import sensible
 from test_app_e2e import CHROMIUM, free_port, needs_chromium, wait_for_status
 
 from app import about, handlers, machine, recordings, token_html
+from app.limits import ServerLimits
 from app.serving import launch_kwargs
 from app.ui import build_demo
 from poss_core.models.presets import DEFAULT_PRESET
@@ -33,7 +34,7 @@ pytestmark = [pytest.mark.slow, needs_chromium]
 
 @pytest.fixture(scope="module")
 def server():
-    demo = build_demo("tiny-random", concurrency=2)
+    demo = build_demo("tiny-random", server=ServerLimits(slots=2))
     demo.queue(max_size=16, default_concurrency_limit=2)
     port = free_port()
     demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, **launch_kwargs(demo))

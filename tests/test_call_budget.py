@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from dataclasses import replace
 
 import gradio as gr
 import page
@@ -14,7 +15,7 @@ import pytest
 import wording
 from app_settings import req, run_settings
 
-from app import api, control_defaults, handlers, state, user_settings, view_handlers
+from app import api, control_defaults, handlers, limits, state, user_settings, view_handlers
 from poss_core import compare, methods
 from poss_core.autobudget import cache, calibration
 from poss_core.errors import CallStopped, ConfigError
@@ -61,7 +62,7 @@ def settle(calls: list[int], quiet_s: float = 0.3, within_s: float = 3.0) -> flo
 
 def test_the_oracle_reference_decode_counts_against_the_cap(slow_forward, monkeypatch):
     # Its reference decode (400 tokens, at least 4 s here) ran in the comparison's start, before the cap's clock.
-    monkeypatch.setattr(state, "CALL_LIMIT_S", 0.3)
+    monkeypatch.setattr(limits, "LIMITS", replace(limits.LIMITS, call_s=0.3))
     t0 = time.monotonic()
     with pytest.raises(gr.Error) as stopped:
         api.compare_api(
@@ -102,7 +103,7 @@ def test_stop_ends_a_run_while_the_oracle_prepares(slow_forward):
 
 
 def test_a_fit_counts_against_the_cap_and_caches_nothing(slow_forward, fresh_fits, monkeypatch):
-    monkeypatch.setattr(state, "CALL_LIMIT_S", 0.3)
+    monkeypatch.setattr(limits, "LIMITS", replace(limits.LIMITS, call_s=0.3))
     t0 = time.monotonic()
     frames = list(handlers.run_handler(run_settings(auto_budget=True), VIEW, request=req("fit-cap")))
     took = time.monotonic() - t0
@@ -113,7 +114,7 @@ def test_a_fit_counts_against_the_cap_and_caches_nothing(slow_forward, fresh_fit
 
 
 def test_without_call_fits_a_lane_uses_the_default_budget_and_says_so(fresh_fits, monkeypatch):
-    monkeypatch.setattr(state, "CALL_FITS", False)
+    monkeypatch.setattr(limits, "LIMITS", replace(limits.LIMITS, call_fits=False))
 
     def no_fit(*a, **k):
         raise AssertionError("a call started a fit on a server that offers only cached fits")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import page
@@ -20,6 +21,7 @@ from app import (
     control_defaults,
     handlers,
     launch,
+    limits,
     live_queue,
     recordings,
     state,
@@ -250,7 +252,8 @@ def test_a_waiting_run_shows_its_place_and_stop_leaves_the_line(monkeypatch):
 
 def test_a_waiting_run_starts_when_the_slot_frees_and_its_cap_starts_then(monkeypatch):
     monkeypatch.setattr(live_queue, "LIVE", live_queue.LiveQueue(slots=1))
-    monkeypatch.setattr(state, "CALL_LIMIT_S", 1.5)  # shorter than the wait: waiting in line is not decoding
+    # A cap shorter than the wait: waiting in line is not decoding.
+    monkeypatch.setattr(limits, "LIMITS", replace(limits.LIMITS, call_s=1.5))
     busy = live_queue.LIVE.join()
     live_queue.LIVE.try_start(busy)
     threading.Timer(2.0, live_queue.LIVE.leave, args=(busy,)).start()
@@ -259,7 +262,7 @@ def test_a_waiting_run_starts_when_the_slot_frees_and_its_cap_starts_then(monkey
 
 
 def test_the_servers_token_limit_is_checked_before_queueing(monkeypatch):
-    monkeypatch.setattr(user_settings, "MAX_NEW_TOKENS", 16)
+    monkeypatch.setattr(limits, "LIMITS", replace(limits.LIMITS, max_new_tokens=16))
     out = list(handlers.run_handler(run_settings(max_new_tokens=17), THIS_RUN, request=req("class-limit")))[-1]
     assert page.status(out).kind == "error" and wording.says(out, wording.over_token_limit(17, 16))
     import gradio as gr
@@ -277,6 +280,31 @@ def test_launch_defaults_for_a_two_vcpu_space():
     assert launch.max_new_tokens(None, gpu=True) == 2048 and launch.max_new_tokens(100, gpu=False) == 100
     args = launch.build_parser().parse_args(["--class-reset-key", "k", "--max-new-tokens", "128"])
     assert args.class_reset_key == "k" and args.max_new_tokens == 128 and args.concurrency is None
+    server = launch.server_limits(args)  # one value for every limit, built from the flags
+    assert (server.max_new_tokens, server.class_reset_key, server.call_s, server.per_address) == (128, "k", 300.0, 40)
+    assert server.slots == live_queue.auto_slots(None, launch.cpu_threads(None))
+    with pytest.raises(SystemExit):
+        launch.check_flags(launch.build_parser().parse_args(["--proxy-hops", "-1"]))
+
+
+def test_installed_limits_reach_what_holds_them(monkeypatch):
+    from app import client_share, disk_budget, file_owners
+    from poss_core.model_cache import MODELS
+
+    for name, obj in (("LIVE", live_queue), ("SHARE", client_share), ("SESSIONS", state)):
+        monkeypatch.setattr(obj, name, type(getattr(obj, name))())
+    before = (limits.LIMITS, MODELS.budget_bytes, client_share.PROXY_HOPS, CLASS.reset_key)
+    before_disk = (disk_budget.BUDGET.cap_bytes, disk_budget.BUDGET.age_s, disk_budget.RATE.bytes_per_s)
+    try:
+        server = limits.ServerLimits(call_s=9.0, slots=3, per_address=7, proxy_hops=1, memory_mb=100.0, idle_s=30.0)
+        limits.install(server)
+        assert limits.LIMITS is server and live_queue.LIVE.cap_s == 9.0 and live_queue.LIVE.slots == 3
+        assert client_share.SHARE.per_address == 7 and client_share.PROXY_HOPS == 1
+        assert state.SESSIONS.idle_s == 30.0 and MODELS.budget_bytes == 100 * 2**20
+        assert file_owners.OWNERS.keep_s == server.saved_run_s
+    finally:
+        limits.LIMITS, MODELS.budget_bytes, client_share.PROXY_HOPS, CLASS.reset_key = before
+        disk_budget.BUDGET.cap_bytes, disk_budget.BUDGET.age_s, disk_budget.RATE.bytes_per_s = before_disk
 
 
 # ---------------------------------------------------------------- the bundled recordings

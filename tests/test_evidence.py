@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import gradio as gr
@@ -13,7 +14,7 @@ import pytest
 from helpers import PLOTLY_MARKUP, assert_shown_as_text, plotly_strings
 from test_bench import DEPTH, known_records
 
-from app import evidence_view, render
+from app import evidence_view, limits, render
 from poss_core import metrics
 from poss_core.bench import cli
 from poss_core.errors import ConfigError
@@ -401,7 +402,7 @@ def as_dict(outputs: dict) -> dict:
 
 
 def test_folder_handler_shows_a_fresh_run(fresh_run, monkeypatch):
-    monkeypatch.setattr(evidence_view, "RESULTS_DIR", fresh_run.parent)
+    monkeypatch.setattr(limits, "LIMITS", replace(limits.LIMITS, results_dir=fresh_run.parent))
     out = as_dict(evidence_view.folder_handler("tiny"))
     ev = evidence.load_evidence(fresh_run)
     rounds = ev.results["eagle"].scopes["overall"].rounds
@@ -417,13 +418,13 @@ def test_folder_handler_shows_a_fresh_run(fresh_run, monkeypatch):
 
 
 def test_folder_handler_reads_only_the_allowed_folders(fresh_run, monkeypatch, tmp_path):
-    monkeypatch.setattr(evidence_view, "RESULTS_DIR", fresh_run.parent)
+    monkeypatch.setattr(limits, "LIMITS", replace(limits.LIMITS, results_dir=fresh_run.parent))
     for text in ["/etc", "../../../etc", str(tmp_path), "tiny/../../eval"]:
         out = as_dict(evidence_view.folder_handler(text))
         assert "reads only folders under" in out["message"] and "error" in out["message"], text
         assert not any(hasattr(v, "layout") for v in out.values())  # the charts shown stay as they were
     (tmp_path / "inner").symlink_to(fresh_run)  # a link out of the allowed folder is followed, then refused
-    monkeypatch.setattr(evidence_view, "RESULTS_DIR", tmp_path)
+    monkeypatch.setattr(limits, "LIMITS", replace(limits.LIMITS, results_dir=tmp_path))
     out = as_dict(evidence_view.folder_handler("inner"))
     assert "reads only folders under" in out["message"] and not any(hasattr(v, "layout") for v in out.values())
     assert "no such folder" in as_dict(evidence_view.folder_handler("missing"))["message"]
@@ -439,7 +440,7 @@ def test_folder_box_reads_only_regular_files_inside_the_allowed_folders(known, m
     secret = evidence.write_evidence(elsewhere / "secret.json", known[1])
     records = elsewhere / "records.jsonl"
     records.write_text("".join(json.dumps(r.to_json()) + "\n" for r in known_records()))
-    monkeypatch.setattr(evidence_view, "RESULTS_DIR", allowed)
+    monkeypatch.setattr(limits, "LIMITS", replace(limits.LIMITS, results_dir=allowed))
     (allowed / "x").mkdir()
     (allowed / "x" / "evidence.json").symlink_to(secret)
     (allowed / "y").mkdir()
@@ -506,7 +507,7 @@ def test_committed_evidence_summaries_load(path):
 
 
 def test_dataset_picker_redraws_the_scoped_charts_on_one_dataset(fresh_run, monkeypatch):
-    monkeypatch.setattr(evidence_view, "RESULTS_DIR", fresh_run.parent)
+    monkeypatch.setattr(limits, "LIMITS", replace(limits.LIMITS, results_dir=fresh_run.parent))
     out = as_dict(evidence_view.folder_handler("tiny"))
     ev = out["shown"]
     assert isinstance(ev, evidence.Evidence) and out["scope"]["value"] == "overall"

@@ -10,7 +10,8 @@ import pytest
 from test_app_e2e import app_page, free_port, needs_chromium
 from test_bench import DEPTH, known_records
 
-from app import evidence_view
+from app import limits
+from app.limits import ServerLimits
 from app.serving import launch_kwargs
 from app.ui import build_demo
 from poss_core.bench import report
@@ -32,7 +33,7 @@ def server(tmp_path_factory):
     report.write_outputs(root / "results" / "mine", records[:8], mine, DEPTH, plotlyjs="cdn")  # the first run only
     before = os.environ.get("POSS_EVIDENCE_DIR")
     os.environ["POSS_EVIDENCE_DIR"] = str(root / "bundled")
-    demo = build_demo("tiny-random", concurrency=2, results_dir=str(root / "results"))
+    demo = build_demo("tiny-random", server=ServerLimits(slots=2, results_dir=str(root / "results")))
     demo.queue(max_size=16, default_concurrency_limit=2)
     port = free_port()
     demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, **launch_kwargs())
@@ -40,7 +41,7 @@ def server(tmp_path_factory):
         yield f"http://127.0.0.1:{port}/"
     finally:
         demo.close()
-        evidence_view.RESULTS_DIR = None
+        limits.install(ServerLimits())  # the defaults back for the tests after this one
         if before is None:
             os.environ.pop("POSS_EVIDENCE_DIR", None)
         else:

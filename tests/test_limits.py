@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import replace
 
 import gradio as gr
 import pytest
 from app_settings import req, run_settings
 from helpers import run_main
 
-from app import api, handlers, state, user_settings
+from app import api, handlers, limits, state, user_settings
 from poss_core import compare
 from poss_core.decoding import config as config_module
 from poss_core.decoding.config import DecodeConfig
@@ -118,12 +119,12 @@ def test_prompt_tokens_are_bounded(monkeypatch):
 
 def test_per_call_cap_stops_a_run_and_a_compare_call(monkeypatch):
     # A cap already spent: the call stops before it loads anything, and says so.
-    monkeypatch.setattr(state, "CALL_LIMIT_S", 0.0)
+    monkeypatch.setattr(limits, "LIMITS", replace(limits.LIMITS, call_s=0.0))
     status = final_status("capped0", max_new_tokens=400)
     assert "limit of 0 s per call" in status, status
     assert state.SESSIONS.get(req("capped0")).comparison is None
     # A cap reached while decoding: every lane ends cleanly, within a round of the cap.
-    monkeypatch.setattr(state, "CALL_LIMIT_S", 0.3)
+    monkeypatch.setattr(limits, "LIMITS", replace(limits.LIMITS, call_s=0.3))
     status = final_status("capped", max_new_tokens=2000, methods=["plain", "eagle", "poss2"])
     assert "limit of 0.3 s per call" in status, status
     comp = state.SESSIONS.get(req("capped")).comparison

@@ -4,11 +4,12 @@ one forward over the prompt, and a stop (or the cap) lands within one chunk."""
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 
 import pytest
 import torch
 
-from app import user_settings
+from app import limits, user_settings
 from poss_core.decoding.config import DecodeConfig
 from poss_core.decoding.decoder import PlainDecoder
 from poss_core.events import DecodeSummary
@@ -105,7 +106,7 @@ def test_the_cap_holds_inside_the_prefill_of_a_run_and_a_step(slow_per_token, mo
 
     from app import handlers, state
 
-    monkeypatch.setattr(state, "CALL_LIMIT_S", 0.5)
+    monkeypatch.setattr(limits, "LIMITS", replace(limits.LIMITS, call_s=0.5))
     monkeypatch.setattr(state, "SESSIONS", state.SessionStore(budget_mb=None))
     # About 450 tokens: read in one forward, each of the three lanes would take 3.6 s, 10.8 s in all.
     settings = run_settings(prompt="word " * 88, methods=["plain", "eagle", "poss2"], max_new_tokens=8)

@@ -130,10 +130,11 @@ def test_the_queue_middleware_refuses_a_join_past_the_share_with_a_message():
 
 
 def test_the_app_sweeps_gradios_cache_and_counts_its_decoding_events():
+    from app.limits import ServerLimits
     from app.serving import decoding_events, launch_kwargs
     from app.ui import build_demo
 
-    demo = build_demo(preset="tiny-random", cache_age_s=120)
+    demo = build_demo("tiny-random", server=ServerLimits(cache_age_s=120))
     assert demo.delete_cache == (60, 120)
     names = {demo.fns[i].api_name for i in decoding_events(demo)}
     assert {"run", "step", "replay", "compare"} <= names and "stop" not in names
