@@ -91,26 +91,36 @@ def setting_control(s: settings.Setting, value: Any = None, **kwargs: Any) -> gr
     return gr.Slider(common.pop("minimum", low), common.pop("maximum", hi), step=s.step, **common)
 
 
-def gathered(handler, settings: bool = False, leading: int = 0):
+# The controls a handler reads, by name (the page gives Gradio the components of these names, in this order): the Run
+# settings (RunSettings.from_named) and the view toggles (View.from_named).
+RUN_INPUTS = ("prompt", "multi_turn", "preset", "methods", *user_settings.APP_SETTINGS)
+VIEW_INPUTS = user_settings.VIEW_INPUTS
+
+
+def gathered(handler, settings: bool = False, leading: tuple[str, ...] = ()):
     """`handler` as Gradio calls it: the request first (Gradio passes it by its type hint), then one value per input
-    control. The first `leading` values pass as they are; the Run settings' controls (with `settings`) become one
-    RunSettings and the view toggles one View, so the handler takes `(*leading, [settings,] view, request=...)`."""
-    n = 4 + len(user_settings.APP_SETTINGS) if settings else 0
+    control, named by the wrapper's `inputs` (the page's components of those names, in that order). The controls
+    named in `leading` pass as they are; the Run settings (with `settings`) become one RunSettings and the view
+    toggles one View, so the handler takes `(*leading, [settings,] view, request=...)`."""
+    names = (*leading, *(RUN_INPUTS if settings else ()), *VIEW_INPUTS)
 
     def values(controls: tuple) -> list:
-        lead, rest = list(controls[:leading]), controls[leading:]
-        return lead + ([RunSettings.from_controls(*rest[:n])] if settings else []) + [View.from_controls(*rest[n:])]
+        by = dict(zip(names, controls))
+        run = [RunSettings.from_named(by)] if settings else []
+        return [by[n] for n in leading] + run + [View.from_named(by)]
 
     if inspect.isgeneratorfunction(handler):
 
         def streamed(request: gr.Request, *controls):
             yield from handler(*values(controls), request=request)
 
+        streamed.inputs = names  # type: ignore[attr-defined]
         return streamed
 
     def answered(request: gr.Request, *controls):
         return handler(*values(controls), request=request)
 
+    answered.inputs = names  # type: ignore[attr-defined]
     return answered
 
 

@@ -39,6 +39,14 @@ class View:
             everyone=str(charts_from) == CLASS_VIEW,
         )
 
+    @classmethod
+    def from_named(cls, by: dict[str, Any]) -> "View":
+        """From the view controls' values by name (VIEW_INPUTS)."""
+        return cls.from_controls(*(by[n] for n in VIEW_INPUTS))
+
+
+VIEW_INPUTS = ("color_by", "show_rejected", "pos_acc_mode", "charts_from")  # View.from_controls's order
+
 
 APP_SETTINGS = settings.offered_on(settings.APP)  # the Run controls after the prompt, preset and methods
 
@@ -52,11 +60,10 @@ class RunSettings(settings.ByName):
         self.values = values
 
     @classmethod
-    def from_controls(
-        cls, prompt: str, multi_turn: bool, preset: str, methods: list[str], *values: Any
-    ) -> "RunSettings":
-        """From the controls' values in the order ui.py lists them (one per APP_SETTINGS name)."""
-        return cls(prompt, multi_turn, preset, methods, **dict(zip(APP_SETTINGS, values)))
+    def from_named(cls, by: dict[str, Any]) -> "RunSettings":
+        """From the controls' values by name: the prompt, Multi-turn, the preset, the methods and one value per
+        APP_SETTINGS name."""
+        return cls(by["prompt"], by["multi_turn"], by["preset"], by["methods"], **{n: by[n] for n in APP_SETTINGS})
 
     def resolved(self, history: list[dict]) -> Resolved:
         """What a comparison runs, checked and resolved once, here where the input arrives (`RunSpec.resolve` raises

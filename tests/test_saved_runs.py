@@ -10,7 +10,7 @@ import pytest
 from app_settings import req, run_settings
 from helpers import PLOTLY_MARKUP, assert_shown_as_text, plotly_strings
 
-from app import about, handlers, saved_files, serving, state, ui, user_settings
+from app import about, demo_wiring, handlers, saved_files, serving, state, ui, user_settings
 from poss_core import saved_runs
 
 VIEW = user_settings.View()
@@ -164,7 +164,7 @@ def test_the_upload_is_limited_in_size_and_in_concurrency():
     assert serving.launch_kwargs()["max_file_size"] == saved_runs.MAX_RUN_BYTES
     demo = ui.build_demo("tiny-random")
     load = next(fn for fn in demo.fns.values() if fn.api_name == "load_run")
-    assert load.concurrency_limit == ui.LOAD_CONCURRENCY and load.concurrency_id == "load"
+    assert load.concurrency_limit == demo_wiring.LOAD_CONCURRENCY and load.concurrency_id == "load"
 
 
 @pytest.mark.parametrize(
