@@ -92,36 +92,11 @@ def compare_api(
     except PossError as err:
         raise gr.Error(neutral_paths(str(err)), print_exception=not quiet_refusals) from err
     CLASS.add_run(comp)  # "everyone on this server" counts API runs too (numbers only)
-    plain = comp.lane(PLAIN)
-    out_lanes = []
-    for lane in comp.lanes:
-        summary = lane.summary or {}
-        stats = metrics.summarize(lane.events)
-        tps = stats["tokens_per_s"]
-        out_lanes.append(
-            {
-                "method": lane.method,
-                "label": lane.label,
-                "text": lane.text,
-                "error": neutral_paths(lane.error) if lane.error else lane.error,
-                "stop_reason": summary.get("stop_reason"),
-                "tree_budget": lane.budget,
-                "budget_auto": lane.budget_auto,
-                "budget_note": _budget_note(comp, lane),
-                "identical_to_plain": (lane.token_ids == plain.token_ids)
-                if plain is not None and not lane.plain
-                else None,
-                "speedup_vs_plain": metrics.speedup(tps, metrics.tokens_per_s(plain.events))
-                if plain is not None and not lane.plain
-                else None,
-                "summary": stats,
-            }
-        )
     return clean_json(
         {
             "preset": name,
             "settings": comp.spec.to_json(),
-            "lanes": out_lanes,
+            "lanes": [_lane_answer(comp, lane) for lane in comp.lanes],
             "hardware": {k: neutral_paths(v) if isinstance(v, str) else v for k, v in (comp.hardware or {}).items()},
             "timing": "lanes run in turns, one round each; tokens/s counts each lane's own compute",
             "timed_out": comp.timed_out,
@@ -132,6 +107,30 @@ def compare_api(
             ),
         }
     )
+
+
+def _lane_answer(comp: compare.Comparison, lane) -> dict:
+    """One lane of /compare's answer: its text, how it stopped, its tree budget, whether it matched plain decoding
+    token for token and its speed-up over it, and its summary."""
+    plain = comp.lane(PLAIN)
+    summary = lane.summary or {}
+    stats = metrics.summarize(lane.events)
+    against_plain = plain is not None and not lane.plain
+    return {
+        "method": lane.method,
+        "label": lane.label,
+        "text": lane.text,
+        "error": neutral_paths(lane.error) if lane.error else lane.error,
+        "stop_reason": summary.get("stop_reason"),
+        "tree_budget": lane.budget,
+        "budget_auto": lane.budget_auto,
+        "budget_note": _budget_note(comp, lane),
+        "identical_to_plain": lane.token_ids == plain.token_ids if against_plain else None,
+        "speedup_vs_plain": metrics.speedup(stats["tokens_per_s"], metrics.tokens_per_s(plain.events))
+        if against_plain
+        else None,
+        "summary": stats,
+    }
 
 
 def api_run(prompt: str, methods: list[str], preset: str, quiet_refusals: bool = False, **values) -> compare.Resolved:

@@ -288,39 +288,45 @@ def build_tab(tab: gr.Tab, preset: str, preset_choices: list) -> None:
     """The tab's controls and charts, and their wiring (called inside `with gr.Tab("Evidence") as tab`). The bundled
     summary is drawn when the tab is first opened, not with every page load: a visitor who never opens it costs the
     server no figure, and a page opened while a live run holds the CPU answers its first click sooner."""
+    c = _layout(preset, preset_choices)
+    _wire(tab, c)
+
+
+def _layout(preset: str, preset_choices: list) -> dict[str, Any]:
+    """The tab's components by name: the preset, the message and table, the charts, the dataset and deviation
+    pickers, and the loaders of another summary."""
+    c: dict[str, Any] = {}
     gr.Markdown(INTRO)
     with gr.Row():
-        preset_dd = gr.Dropdown(
+        c["preset"] = gr.Dropdown(
             preset_choices,
             value=preset,
             label="Preset (its bundled drafts' summary)",
             scale=1,
             elem_id="poss-evidence-preset",
         )
-        message = gr.HTML(elem_id="poss-evidence-message")
-    header = gr.HTML(elem_id="poss-evidence-header")
-    table = gr.HTML(elem_id="poss-evidence-table")
-    with gr.Row():
-        tau = gr.Plot(show_label=False, elem_id="poss-evidence-tau")
-        heldout = gr.Plot(show_label=False, elem_id="poss-evidence-heldout")
-    with gr.Row():
-        speedup = gr.Plot(show_label=False, elem_id="poss-evidence-speedup")
-        speedup_demo = gr.Plot(show_label=False, elem_id="poss-evidence-speedup-demo")
+        c["message"] = gr.HTML(elem_id="poss-evidence-message")
+    c["header"] = gr.HTML(elem_id="poss-evidence-header")
+    c["table"] = gr.HTML(elem_id="poss-evidence-table")
+    for row in (("tau", "heldout"), ("speedup", "speedup_demo")):
+        with gr.Row():
+            for name in row:
+                c[name] = gr.Plot(show_label=False, elem_id=f"poss-evidence-{name.replace('_', '-')}")
     gr.Markdown(SPEED_WORDS, elem_id="poss-evidence-speed-words")
     with gr.Row():
-        pos_acc = gr.Plot(show_label=False, elem_id="poss-evidence-pos-acc")
-        pos_rate = gr.Plot(show_label=False, elem_id="poss-evidence-pos-rate")
+        for name in ("pos_acc", "pos_rate"):
+            c[name] = gr.Plot(show_label=False, elem_id=f"poss-evidence-{name.replace('_', '-')}")
     with gr.Row():
-        deviation = gr.Plot(show_label=False, elem_id="poss-evidence-deviation", scale=3)
+        c["deviation"] = gr.Plot(show_label=False, elem_id="poss-evidence-deviation", scale=3)
         with gr.Column(scale=1):
-            scope = gr.Dropdown(
+            c["scope"] = gr.Dropdown(
                 [(ALL_DATASETS, OVERALL)],
                 value=OVERALL,
                 label="Dataset (speed-up, acceptance and deviation charts)",
                 interactive=False,
                 elem_id="poss-evidence-scope",
             )
-            dev_kind = gr.Radio(
+            c["dev_kind"] = gr.Radio(
                 DEVIATION_CHOICES,
                 value="every_position",
                 label="Deviation measured",
@@ -328,36 +334,27 @@ def build_tab(tab: gr.Tab, preset: str, preset_choices: list) -> None:
                 "the text); round roots: only where the last draft failed; accepted only: conditional on acceptance",
                 elem_id="poss-evidence-dev-kind",
             )
-    shown = gr.State(None)  # the summary on screen, for the dataset picker
+    c["shown"] = gr.State(None)  # the summary on screen, for the dataset picker
     with gr.Accordion("Load another summary or results folder (e.g. your own GPU run)", open=False):
         with gr.Row():
-            upload = gr.File(
+            c["upload"] = gr.File(
                 label="Evidence summary (.json) or records.jsonl", file_types=[".json", ".jsonl"], type="filepath"
             )
             with gr.Column():
-                folder = gr.Textbox(
+                c["folder"] = gr.Textbox(
                     label="Results folder on this server",
                     placeholder="results/paper",
                     max_length=1000,
                     elem_id="poss-evidence-folder",
                 )
-                folder_btn = gr.Button("Load folder", elem_id="poss-evidence-load")
+                c["folder_btn"] = gr.Button("Load folder", elem_id="poss-evidence-load")
         gr.Markdown(FOLDER_NOTE)
-    named = {
-        "message": message,
-        "header": header,
-        "table": table,
-        "tau": tau,
-        "speedup": speedup,
-        "speedup_demo": speedup_demo,
-        "pos_acc": pos_acc,
-        "pos_rate": pos_rate,
-        "deviation": deviation,
-        "heldout": heldout,
-        "scope": scope,
-        "shown": shown,
-    }
-    assert tuple(named) == OUTPUT_NAMES
+    return c
+
+
+def _wire(tab: gr.Tab, c: dict[str, Any]) -> None:
+    """Each control to its handler, outputs keyed by name (OUTPUT_NAMES)."""
+    named = {name: c[name] for name in OUTPUT_NAMES}
     outputs, scoped = list(named.values()), [named[name] for name in SCOPED]
     bundled, uploaded, typed = (
         render.by_component(h, named) for h in (bundled_handler, upload_handler, folder_handler)
@@ -365,10 +362,11 @@ def build_tab(tab: gr.Tab, preset: str, preset_choices: list) -> None:
     rescoped = render.by_component(scope_handler, named)
     light = {"api_visibility": "private", "show_progress": "hidden"}
     loads = {"concurrency_id": "evidence", "concurrency_limit": LOAD_CONCURRENCY, "show_progress": "minimal"}
-    preset_dd.change(bundled, preset_dd, outputs, **light)
-    tab.select(render.by_component(first_open_handler, named), [preset_dd, shown], outputs, **light)
-    upload.upload(uploaded, upload, outputs, api_name="load_evidence", **loads)
-    folder_btn.click(typed, folder, outputs, api_visibility="private", **loads)
-    folder.submit(typed, folder, outputs, api_visibility="private", **loads)
-    scope.input(rescoped, [shown, scope, dev_kind], scoped, **light)
-    dev_kind.input(rescoped, [shown, scope, dev_kind], scoped, **light)
+    c["preset"].change(bundled, c["preset"], outputs, **light)
+    tab.select(render.by_component(first_open_handler, named), [c["preset"], c["shown"]], outputs, **light)
+    c["upload"].upload(uploaded, c["upload"], outputs, api_name="load_evidence", **loads)
+    c["folder_btn"].click(typed, c["folder"], outputs, api_visibility="private", **loads)
+    c["folder"].submit(typed, c["folder"], outputs, api_visibility="private", **loads)
+    pickers = [c["shown"], c["scope"], c["dev_kind"]]
+    c["scope"].input(rescoped, pickers, scoped, **light)
+    c["dev_kind"].input(rescoped, pickers, scoped, **light)

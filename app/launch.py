@@ -17,10 +17,19 @@ from pathlib import Path
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """`python app.py`'s flags."""
+    p = argparse.ArgumentParser(prog="python app.py", description="POSS vs EAGLE speculative decoding demo (Gradio).")
+    _serving_flags(p)
+    _call_flags(p)
+    _store_flags(p)
+    return p
+
+
+def _serving_flags(p: argparse.ArgumentParser) -> None:
+    """What is served and how: the preset, the address, the attention, threads, precision, results, preloading."""
     from poss_core.models.loading import add_dtype_argument
     from poss_core.models.presets import DEFAULT_PRESET, presets
 
-    p = argparse.ArgumentParser(prog="python app.py", description="POSS vs EAGLE speculative decoding demo (Gradio).")
     p.add_argument(
         "--preset",
         default=os.environ.get("POSS_PRESET", DEFAULT_PRESET),
@@ -42,6 +51,33 @@ def build_parser() -> argparse.ArgumentParser:
         "POSS_ATTENTION)",
     )
     p.add_argument("--share", action="store_true", help="also open a public gradio.live link (off by default)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch CPU threads (default: half the cores, at least 1, which leaves a core to the web "
+        "server and the drawing; on a busy CPU it is also far faster than oversubscribing)",
+    )
+    add_dtype_argument(
+        p,
+        "the Precision setting's initial value (the target's dtype for every lane)",
+        default=os.environ.get("POSS_DTYPE", "auto"),
+    )
+    p.add_argument(
+        "--results-dir",
+        default=None,
+        help="a folder the Evidence tab's path box may read results from, besides the project's results/ "
+        "(default: $POSS_RESULTS_DIR)",
+    )
+    p.add_argument(
+        "--no-preload",
+        action="store_true",
+        help="do not load the preset's model in the background at start-up (the first Run loads it)",
+    )
+
+
+def _call_flags(p: argparse.ArgumentParser) -> None:
+    """What one call, one tab and one address may ask for, and the line of live runs."""
     p.add_argument(
         "--concurrency",
         type=int,
@@ -108,6 +144,10 @@ def build_parser() -> argparse.ArgumentParser:
         "is the entry this many places from the right, never one the client wrote; 0 ignores the header (default: "
         "1 on a Hugging Face Space, whose router appends it, 0 elsewhere; also POSS_PROXY_HOPS)",
     )
+
+
+def _store_flags(p: argparse.ArgumentParser) -> None:
+    """What the server keeps: Gradio's cache on disk, saved runs, idle tabs and the memory total."""
     p.add_argument(
         "--cache-minutes",
         type=float,
@@ -155,30 +195,6 @@ def build_parser() -> argparse.ArgumentParser:
         "use; a target that alone needs more is refused) (default 4096, sized for a 16 GB Space; also "
         "POSS_SESSION_MEMORY_MB)",
     )
-    p.add_argument(
-        "--threads",
-        type=int,
-        default=None,
-        help="torch CPU threads (default: half the cores, at least 1, which leaves a core to the web "
-        "server and the drawing; on a busy CPU it is also far faster than oversubscribing)",
-    )
-    add_dtype_argument(
-        p,
-        "the Precision setting's initial value (the target's dtype for every lane)",
-        default=os.environ.get("POSS_DTYPE", "auto"),
-    )
-    p.add_argument(
-        "--results-dir",
-        default=None,
-        help="a folder the Evidence tab's path box may read results from, besides the project's results/ "
-        "(default: $POSS_RESULTS_DIR)",
-    )
-    p.add_argument(
-        "--no-preload",
-        action="store_true",
-        help="do not load the preset's model in the background at start-up (the first Run loads it)",
-    )
-    return p
 
 
 def preload(preset_name: str, precision: str = "auto") -> None:
