@@ -1,18 +1,21 @@
-"""The page: its header and three tabs (Demo, Evidence, About), laid out by app/demo_layout.py and
-app/evidence_view.py and wired by app/demo_wiring.py; `build_demo()` is what app.py launches."""
+"""The page: its header and three tabs (Demo, Evidence, About), laid out by app/demo/layout.py and
+app/evidence/evidence_view.py and wired by app/demo/wiring.py; `build_demo()` is what app.py launches."""
 
 from __future__ import annotations
 
 import gradio as gr
 
+from app.demo import about, chart_fit, recordings, user_settings
+from app.demo import layout as demo_layout
+from app.demo.chart_view import chart_outputs
+from app.demo.render import OUTPUT_NAMES
+from app.demo.wiring import LIVE, Wiring, wire_demo, wire_page
+from app.evidence import evidence_view
+from app.server import limits
+from app.server.api import compare_endpoint
+from app.sessions import state
 from poss_core.models.hardware import cuda_available
 from poss_core.models.presets import DEFAULT_PRESET, get_preset, presets
-
-from . import about, chart_fit, demo_layout, evidence_view, limits, recordings, state, user_settings
-from .api import compare_endpoint
-from .chart_view import chart_outputs
-from .demo_wiring import LIVE, Wiring, wire_demo, wire_page
-from .render import OUTPUT_NAMES
 
 # Gradio's cache (uploaded runs, downloads it serves) is swept every CACHE_SWEEP_S seconds: files older than the
 # cache age (`python app.py --cache-minutes`, 10 by default) are deleted, so the temp folder does not grow.

@@ -1,10 +1,11 @@
 """Every decoding and run setting, declared once: name, type, bounds, default, label and help.
 
-From this one table come the bounds every entry point checks (`LIMITS`), the app's Run controls (`app/ui.py`), the
-command lines' flags (`add_flags`: `python -m poss_core.generate` and `python -m poss_core.bench`), the `/compare`
-parameters (`app/api.py`), the settings a comparison runs with and a saved run records (`run_spec.RunSpec`), and the
-checks of `decoding.config.DecodeConfig`. `check` turns a loosely typed value (a slider's float, a JSON number) into
-the typed value the decoder takes, or raises a ConfigError that names the field and what is valid.
+From this one table come the bounds every entry point checks (`LIMITS`), the app's Run controls
+(`app/demo/controls.py`), the command lines' flags (`add_flags`: `python -m poss_core.generate` and
+`python -m poss_core.bench`), the `/compare` parameters (`app/server/api.py`), the settings a comparison runs with and
+a saved run records (`run_spec.RunSpec`), and the checks of `decoding.config.DecodeConfig`. `check` turns a loosely
+typed value (a slider's float, a JSON number) into the typed value the decoder takes, or raises a ConfigError that
+names the field and what is valid.
 
 A new decoding setting is one `Setting` here and one field of `DecodeConfig` (a test checks they agree), plus the
 engine code that uses it; every surface that offers it picks it up from this table.

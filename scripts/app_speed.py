@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file fr
 
 import torch
 
-from app.control_defaults import ui_defaults
+from app.demo.control_defaults import ui_defaults
 from poss_core import compare, metrics
 from poss_core.models.presets import DEFAULT_PRESET, get_preset
 

@@ -74,9 +74,9 @@ def percentile(values: list[float], q: float) -> float:
 
 def run_args(prompt: str, preset: str, max_new_tokens: int) -> list:
     """/run's inputs: the app's default lanes and tree for the preset, at the precision the app starts with."""
-    from app.control_defaults import initial_precision, ui_defaults
-    from app.state import DEFAULT_METHODS
-    from app.user_settings import APP_SETTINGS
+    from app.demo.control_defaults import initial_precision, ui_defaults
+    from app.demo.user_settings import APP_SETTINGS
+    from app.sessions.state import DEFAULT_METHODS
     from poss_core import settings
     from poss_core.methods import preset_methods
     from poss_core.models.hardware import cpu_bf16_units, cuda_available
@@ -98,7 +98,7 @@ def student(url: str, i: int, a, res: Results) -> None:
     """One student: open the API, replay example i % 6, run the same prompt live, read the class charts."""
     from gradio_client import Client
 
-    from app.recordings import EXAMPLES
+    from app.demo.recordings import EXAMPLES
 
     prompt = EXAMPLES[i % len(EXAMPLES)]["prompt"]
     try:
@@ -266,7 +266,7 @@ def replay_cost() -> None:
     costs the server (drawing every frame) and the CPU before its first frame."""
     import torch
 
-    from app import handlers, recordings, user_settings
+    from app.demo import handlers, recordings, user_settings
 
     torch.set_num_threads(1)
     view = user_settings.View()
@@ -294,7 +294,7 @@ def phase_cost(a) -> None:
     whatever else the machine is doing): opening the API, replaying an example, one live run, reading the charts."""
     from gradio_client import Client
 
-    from app.recordings import EXAMPLES
+    from app.demo.recordings import EXAMPLES
 
     with server_check.Server(
         ROOT, a.preset, a.cap, ["--class-reset-key", "load-check", *a.extra], threads=a.threads

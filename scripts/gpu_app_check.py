@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.methods:
         lanes = [m.strip() for m in args.methods.split(",") if m.strip()]
     else:
-        from app.state import DEFAULT_METHODS
+        from app.sessions.state import DEFAULT_METHODS
 
         lanes = list(DEFAULT_METHODS)
     configs = [c.strip() for c in args.configs.split(",") if c.strip()]

@@ -47,11 +47,11 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from tqdm import tqdm
 
-    from app.control_defaults import initial_precision, ui_defaults
-    from app.launch import cpu_threads
-    from app.machine import cpu_name
-    from app.recordings import EXAMPLES, RECORDINGS_DIR, recording_path
-    from app.state import DEFAULT_METHODS
+    from app.demo.control_defaults import initial_precision, ui_defaults
+    from app.demo.machine import cpu_name
+    from app.demo.recordings import EXAMPLES, RECORDINGS_DIR, recording_path
+    from app.server.launch import cpu_threads
+    from app.sessions.state import DEFAULT_METHODS
     from poss_core import compare, saved_runs
     from poss_core.errors import PossError
     from poss_core.methods import preset_methods

@@ -17,9 +17,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file from anywhere: the package is beside
 
-from app.limits import ServerLimits
-from app.recordings import EXAMPLES
-from app.serving import launch_kwargs
+from app.demo.recordings import EXAMPLES
+from app.server.limits import ServerLimits
+from app.server.serving import launch_kwargs
 from app.ui import build_demo
 from poss_core.models.presets import DEFAULT_PRESET
 

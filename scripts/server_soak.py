@@ -278,7 +278,7 @@ class Visitor:
                 return
         c = self.tab
         if kind == "example":
-            from app.recordings import EXAMPLES
+            from app.demo.recordings import EXAMPLES
 
             example = self.rng.choice(EXAMPLES)["prompt"]
             self.tally.outcome(
@@ -405,7 +405,7 @@ def warm(server, a: argparse.Namespace) -> None:
     and replay one example, so the after-start RSS counts the models."""
     from gradio_client import Client
 
-    from app.recordings import EXAMPLES
+    from app.demo.recordings import EXAMPLES
 
     c = Client(server.url, verbose=False, download_files=False)
     for _ in range(6):

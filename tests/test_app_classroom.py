@@ -15,21 +15,21 @@ import wording
 from answer_text import looping_phrase, sensible
 from app_settings import req, run_settings
 
-from app import (
+from app.demo import (
     chart_fit,
     control_defaults,
     controls,
-    evidence_view,
     handlers,
-    launch,
     machine,
     recordings,
     render,
-    state,
     token_html,
     user_settings,
     view_handlers,
 )
+from app.evidence import evidence_view
+from app.server import launch
+from app.sessions import state
 from poss_core import compare, methods, saved_runs, settings
 from poss_core.models.numerics import MISMATCH, NEAR_TIE, Divergence
 from poss_core.models.presets import DEFAULT_PRESET, get_preset
@@ -171,7 +171,8 @@ def test_a_live_lane_names_this_machine_and_a_recording_its_own_then_this_machin
 
 
 def test_one_sentence_says_why_speed_ups_differ_on_the_demo_and_the_evidence_tab():
-    from app import about, ui
+    from app import ui
+    from app.demo import about
 
     story = about.SPEED_STORY
     for cause in ("tree", "precision", "machine", "recording"):

@@ -15,9 +15,9 @@ import page as lane_page
 import pytest
 import wording
 
-from app import recordings
-from app.limits import ServerLimits
-from app.serving import launch_kwargs
+from app.demo import recordings
+from app.server.limits import ServerLimits
+from app.server.serving import launch_kwargs
 from app.ui import build_demo
 from poss_core.models.presets import DEFAULT_PRESET
 
@@ -234,7 +234,7 @@ def eagle_rounds(prompt: str, timeout_s: float = 120.0) -> int:
     runs in this process); waits for the run to finish."""
     import time
 
-    from app import state
+    from app.sessions import state
     from poss_core import metrics
 
     deadline = time.monotonic() + timeout_s

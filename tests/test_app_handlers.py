@@ -18,18 +18,9 @@ import torch
 import wording
 from app_settings import run_settings
 
-from app import (
-    api,
-    control_defaults,
-    handlers,
-    launch,
-    render,
-    saved_files,
-    state,
-    token_html,
-    user_settings,
-    view_handlers,
-)
+from app.demo import control_defaults, handlers, render, token_html, user_settings, view_handlers
+from app.server import api, launch
+from app.sessions import saved_files, state
 from poss_core import compare, methods, metrics, saved_runs
 from poss_core.errors import ModelLoadError, PromptError
 from poss_core.events import DecodeSummary, DraftNode, FeatureDeviation, RoundEvent
@@ -724,7 +715,7 @@ def test_preset_switch_and_app_flags():
     spec = importlib.util.spec_from_file_location("app_entry", ROOT / "app.py")
     entry = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(entry)
-    assert entry.main is launch.main  # `python app.py` runs app/launch.py's main, with its flags
+    assert entry.main is launch.main  # `python app.py` runs app/server/launch.py's main, with its flags
     args = launch.build_parser().parse_args([])
     assert args.preset == DEFAULT_PRESET and args.share is False and args.host is None and args.port is None
     assert args.dtype == "auto" and launch.build_parser().parse_args(["--dtype", "bfloat16"]).dtype == "bfloat16"

@@ -12,7 +12,8 @@ from app_settings import req, run_settings
 from test_app_handlers import LABELS, PIECES, SPEC_EVENTS, known_comparison
 from wording import n_of
 
-from app import handlers, saved_files, state, tab_pools, token_html, user_settings, view_handlers
+from app.demo import handlers, tab_pools, token_html, user_settings, view_handlers
+from app.sessions import saved_files, state
 from poss_core import compare, metrics, saved_runs
 from poss_core.token_records import round_records
 

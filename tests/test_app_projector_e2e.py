@@ -18,9 +18,9 @@ import wording
 from answer_text import sensible
 from test_app_e2e import CHROMIUM, free_port, needs_chromium, wait_for_status
 
-from app import about, handlers, machine, recordings, token_html
-from app.limits import ServerLimits
-from app.serving import launch_kwargs
+from app.demo import about, handlers, machine, recordings, token_html
+from app.server.limits import ServerLimits
+from app.server.serving import launch_kwargs
 from app.ui import build_demo
 from poss_core.models.presets import DEFAULT_PRESET
 

@@ -15,7 +15,9 @@ import pytest
 import wording
 from app_settings import req, run_settings
 
-from app import api, control_defaults, handlers, limits, state, user_settings, view_handlers
+from app.demo import control_defaults, handlers, user_settings, view_handlers
+from app.server import api, limits
+from app.sessions import state
 from poss_core import compare, methods
 from poss_core.autobudget import cache, calibration
 from poss_core.errors import CallStopped, ConfigError

@@ -15,21 +15,11 @@ import wording
 from app_settings import req, run_settings
 from wording import n_of
 
-from app import (
-    api,
-    calls,
-    control_defaults,
-    handlers,
-    launch,
-    limits,
-    live_queue,
-    recordings,
-    state,
-    user_settings,
-    view_handlers,
-)
-from app.chart_view import CHART_NAMES
-from app.class_pool import CLASS, ClassPool
+from app.demo import control_defaults, handlers, recordings, user_settings, view_handlers
+from app.demo.chart_view import CHART_NAMES
+from app.server import api, calls, launch, limits, live_queue
+from app.server.class_pool import CLASS, ClassPool
+from app.sessions import state
 from poss_core import compare, metrics, saved_runs
 from poss_core.errors import ConfigError
 from poss_core.models.presets import DEFAULT_PRESET
@@ -288,7 +278,7 @@ def test_launch_defaults_for_a_two_vcpu_space():
 
 
 def test_installed_limits_reach_what_holds_them(monkeypatch):
-    from app import client_share, disk_budget, file_owners
+    from app.server import client_share, disk_budget, file_owners
     from poss_core.model_cache import MODELS
 
     for name, obj in (("LIVE", live_queue), ("SHARE", client_share), ("SESSIONS", state)):

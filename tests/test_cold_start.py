@@ -8,7 +8,8 @@ import threading
 import pytest
 from app_settings import req, run_settings
 
-from app import handlers, state, user_settings
+from app.demo import handlers, user_settings
+from app.sessions import state
 from poss_core import compare
 from poss_core.autobudget import cache, calibration
 

@@ -14,7 +14,9 @@ import pytest
 from helpers import PLOTLY_MARKUP, assert_shown_as_text, plotly_strings
 from test_bench import DEPTH, known_records
 
-from app import evidence_view, limits, render
+from app.demo import render
+from app.evidence import evidence_view
+from app.server import limits
 from poss_core import metrics
 from poss_core.bench import cli
 from poss_core.errors import ConfigError
@@ -601,7 +603,7 @@ def test_a_version_1_summary_still_loads_and_counts_every_round_as_drafting_its_
 def test_drafting_time_per_round_is_in_the_summary_and_the_evidence_table(known):
     """Each cell keeps the run's drafting ms per round (what more specialists cost), the Evidence tab's table shows it
     for drafts only, and a summary written before it loads with none."""
-    from app.evidence_html import table_html
+    from app.evidence.evidence_html import table_html
 
     records, ev = known
     table = analysis.aggregate(records, DEPTH)["table"]

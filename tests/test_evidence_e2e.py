@@ -10,9 +10,9 @@ import pytest
 from test_app_e2e import app_page, free_port, needs_chromium
 from test_bench import DEPTH, known_records
 
-from app import limits
-from app.limits import ServerLimits
-from app.serving import launch_kwargs
+from app.server import limits
+from app.server.limits import ServerLimits
+from app.server.serving import launch_kwargs
 from app.ui import build_demo
 from poss_core.bench import report
 from poss_core.results import evidence

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from app import client_share, live_queue
+from app.server import client_share, live_queue
 
 
 def started(q: live_queue.LiveQueue) -> list[int]:

@@ -12,7 +12,9 @@ import pytest
 from app_settings import req, run_settings
 from helpers import run_main
 
-from app import api, handlers, limits, state, user_settings
+from app.demo import handlers, user_settings
+from app.server import api, limits
+from app.sessions import state
 from poss_core import compare
 from poss_core.decoding import config as config_module
 from poss_core.decoding.config import DecodeConfig

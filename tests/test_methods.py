@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from app import control_defaults, render
+from app.demo import control_defaults, render
 from poss_core import compare, methods
 from poss_core.bench import runner
 from poss_core.decoding.decoder import PlainDecoder, SpeculativeDecoder

@@ -9,7 +9,8 @@ from dataclasses import replace
 import pytest
 import torch
 
-from app import limits, user_settings
+from app.demo import user_settings
+from app.server import limits
 from poss_core.decoding.config import DecodeConfig
 from poss_core.decoding.decoder import PlainDecoder
 from poss_core.events import DecodeSummary
@@ -104,7 +105,8 @@ def test_the_cap_holds_inside_the_prefill_of_a_run_and_a_step(slow_per_token, mo
     import wording
     from app_settings import req, run_settings
 
-    from app import handlers, state
+    from app.demo import handlers
+    from app.sessions import state
 
     monkeypatch.setattr(limits, "LIMITS", replace(limits.LIMITS, call_s=0.5))
     monkeypatch.setattr(state, "SESSIONS", state.SessionStore(budget_mb=None))

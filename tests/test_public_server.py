@@ -12,9 +12,9 @@ import time
 
 import pytest
 
-from app import client_share, file_owners, server_text
-from app.disk_budget import MB, DiskBudget, UploadRate, sweep
-from app.upload_limits import BodyMeter, UploadLimitMiddleware, boundary_of
+from app.server import client_share, file_owners, server_text
+from app.server.disk_budget import MB, DiskBudget, UploadRate, sweep
+from app.server.upload_limits import BodyMeter, UploadLimitMiddleware, boundary_of
 
 
 def _file(path, size: int, age_s: float, now: float) -> str:
@@ -273,7 +273,7 @@ def test_the_models_kept_loaded_stay_within_the_memory_total_but_the_one_in_use(
 
 
 def test_replies_name_the_alias_never_the_upload_folder_and_requests_get_it_back(tmp_path):
-    from app.path_alias import ALIAS, PathAliasMiddleware
+    from app.server.path_alias import ALIAS, PathAliasMiddleware
 
     folder = str(tmp_path / "gradio")
     seen = {}

@@ -11,7 +11,8 @@ ROOT = Path(__file__).resolve().parents[1]
 OWN = {"poss_core", "app", "__future__"}
 # Imported only inside `try: ... except ImportError`, so the code runs without them; each with why it is not pinned.
 OPTIONAL = {
-    "spaces": "ZeroGPU's decorator: only a ZeroGPU Space has it (app/launch.py, app/ui.py); in requirements-dev.txt",
+    "spaces": "ZeroGPU's decorator: only a ZeroGPU Space has it (app/server/launch.py, app/ui.py); in "
+    "requirements-dev.txt",
 }
 
 

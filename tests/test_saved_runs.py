@@ -10,7 +10,11 @@ import pytest
 from app_settings import req, run_settings
 from helpers import PLOTLY_MARKUP, assert_shown_as_text, plotly_strings
 
-from app import about, demo_wiring, handlers, saved_files, serving, state, ui, user_settings
+from app import ui
+from app.demo import about, handlers, user_settings
+from app.demo import wiring as demo_wiring
+from app.server import serving
+from app.sessions import saved_files, state
 from poss_core import saved_runs
 
 VIEW = user_settings.View()

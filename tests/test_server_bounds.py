@@ -12,7 +12,9 @@ import pytest
 import wording
 from app_settings import req, run_settings
 
-from app import file_owners, handlers, saved_files, state, user_settings, view_handlers
+from app.demo import handlers, user_settings, view_handlers
+from app.server import file_owners
+from app.sessions import saved_files, state
 
 VIEW = user_settings.View()
 
@@ -72,7 +74,7 @@ def test_an_idle_tab_lets_go_of_its_finished_and_loaded_runs(store, tmp_path, mo
 
 
 def test_a_client_gets_its_share_of_the_queue_and_no_more():
-    from app.client_share import ClientShare
+    from app.server.client_share import ClientShare
 
     share = ClientShare(per_client=2, per_address=3, pending_ttl_s=60.0)
     assert share.join("a", "10.0.0.1") is None and share.join("a", "10.0.0.1") is None
@@ -92,7 +94,7 @@ def test_the_queue_middleware_refuses_a_join_past_the_share_with_a_message():
     import asyncio
     import json
 
-    from app.client_share import ClientShare, QueueShareMiddleware
+    from app.server.client_share import ClientShare, QueueShareMiddleware
 
     seen = []
 
@@ -130,8 +132,8 @@ def test_the_queue_middleware_refuses_a_join_past_the_share_with_a_message():
 
 
 def test_the_app_sweeps_gradios_cache_and_counts_its_decoding_events():
-    from app.limits import ServerLimits
-    from app.serving import decoding_events, launch_kwargs
+    from app.server.limits import ServerLimits
+    from app.server.serving import decoding_events, launch_kwargs
     from app.ui import build_demo
 
     demo = build_demo("tiny-random", server=ServerLimits(cache_age_s=120))
@@ -142,7 +144,7 @@ def test_the_app_sweeps_gradios_cache_and_counts_its_decoding_events():
 
 
 def test_a_call_its_handler_refuses_at_once_stops_counting(store):
-    from app import client_share
+    from app.server import client_share
 
     assert client_share.SHARE.join("double-click", None) is None  # what the middleware does at /queue/join
     session = store.get(req("double-click"))

@@ -11,7 +11,8 @@ import page
 import pytest
 from app_settings import req, run_settings
 
-from app import handlers, recordings, state, tab_pools, user_settings, view_handlers
+from app.demo import handlers, recordings, tab_pools, user_settings, view_handlers
+from app.sessions import state
 from poss_core import compare
 
 VIEW = user_settings.View()

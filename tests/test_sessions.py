@@ -10,7 +10,8 @@ import pytest
 import wording
 from app_settings import req, run_settings
 
-from app import handlers, state, user_settings
+from app.demo import handlers, user_settings
+from app.sessions import state
 from poss_core import compare
 
 VIEW = user_settings.View()

@@ -27,7 +27,7 @@ def test_decode_config_has_the_tables_decoding_settings_and_defaults():
 def test_every_surface_offers_what_the_table_says():
     assert parser_settings(generate.build_parser()) == set(settings.offered_on(settings.GENERATE))
     assert parser_settings(bench_cli.build_parser()) == set(settings.offered_on(settings.BENCH))
-    from app import api
+    from app.server import api
 
     params = list(api.api_signature().parameters)
     assert params[:3] == ["prompt", "methods", "preset"] and params[-1] == "request"
@@ -38,7 +38,7 @@ def test_every_surface_offers_what_the_table_says():
 
 
 def test_the_apps_controls_are_made_from_the_table():
-    from app import user_settings
+    from app.demo import user_settings
     from app.ui import build_demo
 
     demo = build_demo("tiny-random")
@@ -54,7 +54,7 @@ def test_the_apps_controls_are_made_from_the_table():
 
 
 def test_a_setting_the_layout_does_not_name_gets_its_own_row(monkeypatch):
-    from app import controls, user_settings
+    from app.demo import controls, user_settings
 
     monkeypatch.setattr(user_settings, "APP_SETTINGS", user_settings.APP_SETTINGS + ("depth_stop",))
     rows = controls.control_rows()

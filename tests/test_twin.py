@@ -100,7 +100,7 @@ def test_a_4bit_tiny_twin_decodes_as_its_plain_decoding():
 
 
 def test_the_tiny_twin_runs_through_the_apps_compare_api():
-    from app import api
+    from app.server import api
 
     out = api.compare_api(
         "Hello there", ["plain", "eagle", "poss2"], preset=TINY, max_new_tokens=8, depth=4, top_k=4, tree_budget=16

@@ -13,7 +13,7 @@ from typing import Any
 
 from page import ICONS, Badge, Status, status
 
-from app import handlers, render
+from app.demo import handlers, render
 
 
 def text(said: Any) -> str:

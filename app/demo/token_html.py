@@ -6,10 +6,9 @@ from __future__ import annotations
 import html
 import math
 
+from app.server.server_text import neutral_paths
 from poss_core.models.numerics import NEAR_TIE, Divergence
 from poss_core.token_records import TokenRecord
-
-from .server_text import neutral_paths
 
 MAX_SHADES = 8  # draft positions and specialists beyond this reuse the last shade
 

@@ -8,12 +8,12 @@ from typing import Any
 
 import gradio as gr
 
+from app.demo import user_settings
+from app.demo.control_defaults import precision_hint, precision_note, quantization_hint, quantization_note
+from app.demo.user_settings import RunSettings, View
+from app.server import limits
 from poss_core import settings
 from poss_core.settings import LIMITS, PRECISIONS
-
-from . import limits, user_settings
-from .control_defaults import precision_hint, precision_note, quantization_hint, quantization_note
-from .user_settings import RunSettings, View
 
 # How the app's settings (user_settings.APP_SETTINGS) are laid out, row by row; a setting no row names gets a row of its
 # own after these (control_rows), so a new setting shows up without a change here.

@@ -21,9 +21,8 @@ import threading
 import time
 from collections import OrderedDict, deque
 
+from app.server.server_text import REFUSED
 from poss_core.errors import PossError
-
-from .server_text import REFUSED
 
 
 def auto_slots(cores: int | None, threads: int) -> int:

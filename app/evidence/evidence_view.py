@@ -12,6 +12,9 @@ from typing import Any
 
 import gradio as gr
 
+from app.demo import about, render
+from app.evidence.evidence_html import header_html, machine_of, message_html, table_html
+from app.server import limits
 from poss_core import methods
 from poss_core.errors import PossError
 from poss_core.models.presets import get_preset, presets
@@ -20,9 +23,6 @@ from poss_core.results import loading
 from poss_core.results.analysis import OVERALL
 from poss_core.results.evidence import Evidence, load_evidence
 from poss_core.views import figures
-
-from . import about, limits, render
-from .evidence_html import header_html, machine_of, message_html, table_html
 
 OUTPUT_NAMES = (
     "message",

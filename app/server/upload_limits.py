@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import anyio
 
-from . import client_share, disk_budget, file_owners, server_text
-from .disk_budget import MB, DiskBudget, UploadRate
+from app.server import client_share, disk_budget, file_owners, server_text
+from app.server.disk_budget import MB, DiskBudget, UploadRate
 
 MAX_PARTS = 8  # files in one upload request: Load sends one
 

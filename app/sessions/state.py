@@ -1,5 +1,5 @@
 """What the app remembers: each browser tab's session (its comparison, conversation, pinned rounds, status, and its
-"All my runs" pools, app/tab_pools.py), and the store that keeps them under a memory total and reaps idle ones."""
+"All my runs" pools, app/demo/tab_pools.py), and the store that keeps them under a memory total and reaps idle ones."""
 
 from __future__ import annotations
 
@@ -10,14 +10,13 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.demo import machine, recordings
+from app.demo.tab_pools import POOLED_ROUND_BYTES, MethodPool, Pools, pooled_runs
+from app.server.class_pool import CLASS
 from poss_core import methods
 from poss_core.call_budget import CallBudget
 from poss_core.compare import ROUND_BYTES, Comparison
 from poss_core.models.resident import release_memory
-
-from . import machine, recordings
-from .class_pool import CLASS
-from .tab_pools import POOLED_ROUND_BYTES, MethodPool, Pools, pooled_runs
 
 DEFAULT_METHODS = [methods.PLAIN, "eagle", "poss2"]
 # What every tab together may hold (paused Steps with their caches, finished and loaded runs, pooled rounds): past it

@@ -7,9 +7,9 @@ from typing import Any
 
 import gradio as gr
 
+from app.demo import recordings
+from app.server import client_share, path_alias, upload_limits
 from poss_core import saved_runs
-
-from . import client_share, path_alias, recordings, upload_limits
 
 THREADS = 160  # Gradio's worker threads: a waiting live run and a replay each hold one while they sleep
 CSS = (recordings.ASSETS / "app.css").read_text(encoding="utf-8")
@@ -53,8 +53,8 @@ def theme() -> gr.themes.Base:
 
 
 def decoding_events(demo: gr.Blocks) -> set[int]:
-    """The events each client's queue share counts (app/client_share.py): the ones that decode (Run, its Enter key,
-    Step, /compare) and Replay."""
+    """The events each client's queue share counts (app/server/client_share.py): the ones that decode (Run, its Enter
+    key, Step, /compare) and Replay."""
     return {i for i, fn in demo.fns.items() if fn.concurrency_id in ("decode", "live") or fn.api_name == "replay"}
 
 

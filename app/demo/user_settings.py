@@ -6,14 +6,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from app.server import limits
 from poss_core import settings
 from poss_core.errors import ConfigError, PromptError
 from poss_core.run_spec import Resolved, RunSpec
 
-from . import limits
-
 POOLED_VIEW = "all my runs"  # the charts' source control: "this run", this, or CLASS_VIEW
-CLASS_VIEW = "everyone on this server"  # every finished live run on the server, pooled (app/class_pool.py)
+CLASS_VIEW = "everyone on this server"  # every finished live run on the server, pooled (app/server/class_pool.py)
 
 
 @dataclass

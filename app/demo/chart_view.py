@@ -6,16 +6,16 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from app.demo import machine, tab_pools
+from app.demo.tab_pools import Pools
+from app.demo.user_settings import View
+from app.server.class_pool import CLASS, ClassEntry
+from app.sessions import state
+from app.sessions.state import Session
 from poss_core import methods
 from poss_core.compare import Comparison
 from poss_core.models.presets import DEFAULT_PRESET
 from poss_core.views import figures
-
-from . import machine, state, tab_pools
-from .class_pool import CLASS, ClassEntry
-from .state import Session
-from .tab_pools import Pools
-from .user_settings import View
 
 
 def chart_runs(comp: Comparison | None) -> tuple[dict[str, list], dict[str, str]]:

@@ -225,7 +225,7 @@ def scope_address(scope) -> str | None:
 
 
 def _log_refusal(limit: str, scope) -> None:
-    from .server_text import REFUSED
+    from app.server.server_text import REFUSED
 
     REFUSED(limit, scope_address(scope))
 

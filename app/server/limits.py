@@ -61,10 +61,10 @@ LIMITS = ServerLimits()
 def install(limits: ServerLimits) -> None:
     """Make `limits` the server's: `LIMITS` for the handlers, and each value to the object that holds it."""
     global LIMITS
+    from app.server import client_share, disk_budget, file_owners, live_queue
+    from app.server.class_pool import CLASS
+    from app.sessions import state
     from poss_core.model_cache import MODELS
-
-    from . import client_share, disk_budget, file_owners, live_queue, state
-    from .class_pool import CLASS
 
     LIMITS = limits
     live_queue.LIVE.slots, live_queue.LIVE.max_waiting = max(1, limits.slots), limits.queue_size

@@ -15,13 +15,12 @@ from typing import Any
 
 import gradio as gr
 
+from app.demo.render import Frame, render, status_only
+from app.demo.user_settings import View
+from app.server import client_share, limits, live_queue
+from app.sessions.state import Session
 from poss_core.compare import CallBudget
 from poss_core.errors import CallStopped, PossError
-
-from . import client_share, limits, live_queue
-from .render import Frame, render, status_only
-from .state import Session
-from .user_settings import View
 
 WAIT_FRAME_S = 0.5  # while a call loads or fits in a worker thread, its handler yields this often (see waiting)
 QUEUE_FRAME_S = 1.0  # while a live run waits for its slot, its status (place, estimate) is redrawn this often
@@ -109,8 +108,8 @@ def guard(session: Session, view: View, fn) -> Iterator[Frame]:
 
 
 def counted(handler):
-    """`handler` with its call counted in its client's share of the queue (app/client_share.py) from its start to its
-    end, early refusals included (a call the client's share let in stops counting as waiting when it starts)."""
+    """`handler` with its call counted in its client's share of the queue (app/server/client_share.py) from its start
+    to its end, early refusals included (a call the client's share let in stops counting as waiting when it starts)."""
     if inspect.isgeneratorfunction(handler):
 
         @functools.wraps(handler)

@@ -1,6 +1,6 @@
 """What a handler sends to the page: the lane headers, trees, round accounts and sliders, the conversation, and
-`render`, which returns what changed keyed by output name (OUTPUT_NAMES; token HTML in app/token_html.py, the
-charts' sources in app/chart_view.py), and `by_component`, which keys such a frame by component for Gradio."""
+`render`, which returns what changed keyed by output name (OUTPUT_NAMES; token HTML in app/demo/token_html.py, the
+charts' sources in app/demo/chart_view.py), and `by_component`, which keys such a frame by component for Gradio."""
 
 from __future__ import annotations
 
@@ -13,20 +13,9 @@ from typing import Any
 
 import gradio as gr
 
-from poss_core import methods, metrics
-from poss_core.compare import Comparison, Lane
-from poss_core.explain import explain_round
-from poss_core.model_cache import MODELS
-from poss_core.models.hardware import hardware_info
-from poss_core.models.presets import DEFAULT_PRESET, Preset, get_preset
-from poss_core.run_spec import MAX_LANES
-from poss_core.views import figures
-
-from . import about, chart_fit, machine, state
-from .chart_view import CHART_NAMES, chart_outputs
-from .server_text import neutral_paths
-from .state import DEFAULT_METHODS, Session
-from .token_html import (
+from app.demo import about, chart_fit, machine
+from app.demo.chart_view import CHART_NAMES, chart_outputs
+from app.demo.token_html import (
     badge_html,
     identity_badge,
     legend_html,
@@ -35,7 +24,18 @@ from .token_html import (
     status_html,
     tokens_html,
 )
-from .user_settings import View
+from app.demo.user_settings import View
+from app.server.server_text import neutral_paths
+from app.sessions import state
+from app.sessions.state import DEFAULT_METHODS, Session
+from poss_core import methods, metrics
+from poss_core.compare import Comparison, Lane
+from poss_core.explain import explain_round
+from poss_core.model_cache import MODELS
+from poss_core.models.hardware import hardware_info
+from poss_core.models.presets import DEFAULT_PRESET, Preset, get_preset
+from poss_core.run_spec import MAX_LANES
+from poss_core.views import figures
 
 LANE_PARTS = ("col", "head", "tokens", "text", "tree", "slider", "explain")
 

@@ -7,15 +7,10 @@ from typing import Any
 
 import gradio as gr
 
-from poss_core.errors import PossError
-from poss_core.models.presets import get_preset
-from poss_core.run_spec import MAX_LANES
-
-from . import about, control_defaults, state
-from .chart_view import chart_outputs
-from .class_pool import CLASS
-from .control_defaults import method_choices, ui_defaults
-from .render import (
+from app.demo import about, control_defaults
+from app.demo.chart_view import chart_outputs
+from app.demo.control_defaults import method_choices, ui_defaults
+from app.demo.render import (
     Frame,
     conversation_html,
     draft_note,
@@ -27,9 +22,14 @@ from .render import (
     render,
     round_slider,
 )
-from .state import DEFAULT_METHODS
-from .token_html import status_html
-from .user_settings import View
+from app.demo.token_html import status_html
+from app.demo.user_settings import View
+from app.server.class_pool import CLASS
+from app.sessions import state
+from app.sessions.state import DEFAULT_METHODS
+from poss_core.errors import PossError
+from poss_core.models.presets import get_preset
+from poss_core.run_spec import MAX_LANES
 
 
 def class_reset_handler(key: str, view: View, request: gr.Request | None = None) -> Frame:

@@ -14,7 +14,7 @@ from poss_core import saved_runs
 from poss_core.compare import Comparison
 from poss_core.models.presets import DEFAULT_PRESET
 
-ASSETS = Path(__file__).resolve().parents[1] / "assets"
+ASSETS = Path(__file__).resolve().parents[2] / "assets"
 RECORDINGS_DIR = ASSETS / "recordings"
 EXAMPLES: list[dict[str, str]] = json.loads((ASSETS / "examples" / "prompts.json").read_text(encoding="utf-8"))
 

@@ -16,13 +16,13 @@ from typing import Any
 
 import gradio as gr
 
+from app.demo.render import Frame, render, status_only
+from app.demo.user_settings import View
+from app.server import client_share, disk_budget, file_owners, server_text
+from app.sessions import state
 from poss_core import saved_runs
 from poss_core.compare import Comparison
 from poss_core.errors import PossError
-
-from . import client_share, disk_budget, file_owners, server_text, state
-from .render import Frame, render, status_only
-from .user_settings import View
 
 
 def save_handler(request: gr.Request | None = None) -> Any:

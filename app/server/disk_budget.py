@@ -7,8 +7,8 @@ before their bytes reach the disk.
   then the oldest until the folder is under its cap.
 - `UploadRate` gives each client address a byte rate with a burst (a token bucket), so one address cannot fill the
   cap in seconds.
-- When the folder is over its cap, a flood loses its own files first (`app/file_owners.py` says who owns what);
-  protected saved runs are never deleted. `app/upload_limits.py` checks each upload against the rate and the cap.
+- When the folder is over its cap, a flood loses its own files first (`app/server/file_owners.py` says who owns what);
+  protected saved runs are never deleted. `app/server/upload_limits.py` checks each upload against the rate and the cap.
 """
 
 from __future__ import annotations
@@ -165,7 +165,7 @@ class DiskBudget:
         self.cap_bytes = cap_bytes
         self.age_s = age_s
         self.keep = keep  # files no sweep deletes (Gradio's keep_in_cache, protected saved runs)
-        self.address_of = address_of  # a file's owning address (app/file_owners.py): a flood loses its own first
+        self.address_of = address_of  # a file's owning address (app/server/file_owners.py): a flood loses its own first
         self.share_bytes = share_bytes
         self.used = 0
         self._lock = threading.Lock()

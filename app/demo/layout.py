@@ -10,18 +10,17 @@ from typing import Any
 
 import gradio as gr
 
+from app.demo import about, chart_fit, controls, recordings, user_settings
+from app.demo.chart_view import CHART_NAMES
+from app.demo.control_defaults import method_choices, ui_defaults
+from app.demo.render import LANE_PARTS, conversation_html, draft_note, empty_tree, idle_head_html
+from app.demo.token_html import TOKEN_CLICK_JS, legend_html, status_html
+from app.sessions.state import DEFAULT_METHODS
 from poss_core import methods
 from poss_core.decoding.config import MAX_PROMPT_CHARS
 from poss_core.models.presets import Preset
 from poss_core.run_spec import MAX_LANES
 from poss_core.views import figures
-
-from . import about, chart_fit, controls, recordings, user_settings
-from .chart_view import CHART_NAMES
-from .control_defaults import method_choices, ui_defaults
-from .render import LANE_PARTS, conversation_html, draft_note, empty_tree, idle_head_html
-from .state import DEFAULT_METHODS
-from .token_html import TOKEN_CLICK_JS, legend_html, status_html
 
 Components = dict[str, Any]
 

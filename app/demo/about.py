@@ -3,9 +3,8 @@ hardware."""
 
 from __future__ import annotations
 
+from app.server.server_text import neutral_paths
 from poss_core.models.quantization import CPU_PLAIN_SPEED_RANGE
-
-from .server_text import neutral_paths
 
 INTRO = """
 ### Speculative decoding in one minute

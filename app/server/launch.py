@@ -200,8 +200,8 @@ def _store_flags(p: argparse.ArgumentParser) -> None:
 def preload(preset_name: str, precision: str = "auto") -> None:
     """Load the target and the default lanes' drafts before anyone presses Run, so the first comparison is quick,
     then fit their auto tree budgets to this machine (a Run meanwhile starts on the default budgets)."""
-    from app.control_defaults import ui_defaults
-    from app.state import DEFAULT_METHODS
+    from app.demo.control_defaults import ui_defaults
+    from app.sessions.state import DEFAULT_METHODS
     from poss_core import compare
     from poss_core.errors import PossError
     from poss_core.methods import preset_methods
@@ -261,7 +261,7 @@ def prepare_target(preset_name: str) -> None:
 
 def proxy_hops(requested: int | None) -> int:
     """--proxy-hops, else $POSS_PROXY_HOPS, else one on a Space and none elsewhere (client_share.PROXY_HOPS)."""
-    from app import client_share
+    from app.server import client_share
 
     if requested is not None:
         return requested
@@ -293,7 +293,8 @@ def start_disk_budget(demo) -> None:
     lives and --saved-run-minutes after, by this sweep and Gradio's own)."""
     from gradio.utils import get_upload_folder
 
-    from app import disk_budget, file_owners, limits, saved_files, state
+    from app.server import disk_budget, file_owners, limits
+    from app.sessions import saved_files, state
 
     owners = file_owners.OWNERS
     owners.tab_seen, owners.idle_s = state.SESSIONS.last_seen, lambda: state.SESSIONS.idle_s
@@ -350,7 +351,7 @@ def check_flags(args: argparse.Namespace) -> None:
 
 def server_limits(args: argparse.Namespace):
     """The limits the flags ask for, with this machine's defaults where a flag is not given."""
-    from app import limits, live_queue
+    from app.server import limits, live_queue
     from poss_core.models.hardware import cuda_available
 
     slots = args.concurrency or live_queue.auto_slots(os.cpu_count(), cpu_threads(args.threads))
@@ -366,9 +367,9 @@ def main(argv: list[str] | None = None) -> None:
     import torch
 
     torch.set_num_threads(cpu_threads(args.threads))
-    from app import limits, server_text
-    from app.control_defaults import initial_precision
-    from app.serving import launch_kwargs
+    from app.demo.control_defaults import initial_precision
+    from app.server import limits, server_text
+    from app.server.serving import launch_kwargs
     from app.ui import build_demo
     from poss_core.models.hardware import cpu_bf16_units, cuda_available
 

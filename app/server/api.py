@@ -11,18 +11,18 @@ from collections.abc import Callable
 
 import gradio as gr
 
+from app.demo import control_defaults
+from app.demo.control_defaults import ui_defaults
+from app.demo.user_settings import RunSettings
+from app.server import client_share, limits, live_queue
+from app.server.class_pool import CLASS
+from app.server.server_text import REFUSED, neutral_paths
 from poss_core import compare, metrics, settings
 from poss_core.call_budget import CallBudget
 from poss_core.errors import ConfigError, PossError
 from poss_core.json_safe import clean_json
 from poss_core.methods import PLAIN
 from poss_core.models.presets import DEFAULT_PRESET, get_preset
-
-from . import client_share, control_defaults, limits, live_queue
-from .class_pool import CLASS
-from .control_defaults import ui_defaults
-from .server_text import REFUSED, neutral_paths
-from .user_settings import RunSettings
 
 PROGRESS_EVERY_S = 1.0  # how often /compare yields while it works: the points where a gone client is noticed
 

@@ -1,7 +1,7 @@
 """The handlers that decode or play rounds: Run, Step, Stop, Replay and a clicked example. Plain functions of the
 settings (one `RunSettings`), the view (one `View`) and the request, testable directly; each returns (or streams)
-every output through `render.render`. Redrawing handlers are in app/view_handlers.py, Save and Load in
-app/saved_files.py, how a call waits and fails in app/calls.py."""
+every output through `render.render`. Redrawing handlers are in app/demo/view_handlers.py, Save and Load in
+app/sessions/saved_files.py, how a call waits and fails in app/server/calls.py."""
 
 from __future__ import annotations
 
@@ -10,15 +10,16 @@ from collections.abc import Iterator
 
 import gradio as gr
 
+from app.demo import machine, recordings
+from app.demo.render import Frame, render, status_only
+from app.demo.user_settings import RunSettings, View
+from app.server import calls, client_share, limits, live_queue
+from app.sessions import state
+from app.sessions.state import Session
 from poss_core import compare, methods, metrics, saved_runs
 from poss_core.compare import CallBudget, Comparison
 from poss_core.errors import PossError
 from poss_core.run_spec import MAX_LANES
-
-from . import calls, client_share, limits, live_queue, machine, recordings, state
-from .render import Frame, render, status_only
-from .state import Session
-from .user_settings import RunSettings, View
 
 UPDATE_EVERY_S = 0.35  # the most often a running comparison repaints (lanes run flat out in between)
 CHARTS_EVERY_S = 1.5  # the charts repaint less often than the lanes

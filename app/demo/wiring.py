@@ -12,11 +12,11 @@ from typing import Any
 
 import gradio as gr
 
+from app.demo import control_defaults, controls, handlers, recordings, user_settings, view_handlers
+from app.demo.chart_view import CHART_NAMES
+from app.demo.render import OUTPUT_NAMES, by_component
+from app.sessions import saved_files
 from poss_core.run_spec import MAX_LANES
-
-from . import control_defaults, controls, handlers, recordings, saved_files, user_settings, view_handlers
-from .chart_view import CHART_NAMES
-from .render import OUTPUT_NAMES, by_component
 
 Components = dict[str, Any]
 
