@@ -252,9 +252,9 @@ class SessionStore:
         if not self.budget_mb:
             return 0
         budget = self.budget_mb * 2**20
-        with self._lock:
-            sessions = list(self._sessions.values())
-        held = {id(s): self._held(s) for s in sessions}
+        holdings = self.holdings()
+        sessions = [s for s, _ in holdings]
+        held = {id(s): b for s, b in holdings}
         total = sum(held.values())
         if total <= budget:
             return 0
@@ -296,11 +296,11 @@ class SessionStore:
             session = self._sessions.get(key)
         return None if session is None else session.last_seen
 
-    def held_mb(self) -> float:
-        """What every tab holds together, MB (for tests and the server checks)."""
+    def holdings(self) -> list[tuple[Session, int]]:
+        """(tab, bytes it holds: `_held`) for every tab, the least recently active first."""
         with self._lock:
             sessions = list(self._sessions.values())
-        return sum(self._held(s) for s in sessions) / 2**20
+        return [(s, self._held(s)) for s in sessions]
 
     def start_reaper(self) -> None:
         """A daemon thread that reaps idle tabs even when no request comes in (started once)."""
