@@ -58,3 +58,12 @@ def eval_files(tmp_path):
     for name, items in rows.items():
         (d / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in items))
     return d
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark slow what the quick tier leaves to the full one (tests/quick_tier.py, each with its quick cover)."""
+    from quick_tier import left_to_full
+
+    for item in items:
+        if left_to_full(item.nodeid):
+            item.add_marker(pytest.mark.slow)
