@@ -15,6 +15,20 @@
            joins: the place and wait it is told, and when its call started
   prefill  one /compare with the longest prompt and the largest tree (depth 10, top-k 20, budget 256): seconds
            taken against the cap
+  own      a visitor loads and saves a run while other sessions at other addresses load and save runs and upload
+           16 MB files every 0.5 s: is the visitor's file still served (HTTP 200, the same bytes) --own-wait s later
+  bytes    12 uploads of 15 MB sent chunked with Content-Length: 1000 from one address, then one of 1,000 parts: the
+           answers, the temp folders' peak against --disk-cap-mb, and the files the many-part upload wrote
+  addr     one loopback client rotating invented X-Forwarded-For entries: 40 uploads of 16 MB and 45 long /compare
+           calls (how many let in), and a returning visitor's call meanwhile (the place it is told, when it starts)
+  models   4-token /compare calls at each precision and quantization: the server's RSS at start, after each call,
+           at the peak and at the end, against --session-memory-mb and one target's size
+  log      log bytes per GET of /queue/data for an unknown session; the one log line of each refused call (past the
+           share, a 413 and a 429 upload, an unknown preset); whether the replies of an upload and of Save name a
+           server folder
+
+Each case prints one or more "[case] ..." lines with its figures, and most end with PASS or FAIL and the criterion;
+the exit status is 1 when one printed FAIL.
 
 Each starts its own server from --root (default: this checkout; point it at an older checkout for "before"
 figures) with its own Gradio temp folder, $TMPDIR and cache folder (the prepared default model is linked in, so
@@ -29,6 +43,16 @@ fits made here never touch ~/.cache/poss-demo), and stops it at the end. Only lo
     python scripts/server_check.py memory --preset smollm2-135m --steps 8 --loads 6
     python scripts/server_check.py fair --preset smollm2-135m --cap 4 --flood-clients 8
     python scripts/server_check.py prefill --preset smollm2-135m --cap 20 --prompt-tokens 2016
+    python scripts/server_check.py own --own-wait 60 [--own-wait 600 --server-args=--saved-run-minutes=10]
+    python scripts/server_check.py bytes --bytes-requests 12 --parts 1000
+    python scripts/server_check.py addr --cap 4
+    python scripts/server_check.py models --preset smollm2-135m
+    python scripts/server_check.py log --log-gets 200
+
+Flags an older checkout lacks (--proxy-hops, --saved-run-minutes, --disk-cap-mb, --session-memory-mb, ...) are
+passed only where its app (app/server/launch.py, or app/launch.py) has them, so the same case gives an older
+checkout's figures; where the server counts trusted proxies, the cases that send X-Forwarded-For start it with
+--proxy-hops 1.
 
 (--server-args takes its value after "=" when it starts with "--".)
 """
@@ -36,15 +60,21 @@ fits made here never touch ~/.cache/poss-demo), and stops it at the end. Only lo
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import multiprocessing
 import os
+import re
+import select
 import shlex
 import shutil
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -93,11 +123,6 @@ def cpu_seconds(pid: int) -> float:
 
 def folder_mb(path: Path) -> float:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) / 2**20 if path.exists() else 0.0
-
-
-def folder_files(*paths: Path) -> set[Path]:
-    """The regular files under the folders (gone meanwhile: not counted)."""
-    return {p for path in paths if path.exists() for p in path.rglob("*") if p.is_file()}
 
 
 FAILED: list[str] = []  # the verdicts that failed in this run of main
@@ -167,7 +192,7 @@ class Server:
     def token_limit(root: Path) -> list[str]:
         """The cases ask for long runs on purpose (the per-call cap is what they check): lift the server's
         --max-new-tokens to the settings' bound where the checkout has that flag."""
-        return ["--max-new-tokens", "2048"] if "--max-new-tokens" in (root / "app" / "launch.py").read_text() else []
+        return ["--max-new-tokens", "2048"] if _has_flag(root, "--max-new-tokens") else []
 
     def __enter__(self) -> "Server":
         t0 = time.monotonic()
@@ -494,8 +519,9 @@ def _saved_run(path: Path, seed: int, tokens: int = 400) -> Path:
 
 def _flood(url: str, uploads: int, mb: float, addresses: list[str], measure) -> tuple[dict[int, int], float, float]:
     """`uploads` POSTs of `mb` MB of random bytes to /gradio_api/upload, spread over `addresses` (sent as
-    X-Forwarded-For, which the app trusts from a loopback peer, as from the Space's proxy): the answers' status
-    counts, the largest `measure()` seen after each, and the seconds taken."""
+    X-Forwarded-For, which the app reads from a loopback peer as from the Space's proxy: its last entry where the
+    server runs with --proxy-hops 1, the first in an older checkout): the answers' status counts, the largest
+    `measure()` seen after each, and the seconds taken."""
     import httpx
 
     statuses: dict[int, int] = {}
@@ -521,7 +547,7 @@ def case_disk(a) -> None:
 
     files = [_saved_run(Path(tempfile.mkdtemp()) / f"run{i}.jsonl", i) for i in range(a.uploads)]
     mb = sum(f.stat().st_size for f in files) / 2**20
-    cap = _flag(a.root, "--disk-cap-mb", f"{a.disk_limit_mb:g}")
+    cap = [*_flag(a.root, "--disk-cap-mb", f"{a.disk_limit_mb:g}"), *_flag(a.root, "--proxy-hops", "1")]
     with Server(a.root, "tiny-random", a.cap, ["--cache-minutes", f"{a.cache_minutes:g}", *cap, *a.extra]) as server:
 
         def used() -> float:
@@ -575,8 +601,8 @@ def rss_mb(pid: int) -> float:
 def step_args(prompt: str, preset: str, methods: list[str], max_new_tokens: int, precision: str = "float32") -> list:
     """/step's (and /run's) inputs: the prompt, the methods and the preset's default tree, then the view."""
     sys.path.insert(0, str(ROOT))
-    from app.control_defaults import ui_defaults
-    from app.user_settings import APP_SETTINGS
+    from app.demo.control_defaults import ui_defaults
+    from app.demo.user_settings import APP_SETTINGS
     from poss_core import settings
     from poss_core.models.presets import get_preset
 
@@ -590,12 +616,15 @@ def step_args(prompt: str, preset: str, methods: list[str], max_new_tokens: int,
 
 
 def _flag(root: Path, flag: str, value: str) -> list[str]:
-    """[flag, value] where the checkout's app.py has the flag (an older checkout runs without it)."""
+    """[flag, value] where the checkout's app has the flag (an older checkout runs without it)."""
     return [flag, value] if _has_flag(root, flag) else []
 
 
 def _has_flag(root: Path, flag: str) -> bool:
-    return flag in (root / "app" / "launch.py").read_text()
+    """Whether the checkout's app takes the flag (its flags are in app/server/launch.py, in an older checkout
+    app/launch.py)."""
+    launch = next(p for p in (root / "app" / "server" / "launch.py", root / "app" / "launch.py") if p.exists())
+    return flag in launch.read_text()
 
 
 def _status_text(out) -> str:
@@ -608,8 +637,6 @@ def _status_text(out) -> str:
 
 
 def case_memory(a) -> None:
-    import threading
-
     from gradio_client import handle_file
 
     run = _saved_run(Path(tempfile.mkdtemp()) / "run.jsonl", 0, tokens=a.run_tokens)
@@ -749,6 +776,602 @@ def case_prefill(a) -> None:
     )
 
 
+MB = 2**20
+BOUNDARY = "poss-check-boundary"
+
+
+def _server_value(extra: list[str], flag: str, default: float) -> float:
+    """A server flag's value among the extra arguments ("--flag V" or "--flag=V", the last one given), else
+    `default`."""
+    value = default
+    for i, arg in enumerate(extra):
+        if arg == flag and i + 1 < len(extra):
+            value = float(extra[i + 1])
+        elif arg.startswith(flag + "="):
+            value = float(arg.split("=", 1)[1])
+    return value
+
+
+def _tree(*folders: Path) -> tuple[int, set[str]]:
+    """The bytes and paths of the regular files under the folders (a file deleted meanwhile is left out)."""
+    total, names, stack = 0, set(), [str(f) for f in folders]
+    while stack:
+        top = stack.pop()
+        try:
+            entries = list(os.scandir(top))
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(entry.path)
+                elif entry.is_file(follow_symlinks=False):
+                    total += entry.stat(follow_symlinks=False).st_size
+                    names.add(entry.path)
+            except OSError:
+                pass
+    return total, names
+
+
+class _Watch:
+    """Samples folders every `every_s` in a thread while in a `with`: their peak bytes, and the files that appeared
+    meanwhile (`written`, deleted ones included)."""
+
+    def __init__(self, folders: list[Path], every_s: float = 0.05) -> None:
+        self.folders, self.every_s = folders, every_s
+        self.start_bytes, self.seen = _tree(*folders)
+        self.peak, self.written = self.start_bytes, set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while True:
+            size, names = _tree(*self.folders)
+            self.peak, self.written = max(self.peak, size), self.written | (names - self.seen)
+            if self._stop.wait(self.every_s):
+                return
+
+    def __enter__(self) -> "_Watch":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        size, names = _tree(*self.folders)
+        self.peak, self.written = max(self.peak, size), self.written | (names - self.seen)
+
+
+def _multipart(parts: list[tuple[str, bytes]]) -> bytes:
+    """A multipart/form-data body (BOUNDARY) with one "files" part per (file name, bytes), as Gradio's upload takes."""
+    head = 'Content-Disposition: form-data; name="files"; filename="{}"\r\nContent-Type: application/octet-stream'
+    body = [f"--{BOUNDARY}\r\n{head.format(name)}\r\n\r\n".encode() + data + b"\r\n" for name, data in parts]
+    return b"".join(body) + f"--{BOUNDARY}--\r\n".encode()
+
+
+def _raw_post(
+    port: int, path: str, headers: dict[str, str], body: bytes, chunked: bool = False, timeout: float = 60.0
+) -> tuple[int, str]:
+    """POST `body` by hand on a socket, its headers exactly as given (`chunked`: in chunks of 1 MB, chunked
+    encoding): the answer's status (0: closed without one) and body. Sending stops once an answer has come (a server
+    that refuses before reading the body)."""
+    lines = [f"POST {path} HTTP/1.1", f"Host: 127.0.0.1:{port}", *(f"{k}: {v}" for k, v in headers.items())]
+    answer = b""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        try:
+            s.sendall(("\r\n".join([*lines, "Connection: close", "", ""])).encode("latin-1"))
+            for i in range(0, len(body), MB):
+                if select.select([s], [], [], 0)[0]:
+                    break  # answered before the body was all sent
+                piece = body[i : i + MB]
+                s.sendall(b"%x\r\n%s\r\n" % (len(piece), piece) if chunked else piece)
+            else:
+                if chunked:
+                    s.sendall(b"0\r\n\r\n")
+        except OSError:  # the server closed the connection: its answer, if any, is in the socket
+            pass
+        try:
+            while got := s.recv(65536):
+                answer += got
+        except OSError:
+            pass
+    head, _, rest = answer.partition(b"\r\n\r\n")
+    try:
+        status = int(head.split(b" ", 2)[1])
+    except (IndexError, ValueError):
+        return 0, ""
+    if b"transfer-encoding: chunked" in head.lower():  # the answer's own chunks, joined
+        pieces, rest = [], rest
+        while rest:
+            size, _, rest = rest.partition(b"\r\n")
+            n = int(size.split(b";")[0] or b"0", 16)
+            if n == 0:
+                break
+            pieces.append(rest[:n])
+            rest = rest[n + 2 :]
+        rest = b"".join(pieces)
+    return status, rest.decode(errors="replace")
+
+
+# A /compare call of the tiny model that decodes until the cap (a short prompt, so that its 512-token context holds
+# it; three lanes on the largest tree): what holds a client's share or a slot of the line.
+HELD_CALL = compare_args("Hi", ["plain", "eagle", "poss2"], 2048, depth=10, top_k=20, tree_budget=256)
+
+
+def _join(http, url: str, fn_index: int, data: list, session: str, headers: dict[str, str] | None = None):
+    """One call put in Gradio's queue by hand (what a client's submit does first): the /queue/join answer."""
+    payload = {"data": data, "fn_index": fn_index, "session_hash": session, "event_data": None, "trigger_id": None}
+    return http.post(url + "gradio_api/queue/join", json=payload, headers=headers or {})
+
+
+def _raw_call(url: str, fn_index: int, data: list, session: str, headers: dict[str, str], timeout: float = 60.0):
+    """One call by hand (/queue/join, then its session's /queue/data stream): the join's status and the raw text of
+    the call's "process_completed" message (or of the join's answer when it was refused)."""
+    import httpx
+
+    with httpx.Client(timeout=timeout, headers=headers) as http:
+        joined = _join(http, url, fn_index, data, session)
+        if joined.status_code != 200:
+            return joined.status_code, joined.text
+        event = joined.json().get("event_id")
+        with http.stream("GET", url + "gradio_api/queue/data", params={"session_hash": session}) as stream:
+            for line in stream.iter_lines():
+                if line.startswith("data:"):
+                    message = json.loads(line[5:])
+                    if message.get("msg") == "process_completed" and message.get("event_id") == event:
+                        return 200, line[5:].strip()
+    return 200, ""
+
+
+def _file_data(out) -> dict:
+    """The first file value (a dict with a url) among a handler's outputs."""
+    for value in out if isinstance(out, (list, tuple)) else [out]:
+        if isinstance(value, dict) and value.get("url"):
+            return value
+    raise SystemExit(f"no file among the outputs: {str(out)[:300]}")
+
+
+def case_own(a) -> None:
+    """A visitor's saved run while other clients (other sessions and addresses) load and save runs and upload random
+    files: is it still downloadable --own-wait seconds after it was saved?"""
+    import httpx
+    from gradio_client import Client, handle_file
+
+    honest_run = _saved_run(Path(tempfile.mkdtemp()) / "honest.jsonl", 0)
+    flood_run = _saved_run(Path(tempfile.mkdtemp()) / "flood.jsonl", 1)
+    extra = [
+        "--cache-minutes",
+        f"{a.own_cache_minutes:g}",
+        *_flag(a.root, "--disk-cap-mb", f"{a.disk_limit_mb:g}"),
+        *_flag(a.root, "--saved-run-minutes", f"{a.saved_run_minutes:g}"),
+        *_flag(a.root, "--proxy-hops", "1"),  # the clients' X-Forwarded-For entries are their addresses
+        *a.extra,
+    ]
+    with Server(a.root, "tiny-random", a.cap, extra) as server:
+        mine = {"X-Forwarded-For": "198.51.100.20"}
+        honest = Client(server.url, verbose=False, download_files=False, headers=mine)
+        honest.predict(handle_file(str(honest_run)), *VIEW, api_name="/load_run")
+        saved = _file_data(honest.predict(api_name="/save_run"))
+        saved_at = time.monotonic()
+        url = urllib.parse.urljoin(server.url, saved["url"])
+        name = saved.get("orig_name") or Path(saved.get("path") or "").name
+        on_disk = next(iter(server.gradio_tmp.rglob(name)), None) if name else None
+        with httpx.Client(timeout=60, headers=mine) as http:
+            first = http.get(url)
+        stop, lock = threading.Event(), threading.Lock()
+        tally: dict[str, int] = {}
+        why: list[str] = []  # the first refusal's words
+
+        def count(what: str, err: Exception | None = None) -> None:
+            with lock:
+                tally[what] = tally.get(what, 0) + 1
+                if err is not None and not why:
+                    why.append(((str(err) or type(err).__name__).strip().splitlines() or [""])[-1][:100])
+
+        def load_and_save(k: int) -> None:
+            """New sessions from new addresses, each loading and saving a run a few times (nothing decodes)."""
+            i = 0
+            while not stop.is_set():
+                i += 1
+                who = {"X-Forwarded-For": f"203.0.113.{(k * 97 + i) % 250 + 1}"}
+                try:
+                    c = Client(server.url, verbose=False, download_files=False, headers=who)
+                except Exception as err:  # noqa: BLE001 - a refused page load counts as a failed save
+                    count("failed", err)
+                    stop.wait(0.2)
+                    continue
+                for _ in range(4):
+                    if stop.is_set():
+                        break
+                    try:
+                        c.predict(handle_file(str(flood_run)), *VIEW, api_name="/load_run")
+                        c.predict(api_name="/save_run")
+                        count("saves")
+                    except Exception as err:  # noqa: BLE001 - refused or cleared: the flood goes on
+                        count("failed", err)
+                        stop.wait(0.2)  # as a script retrying would, not a busy loop
+
+        def upload() -> None:
+            data, i = os.urandom(16 * MB), 0
+            with httpx.Client(timeout=120) as http:
+                while not stop.wait(a.own_upload_every):
+                    i += 1
+                    who = {"X-Forwarded-For": f"192.0.2.{i % 250 + 1}"}
+                    try:
+                        status = http.post(
+                            server.url + "gradio_api/upload", files={"files": (f"r{i}.bin", data)}, headers=who
+                        ).status_code
+                    except httpx.HTTPError as err:
+                        status = type(err).__name__
+                    count(f"upload {status}")
+
+        workers = [threading.Thread(target=load_and_save, args=(k,), daemon=True) for k in range(a.own_clients)]
+        workers.append(threading.Thread(target=upload, daemon=True))
+        for w in workers:
+            w.start()
+        gone_at, peak = None, 0
+        while time.monotonic() - saved_at < a.own_wait:
+            if gone_at is None and on_disk is not None and not on_disk.exists():
+                gone_at = time.monotonic() - saved_at
+            peak = max(peak, _tree(server.gradio_tmp, server.tmp)[0])
+            time.sleep(0.5)
+        waited = time.monotonic() - saved_at
+        with httpx.Client(timeout=60, headers=mine) as http:
+            last = http.get(url)
+        stop.set()
+        for w in workers:
+            w.join(timeout=120)
+    uploads = {k.split(" ", 1)[1]: v for k, v in sorted(tally.items()) if k.startswith("upload ")}
+    same = last.status_code == 200 and first.status_code == 200 and last.content == first.content
+    print(
+        f"[own] a visitor saved its run ({len(first.content) / MB:.1f} MB; download answered {first.status_code}), "
+        f"then {a.own_clients} flooding clients (a new session and address every 4 runs) loaded and saved "
+        f"{tally.get('saves', 0)} runs ({tally.get('failed', 0)} refused or failed"
+        f"{f', the first told {why[0]!r}' if why else ''}) and uploaded 16 MB every {a.own_upload_every:g} s "
+        f"(answers {uploads}); the temp folders peaked {peak / MB:.0f} MB (cap "
+        f"{a.disk_limit_mb:g} MB, cache age {a.own_cache_minutes:g} min); the file was "
+        + (f"deleted {gone_at:.1f} s after the save" if gone_at is not None else "still on disk" if on_disk else "?")
+    )
+    print(
+        f"[own] the visitor's download {waited:.0f} s after saving: HTTP {last.status_code}"
+        f"{', the same bytes' if same else ', other bytes' if last.status_code == 200 else ''}. {verdict(same)} "
+        f"(served, HTTP 200 with the bytes saved)"
+    )
+
+
+def case_bytes(a) -> None:
+    """Uploads that declare one size and send another, and one with many parts: the temp folders against the cap,
+    and the files the many-part upload writes."""
+    extra = [*_flag(a.root, "--disk-cap-mb", f"{a.disk_limit_mb:g}"), *_flag(a.root, "--proxy-hops", "1"), *a.extra]
+    with Server(a.root, "tiny-random", a.cap, extra) as server:
+        folders = [server.gradio_tmp, server.tmp]
+        form = {"Content-Type": f"multipart/form-data; boundary={BOUNDARY}"}
+        smuggled = {**form, "Content-Length": "1000", "Transfer-Encoding": "chunked", "X-Forwarded-For": "203.0.113.5"}
+        answers: dict[int, int] = {}
+        said = ""
+        t0 = time.monotonic()
+        with _Watch(folders) as sent:
+            for i in range(a.bytes_requests):
+                big = _multipart([(f"big{i}.bin", os.urandom(int(a.bytes_mb * MB)))])  # new bytes: a new file each
+                status, text = _raw_post(server.port, "/gradio_api/upload", smuggled, big, chunked=True)
+                answers[status] = answers.get(status, 0) + 1
+                said = said or (text.strip()[:100] if status != 200 else "")
+            time.sleep(1.0)
+        took = time.monotonic() - t0
+        many = _multipart([(f"part{i}.txt", f"part {i}\n".encode()) for i in range(a.parts)])
+        with _Watch(folders) as parted:
+            status, text = _raw_post(
+                server.port,
+                "/gradio_api/upload",
+                {**form, "Content-Length": str(len(many)), "X-Forwarded-For": "203.0.113.6"},
+                many,
+            )
+            time.sleep(1.0)
+        try:
+            listed = len(json.loads(text)) if status == 200 else 0
+        except ValueError:
+            listed = 0
+        # Gradio writes each part to a temporary file, then moves it to a folder of its own: the files written are
+        # the parts' files seen, the temporary files seen, or the files the answer lists, whichever is most.
+        named = sum(1 for f in parted.written if re.fullmatch(r"part\d+\.txt", Path(f).name))
+        written = max(named, len(parted.written) - named, listed)
+        left = len(_tree(*folders)[1] - parted.seen)
+    limit = a.disk_limit_mb + 1  # the sampling's own slack
+    ok = sent.peak / MB <= limit and parted.peak / MB <= limit and 400 <= status < 500 and written <= 8
+    print(
+        f"[bytes] {a.bytes_requests} POSTs of a {a.bytes_mb:g} MB file sent chunked with Content-Length: 1000 from "
+        f"one address in {took:.1f} s: answers {dict(sorted(answers.items()))}"
+        f"{f' ({said!r})' if said else ''}; the temp folders peaked {sent.peak / MB:.0f} MB against the "
+        f"{a.disk_limit_mb:g} MB cap"
+    )
+    print(
+        f"[bytes] one upload of {a.parts:,} parts ({len(many) / 1024:.0f} KB): HTTP {status} "
+        f"({text.strip()[:100]!r}); {written:,} files written ({listed:,} listed in the answer), {left:,} of them left "
+        f"after; peak {parted.peak / MB:.0f} MB. {verdict(ok)} (the folders never past the cap; the "
+        f"many-part upload refused, at most 8 files written)"
+    )
+
+
+def case_addr(a) -> None:
+    """One loopback client inventing X-Forwarded-For addresses: uploads, queued /compare calls, and a returning
+    visitor's call meanwhile."""
+    import httpx
+    from gradio_client import Client
+
+    hops = _has_flag(a.root, "--proxy-hops")
+    real = "192.0.2.50"  # what the trusted proxy appends for this client, the same for all its requests
+
+    def forwarded(i: int) -> str:
+        invented = f"198.18.{i // 250}.{i % 250 + 1}"
+        # Where the server counts trusted proxies (--proxy-hops 1), the client writes the first entry and the proxy
+        # appends the last; an older checkout charged the leftmost entry, so it gets the invented one alone.
+        return f"{invented}, {real}" if hops else invented
+
+    extra = [*_flag(a.root, "--proxy-hops", "1"), *a.extra]
+    rate = _server_value(a.extra, "--upload-mb-per-second", 2.0)
+    per_address = int(_server_value(a.extra, "--max-calls-per-address", 40))
+    short = compare_args("Hi", ["plain", "eagle"], 4, tree_budget=16)
+    with Server(a.root, "tiny-random", a.cap, extra) as server:
+        # The flood's drafts loaded first (what a call loads holds its slot past the cap), then the visitor served once
+        _warm(server.url, compare_args("Hi", HELD_CALL[1], 4, depth=10, top_k=20, tree_budget=256))
+        student = Client(server.url, verbose=False, headers={"X-Forwarded-For": "198.51.100.7"})
+        student.predict(*short, api_name="/compare")
+        uploads = _flood(server.url, a.addr_uploads, 16.0, [forwarded(i) for i in range(a.addr_uploads)], lambda: 0)
+        statuses, _, up_took = uploads
+        c = client(server.url)
+        fn_index = c._infer_fn_index("/compare", None)
+        long = HELD_CALL
+        data = long + _api_inputs(c, "/compare")[len(long) :]
+        joined: dict[int, int] = {}
+        with httpx.Client(timeout=60) as http:
+            for i in range(a.addr_calls):
+                answer = _join(http, server.url, fn_index, data, os.urandom(8).hex(), {"X-Forwarded-For": forwarded(i)})
+                joined[answer.status_code] = joined.get(answer.status_code, 0) + 1
+        time.sleep(a.settle)  # the first of them decodes, the rest wait in line
+        t0 = time.monotonic()
+        job = student.submit(*short, api_name="/compare")
+        told, started = None, None
+        while time.monotonic() - t0 < a.addr_wait and not job.done():
+            told = told or _queued(job)
+            if any(isinstance(o, dict) and o.get("running") for o in job.outputs()):
+                started = time.monotonic() - t0
+                break
+            time.sleep(0.2)
+        if started is None and job.done():
+            started = time.monotonic() - t0  # answered between two looks
+        told = told or _queued(job)
+        job.cancel()
+    accepted_mb = statuses.get(200, 0) * 16.0
+    allowed_mb = 64.0 + rate * up_took + 16.0  # the burst, the rate meanwhile, one upload of slack
+    calls_in = joined.get(200, 0)
+    ok_up = accepted_mb <= allowed_mb
+    ok_calls = per_address <= 0 or calls_in <= per_address
+    ok_start = started is not None and started <= 2 * a.cap + 5
+    form = "'<invented>, " + real + "'" if hops else "'<invented>'"
+    print(
+        f"[addr] {a.addr_uploads} uploads of 16 MB, X-Forwarded-For {form} rotated over {a.addr_uploads} invented "
+        f"addresses, in {up_took:.1f} s: answers {dict(sorted(statuses.items()))}, {accepted_mb:.0f} MB accepted "
+        f"(one address may send {allowed_mb:.0f} MB in that time). {verdict(ok_up)}"
+    )
+    print(
+        f"[addr] {a.addr_calls} long /compare calls (each a new session), the addresses rotated the same way: "
+        f"answers {dict(sorted(joined.items()))}, {calls_in} let in (--max-calls-per-address {per_address}). "
+        f"{verdict(ok_calls)}"
+    )
+    print(
+        "[addr] a returning visitor (served once before, its own address) called meanwhile: "
+        + (f"told place {told.get('place')}, wait_s {told.get('wait_s')}" if told else "told no place in line")
+        + "; its call "
+        + (f"started after {started:.1f} s" if started is not None else f"had not started after {a.addr_wait:g} s")
+        + f" (cap {a.cap:g} s). {verdict(ok_start)} (started within 2 x cap + 5 s)"
+    )
+
+
+def _safetensors_params(path: Path) -> int:
+    """The parameters in a safetensors file, from its header (nothing loaded)."""
+    with open(path, "rb") as f:
+        header = json.loads(f.read(int.from_bytes(f.read(8), "little")))
+    return sum(math.prod(t["shape"]) for k, t in header.items() if k != "__metadata__")
+
+
+PRECISION_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+
+def case_models(a) -> None:
+    """/compare calls of a few tokens, one per precision and quantization: the server's RSS against the tabs' memory
+    total (--session-memory-mb) and one target's size."""
+    extra = [*_flag(a.root, "--session-memory-mb", f"{a.budget_mb:g}"), *a.extra]
+    weights = sorted((Path.home() / ".cache" / "poss-demo").glob("*/model.safetensors"))
+    params = _safetensors_params(weights[0]) if a.preset == "smollm2-135m" and weights else 0
+    rows: list[tuple[str, str, str, float, float]] = []  # (precision, quantization, outcome, seconds, RSS MB)
+    with Server(a.root, a.preset, a.cap, extra) as server:
+        pid = server.proc.pid
+        bare = rss_mb(pid)
+
+        def call(precision: str, quantization: str) -> tuple[str, float]:
+            """One 4-token call on a fixed small tree (no budget fit): how it ended and its seconds."""
+            c, t0 = client(server.url), time.monotonic()
+            job = c.submit(
+                "Hi", ["plain", "eagle"], max_new_tokens=4, depth=4, top_k=4, tree_budget=16, precision=precision,
+                quantization=quantization, api_name="/compare",
+            )  # fmt: skip
+            try:
+                out = job.result(timeout=a.timeout)
+                how = "timed out" if out.get("timed_out") else "answered"
+            except Exception as err:  # noqa: BLE001 - a refusal or a load that failed: its last line
+                said = ((str(err) or type(err).__name__).strip().splitlines() or [""])[-1][:120]
+                how = ("not offered: " if "offered" in said else "error: ") + said
+            return how, time.monotonic() - t0
+
+        first, first_s = call("auto", "auto")  # the first visitor's call: the default target and drafts loaded
+        start = rss_mb(pid)
+        for _ in range(a.rounds):
+            for precision in PRECISION_BYTES:
+                for quantization in ("auto", "none", "8bit", "4bit"):
+                    how, took = call(precision, quantization)
+                    rows.append((precision, quantization, how, took, rss_mb(pid)))
+        time.sleep(3.0)
+        end, peak = rss_mb(pid), peak_rss_mb(pid)
+    tried = [r for r in rows if not r[2].startswith("not offered")]
+    widest = max([PRECISION_BYTES[p] for p, *_ in tried] or [4])
+    target_mb = params * widest / MB
+    ok = end <= start + a.budget_mb + target_mb
+    print(
+        f"[models] {a.preset}, --session-memory-mb {a.budget_mb:g}: RSS {bare:.0f} MB when the server was up, "
+        f"{start:.0f} MB after a first call at auto precision and quantization ({first}, {first_s:.1f} s)"
+    )
+    for precision, quantization, how, took, rss in rows:
+        print(f"[models]   {precision} / {quantization}: {how} in {took:.1f} s; RSS {rss:.0f} MB")
+    ran = sum(1 for r in rows if r[2] in ("answered", "timed out"))
+    skipped = [f"{p}/{q}" for p, q, how, _, _ in rows if how.startswith("not offered")]
+    failed = [f"{p}/{q}" for p, q, how, _, _ in rows if how.startswith("error")]
+    print(
+        f"[models] {ran} of {len(rows)} calls answered (not offered: {', '.join(skipped) or 'none'}; failed: "
+        f"{', '.join(failed) or 'none'}); one target: "
+        + (
+            f"{params / 1e6:.1f} M parameters x {widest} bytes = {target_mb:.0f} MB"
+            if params
+            else "size unknown for this preset, counted as 0 MB"
+        )
+        + f". RSS at the end {end:.0f} MB (+{end - start:.0f} MB), peak {peak:.0f} MB. {verdict(ok)} (at the end "
+        f"within the start + {a.budget_mb:g} MB + one target = {start + a.budget_mb + target_mb:.0f} MB)"
+    )
+
+
+def _one_line(text: str, address: str, secrets: list[str], names: str) -> tuple[bool, str]:
+    """Whether a refusal's log is exactly one line naming the address and the limit (a word of `names`, a regular
+    expression) and none of the values sent; and that line (or what was logged)."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    line = lines[0] if len(lines) == 1 else text
+    ok = (
+        len(lines) == 1
+        and address in line
+        and re.search(names, line, re.IGNORECASE) is not None
+        and not any(s in text for s in secrets)
+    )
+    return ok, line
+
+
+def case_log(a) -> None:
+    """What the log gains from requests for unknown queue sessions and from refused calls, and whether the upload
+    and Save replies name a server folder."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import httpx
+    from gradio_client import Client, handle_file
+
+    run = _saved_run(Path(tempfile.mkdtemp()) / "run.jsonl", 0, tokens=60)
+    address, secret = "198.51.100.9", "zq7-secret-value"
+    mine = {"X-Forwarded-For": address}
+    results: list[bool] = []
+    with Server(a.root, "tiny-random", a.cap, [*_flag(a.root, "--proxy-hops", "1"), *a.extra]) as server:
+
+        def unknown_session(_) -> str:
+            try:
+                with httpx.stream(
+                    "GET",
+                    server.url + "gradio_api/queue/data",
+                    params={"session_hash": os.urandom(6).hex()},
+                    timeout=3.0,
+                ) as stream:
+                    next(stream.iter_raw(), None)
+                    return str(stream.status_code)
+            except httpx.HTTPError as err:
+                return type(err).__name__
+
+        since = _log_size(server)
+        with ThreadPoolExecutor(8) as pool:
+            answers = list(pool.map(unknown_session, range(a.log_gets)))
+        text = _logged(server, since, settle=2.0)
+        per = len(text.encode()) / a.log_gets
+        results.append(per <= 300 and "Traceback" not in text)
+        counted = {k: answers.count(k) for k in sorted(set(answers))}
+        print(
+            f"[log] {a.log_gets} GETs of /gradio_api/queue/data for unknown sessions: answers {counted}; the log "
+            f"gained {len(text.encode()):,} bytes ({per:,.0f} per request), {text.count('Traceback')} tracebacks. "
+            f"{verdict(results[-1])} (at most 300 bytes each, no traceback)"
+        )
+
+        def refused(what: str, names: str, fn, was_refused) -> None:
+            since = _log_size(server)
+            told = fn()
+            ok, line = _one_line(_logged(server, since), address, [secret], names)
+            ok = ok and was_refused(told)
+            results.append(ok)
+            print(f"[log] {what}: told {str(told).strip()[:90]!r}; logged {line.strip()[:200]!r}. {verdict(ok)}")
+
+        c = Client(server.url, verbose=False, headers=mine)
+        c.predict(*compare_args("Hi", ["plain", "eagle"], 4, tree_budget=16), api_name="/compare")  # model loaded
+        held = [c.submit(*HELD_CALL, api_name="/compare") for _ in range(2)]
+        time.sleep(2.0)
+        past = [secret, *HELD_CALL[1:]]
+        refused(
+            "a /compare past the client's share (422)",
+            r"call|share|limit",
+            lambda: _outcome(lambda: c.submit(*past, api_name="/compare").result(timeout=60)),
+            lambda told: "validation" in told,  # gradio_client's words for a refused join
+        )
+        for job in held:
+            job.cancel()
+        time.sleep(3.0)
+        form = {"Content-Type": f"multipart/form-data; boundary={BOUNDARY}", **mine}
+        too_big = _multipart([(f"{secret}.bin", os.urandom(20 * MB))])
+        refused(
+            "an upload over the size limit (413)",
+            r"MB|size|large|limit",
+            lambda: _raw_post(
+                server.port, "/gradio_api/upload", {**form, "Content-Length": str(len(too_big))}, too_big
+            ),
+            lambda told: told[0] == 413,
+        )
+        data = os.urandom(16 * MB)
+        with httpx.Client(timeout=120, headers=mine) as http:
+            for _ in range(12):
+                since = _log_size(server)
+                answer = http.post(server.url + "gradio_api/upload", files={"files": (f"{secret}.bin", data)})
+                if answer.status_code == 429:
+                    break
+            ok, line = _one_line(_logged(server, since), address, [secret], r"rate|MB/s|too many|limit")
+            ok = ok and answer.status_code == 429
+            results.append(ok)
+            print(
+                f"[log] an upload over the address's rate ({answer.status_code}): told {answer.text.strip()[:90]!r}; "
+                f"logged {line.strip()[:200]!r}. {verdict(ok)}"
+            )
+        bad = compare_args("Hi", ["plain"], 1)
+        bad[2] = f"{secret}-preset"
+        refused(
+            "a /compare of an unknown preset",
+            r"preset|input",  # the preset, or the inputs' check that refused it
+            lambda: _outcome(
+                lambda: Client(server.url, verbose=False, headers=mine).predict(*bad, api_name="/compare")
+            ),
+            lambda told: not told.startswith("{"),  # an error, not an answer
+        )
+
+        folders = [str(server.gradio_tmp), str(server.tmp), str(server.dir / "cache"), str(a.root.resolve())]
+        with httpx.Client(timeout=60, headers={"X-Forwarded-For": "198.51.100.10"}) as http:
+            upload = http.post(server.url + "gradio_api/upload", files={"files": ("note.txt", b"hello")})
+        saver = Client(server.url, verbose=False, headers={"X-Forwarded-For": "198.51.100.11"})
+        saver.predict(handle_file(str(run)), *VIEW, api_name="/load_run")
+        status, save_reply = _raw_call(
+            server.url, saver._infer_fn_index("/save_run", None), [], saver.session_hash, saver.headers
+        )
+        for what, reply in (("/gradio_api/upload", upload.text), ("/save_run", save_reply)):
+            named = [f for f in folders if f in reply]
+            results.append(not named and bool(reply))
+            print(
+                f"[log] {what}'s reply ({len(reply):,} chars): "
+                + (f"names {' and '.join(named)}" if named else "names no server folder" if reply else "empty")
+                + f"; {reply.strip()[:160]!r}. {verdict(results[-1])}"
+            )
+    print(
+        f"[log] {sum(results)} of {len(results)} checks passed. {verdict(all(results))} (unknown sessions cost at "
+        f"most 300 log bytes and no traceback; each refusal logs one line naming its limit and the address and no "
+        f"value; no reply names a server folder)"
+    )
+
+
 CASES = {
     "oracle": case_oracle,
     "fit": case_fit,
@@ -759,14 +1382,20 @@ CASES = {
     "memory": case_memory,
     "fair": case_fair,
     "prefill": case_prefill,
+    "own": case_own,
+    "bytes": case_bytes,
+    "addr": case_addr,
+    "models": case_models,
+    "log": case_log,
 }
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int:
+    """Run one case; 1 when it printed a FAIL, else 0."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("case", choices=list(CASES))
     p.add_argument("--root", type=Path, default=ROOT, help="the checkout whose app.py runs (default: this one)")
-    p.add_argument("--preset", default="tiny-random")
+    p.add_argument("--preset", default=None, help="default: smollm2-135m for models, tiny-random for the others")
     p.add_argument("--cap", type=float, default=20.0, help="--max-call-seconds of the server (default 20)")
     p.add_argument(
         "--server-args", default="", help='more flags for app.py, e.g. --server-args="--max-calls-per-client 2"'
@@ -782,26 +1411,48 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--cache-minutes", type=float, default=0.05, help="disk: the server's --cache-minutes")
     p.add_argument("--flood-uploads", type=int, default=20, help="disk: random uploads from one address, then many")
     p.add_argument("--flood-mb", type=float, default=16.0, help="disk: MB of each random upload")
-    p.add_argument("--disk-limit-mb", type=float, default=128.0, help="disk: the cap (--disk-cap-mb) that must hold")
+    p.add_argument(
+        "--disk-limit-mb", type=float, default=128.0, help="disk, own, bytes: the cap (--disk-cap-mb) that must hold"
+    )
     p.add_argument("--cancel-after", type=float, default=2.0, help="refuse: seconds before /compare is cancelled")
     p.add_argument("--quantized", action="store_true", help="refuse: also an 8-bit /run of the default model")
     p.add_argument("--steps", type=int, default=8, help="memory: tabs that pause a Step on a long prompt")
     p.add_argument("--loads", type=int, default=6, help="memory: tabs that load a saved run")
     p.add_argument("--run-tokens", type=int, default=400, help="memory: new tokens of the saved run loaded")
     p.add_argument("--idle-minutes", type=float, default=0.5, help="memory: the server's --idle-minutes")
-    p.add_argument("--budget-mb", type=float, default=600.0, help="memory: --session-memory-mb, where there is one")
+    p.add_argument(
+        "--budget-mb", type=float, default=600.0, help="memory, models: --session-memory-mb, where there is one"
+    )
     p.add_argument("--view-every", type=float, default=10.0, help="memory: seconds between each tab's /view")
     p.add_argument("--reap-wait", type=float, default=25.0, help="memory: seconds past the idle time to wait")
     p.add_argument("--slack-mb", type=float, default=250.0, help="memory: RSS above the start that passes")
     p.add_argument("--prompt-tokens", type=int, default=1900, help="memory, fair, prefill: the long prompt's tokens")
     p.add_argument("--flood-clients", type=int, default=8, help="fair: fresh clients at one address")
     p.add_argument("--calls-each", type=int, default=2, help="fair: long /compare calls each of them submits")
-    p.add_argument("--settle", type=float, default=5.0, help="fair: seconds for the flood to join the line")
+    p.add_argument("--settle", type=float, default=5.0, help="fair, addr: seconds for the flood to join the line")
     p.add_argument("--round-s", type=float, default=6.0, help="prefill: one round and the client, past the cap")
+    p.add_argument("--own-wait", type=float, default=60.0, help="own: seconds from the save to the download")
+    p.add_argument("--own-cache-minutes", type=float, default=0.5, help="own: the server's --cache-minutes")
+    p.add_argument(
+        "--saved-run-minutes", type=float, default=1.0, help="own: the server's --saved-run-minutes, where there is one"
+    )
+    p.add_argument("--own-clients", type=int, default=2, help="own: flooding clients that load and save runs")
+    p.add_argument("--own-upload-every", type=float, default=0.5, help="own: seconds between the 16 MB uploads")
+    p.add_argument("--bytes-mb", type=float, default=15.0, help="bytes: MB of each upload sent chunked")
+    p.add_argument("--bytes-requests", type=int, default=12, help="bytes: those uploads, one address in a row")
+    p.add_argument("--parts", type=int, default=1000, help="bytes: parts of the many-part upload")
+    p.add_argument("--addr-uploads", type=int, default=40, help="addr: 16 MB uploads from invented addresses")
+    p.add_argument("--addr-calls", type=int, default=45, help="addr: long /compare calls from invented addresses")
+    p.add_argument("--addr-wait", type=float, default=60.0, help="addr: the most seconds to wait for the visitor")
+    p.add_argument("--rounds", type=int, default=2, help="models: times through every precision and quantization")
+    p.add_argument("--log-gets", type=int, default=200, help="log: GETs of /queue/data for unknown sessions")
     a = p.parse_args(argv)
     a.extra = shlex.split(a.server_args)
+    a.preset = a.preset or ("smollm2-135m" if a.case == "models" else "tiny-random")
+    FAILED.clear()
     CASES[a.case](a)
+    return 1 if FAILED else 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())
