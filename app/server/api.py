@@ -8,6 +8,7 @@ import inspect
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 import gradio as gr
 
@@ -169,6 +170,23 @@ def _budget_note(comp: compare.Comparison, lane: compare.Lane) -> str | None:
     return f"the default tree budget ({lane.budget}): {why}, and none is cached for this draft, depth and top-k"
 
 
+# The threads /compare's comparisons run in, apart from asyncio's default pool (a few threads on a small machine, which
+# Gradio and the event loop also use): a running call always has its thread, however many calls wait. At most one per
+# live slot decodes at once (live_queue.LIVE), and --concurrency is at most 64.
+_DECODING = ThreadPoolExecutor(max_workers=64, thread_name_prefix="poss-compare")
+TURN_POLL_S = 0.1  # how often a waiting /compare call checks whether its turn has come
+
+
+async def _turn(ticket: int, seconds: float) -> bool:
+    """Wait up to `seconds` for this ticket's live slot without holding a thread: True once it runs."""
+    deadline = time.monotonic() + seconds
+    while not live_queue.LIVE.try_start(ticket):
+        if time.monotonic() >= deadline:
+            return False
+        await asyncio.sleep(TURN_POLL_S)
+    return True
+
+
 def compare_endpoint(app_preset: str, wrap: Callable = lambda fn: fn):
     """`compare_api` as the app serving `app_preset` offers it: an empty preset means that one.
 
@@ -195,7 +213,7 @@ def compare_endpoint(app_preset: str, wrap: Callable = lambda fn: fn):
             try:
                 run = api_run(prompt, methods, preset, quiet_refusals=True, **a)
             except gr.Error:
-                REFUSED("a /compare input out of its bounds", client_share.request_client(request)[1])
+                REFUSED("a /compare input that failed its checks", client_share.request_client(request)[1])
                 raise
             spec = run.spec
             # The worker runs what was checked here; a ZeroGPU worker (another process) gets plain values instead.
@@ -207,15 +225,15 @@ def compare_endpoint(app_preset: str, wrap: Callable = lambda fn: fn):
             except PossError as err:
                 raise gr.Error(str(err), print_exception=False) from err
             try:
-                # Waits a second at a time in a worker thread (woken when its slot frees), then says where it is.
-                while not await asyncio.to_thread(live_queue.LIVE.wait, ticket, PROGRESS_EVERY_S):
+                # Waits a second at a time on the event loop, then says where it is: a waiting call holds no thread.
+                while not await _turn(ticket, PROGRESS_EVERY_S):
                     yield {
                         "queued": True,
                         "place": live_queue.LIVE.place(ticket),
                         "wait_s": round(live_queue.LIVE.estimate_s(ticket), 1),
                     }
                 began = time.monotonic()
-                answer = asyncio.get_running_loop().run_in_executor(None, call)
+                answer = asyncio.get_running_loop().run_in_executor(_DECODING, call)
                 try:
                     while True:
                         done, _ = await asyncio.wait({answer}, timeout=PROGRESS_EVERY_S)

@@ -40,14 +40,21 @@ def save_handler(request: gr.Request | None = None) -> Any:
         return str(known)
     tab = state.SESSIONS.key(request)
     address = client_share.request_client(request)[1] or "?"
-    name = f"poss-run-{time.strftime('%Y%m%d-%H%M%S')}-{next(_SAVE_COUNT)}.jsonl"
-    path = saved_runs.save_run(comp, saved_runs_dir() / name)
-    size = path.stat().st_size
+    path = saved_runs_dir() / f"poss-run-{time.strftime('%Y%m%d-%H%M%S')}-{next(_SAVE_COUNT)}.jsonl"
+    # Owned (so protected) before it is written: a sweep making room for another upload meanwhile never takes it.
+    older = file_owners.OWNERS.saved(str(path), tab, address, 0)
+    try:
+        saved_runs.save_run(comp, path)
+        size = path.stat().st_size
+    except OSError as err:
+        _delete(str(path))
+        raise gr.Error(f"could not write the saved run ({type(err).__name__}); try again.") from err
+    file_owners.OWNERS.saved(str(path), tab, address, size)
     refused = _room_for(path, address, size)
     if refused:
         server_text.REFUSED(refused[0], address)
         raise gr.Error(refused[1])
-    for old in file_owners.OWNERS.saved(str(path), tab, address, size):
+    for old in older:
         _delete(old)
     _SAVED[comp] = path
     return str(path)
