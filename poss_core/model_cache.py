@@ -33,6 +33,7 @@ class ModelCache:
         self._key_locks: dict[tuple, threading.Lock] = {}
         self._targets: OrderedDict[tuple, Any] = OrderedDict()
         self._drafts: dict[tuple, Any] = {}
+        self._sizes: dict[tuple, int] = {}  # target key -> main memory it held with its drafts when last measured
         self._fitting: set[tuple] = set()  # budget fits under way (e.g. the app's start-up fit)
         self.startup_fit = threading.Event()  # set while the app's start-up loads and fits (see prefit_budgets)
         self.dtype = None  # the precision "auto" stands for (None: the device's default)
@@ -56,6 +57,7 @@ class ModelCache:
                 if key in self._targets:
                     self._targets.move_to_end(key)
                     return self._targets[key]
+            self.fit_total(room=self._expected_bytes(key))  # room first: never two copies at once past the total
             try:
                 target = loading.load_preset_target(preset.target, quantization=quantization, dtype=key[2])
             except PossError:
@@ -94,13 +96,27 @@ class ModelCache:
             keys = list(self._targets)
         return sum(self._main_memory_bytes(k) for k in keys)
 
-    def fit_total(self, keep: tuple | None = None) -> int:
-        """Past `budget_bytes`, let go of the least recently used targets (and their drafts) but `keep`, the one in
-        use; returns how many went."""
+    def _expected_bytes(self, key: tuple) -> int:
+        """What a target about to load will hold with its drafts: as much as when it was last loaded, else as much
+        as the largest one loaded now (another precision or quantization of the same model, most often)."""
+        with self._lock:
+            known, keys = self._sizes.get(key), list(self._targets)
+        return known if known is not None else max((self._main_memory_bytes(k) for k in keys), default=0)
+
+    def fit_total(self, keep: tuple | None = None, room: int = 0) -> int:
+        """Past `budget_bytes` (with `room` more bytes to come), let go of the least recently used targets (and their
+        drafts) but `keep`, the one in use; returns how many went."""
         if not self.budget_bytes:
             return 0
+        if keep is not None:
+            with self._lock:
+                in_cache = keep in self._targets
+            if in_cache:
+                size = self._main_memory_bytes(keep)
+                with self._lock:
+                    self._sizes[keep] = size
         gone = 0
-        while self.resident_bytes() > self.budget_bytes:
+        while self.resident_bytes() + room > self.budget_bytes:
             with self._lock:
                 old = next((k for k in self._targets if k != keep), None)
                 if old is None:
