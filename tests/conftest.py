@@ -60,6 +60,25 @@ def eval_files(tmp_path):
     return d
 
 
+QUICK_TIER_WORKERS = 2  # processes the quick tier runs on where the machine has the cores (pytest-xdist)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config):
+    """The quick tier (`-m "not slow"`) runs on QUICK_TIER_WORKERS processes where there are as many cores and
+    pytest-xdist is installed, unless `-n` says otherwise: its tests use one torch thread each, so two cores run it in
+    about half the time. The full tier stays in one process (its servers and browsers time themselves)."""
+    if (
+        config.option.markexpr == "not slow"
+        and config.pluginmanager.hasplugin("xdist")
+        and getattr(config.option, "numprocesses", None) is None
+        and not os.environ.get("PYTEST_XDIST_WORKER")
+        and not config.getvalue("collectonly")
+        and (os.cpu_count() or 1) >= QUICK_TIER_WORKERS
+    ):
+        config.option.numprocesses = QUICK_TIER_WORKERS
+
+
 def pytest_collection_modifyitems(config, items):
     """Mark slow what the quick tier leaves to the full one (tests/quick_tier.py, each with its quick cover)."""
     from quick_tier import left_to_full
