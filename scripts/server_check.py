@@ -548,7 +548,11 @@ def case_disk(a) -> None:
     files = [_saved_run(Path(tempfile.mkdtemp()) / f"run{i}.jsonl", i) for i in range(a.uploads)]
     mb = sum(f.stat().st_size for f in files) / 2**20
     cap = [*_flag(a.root, "--disk-cap-mb", f"{a.disk_limit_mb:g}"), *_flag(a.root, "--proxy-hops", "1")]
-    with Server(a.root, "tiny-random", a.cap, ["--cache-minutes", f"{a.cache_minutes:g}", *cap, *a.extra]) as server:
+    # The saved runs belong to their tab for as long as it lives and --saved-run-minutes after: short here, so that
+    # the sweep's leftovers are measured within the wait.
+    short = ["--idle-minutes", f"{a.cache_minutes:g}", *_flag(a.root, "--saved-run-minutes", f"{a.cache_minutes:g}")]
+    extra = ["--cache-minutes", f"{a.cache_minutes:g}", *cap, *short, *a.extra]
+    with Server(a.root, "tiny-random", a.cap, extra) as server:
 
         def used() -> float:
             return folder_mb(server.gradio_tmp) + folder_mb(server.tmp)

@@ -76,7 +76,9 @@ def test_one_client_gets_its_share_of_the_queue_and_no_more():
 
 def test_the_temp_folders_shrink_back_and_refusals_log_no_traceback(tmp_path):
     files = [check._saved_run(tmp_path / f"run{i}.jsonl", i) for i in range(3)]
-    with check.Server(ROOT, "tiny-random", 20.0, ["--cache-minutes", "0.05"]) as server:
+    # A tab's saved runs are kept while it lives and --saved-run-minutes after: both short here.
+    short = ["--cache-minutes", "0.05", "--idle-minutes", "0.05", "--saved-run-minutes", "0.05"]
+    with check.Server(ROOT, "tiny-random", 20.0, short) as server:
         from gradio_client import handle_file
 
         c = check.client(server.url)
@@ -90,7 +92,7 @@ def test_the_temp_folders_shrink_back_and_refusals_log_no_traceback(tmp_path):
         with pytest.raises(Exception) as refused:
             c.predict(*check.compare_args("Hi", ["plain", "eagle"], 4, depth=20), api_name="/compare")
         assert wording.says(str(refused.value), wording.out_of_range("depth", 20))
-        time.sleep(8.0)
+        time.sleep(12.0)
         assert check.folder_mb(server.gradio_tmp) + check.folder_mb(server.tmp) < 0.05, "the temp folders grew"
         assert "Traceback" not in server.log_text()
 
