@@ -314,13 +314,22 @@ def save_run(comparison: Comparison, path: str | Path, compact: bool = False) ->
     path.parent.mkdir(parents=True, exist_ok=True)
     opened = gzip.open(path, "wt", encoding="utf-8") if _gzipped(path) else open(path, "w", encoding="utf-8")
     with opened as f:
-        for line in run_lines(comparison):
-            line = clean_json(line)
-            if compact:
-                f.write(json.dumps(_rounded(line, 4), ensure_ascii=False, separators=(",", ":")) + "\n")
-            else:
-                f.write(json.dumps(line, ensure_ascii=False) + "\n")
+        f.writelines(_jsonl(comparison, compact))
     return path
+
+
+def run_text(comparison: Comparison) -> str:
+    """The JSONL `save_run` writes, as one string: a server sizes it before any byte is on disk."""
+    return "".join(_jsonl(comparison, compact=False))
+
+
+def _jsonl(comparison: Comparison, compact: bool):
+    for line in run_lines(comparison):
+        line = clean_json(line)
+        if compact:
+            yield json.dumps(_rounded(line, 4), ensure_ascii=False, separators=(",", ":")) + "\n"
+        else:
+            yield json.dumps(line, ensure_ascii=False) + "\n"
 
 
 def _field_error(name: str, lineno: int, err: ValidationError) -> RunFileError:

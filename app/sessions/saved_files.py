@@ -40,35 +40,33 @@ def save_handler(request: gr.Request | None = None) -> Any:
         return str(known)
     tab = state.SESSIONS.key(request)
     address = client_share.request_client(request)[1] or "?"
-    path = saved_runs_dir() / f"poss-run-{time.strftime('%Y%m%d-%H%M%S')}-{next(_SAVE_COUNT)}.jsonl"
-    # Owned (so protected) before it is written: a sweep making room for another upload meanwhile never takes it.
-    older = file_owners.OWNERS.saved(str(path), tab, address, 0)
-    try:
-        saved_runs.save_run(comp, path)
-        size = path.stat().st_size
-    except OSError as err:
-        _delete(str(path))
-        raise gr.Error(f"could not write the saved run ({type(err).__name__}); try again.") from err
-    file_owners.OWNERS.saved(str(path), tab, address, size)
-    refused = _room_for(path, address, size)
+    data = saved_runs.run_text(comp).encode("utf-8")
+    refused = _room_for(address, len(data))  # sized and admitted before a byte is on disk
     if refused:
         server_text.REFUSED(refused[0], address)
         raise gr.Error(refused[1])
+    path = saved_runs_dir() / f"poss-run-{time.strftime('%Y%m%d-%H%M%S')}-{next(_SAVE_COUNT)}.jsonl"
+    # Owned (so protected) before it is written: a sweep making room for another upload meanwhile never takes it.
+    older = file_owners.OWNERS.saved(str(path), tab, address, len(data))
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    except OSError as err:
+        _delete(str(path))
+        raise gr.Error(f"could not write the saved run ({type(err).__name__}); try again.") from err
     for old in older:
         _delete(old)
     _SAVED[comp] = path
     return str(path)
 
 
-def _room_for(path: Path, address: str, size: int) -> tuple[str, str] | None:
-    """Whether a saved run just written may stay: its bytes count against its address's upload rate and must fit
-    under the disk cap; if not, it is deleted and (the limit, what the user is told) returned."""
+def _room_for(address: str, size: int) -> tuple[str, str] | None:
+    """Whether a saved run of `size` bytes may be written: its bytes count against its address's upload rate and
+    must fit under the disk cap; if not, (the limit, what the user is told)."""
     wait = disk_budget.RATE.take(address, size)
     if wait > 0:
-        _delete(str(path))
         return "save rate", f"Too many saves and uploads from your address: try again in {math.ceil(wait)} s."
     if not disk_budget.BUDGET.admit(size):
-        _delete(str(path))
         return "disk cap", "The server's space for saved runs is full: try again in a few minutes."
     return None
 
