@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SHOTS = ROOT / "screenshots"
 VIEWPORTS = [(1280, 720), (1400, 1000), (390, 844)]
 LANE_LINES_PX = 40  # at least the first two lines of a lane's text must be on screen
+LANE_STREAM_PX = 240  # beside the prompt, about ten lines of it: what a lane streams into on a projector
 
 pytestmark = [pytest.mark.slow, needs_chromium]
 
@@ -104,6 +105,7 @@ def test_run_keeps_the_prompt_and_the_lanes_text_on_one_screen(server, browser, 
         assert 0 <= lane["top"] and lane["top"] + LANE_LINES_PX <= height, (lane, height)
         if width >= 1000:  # side by side with the prompt and Run: nothing scrolled away
             assert prompt["top"] >= 0 and box(tab, "#poss-run")["bottom"] <= height, prompt
+            assert height - lane["top"] >= LANE_STREAM_PX, (lane, height)  # room for the answer to stream into
         tab.screenshot(path=str(SHOTS / f"projector-{width}x{height}-run.png"))
         wait_for_status(tab, wording.DONE)
         head = tab.locator("#poss-lane1-head").inner_html()

@@ -13,18 +13,18 @@ from poss_core import saved_runs
 
 THREADS = 160  # Gradio's worker threads: a waiting live run and a replay each hold one while they sleep
 CSS = (recordings.ASSETS / "app.css").read_text(encoding="utf-8")
-# On Run (a click, or Enter in the prompt) and Step: where the first lane's text is below the screen (the settings open
-# above it, or a phone), scroll just enough to show its first lines, never past the prompt's top on a wide screen, so
-# that a projector keeps the prompt in view; a phone's column is too tall for both, and scrolls to the lanes' headers.
-# Installed
-# once when the page loads (launch's js), so it scrolls at the click itself.
+# On Run (a click, or Enter in the prompt), Step, Replay and an example: where the first lane's text has less than
+# about ten lines (280 px) of the screen to stream into, scroll to give it that, never past the prompt's top on a wide
+# screen, so that a projector keeps the prompt and Run in view while the answers stream (at 1280x720 the page's title
+# and tabs go); a phone's column is too tall for both, and scrolls to the lanes' headers. Installed once when the page
+# loads (launch's js), so it scrolls at the click itself.
 LANES_INTO_VIEW_JS = """
 () => {
   const intoView = () => {
     const lane = document.querySelector("#poss-lane0-tokens");
     const prompt = document.querySelector("#poss-prompt");
     if (!lane || !prompt) return;
-    const below = lane.getBoundingClientRect().top + 96 - window.innerHeight;
+    const below = lane.getBoundingClientRect().top + 280 - window.innerHeight;
     if (below <= 0) return;
     if (window.innerWidth < 700) {  // a phone: the lanes from their headers down
       const head = document.querySelector("#poss-lane0-head") || lane;
@@ -35,7 +35,7 @@ LANES_INTO_VIEW_JS = """
     window.scrollBy({top: Math.min(below, room), behavior: "instant"});
   };
   document.addEventListener("click", (e) => {
-    if (e.target.closest && e.target.closest("#poss-run, #poss-step")) intoView();
+    if (e.target.closest && e.target.closest("#poss-run, #poss-step, #poss-replay, .poss-example")) intoView();
   }, true);
   document.addEventListener("keydown", (e) => {
     if (e.key === "Enter" && !e.shiftKey && e.target.closest && e.target.closest("#poss-prompt")) intoView();
