@@ -76,15 +76,14 @@ def run_args(prompt: str, preset: str, max_new_tokens: int) -> list:
     """/run's inputs: the app's default lanes and tree for the preset, at the precision the app starts with."""
     from app.demo.control_defaults import initial_precision, ui_defaults
     from app.demo.user_settings import APP_SETTINGS
-    from app.sessions.state import DEFAULT_METHODS
+    from app.sessions.state import default_lanes
     from poss_core import settings
-    from poss_core.methods import preset_methods
     from poss_core.models.hardware import cpu_bf16_units, cuda_available
     from poss_core.models.presets import get_preset
 
     p = get_preset(preset)
     d = ui_defaults(p)
-    lanes = [m for m in DEFAULT_METHODS if m in preset_methods(p)]
+    lanes = default_lanes(p)
     precision = initial_precision("auto", cuda_available(), cpu_bf16_units())
     values = {**settings.defaults(APP_SETTINGS), **d, "max_new_tokens": max_new_tokens, "precision": precision}
     return [prompt, False, preset, lanes] + [values[n] for n in APP_SETTINGS] + VIEW + ["this run"]

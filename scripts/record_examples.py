@@ -51,10 +51,9 @@ def main(argv: list[str] | None = None) -> int:
     from app.demo.machine import cpu_name
     from app.demo.recordings import EXAMPLES, RECORDINGS_DIR, recording_path
     from app.server.launch import cpu_threads
-    from app.sessions.state import DEFAULT_METHODS
+    from app.sessions.state import default_lanes
     from poss_core import compare, saved_runs
     from poss_core.errors import PossError
-    from poss_core.methods import preset_methods
     from poss_core.models.hardware import cpu_bf16_units, cuda_available
     from poss_core.models.presets import get_preset
 
@@ -62,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     preset = get_preset(args.preset)
     d = ui_defaults(preset)
     precision = initial_precision(args.dtype, cuda_available(), cpu_bf16_units())
-    lanes = [m for m in DEFAULT_METHODS if m in preset_methods(preset)]
+    lanes = default_lanes(preset)
     chosen = [int(x) - 1 for x in args.only.split(",") if x.strip()] or list(range(len(EXAMPLES)))
     bad = [i + 1 for i in chosen if not 0 <= i < len(EXAMPLES)]
     if bad:

@@ -13,6 +13,7 @@ import sys
 import time
 
 import pytest
+from asgi_request import asgi_request
 
 from app.server import disk_budget, server_text
 from app.server.disk_budget import MB, DiskBudget, UploadRate, sweep
@@ -100,30 +101,17 @@ def test_the_upload_rate_forgets_addresses_whose_bucket_refilled():
 def _post(make, size: int | None, path: str = "/gradio_api/upload", forwarded: str | None = None):
     """One POST from 127.0.0.1 through the middleware `make(app)` builds: (status, body, whether the app behind it
     was reached)."""
-    reached, sent = [], []
+    reached = []
 
     async def app(scope, receive, send):
         reached.append(scope["path"])
         await send({"type": "http.response.start", "status": 200, "headers": []})
         await send({"type": "http.response.body", "body": b"ok"})
 
-    async def receive():
-        return {"type": "http.request", "body": b"", "more_body": False}
-
-    async def send(message):
-        sent.append(message)
-
     headers = {} if size is None else {"content-length": str(size)}
     if forwarded:
         headers["x-forwarded-for"] = forwarded
-    scope = {
-        "type": "http",
-        "method": "POST",
-        "path": path,
-        "client": ("127.0.0.1", 5),
-        "headers": [(k.encode(), v.encode()) for k, v in headers.items()],
-    }
-    asyncio.run(make(app)(scope, receive, send))
+    sent = asgi_request(make(app), "POST", path, headers=headers)
     return sent[0]["status"], sent[-1]["body"].decode(), bool(reached)
 
 

@@ -4,13 +4,13 @@ loaded stay within the memory total."""
 
 from __future__ import annotations
 
-import asyncio
 import io
 import json
 import os
 import time
 
 import pytest
+from asgi_request import asgi_request, body_of
 
 from app.server import client_share, file_owners, server_text
 from app.server.disk_budget import MB, DiskBudget, UploadRate, sweep
@@ -89,7 +89,7 @@ def test_gradios_own_cache_sweep_skips_the_protected_saved_runs(tmp_path):
 def _upload(make, headers: dict[str, str], chunks: list[bytes], peer: str = "127.0.0.1", reply: bytes = b'["/x"]'):
     """One POST to /gradio_api/upload through `make(app)`: (status, body, bytes the app read, whether the app saw the
     end of the body)."""
-    read, sent, ended = [0], [], [False]
+    read, ended = [0], [False]
 
     async def app(scope, receive, send):
         while True:
@@ -103,23 +103,7 @@ def _upload(make, headers: dict[str, str], chunks: list[bytes], peer: str = "127
         await send({"type": "http.response.start", "status": 200, "headers": []})
         await send({"type": "http.response.body", "body": reply})
 
-    pending = list(chunks)
-
-    async def receive():
-        body = pending.pop(0) if pending else b""
-        return {"type": "http.request", "body": body, "more_body": bool(pending)}
-
-    async def send(message):
-        sent.append(message)
-
-    scope = {
-        "type": "http",
-        "method": "POST",
-        "path": "/gradio_api/upload",
-        "client": (peer, 5),
-        "headers": [(k.encode(), v.encode()) for k, v in headers.items()],
-    }
-    asyncio.run(make(app)(scope, receive, send))
+    sent = asgi_request(make(app), "POST", "/gradio_api/upload", chunks, headers, client=peer)
     return sent[0]["status"], sent[-1]["body"].decode(), read[0], ended[0]
 
 
@@ -228,27 +212,17 @@ def test_a_queue_stream_for_an_unknown_session_is_one_line_not_a_trace(monkeypat
     monkeypatch.setattr(server_text, "REFUSED", server_text.RefusalLog(out=out))
     queue = SimpleNamespace(pending_messages_per_session={"known": object()})
     gradio_app = SimpleNamespace(get_blocks=lambda: SimpleNamespace(_queue=queue))
-    reached, sent = [], []
+    reached = []
 
     async def app(scope, receive, send):
         reached.append(scope["query_string"])
 
-    async def send(message):
-        sent.append(message)
-
     middleware = client_share.QueueShareMiddleware(app)
-    for session in (b"known", b"forged"):
-        scope = {
-            "type": "http",
-            "method": "GET",
-            "path": "/gradio_api/queue/data",
-            "query_string": b"session_hash=" + session,
-            "client": ("127.0.0.1", 5),
-            "headers": [],
-            "app": gradio_app,
-        }
-        asyncio.run(middleware(scope, None, send))
-    assert reached == [b"session_hash=known"] and sent[0]["status"] == 404
+    sent = [
+        asgi_request(middleware, "GET", "/gradio_api/queue/data", query_string=b"session_hash=" + s, app=gradio_app)
+        for s in (b"known", b"forged")
+    ]
+    assert reached == [b"session_hash=known"] and sent[1][0]["status"] == 404
     assert out.getvalue() == "[poss] refused: an unknown session's queue stream, from 127.0.0.1\n"
 
 
@@ -288,27 +262,13 @@ def test_replies_name_the_alias_never_the_upload_folder_and_requests_get_it_back
         await send({"type": "http.response.body", "body": b""})
 
     def call(method: str, path: str, body: bytes = b""):
-        sent = []
-
-        async def receive():
-            return {"type": "http.request", "body": body, "more_body": False}
-
-        async def send(message):
-            sent.append(message)
-
-        scope = {
-            "type": "http",
-            "method": method,
-            "path": path,
-            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
-        }
-        asyncio.run(PathAliasMiddleware(app, folder=lambda: folder)(scope, receive, send))
-        return sent
+        headers = {"content-type": "application/json", "content-length": str(len(body))}
+        return asgi_request(PathAliasMiddleware(app, folder=lambda: folder), method, path, [body], headers)
 
     sent = call("POST", "/gradio_api/queue/join", json.dumps({"data": [{"path": f"{ALIAS}/abc/run.jsonl"}]}).encode())
     assert json.loads(seen["body"])["data"][0]["path"] == f"{folder}/abc/run.jsonl"
     assert seen["length"] == str(len(seen["body"])).encode()
-    reply = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    reply = body_of(sent)
     assert json.loads(reply) == [f"{ALIAS}/abc/run.jsonl"] and folder.encode() not in reply
     assert dict(sent[0]["headers"])[b"content-length"] == str(len(reply)).encode()
     call("GET", f"/gradio_api/file={ALIAS}/poss-runs/x.jsonl")

@@ -11,6 +11,7 @@ import page
 import pytest
 import wording
 from app_settings import req, run_settings
+from asgi_request import asgi_request, body_of
 
 from app.demo import handlers, user_settings, view_handlers
 from app.server import file_owners
@@ -91,7 +92,6 @@ def test_a_client_gets_its_share_of_the_queue_and_no_more():
 
 
 def test_the_queue_middleware_refuses_a_join_past_the_share_with_a_message():
-    import asyncio
     import json
 
     from app.server.client_share import ClientShare, QueueShareMiddleware
@@ -107,23 +107,8 @@ def test_the_queue_middleware_refuses_a_join_past_the_share_with_a_message():
 
     def join(fn_index: int) -> tuple[int, bytes]:
         body = json.dumps({"fn_index": fn_index, "session_hash": "s1", "data": []}).encode()
-        sent = []
-
-        async def receive():
-            return {"type": "http.request", "body": body, "more_body": False}
-
-        async def send(message):
-            sent.append(message)
-
-        scope = {
-            "type": "http",
-            "method": "POST",
-            "path": "/gradio_api/queue/join",
-            "headers": [],
-            "client": ("127.0.0.1", 5000),
-        }
-        asyncio.run(middleware(scope, receive, send))
-        return sent[0]["status"], b"".join(m.get("body", b"") for m in sent[1:])
+        sent = asgi_request(middleware, "POST", "/gradio_api/queue/join", [body])
+        return sent[0]["status"], body_of(sent)
 
     assert join(7)[0] == 200 and join(3)[0] == 200  # an uncounted event (a view toggle) always passes
     status, body = join(7)

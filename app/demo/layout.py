@@ -15,8 +15,7 @@ from app.demo.chart_view import CHART_NAMES
 from app.demo.control_defaults import method_choices, ui_defaults
 from app.demo.render import LANE_PARTS, conversation_html, draft_note, empty_tree, idle_head_html
 from app.demo.token_html import TOKEN_CLICK_JS, legend_html, status_html
-from app.sessions.state import DEFAULT_METHODS
-from poss_core import methods
+from app.sessions.state import default_lanes
 from poss_core.decoding.config import MAX_PROMPT_CHARS
 from poss_core.models.presets import Preset
 from poss_core.run_spec import MAX_LANES
@@ -46,11 +45,6 @@ CHARTS_FROM_INFO = (
     "runs are never added"
 )
 CLASS_REFRESH_S = 5.0  # how often a tab showing "everyone on this server" checks the class pool for new runs
-
-
-def first_methods(preset: Preset) -> list[str]:
-    """The lanes a tab starts with: the default methods the preset offers."""
-    return [m for m in DEFAULT_METHODS if m in methods.preset_methods(preset)]
 
 
 def demo_tab(preset: Preset, choices: list[tuple[str, str]], gpu: bool, precision: str, charts0: Components):
@@ -105,7 +99,7 @@ def side_column(preset: Preset, choices: list[tuple[str, str]], gpu: bool, preci
         c["preset"] = gr.Dropdown(choices, value=preset.name, label="Model (preset)")
         c["methods"] = gr.CheckboxGroup(
             method_choices(preset),
-            value=first_methods(preset),
+            value=default_lanes(preset),
             label=f"Methods to compare (lanes, at most {MAX_LANES})",
             elem_id="poss-methods",
         )
@@ -123,7 +117,7 @@ def side_column(preset: Preset, choices: list[tuple[str, str]], gpu: bool, preci
 def lanes(preset: Preset) -> Components:
     """MAX_LANES lane columns, the first ones named after the preset's default methods; each part named
     `lane{i}_{part}` (render.LANE_PARTS)."""
-    first = first_methods(preset)
+    first = default_lanes(preset)
     c: Components = {}
     with gr.Row(equal_height=False, elem_id="poss-lanes"):
         for i in range(MAX_LANES):

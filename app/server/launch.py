@@ -201,10 +201,9 @@ def preload(preset_name: str, precision: str = "auto") -> None:
     """Load the target and the default lanes' drafts before anyone presses Run, so the first comparison is quick,
     then fit their auto tree budgets to this machine (a Run meanwhile starts on the default budgets)."""
     from app.demo.control_defaults import ui_defaults
-    from app.sessions.state import DEFAULT_METHODS
+    from app.sessions.state import default_lanes
     from poss_core import compare
     from poss_core.errors import PossError
-    from poss_core.methods import preset_methods
     from poss_core.model_cache import MODELS
     from poss_core.models.hardware import cuda_available
     from poss_core.models.presets import get_preset
@@ -215,7 +214,7 @@ def preload(preset_name: str, precision: str = "auto") -> None:
     MODELS.startup_fit.set()  # from now until the fits are done, a Run starts on the default budgets
     try:
         print(f"[poss] loading {preset_name} in the background ...", file=sys.stderr, flush=True)
-        methods = [m for m in DEFAULT_METHODS if m in preset_methods(preset)]
+        methods = default_lanes(preset)
         # A two-token comparison loads the drafts and warms up the kernels, so the first real Run starts at once.
         compare.run_to_end(
             compare.start(

@@ -21,20 +21,27 @@ def folder_forms(folder: str) -> list[str]:
 
 class PathAliasMiddleware:
     """The alias above, as an ASGI middleware (outermost, so the app's other middlewares see real paths).
-    `folder` gives the upload folder (read when a request comes, after Gradio has settled it)."""
+    `folder` gives the upload folder, read once at the first request (after Gradio has settled it)."""
 
     def __init__(self, app, folder: Callable[[], str]) -> None:
         self.app = app
         self.folder = folder
+        self._forms: tuple[list[bytes], bytes] | None = None  # (every form, longest first; the form as written)
+
+    def _folder(self) -> tuple[list[bytes], bytes]:
+        if self._forms is None:
+            folder = self.folder()
+            self._forms = ([f.encode() for f in folder_forms(folder)], folder.rstrip(os.sep).encode())
+        return self._forms
 
     def _out(self, data: bytes) -> bytes:
-        for form in folder_forms(self.folder()):
-            data = data.replace(form.encode(), ALIAS.encode())
+        for form in self._folder()[0]:
+            data = data.replace(form, ALIAS.encode())
         return data
 
     def _in(self, data: bytes) -> bytes:
-        real = folder_forms(self.folder())[-1] if folder_forms(self.folder()) else ""
-        return data.replace(ALIAS.encode() + b"/", real.encode() + b"/") if real else data
+        written = self._folder()[1]
+        return data.replace(ALIAS.encode() + b"/", written + b"/") if len(written) > 1 else data
 
     async def __call__(self, scope, receive, send) -> None:
         if scope.get("type") != "http" or "/gradio_api/" not in scope.get("path", ""):

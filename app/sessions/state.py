@@ -19,6 +19,13 @@ from poss_core.compare import ROUND_BYTES, Comparison
 from poss_core.models.resident import release_memory
 
 DEFAULT_METHODS = [methods.PLAIN, "eagle", "poss2"]
+
+
+def default_lanes(preset) -> list[str]:
+    """The lanes a tab starts with on `preset`: the default methods it offers."""
+    return [m for m in DEFAULT_METHODS if m in methods.preset_methods(preset)]
+
+
 # What every tab together may hold (paused Steps with their caches, finished and loaded runs, pooled rounds): past it
 # the least recently used tab's holdings are freed and the tab is told why (`python app.py --session-memory-mb`).
 # Sized for a 16 GB Space: the models, the live run's caches and the web server keep well within the rest.
