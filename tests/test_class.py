@@ -275,6 +275,8 @@ def test_launch_defaults_for_a_two_vcpu_space():
     assert server.slots == live_queue.auto_slots(None, launch.cpu_threads(None))
     with pytest.raises(SystemExit):
         launch.check_flags(launch.build_parser().parse_args(["--proxy-hops", "-1"]))
+    bare = launch.server_limits(launch.build_parser().parse_args([]))  # no flags: the holders' own defaults
+    assert bare == replace(limits.ServerLimits(), slots=bare.slots, max_new_tokens=bare.max_new_tokens)
 
 
 def test_installed_limits_reach_what_holds_them(monkeypatch):

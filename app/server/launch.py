@@ -76,8 +76,16 @@ def _serving_flags(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _defaults():
+    """The limits a server holds visitors to without flags (their holders' own defaults, app/server/limits.py)."""
+    from app.server.limits import ServerLimits
+
+    return ServerLimits()
+
+
 def _call_flags(p: argparse.ArgumentParser) -> None:
     """What one call, one tab and one address may ask for, and the line of live runs."""
+    d = _defaults()
     p.add_argument(
         "--concurrency",
         type=int,
@@ -103,7 +111,7 @@ def _call_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--max-call-seconds",
         type=float,
-        default=300.0,
+        default=d.call_s,
         help="the most seconds one Run, Replay or /compare call decodes before it is stopped (default 300)",
     )
     p.add_argument(
@@ -118,20 +126,20 @@ def _call_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--queue-size",
         type=int,
-        default=64,
+        default=d.queue_size,
         help="most requests waiting in Gradio's queue, and most live runs waiting for a slot (default 64)",
     )
     p.add_argument(
         "--max-calls-per-client",
         type=int,
-        default=2,
+        default=d.per_client,
         help="decoding calls (Run, Step, Replay, /compare) one tab or API client may have waiting or "
         "running at once; more are refused with a message (default 2)",
     )
     p.add_argument(
         "--max-calls-per-address",
         type=int,
-        default=40,
+        default=d.per_address,
         help="the same per client address (see --proxy-hops; 0: no limit). The "
         "default, 40, lets a class of thirty behind one NAT run at once; the line of live runs serves "
         "addresses in turn, then tabs, so one address's many calls do not delay the others",
@@ -148,16 +156,17 @@ def _call_flags(p: argparse.ArgumentParser) -> None:
 
 def _store_flags(p: argparse.ArgumentParser) -> None:
     """What the server keeps: Gradio's cache on disk, saved runs, idle tabs and the memory total."""
+    d, mb = _defaults(), 2**20
     p.add_argument(
         "--cache-minutes",
         type=float,
-        default=10.0,
+        default=d.cache_age_s / 60,
         help="uploads and downloads in Gradio's cache are deleted once this old (default 10)",
     )
     p.add_argument(
         "--saved-run-minutes",
         type=float,
-        default=float(os.environ.get("POSS_SAVED_RUN_MINUTES", "10")),
+        default=float(os.environ.get("POSS_SAVED_RUN_MINUTES") or d.saved_run_s / 60),
         help="a saved run belongs to its tab: kept while the tab is open and this many minutes after (and at least "
         "this long after it was saved), whatever other visitors save, load or upload; a tab keeps its newest 4 "
         "(default 10; also POSS_SAVED_RUN_MINUTES)",
@@ -165,7 +174,7 @@ def _store_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--disk-cap-mb",
         type=float,
-        default=float(os.environ.get("POSS_DISK_CAP_MB", "2048")),
+        default=float(os.environ.get("POSS_DISK_CAP_MB") or d.disk_cap_bytes / mb),
         help="the most MB Gradio's cache (uploads, saved runs, Gradio's copies of outputs, temporary files) may "
         "hold: past it the oldest files are deleted, and an upload that does not fit is refused (default 2048: "
         "a free Space's disk is about 50 GB, and 2 GB holds over a hundred of the largest saved runs; also "
@@ -174,7 +183,7 @@ def _store_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--upload-mb-per-second",
         type=float,
-        default=float(os.environ.get("POSS_UPLOAD_MB_PER_SECOND", "2")),
+        default=float(os.environ.get("POSS_UPLOAD_MB_PER_SECOND") or d.upload_bytes_per_s / mb),
         help="uploads one client address may send, MB per second, after a burst of 64 MB (four of the largest "
         "saved runs; default 2: a class behind one address uploads its runs at once, while one address alone "
         "writes at most about 1.3 GB in a 10-minute cache age, under the cap; also POSS_UPLOAD_MB_PER_SECOND)",
@@ -182,13 +191,13 @@ def _store_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--idle-minutes",
         type=float,
-        default=10.0,
+        default=d.idle_s / 60,
         help="a tab idle this long has its paused Step ended and the runs it holds freed (default 10)",
     )
     p.add_argument(
         "--session-memory-mb",
         type=float,
-        default=float(os.environ.get("POSS_SESSION_MEMORY_MB", "4096")),
+        default=float(os.environ.get("POSS_SESSION_MEMORY_MB") or d.memory_mb),
         help="the memory total: what every tab together may hold (paused Steps with their caches, finished and "
         "loaded runs, pooled rounds; past it the least recently used tab's are freed and the tab is told why), and "
         "the models kept loaded (targets of other precisions or quantizations are let go past it, all but the one in "

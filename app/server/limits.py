@@ -1,12 +1,16 @@
 """Every limit the server holds a call, a tab or a client to, in one frozen value built from `python app.py`'s flags
 (`ServerLimits.from_args`) and handed to what holds it (`install`): the handlers read `LIMITS`, the line of live
 runs, the shares, the sessions, the disk, the saved runs' owners, the class pool and the model cache get their
-values from it. A test or a direct `build_demo` installs its own."""
+values from it. A test or a direct `build_demo` installs its own. Each default is the one its holder declares, and
+`python app.py`'s flags default to these (launch.DEFAULTS)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+
+from app.server import client_share, disk_budget, file_owners, live_queue
+from app.sessions import state
 
 MB = 2**20
 
@@ -17,18 +21,16 @@ class ServerLimits:
     call_fits: bool = True  # not --no-call-fits: a call may start a tree-budget fit (within call_s)
     max_new_tokens: int | None = None  # --max-new-tokens: a live run's most new tokens (None: the settings' bound)
     slots: int = 2  # --concurrency: live runs decoding at once
-    queue_size: int = 64  # --queue-size: requests in Gradio's queue, and live runs waiting for a slot
-    per_client: int = 2  # --max-calls-per-client: decoding calls one tab may have waiting or running
-    per_address: int = 40  # --max-calls-per-address (0: no limit)
+    queue_size: int = live_queue.MAX_WAITING  # --queue-size: Gradio's queue, and live runs waiting for a slot
+    per_client: int = client_share.PER_CLIENT  # --max-calls-per-client: calls one tab may have waiting or running
+    per_address: int = client_share.PER_ADDRESS  # --max-calls-per-address (0: no limit)
     proxy_hops: int = 0  # --proxy-hops: trusted proxies that append the client's address to X-Forwarded-For
     cache_age_s: float = 600.0  # --cache-minutes: files in Gradio's cache are deleted once this old
-    disk_cap_bytes: int = 2048 * MB  # --disk-cap-mb
-    upload_bytes_per_s: float = 2 * MB  # --upload-mb-per-second, per client address
-    saved_run_s: float = 600.0  # --saved-run-minutes: a saved run outlives its tab by at least this
+    disk_cap_bytes: int = disk_budget.DISK_CAP_BYTES  # --disk-cap-mb
+    upload_bytes_per_s: float = disk_budget.UPLOAD_BYTES_PER_S  # --upload-mb-per-second, per client address
+    saved_run_s: float = file_owners.SAVED_RUN_KEEP_S  # --saved-run-minutes: how long a saved run outlives its tab
     idle_s: float = 600.0  # --idle-minutes: a tab idle this long lets go of what it holds
-    memory_mb: float = (
-        4096.0  # --session-memory-mb: what the tabs hold and the models kept loaded besides the one in use
-    )
+    memory_mb: float = state.SESSION_MEMORY_MB  # --session-memory-mb: tabs' holdings and models but the one in use
     class_reset_key: str | None = None  # --class-reset-key
     results_dir: str | None = None  # --results-dir: a folder the Evidence tab may read besides results/
 
@@ -61,9 +63,7 @@ LIMITS = ServerLimits()
 def install(limits: ServerLimits) -> None:
     """Make `limits` the server's: `LIMITS` for the handlers, and each value to the object that holds it."""
     global LIMITS
-    from app.server import client_share, disk_budget, file_owners, live_queue
     from app.server.class_pool import CLASS
-    from app.sessions import state
     from poss_core.model_cache import MODELS
 
     LIMITS = limits

@@ -34,6 +34,7 @@ def auto_slots(cores: int | None, threads: int) -> int:
 # A slot's hold per unit of work (lanes x new tokens asked for) before any live run has ended: a 64-token three-lane
 # run of the default model on one thread of a 2-vCPU machine takes about 15 s, the first one after start-up longer.
 TYPICAL_S_PER_UNIT = 0.1
+MAX_WAITING = 64  # live runs waiting for a slot (`python app.py --queue-size`)
 
 
 class QueueFull(PossError):
@@ -61,7 +62,7 @@ class LiveQueue:
     def __init__(
         self,
         slots: int = 1,
-        max_waiting: int = 64,
+        max_waiting: int = MAX_WAITING,
         typical_s_per_unit: float = TYPICAL_S_PER_UNIT,
         history: int = 8,
         cap_s: float | None = None,
