@@ -108,6 +108,10 @@ class RoundEvent:
     # Positions 1..m along the continuation from every position this round covered (its root and accepted tokens),
     # averaged over those starts: a sample of the text, where round roots are the places the last draft failed
     every_position_deviation: list[StartDeviation] = field(default_factory=list)
+    # Tokens the target accepted in this round (its bonus included) past the answer's end (the end-of-turn token or
+    # the token limit): cut from `accepted`, `tokens` and every count. Nonzero only in a last round that ended inside
+    # its accepted path, whose bonus is then not emitted either.
+    past_end: int = 0
 
     @classmethod
     def target_only(cls, round: int, token: int, verify_ms: float, new_tokens: int, **more: Any) -> "RoundEvent":
@@ -128,6 +132,12 @@ class RoundEvent:
     @property
     def accept_len(self) -> int:
         return len(self.accepted)
+
+    @property
+    def emitted(self) -> int:
+        """Tokens this round added to the answer: its accepted draft tokens and, unless the answer ended before it,
+        the target's own token."""
+        return self.accept_len + (0 if self.past_end else 1)
 
     @property
     def overhead_ms(self) -> float:

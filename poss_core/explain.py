@@ -109,6 +109,10 @@ def explain_round(
         )
     else:
         lines.append("- It kept none of the drafted tokens.")
+    if event.past_end:
+        lines.append(_ended_inside(event))
+        lines.append(f"- {_time_split(event)}")
+        return "\n".join(lines)
 
     at = len(event.accepted) + 1
     parent = event.accepted[-1] if event.accepted else -1
@@ -150,6 +154,17 @@ def explain_round(
     return "\n".join(lines)
 
 
+def _ended_inside(event: RoundEvent) -> str:
+    """The account's line for a round the answer's end cut: what it emitted, and what it verified but dropped."""
+    dropped = event.past_end - 1  # accepted draft tokens past the end; the target's own token is the last one dropped
+    past = f"{dropped} more drafted token{'s' if dropped != 1 else ''} the target accepted and " if dropped else ""
+    return (
+        f"- The answer ended inside this round: {past}the target's own next token fall past its end and are "
+        f"left out of the answer and of every count, so this round emitted {event.emitted} "
+        f"token{'s' if event.emitted != 1 else ''} for one target pass."
+    )
+
+
 def _unobserved_round(event: RoundEvent, token_text: Callable[[int], str], bonus: str, sampling: bool) -> str:
     """A round of transformers' generate (prompt lookup, assisted): only what the target kept is known, so the
     account says what was kept and what cannot be seen, and claims nothing about rejected candidates."""
@@ -168,10 +183,13 @@ def _unobserved_round(event: RoundEvent, token_text: Callable[[int], str], bonus
             "- It kept no candidate: either none matched the target's choice or none was proposed (prompt "
             "lookup proposes nothing when the latest words do not occur earlier)."
         )
-    lines.append(
-        f"- The target {'drew' if sampling else 'picked'} its own token {bonus}, so this round emitted "
-        f"{len(kept) + 1} token{'s' if kept else ''} for one target pass."
-    )
+    if event.past_end:
+        lines.append(_ended_inside(event))
+    else:
+        lines.append(
+            f"- The target {'drew' if sampling else 'picked'} its own token {bonus}, so this round emitted "
+            f"{len(kept) + 1} token{'s' if kept else ''} for one target pass."
+        )
     lines.append(
         "- Not observable through generate's streamer: how many candidates were proposed, which were "
         "rejected, and their probabilities."

@@ -21,16 +21,19 @@ def accept_lengths(events: Iterable[RoundEvent]) -> list[int]:
     return [e.accept_len for e in draft_rounds(events)]
 
 
-TauTotals = tuple[int, int]  # (sum of accept_len + 1, rounds): what τ divides; adds up exactly across questions
+TauTotals = tuple[int, int]  # (tokens the rounds emitted, rounds): what τ divides; adds up exactly across questions
 
 
 def tau_totals(events: Iterable[RoundEvent]) -> TauTotals:
-    lens = accept_lengths(events)
-    return sum(n + 1 for n in lens), len(lens)
+    """Tokens the drafting rounds emitted (accept_len + 1 each, but for a last round that ended inside its accepted
+    path: only what it emitted, `RoundEvent.emitted`) and how many rounds they were."""
+    rounds = draft_rounds(events)
+    return sum(e.emitted for e in rounds), len(rounds)
 
 
 def tau(events: Iterable[RoundEvent]) -> float:
-    """Mean acceptance length: mean over rounds of (accept_len + 1), tokens per target forward. NaN without rounds."""
+    """Mean acceptance length: tokens emitted per target forward, mean over rounds of (accept_len + 1), the answer's
+    end cutting the last round (`tau_totals`). NaN without rounds."""
     total, rounds = tau_totals(events)
     return total / rounds if rounds else math.nan
 
@@ -182,7 +185,9 @@ def accept_by_drafted(events: Iterable[RoundEvent], depth: int | None = None) ->
     size = len(hist)
     joint = [[0] * size for _ in range(size)]
     for e in draft_rounds(events):
-        d = max(min(round_drafted_depth(e, size - 1), size - 1), e.accept_len)
+        # A round the answer's end cut says nothing about the positions past the end: as if it drafted no further.
+        drafted = e.accept_len if e.past_end else round_drafted_depth(e, size - 1)
+        d = max(min(drafted, size - 1), e.accept_len)
         joint[d][e.accept_len] += 1
     return joint
 

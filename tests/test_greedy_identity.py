@@ -7,6 +7,7 @@ import pytest
 import torch
 from helpers import greedy_reference
 
+from poss_core import metrics
 from poss_core.decoding.config import DecodeConfig
 from poss_core.decoding.decoder import PlainDecoder, SpeculativeDecoder, encode_prompt
 from poss_core.events import DecodeSummary
@@ -115,6 +116,30 @@ def test_stops_at_eos_inside_an_accepted_path(tiny_target, trained_drafts):
             assert summary.stop_reason == "eos"
     finally:
         tiny_target.eos_ids = old
+
+
+def test_counts_stop_at_the_answers_end(tiny_target, trained_drafts):
+    """Tokens a round accepts past the end (an EOS inside its path, or the token limit) are neither emitted nor
+    counted: every round's count is what it emitted, and τ is the answer's tokens over the rounds."""
+    ids = encode_prompt(tiny_target.tokenizer, PROMPTS[0])
+    ref = greedy_reference(tiny_target, ids, 40)
+    old, cut_rounds = set(tiny_target.eos_ids), 0
+    try:
+        for eos_at, limit in [(None, n) for n in range(18, 30)] + [(i, 40) for i in range(10, 22)]:
+            tiny_target.eos_ids = {ref[eos_at]} if eos_at is not None else old
+            events, summary = run(
+                SpeculativeDecoder(tiny_target, trained_drafts["eagle"], DecodeConfig(max_new_tokens=limit)), ids
+            )
+            rounds = metrics.draft_rounds(events)
+            assert all(e.emitted == len(e.tokens) for e in rounds)
+            assert all(len(e.feature_deviation) == e.accept_len for e in rounds)
+            assert 1 + sum(e.emitted for e in rounds) == len(summary.token_ids)
+            assert metrics.tau(events) == pytest.approx((len(summary.token_ids) - 1) / len(rounds))
+            assert all(e.past_end == 0 for e in rounds[:-1])
+            cut_rounds += rounds[-1].past_end > 0
+    finally:
+        tiny_target.eos_ids = old
+    assert cut_rounds >= 3, "the settings above should end some answers inside an accepted path"
 
 
 def test_plain_decoder_matches_generate_and_has_tau_one(tiny_target):

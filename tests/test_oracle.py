@@ -40,9 +40,8 @@ def test_oracle_output_is_plain_decoding_and_accepts_the_whole_depth(tiny_target
             assert e.accept_len == depth and len(e.tokens) == depth + 1
             assert len(e.nodes) == budget - 1  # the chain padded to the budget: the verify pass of a real tree
         assert rounds[-1].accept_len <= depth
-        assert summary.stats["tau"] == pytest.approx(
-            (depth + 1) if len(rounds) == 1 else sum(e.accept_len + 1 for e in rounds) / len(rounds)
-        )
+        # τ stops at the answer's end: the tokens after the prefill's over the rounds
+        assert summary.stats["tau"] == pytest.approx((len(summary.token_ids) - 1) / len(rounds))
         assert sum(e.accept_len + 1 for e in rounds[:-1]) == (depth + 1) * (len(rounds) - 1)
 
 

@@ -75,7 +75,9 @@ METRICS = f"""
 ### Metric definitions
 * **Round**: one draft-then-verify step. **accept_len**: draft tokens accepted in a round (0 .. depth).
 * **τ (mean acceptance length)** = mean over rounds of (accept_len + 1): tokens produced per target forward pass.
-  Plain decoding has τ = 1. (EAGLE's web UI calls it the "compression ratio".)
+  Plain decoding has τ = 1. Counts stop at the answer's end: in the round where the answer ends, tokens the target
+  accepted past the end-of-answer token (or the token limit) are not part of the answer and are not counted.
+  (EAGLE's web UI calls it the "compression ratio".)
 * **Conditional position-wise acceptance (POSS "pos-acc")**: pos-acc<sub>k</sub> is, of the rounds that accepted
   positions 1 .. k−1 and drafted position *k*, the share that accepted *k*. A round whose tree stopped before *k*
   (a depth stop or the node budget) counts neither as an acceptance nor as a rejection there. When every round

@@ -145,8 +145,8 @@ def header_section(agg: dict[str, Any], identity: dict[str, Any], meta: dict[str
         f"Speed-up = tokens/s ÷ tokens/s of the fastest plain decoder "
         f"({', '.join(m for m in methods if is_plain(m))}) on the same "
         f"run and dataset; mean ± sample std over {len(agg['runs'])} run(s). τ = mean (accept_len + 1) per "
-        f"draft round; pooled = over every round of every dataset, mean of datasets = the average of the "
-        f"datasets' τ (the paper's mean column).",
+        f"draft round, counted up to the answer's end; pooled = over every round of every dataset, mean of "
+        f"datasets = the average of the datasets' τ (the paper's mean column).",
         "",
     ]
     free = [m for m in methods if m in TRAINING_FREE]

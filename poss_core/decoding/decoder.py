@@ -259,13 +259,14 @@ class SpeculativeDecoder(_BaseDecoder):
             path_tokens = tree.tokens[path].tolist() if path else []
             kept_tokens, kept_features = torch.tensor(path_tokens + [bonus]), out.hidden[keep.to(out.hidden.device)]
             state.add_rows(kept_tokens, kept_features)
-            deviation = _feature_deviation(tree, path, out.hidden)
             roots.append(n - 1)
             committed.append(kept_tokens)
             features.append(kept_features)
             n += len(path) + 1
             root = bonus
             kept, delta = stream.push(path_tokens + [bonus])
+            path, past_end = cut_at_end(path, len(kept))  # what the answer's end leaves of the path (the last round)
+            deviation = _feature_deviation(tree, path, out.hidden)
             events.append(
                 RoundEvent(
                     round=len(events),
@@ -282,6 +283,7 @@ class SpeculativeDecoder(_BaseDecoder):
                     wall_ms=_ms(t_round),
                     draft_ms_by_depth=_draft_ms_by_depth(tree, draft_ms),
                     bonus_prob=bonus_prob,
+                    past_end=past_end,
                 )
             )
             if tree.root_feature is not None:  # a measurement, not decoding work: outside the round's time, untimed
@@ -310,6 +312,14 @@ class SpeculativeDecoder(_BaseDecoder):
             event.continuation_deviation = root_dev
             event.every_position_deviation = every_dev
         self.untimed_s += time.perf_counter() - t0
+
+
+def cut_at_end(path: list[int], kept: int) -> tuple[list[int], int]:
+    """A round's accepted path as the answer keeps it, and how many of its tokens (the bonus last) fell past the
+    answer's end: `kept` tokens of path + bonus went into the answer (the end-of-turn token or the token limit cut
+    the rest)."""
+    past_end = max(0, len(path) + 1 - kept)
+    return (path[:kept] if past_end else path), past_end
 
 
 def _bonus_prob(rows: SlotRows, path: list[int], bonus: int, greedy: bool) -> float:

@@ -52,7 +52,7 @@ from ..errors import ConfigError, StallError
 from ..events import DecodeSummary, DraftNode, RoundEvent
 from ..models.target import TargetModel
 from .config import DecodeConfig
-from .decoder import _BaseDecoder, _Stream
+from .decoder import _BaseDecoder, _Stream, cut_at_end
 
 MODES = ("plain", "pld", "assisted")
 # Seconds without a new round before a decode counts as stalled. A round is one target forward: far under a second for
@@ -216,11 +216,12 @@ class HFGenerateDecoder(_BaseDecoder):
     def _event(self, index: int, tokens: list[int], wall_s: float, draft_s: float, stream: _Stream) -> RoundEvent:
         accepted = tokens[:-1]
         kept, delta = stream.push(tokens)
+        path, past_end = cut_at_end(list(range(len(accepted))), len(kept))
         wall_ms, draft_ms = wall_s * 1000.0, draft_s * 1000.0
         return RoundEvent(
             round=index,
             nodes=[DraftNode(t, i - 1, i + 1, math.nan, math.nan, 0) for i, t in enumerate(accepted)],
-            accepted=list(range(len(accepted))),
+            accepted=path,
             bonus=tokens[-1],
             target_probs=[],
             feature_deviation=[],
@@ -232,6 +233,7 @@ class HFGenerateDecoder(_BaseDecoder):
             wall_ms=wall_ms,
             prefill=index == 0,
             draft_observed=self.mode == "plain",
+            past_end=past_end,
         )
 
     def _next(self, pipe: _Lockstep, worker: threading.Thread | None) -> tuple[str, Any]:

@@ -656,17 +656,15 @@ def tree_figure(
     )
     fig.update_xaxes(title_text="draft position (depth)", dtick=1, range=[-0.6, max(x) + 1.9])
     fig.update_yaxes(visible=False, range=[min(y) - 0.8, 0.8])
+    plus = " (then the answer ended)" if event.past_end else ", +1 target token"
     if not event.draft_observed:
         return _style(
             fig,
             head,
             height,
-            f"{event.accept_len} candidates accepted, +1 target token; what was "
+            f"{event.accept_len} candidates accepted{plus}; what was "
             "rejected is not observable through transformers' generate",
         )
     return _style(
-        fig,
-        head,
-        height,
-        f"{len(nodes)} drafted, {event.accept_len} accepted, +1 target token; size = path probability",
+        fig, head, height, f"{len(nodes)} drafted, {event.accept_len} accepted{plus}; size = path probability"
     )
