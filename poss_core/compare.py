@@ -1,24 +1,31 @@
-"""A side-by-side comparison of methods on one prompt: one lane per method on the same prompt and seed, advanced in
-turns (one round each), from a run resolved once (`run_spec.Resolved`) and the model cache every comparison shares.
+"""A side-by-side comparison of methods on one prompt: one lane per method on the same prompt and seed, from a run
+resolved once (`run_spec.Resolved`) and the model cache every comparison shares.
 
-Scheduling and timing: a comparison runs its lanes in one thread, calling each lane's generator once per turn, so
-every lane gets one draft-and-verify round in turn and none waits for another to finish. Each event's wall_ms,
-draft_ms and verify_ms time that lane's own compute only, so the speed a lane shows is the speed it would get alone
-(the other lanes' rounds happen between, not during, its rounds).
+Scheduling and timing: a comparison runs its lanes in one thread, one round at a time, so no two rounds ever share
+the CPU. Each event's wall_ms, draft_ms and verify_ms time that lane's own compute only, so the speed a lane shows is
+the speed it would get alone (the other lanes' rounds happen between, not during, its rounds).
+
+Two ways to advance: `race` (Run, a replay) is a race in time: the next round goes to the lane that has spent the
+least of its own time, and a lane shows a round only once the race's clock (`clock_ms`, the least time a lane still
+decoding has spent) has reached that round's end. At every moment on screen each lane has spent the same time, to
+within one round, so token counts stand in the ratio of the lanes' speeds and lanes finish in the order of their
+speed-ups. `turn` (Step, the API) gives every lane one round and shows it at once.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 import sys
 import threading
 import traceback
 import weakref
+from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import methods
+from . import methods, metrics
 from .autobudget import known_budget_choice
 from .call_budget import CallBudget, as_budget
 from .decoding.config import DecodeConfig, check_prompt_tokens
@@ -58,6 +65,12 @@ class Lane:
     source: Iterator | None = None  # the decoder's generator, or a replay of saved rounds
     detok: Detokenizer | None = None
     token_text: TokenTexts | None = None
+    # The race (Comparison.race): items decoded but not shown yet, each with its end on the lane's own clock, and
+    # the lane's own time over every round decoded (shown or ahead)
+    ahead: deque = field(default_factory=deque)
+    spent_ms: float = 0.0
+    decoded_all: bool = False  # the source has ended: every item is shown or ahead
+    speedup_at_end: float | None = None  # the speed-up over plain decoding, frozen when the lane finished
 
     @property
     def plain(self) -> bool:
@@ -103,8 +116,12 @@ class Lane:
         self.records.extend(round_records(event, pieces, node_texts, self.special_ids))
 
     def take(self, item) -> None:
-        """Record one item from the source: a live event, a replayed (event, texts) tuple, or the summary."""
-        if isinstance(item, DecodeSummary):
+        """Record one item from the source: a live event, a replayed (event, texts) tuple, the summary, or the end
+        of a source that ended without one."""
+        if item is _ENDED:
+            if self.summary is None:
+                self.summary = {"text": self.text, "stop_reason": "cancelled", "stats": {}}
+        elif isinstance(item, DecodeSummary):
             self.summary = {"text": item.text, "stop_reason": item.stop_reason, "stats": item.stats}
         elif isinstance(item, RoundEvent):
             # Special tokens (EOS, ...) are shown by name, small; the text view leaves them out.
@@ -116,24 +133,60 @@ class Lane:
         elif isinstance(item, dict):
             self.summary = item
 
-    def advance(self) -> bool:
-        """Run one round; False once the lane has finished (summary, error, or an exhausted source)."""
-        if self.finished or self.source is None:
-            return False
+    def due_ms(self) -> float | None:
+        """When, on the race's clock, the race next has something to do: a lane's next round to decode, or a
+        decoded one to show; None when nothing is left."""
+        times = [lane.spent_ms for lane in self.lanes if lane.decoding]
+        times += [lane.ahead[0][0] for lane in self.lanes if lane.ahead]
+        return min(times, default=None)
+
+    @property
+    def shown_ms(self) -> float:
+        """The lane's own time over the rounds it shows."""
+        return self.spent_ms - sum(_item_ms(item) for _, item in self.ahead)
+
+    @property
+    def decoding(self) -> bool:
+        """Whether the lane still has items to decode."""
+        return not (self.decoded_all or self.finished or self.source is None)
+
+    def decode(self) -> None:
+        """Pull the source's next item (a round, or the closing summary) into `ahead`, at its end on the lane's own
+        clock. An error is shown at once, after what was decoded before it."""
+        if not self.decoding:
+            return
         try:
             item = next(self.source)
         except StopIteration:
-            if self.summary is None:
-                self.summary = {"text": self.text, "stop_reason": "cancelled", "stats": {}}
-            return False
+            item = _ENDED
         except PossError as err:
-            self.error = str(err)
-            return False
+            self._fail(str(err))
+            return
         except Exception as err:  # a bug or a device error: the lane stops with a message, the app keeps serving
             traceback.print_exc(file=sys.stderr)
-            self.error = f"{type(err).__name__}: {err}"
-            return False
-        self.take(item)
+            self._fail(f"{type(err).__name__}: {err}")
+            return
+        self.spent_ms += _item_ms(item)
+        self.ahead.append((self.spent_ms, item))
+        self.decoded_all = item is _ENDED or isinstance(item, (DecodeSummary, dict))
+
+    def _fail(self, message: str) -> None:
+        self.show_until(math.inf)
+        self.error = message
+        self.decoded_all = True
+
+    def show_until(self, clock_ms: float) -> bool:
+        """Show every decoded item that ends by `clock_ms` on the lane's own clock; True if any was shown."""
+        shown = False
+        while self.ahead and self.ahead[0][0] <= clock_ms:
+            self.take(self.ahead.popleft()[1])
+            shown = True
+        return shown
+
+    def advance(self) -> bool:
+        """Run one round and show it; False once the lane has finished (summary, error, or an exhausted source)."""
+        self.decode()
+        self.show_until(math.inf)
         return not self.finished
 
     def close(self) -> None:
@@ -143,6 +196,15 @@ class Lane:
             except Exception:  # noqa: BLE001 - closing a broken generator must not hide the real error
                 pass
         self.source = None
+
+
+_ENDED = object()  # what a lane's `ahead` holds for a source that ended without a summary
+
+
+def _item_ms(item) -> float:
+    """The lane's own time an item from its source took: a round's wall time (a replayed round's as recorded)."""
+    event = item[0] if isinstance(item, tuple) else item
+    return event.wall_ms if isinstance(event, RoundEvent) else 0.0
 
 
 @dataclass(eq=False)  # compared (and held in sets) by identity
@@ -155,6 +217,8 @@ class Comparison:
     hardware: dict[str, str] = field(default_factory=dict)
     replay: bool = False
     prompt_tokens: int = 0
+    stepped: bool = False  # advanced by `turn` (Step): round for round, not on one clock
+    race_ms: float = 0.0  # the race's clock as the lanes last showed it (`race`)
     # (plain tokens, index, lane's token) -> the plain target's logit margin there; None where no target is at hand
     # (replays, loaded runs)
     margin_probe: Callable[[list[int], int, int], float] | None = None
@@ -167,21 +231,75 @@ class Comparison:
 
     @property
     def finished(self) -> bool:
-        return all(lane.finished or lane.source is None for lane in self.lanes)
+        return all(lane.finished or (lane.source is None and not lane.ahead) for lane in self.lanes)
 
     @property
     def cancelled(self) -> bool:
         return self.cancel.is_set()
 
     def turn(self) -> bool:
-        """Advance every unfinished lane by one round; True while any lane still has rounds to run."""
-        alive = False
+        """Advance every unfinished lane by one round, shown at once (Step: the lanes are then round for round, not
+        on one clock); True while any lane still has rounds to run."""
+        alive, self.stepped = False, True
         for lane in self.lanes:
-            if not lane.finished and lane.source is not None:
+            if not lane.finished and (lane.source is not None or lane.ahead):
                 alive = lane.advance() or alive
-                if lane.finished:
+                if lane.decoded_all:
                     lane.close()
+        self._freeze_speedups()
         return alive
+
+    @property
+    def clock_ms(self) -> float:
+        """The race's clock: the least own time a lane still decoding has spent; once none is, the most any spent."""
+        running = [lane.spent_ms for lane in self.lanes if lane.decoding]
+        return min(running) if running else max((lane.spent_ms for lane in self.lanes), default=0.0)
+
+    def next_lane(self) -> Lane | None:
+        """The lane the race runs next: of those still decoding, the one that has spent the least of its own time."""
+        return min((lane for lane in self.lanes if lane.decoding), key=lambda lane: lane.spent_ms, default=None)
+
+    def race(self, until_ms: float = math.inf) -> bool:
+        """One step of the race in time: decode one round of `next_lane` (when its time is short of `until_ms`, the
+        replay's clock), then show every lane up to the race's clock (and `until_ms`). True while any lane has
+        rounds to decode or to show."""
+        lane = self.next_lane()
+        if lane is not None and lane.spent_ms < until_ms:
+            lane.decode()
+            if lane.decoded_all:
+                lane.close()
+        clock = self.race_ms = min(self.clock_ms, until_ms)
+        for each in self.lanes:
+            each.show_until(clock)
+        self._freeze_speedups()
+        return not self.finished
+
+    def due_ms(self) -> float | None:
+        """When, on the race's clock, the race next has something to do: a lane's next round to decode, or a
+        decoded one to show; None when nothing is left."""
+        times = [lane.spent_ms for lane in self.lanes if lane.decoding]
+        times += [lane.ahead[0][0] for lane in self.lanes if lane.ahead]
+        return min(times, default=None)
+
+    def speedup(self, lane: Lane) -> float | None:
+        """A lane's speed-up over the plain lane from the rounds both show (tokens per own second), frozen when the
+        lane finished; None for the plain lane, without one, or before both have run a round past the prefill."""
+        if lane.speedup_at_end is not None:
+            return lane.speedup_at_end
+        plain = self.lane(methods.PLAIN)
+        if (
+            plain is None
+            or lane is plain
+            or not (metrics.draft_rounds(lane.events) and metrics.draft_rounds(plain.events))
+        ):
+            return None
+        up = metrics.speedup(metrics.tokens_per_s(lane.events), metrics.tokens_per_s(plain.events))
+        return None if math.isnan(up) else up
+
+    def _freeze_speedups(self) -> None:
+        for lane in self.lanes:
+            if lane.finished and lane.speedup_at_end is None and not lane.error:
+                lane.speedup_at_end = self.speedup(lane)
 
     def held_bytes(self) -> int:
         """An estimate of the memory this comparison holds (`Lane.held_bytes`, every lane)."""
@@ -197,9 +315,11 @@ class Comparison:
         self.cancel.set()
 
     def drain(self) -> None:
-        """After stop(), when nothing is turning the lanes: let each live decoder see the flag and close with its
-        cancelled summary; replayed lanes just end."""
+        """After stop(), when nothing is turning the lanes: show what each lane decoded, let each live decoder see
+        the flag and close with its cancelled summary; replayed lanes just end (what they have not shown is not)."""
         for lane in self.lanes:
+            if self.replay:
+                lane.ahead.clear()
             if not lane.finished and not self.replay:
                 lane.advance()
             if not lane.finished:
@@ -401,7 +521,7 @@ def run_to_end(comparison: Comparison, time_limit_s: float | None = None) -> Com
     if time_limit_s is not None and isinstance(budget, CallBudget):
         budget.limit(time_limit_s)
     try:
-        while comparison.turn():
+        while comparison.race():
             pass
         if comparison.cancelled:
             comparison.drain()

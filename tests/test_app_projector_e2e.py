@@ -117,7 +117,7 @@ def test_run_keeps_the_prompt_and_the_lanes_text_on_one_screen(server, browser, 
 
 
 def test_every_example_replays_a_sensible_english_answer_with_an_end_mark(server, browser, monkeypatch):
-    monkeypatch.setattr(handlers, "MAX_PACE_S", 0.0)  # replay at once: the answers are what is checked here
+    monkeypatch.setattr(handlers, "REPLAY_SPEED", 1000.0)  # replay at once: the answers are what is checked here
     tab = open_page(browser, server)
     try:
         for example in recordings.EXAMPLES:
@@ -206,7 +206,7 @@ def assert_legends_clear(tab, charts: list[str]) -> None:
 def test_an_example_shows_its_first_tokens_within_2_s_while_another_tab_runs_live(server, browser, monkeypatch):
     """A student's tab, open and idle, clicks examples while the teacher's tab runs live: each replay's first tokens
     come within 2 s of the click, before the live run has finished."""
-    monkeypatch.setattr(handlers, "MAX_PACE_S", 0.0)  # each replay over at once, ready for the next click
+    monkeypatch.setattr(handlers, "REPLAY_SPEED", 1000.0)  # each replay over at once, ready for the next click
     live, other = open_page(browser, server), open_page(browser, server)
     try:
         live.click("#poss-settings > .label-wrap")

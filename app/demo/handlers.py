@@ -5,6 +5,7 @@ app/sessions/saved_files.py, how a call waits and fails in app/server/calls.py."
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterator
 
@@ -27,8 +28,8 @@ MAX_RENDER_SHARE = 0.25  # repaint slower when drawing would take more than this
 # Repaint slower as a frame grows: each frame redraws every lane's whole token view in the browser (on a teacher's
 # laptop, the machine the server decodes on), and a long run's three lanes make views of a megabyte or more.
 FRAME_BYTES_PER_S = 1_000_000
-REPLAY_DELAY_S = 0.12  # pause between replayed rounds, so a replay reads like a live run
-MAX_PACE_S = 3.0  # a replay at its recorded timing waits at most this long between two turns
+REPLAY_NAP_S = 0.25  # a replay waiting for its clock sleeps at most this long between looks at Stop
+REPLAY_SPEED = 1.0  # a replay's clock against the recording's: 1 plays it at the speed it was recorded
 STOP_WAIT_S = 5.0  # Stop waits this long for the call it stopped to end (a round, a load's step) before it answers
 
 # How the final status line opens (tests/wording.py reads these rather than copying them).
@@ -68,30 +69,24 @@ def _final_status(comp: Comparison, note: str = "") -> tuple[str, str]:
     )
 
 
-def _turn_ms(comp: Comparison, before: list[int]) -> float:
-    """The recorded compute time of the turn just played: each lane's new round's wall_ms (lanes run in turns, so a
-    turn of the live run took their sum)."""
-    return sum(lane.events[-1].wall_ms for lane, n in zip(comp.lanes, before) if len(lane.events) > n)
-
-
 def frame_bytes(frame: Frame) -> int:
     """About what a frame weighs on the wire: its text outputs (the token views, headers, statuses)."""
     return sum(len(v) for v in frame.values() if isinstance(v, str))
 
 
 def _stream(
-    session: Session, view: View, comp: Comparison, label: str, paced: bool = False, note: str = ""
+    session: Session, view: View, comp: Comparison, label: str, light: bool = False, note: str = ""
 ) -> Iterator[Frame]:
-    """Turn the lanes until done, repainting at most every UPDATE_EVERY_S (and after the last round). `paced`: a
-    replay keeps the timing it was recorded with (each turn waits for the previous turn's recorded compute, at most
-    MAX_PACE_S), else a replayed round follows the last after REPLAY_DELAY_S; `note` ends the final status.
+    """Race the lanes in time until done (`Comparison.race`), repainting at most every UPDATE_EVERY_S (and after the
+    last round). A replay plays on the same clock at its recorded speed: at t seconds after it began, each lane
+    shows the rounds it had decoded by t seconds of its own recorded time. `light` (a class's examples, many at
+    once): trees only every CHARTS_EVERY_S (the first frame none) and the charts once, at the end; `note` ends the
+    final status.
 
     Drawing happens between rounds, outside every lane's timing; on a slow CPU it backs off so that it takes at
     most MAX_RENDER_SHARE of the time, and a large frame (a long answer) comes at most FRAME_BYTES_PER_S."""
-    # A paced replay (a class's examples, many at once) draws its trees only every CHARTS_EVERY_S (the first frame
-    # none) and its charts once, at the end: its tokens show at once and the drawing costs the server little.
-    last, last_charts, gap = 0.0, time.monotonic() if paced else 0.0, UPDATE_EVERY_S
-    due = 0.0  # a paced replay's next turn is due then (the first round shows at once)
+    last, last_charts, gap = 0.0, time.monotonic() if light else 0.0, UPDATE_EVERY_S
+    began = time.monotonic()
     if isinstance(comp.cancel, CallBudget):
         comp.cancel.limit(limits.LIMITS.call_s)  # the per-call cap (a live run's clock began with its call)
     try:
@@ -99,27 +94,21 @@ def _stream(
             if comp.replay and comp.cancelled:  # replayed lanes do not watch the flag themselves
                 comp.drain()
                 break
-            if paced:
-                time.sleep(max(0.0, due - time.monotonic()))
-            before = [len(lane.events) for lane in comp.lanes]
-            alive = comp.turn()
-            if not alive:
+            until = _replay_clock_ms(began) if comp.replay else math.inf
+            if not comp.race(until):
                 break
-            if paced:
-                due = time.monotonic() + min(MAX_PACE_S, _turn_ms(comp, before) / 1000.0)
-            elif comp.replay:
-                time.sleep(REPLAY_DELAY_S)
+            if comp.replay:
+                _nap_until_due(comp, began)
             now = time.monotonic()
             if now - last >= gap:
-                rounds = max(len(lane.events) for lane in comp.lanes)
                 heavy = now - last_charts >= CHARTS_EVERY_S
                 frame = render(
                     session,
                     view,
-                    (f"{label}: round {rounds}… (Stop cancels every lane)", "busy"),
+                    (f"{label}… (Stop cancels every lane)", "busy"),
                     running=True,
-                    with_charts=heavy and not paced,
-                    with_trees=heavy or not paced,
+                    with_charts=heavy and not light,
+                    with_trees=heavy or not light,
                 )
                 last = time.monotonic()
                 gap = max(UPDATE_EVERY_S, (last - now) / MAX_RENDER_SHARE, frame_bytes(frame) / FRAME_BYTES_PER_S)
@@ -131,6 +120,22 @@ def _stream(
         session.pool_run(comp)  # also when the browser went away mid-run: its rounds so far count
     _remember_turn(session, comp)
     yield render(session, view, _final_status(comp, note))
+
+
+def _nap_until_due(comp: Comparison, began: float) -> None:
+    """A replay with nothing to decode or show before its clock reaches the next round's time sleeps until then
+    (at most REPLAY_NAP_S, so that Stop is seen)."""
+    due = comp.due_ms()
+    if due is None:
+        return
+    wait = (due - _replay_clock_ms(began)) / 1000.0 / REPLAY_SPEED
+    if wait > 0:
+        time.sleep(min(wait, REPLAY_NAP_S))
+
+
+def _replay_clock_ms(began: float) -> float:
+    """A replay's clock: the recorded milliseconds it has reached (REPLAY_SPEED times the time since it began)."""
+    return (time.monotonic() - began) * 1000.0 * REPLAY_SPEED
 
 
 @calls.counted
@@ -365,7 +370,7 @@ def example_handler(prompt: str, preset: str, view: View, request: gr.Request | 
                 view,
                 comp,
                 f"Replaying {made}, at its recorded speed",
-                paced=True,
+                light=True,
                 note=f"That was {made}: press ▶ Run to run this prompt live.",
             ),
         )

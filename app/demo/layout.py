@@ -13,7 +13,7 @@ import gradio as gr
 from app.demo import about, chart_fit, controls, recordings, user_settings
 from app.demo.chart_view import CHART_NAMES
 from app.demo.control_defaults import method_choices, ui_defaults
-from app.demo.render import LANE_PARTS, conversation_html, draft_note, empty_tree, idle_head_html
+from app.demo.render import LANE_PARTS, conversation_html, draft_note, empty_tree, idle_head_html, race_html
 from app.demo.token_html import TOKEN_CLICK_JS, legend_html, status_html
 from app.sessions.state import default_lanes
 from poss_core.decoding.config import MAX_PROMPT_CHARS
@@ -24,8 +24,9 @@ from poss_core.views import figures
 Components = dict[str, Any]
 
 TIMING_NOTE = (
-    "Lanes run **in turns, one round each**, in one thread: each lane's tokens/s counts only its own "
-    "rounds' compute time, i.e. the speed it would get alone on this machine."
+    "Lanes **race in time**, one round at a time in one thread: the lane that has spent the least of its own "
+    "compute time goes next, and each lane's tokens/s counts only its own rounds, i.e. the speed it would get alone "
+    "on this machine."
 )
 SETTINGS_LABEL = "⚙ Settings: lanes, model, tree, length, precision"
 SETTINGS_MORE = "What each setting does, and what it costs on this machine: the About tab."
@@ -56,6 +57,7 @@ def demo_tab(preset: Preset, choices: list[tuple[str, str]], gpu: bool, precisio
         with gr.Column(scale=2, min_width=280, elem_id="poss-side"):
             c |= side_column(preset, choices, gpu, precision)
     c["legend"] = gr.HTML(legend_html("position"), elem_id="poss-legend")
+    c["race"] = gr.HTML(race_html(None), elem_id="poss-race")
     c |= lanes(preset)
     c |= view_controls()
     gr.Markdown(f"{TIMING_NOTE} {about.SPEED_STORY}", elem_id="poss-speed-story")

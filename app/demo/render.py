@@ -43,7 +43,7 @@ LANE_PARTS = ("col", "head", "tokens", "text", "tree", "slider", "explain")
 Frame = dict[str, Any]  # what a handler sends: the outputs it changes, keyed by name (the rest stay as they are)
 
 OUTPUT_NAMES = (
-    ("status", "legend", "conversation")
+    ("status", "legend", "conversation", "race")
     + tuple(f"lane{i}_{part}" for i in range(MAX_LANES) for part in LANE_PARTS)
     + CHART_NAMES
     + ("hardware",)
@@ -87,10 +87,44 @@ def where_html(lane: Lane, comp: Comparison) -> str:
             runs = f"{speed.runs} live run{'s' if speed.runs != 1 else ''}"
             figures_here = f"{_fmt(speed.tokens_per_s)} tokens/s" + (f", ×{_fmt(up, '.2f')} vs plain" if up else "")
             line += (
-                f'<br><span data-here="1">here, on {html.escape(machine.cpu_name())}: '
-                f"{html.escape(figures_here)} ({runs})</span>"
+                f'<br><span data-here="1">Not this race: live runs of this lane on this machine '
+                f"({html.escape(machine.cpu_name())}, {runs}) measured {html.escape(figures_here)}</span>"
             )
     return line + "</div>"
+
+
+def race_html(comp: Comparison | None) -> str:
+    """The line above the lanes that says what their clock is: a race in time (each lane shown at the same amount
+    of its own measured time, live or as recorded), or Step's round for round."""
+    if comp is None:
+        text = (
+            "The lanes race in time: at every moment each lane shows what it decoded in the same amount of its own "
+            "compute time, so their token counts stand in the ratio of their speeds."
+        )
+        return f'<div class="poss-race poss-note" data-race="idle">{html.escape(text)}</div>'
+    own = "recorded" if comp.replay else "own"
+    if comp.stepped:
+        kind = "step"
+        text = (
+            "Step mode: each Step runs one round of every lane, so the lanes stand round for round, not at equal "
+            "time (a draft lane moves τ tokens a round); the headers' speed-ups still come from each lane's own time."
+        )
+    elif comp.finished:
+        kind = "over"
+        times = ", ".join(f"{lane.short} {metrics.wall_seconds(lane.events):.1f} s" for lane in comp.lanes)
+        text = f"Race over. Each lane's {own} time to its answer: {times}."
+    else:
+        kind = "race"
+        where = (
+            "as recorded, at its recorded speed"
+            if comp.replay
+            else "lanes take turns on this machine, one round at a time"
+        )
+        text = (
+            f"Race clock: each lane shown at {comp.race_ms / 1000.0:.1f} s of its {own} time ({where}; the lane "
+            f"that has spent the least goes next, so token counts stand in the ratio of the lanes' speeds)."
+        )
+    return f'<div class="poss-race" data-race="{kind}" data-clock-ms="{comp.race_ms:.0f}">{html.escape(text)}</div>'
 
 
 def lane_head_html(lane: Lane, comp: Comparison, running: bool) -> str:
@@ -109,8 +143,9 @@ def lane_head_html(lane: Lane, comp: Comparison, running: bool) -> str:
         items.append(("budget", f"{lane.budget} auto" if lane.budget_auto else str(lane.budget)))
     if lane.depth_stop:
         items.append(("depth_stop", f"p < {lane.depth_stop:g}"))
-    if plain is not None and not lane.plain and plain.events and ev:
-        items.append(("vs_plain", "×" + _fmt(metrics.speedup(tps, metrics.tokens_per_s(plain.events)), ".2f")))
+    up = comp.speedup(lane)  # from the first round on, on the race's clock; frozen once the lane finished
+    if up is not None:
+        items.append(("vs_plain", "×" + _fmt(up, ".2f")))
     badges = []
     if not lane.plain:
         greedy = float(comp.spec.temperature) == 0.0
@@ -306,6 +341,7 @@ def render(
         n_spec = max([1] + [n.specialist + 1 for lane in comp.lanes for e in lane.events[-3:] for n in e.nodes])
     out["legend"] = legend_html(view.color_by, depth, max(n_spec, 3))
     out["conversation"] = conversation_html(session.history)
+    out["race"] = race_html(comp)
     lanes_ = comp.lanes if comp is not None else []
     for i in range(MAX_LANES):
         p = f"lane{i}_"
