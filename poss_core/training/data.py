@@ -28,13 +28,47 @@ from ..decoding.decoder import encode_prompt
 from ..errors import PossError, run_cli
 from ..models.presets import DEFAULT_PRESET
 from ..models.target import TargetModel
-from ..prompt_files import jsonl_rows, prompt_from_row, read_prompts
+from ..prompt_files import jsonl_rows, prompt_files, prompt_from_row, read_prompts
 from .trainer import TrainSequence
 
 
 # ----- prompts -------------------------------------------------------------------------------------------------------
+def conversation_rows(paths: list[str]) -> list[dict]:
+    """Rows of JSONL files and of JSON files holding a list of rows (ShareGPT's own release is one JSON array)."""
+    rows = list(jsonl_rows(paths))
+    for f in prompt_files(paths):
+        if f.suffix == ".json":
+            try:
+                loaded = json.loads(f.read_text())
+            except json.JSONDecodeError as err:
+                raise PossError(f"prompt file {f} is not valid JSON: {err}") from err
+            if not isinstance(loaded, list):
+                raise PossError(f"prompt file {f} holds no list of conversations (ShareGPT: a JSON array).")
+            rows.extend(r for r in loaded if isinstance(r, dict))
+    return rows
+
+
+def row_prompt(row: dict) -> str | None:
+    """The first user turn of a row: UltraChat's `data` list of alternating turns, or any layout `prompt_from_row`
+    reads (ShareGPT's `conversations`, UltraChat-200k's `messages`, ...)."""
+    turns = row.get("data")
+    if isinstance(turns, list) and turns and isinstance(turns[0], str):
+        return turns[0]
+    return prompt_from_row(row)
+
+
+def read_conversation_prompts(paths: list[str]) -> list[str]:
+    """Prompts from conversation files (JSONL or JSON arrays) and text files (one prompt a line)."""
+    prompts = [p for row in conversation_rows(paths) if (p := row_prompt(row)) and p.strip()]
+    text = [str(f) for f in prompt_files(paths) if f.suffix not in (".json", ".jsonl")]
+    return prompts + (read_prompts(text) if text else [])
+
+
 def answer_from_row(row: dict) -> str | None:
-    """A dataset's own answer for its prompt, where the layout has one (gsm8k, self-instruct, ShareGPT)."""
+    """A dataset's own answer for its prompt, where the layout has one (gsm8k, self-instruct, ShareGPT, UltraChat)."""
+    turns = row.get("data")
+    if isinstance(turns, list) and len(turns) > 1 and isinstance(turns[1], str):
+        return turns[1]
     if "conversations" in row:
         for turn in row["conversations"]:
             if turn.get("from") in ("gpt", "assistant"):
@@ -54,8 +88,8 @@ def answer_from_row(row: dict) -> str | None:
 def read_pairs(paths: list[str]) -> list[tuple[str, str]]:
     """(prompt, dataset answer) pairs, for feature extraction on fixed answers (as EAGLE trained on ShareGPT)."""
     pairs = []
-    for row in jsonl_rows(paths):
-        prompt, answer = prompt_from_row(row), answer_from_row(row)
+    for row in conversation_rows(paths):
+        prompt, answer = row_prompt(row), answer_from_row(row)
         if prompt and answer and prompt.strip() and answer.strip():
             pairs.append((prompt, answer))
     return pairs
@@ -282,6 +316,48 @@ def tokens_path(out: Path, i: int) -> Path:
     return out / "tokens" / f"tokens-{i:05d}.json"
 
 
+# ----- several processes ---------------------------------------------------------------------------------------------
+def process_state():
+    """accelerate's view of the processes this command runs in: one, or those torchrun / accelerate launch started
+    (on the CPU only when told `cpu`, or accelerate would not join them)."""
+    from accelerate import PartialState
+
+    return PartialState(cpu=not torch.cuda.is_available())
+
+
+def my_shards(todo: list[int], state) -> list[int]:
+    """This process's part of the shards still to build (accelerate's `split_between_processes`: contiguous
+    parts). A shard is one planned batch written under its own index, so any split writes the same files."""
+    if state is None or state.num_processes == 1:
+        return todo
+    with state.split_between_processes(todo) as mine:
+        return list(mine)
+
+
+SUMMED = ("built_now", "from_saved_tokens", "answer_tokens_now", "tokens_now")
+
+
+def merge_processes(info: dict, state) -> dict:
+    """The data card's figures over every process: counts summed, the slowest process's seconds, and how many shards
+    each process built."""
+    if state is None or state.num_processes == 1:
+        return info
+    from accelerate.utils import gather_object
+
+    every = gather_object([info])
+    merged = {**info, **{k: sum(i[k] for i in every) for k in SUMMED if k in info}}
+    merged["seconds_now"] = max(i["seconds_now"] for i in every)
+    return {**merged, "processes": state.num_processes, "shards_by_process": [i["built_now"] for i in every]}
+
+
+def finish_card(out: Path, info: dict, target_name: str, state) -> dict:
+    """Merge every process's figures and write the data card from the main process."""
+    info = merge_processes(info, state)
+    if state is None or state.is_main_process:
+        write_data_card(out, info, target_name)
+    return info
+
+
 @dataclass
 class TokenShard:
     """One batch's generated rows: prompt + answer token ids and where each answer starts."""
@@ -344,11 +420,15 @@ def read_token_ids(path: str | Path) -> list[TokenShard]:
     return shards
 
 
-def build_from_ids(target: TargetModel | None, shards: list[TokenShard], out: Path, progress: bool = True) -> dict:
-    """The feature shards of saved token ids: only the target's forward runs, nothing is generated. Resumable.
-    Without a target, the shards hold tokens only (no forward at all; see `--tokens-only`)."""
+def build_from_ids(
+    target: TargetModel | None, shards: list[TokenShard], out: Path, progress: bool = True, state=None
+) -> dict:
+    """The feature shards of saved token ids: only the target's forward runs, nothing is generated. Resumable, and
+    split over the processes of `state`. Without a target, the shards hold tokens only (no forward at all; see
+    `--tokens-only`)."""
     out.mkdir(parents=True, exist_ok=True)
-    todo = [s for s in shards if not (out / f"shard-{s.index:05d}.safetensors").exists()]
+    missing = [i for i, s in enumerate(shards) if not (out / f"shard-{s.index:05d}.safetensors").exists()]
+    todo = [shards[i] for i in my_shards(missing, state)]
     t0, tokens = time.time(), 0
     bar = tqdm(todo, desc=f"{'features' if target else 'tokens'} {out.name}", unit="batch", disable=not progress)
     for s in bar:
@@ -368,8 +448,7 @@ def build_from_ids(target: TargetModel | None, shards: list[TokenShard], out: Pa
         "seconds_now": round(time.time() - t0, 1),
         "features": target is not None,
     }
-    write_data_card(out, info, target.name if target else "none (tokens only)")
-    return info
+    return finish_card(out, info, target.name if target else "none (tokens only)", state)
 
 
 def write_data_card(out: Path, info: dict, target_name: str) -> None:
@@ -381,8 +460,12 @@ def write_data_card(out: Path, info: dict, target_name: str) -> None:
     card.write_text(json.dumps({**info, "target": target_name}, indent=2))
 
 
-def build(target: TargetModel, prompts: list[str], out: Path, cfg: DataConfig, progress: bool = True) -> dict:
-    """Generate answers and features for every planned batch that has no shard yet.
+def build(
+    target: TargetModel, prompts: list[str], out: Path, cfg: DataConfig, progress: bool = True, state=None
+) -> dict:
+    """Generate answers and features for every planned batch that has no shard yet, split over the processes of
+    `state`. Sampling is seeded per batch, so a batch's answers do not depend on which process made them, nor on
+    whether the run was resumed.
 
     The generated token ids of each batch are also kept in `out/tokens/` (small: commit or copy them). Generation is
     the expensive part; on a fresh machine with only those files, a rerun rebuilds the feature shards from them
@@ -392,10 +475,11 @@ def build(target: TargetModel, prompts: list[str], out: Path, cfg: DataConfig, p
     torch.manual_seed(cfg.seed)
     encoded = [encode_prompt(target.tokenizer, p)[-cfg.max_prompt_tokens :] for p in prompts]
     plan = shard_plan([len(e) for e in encoded], cfg.batch_size, cfg.seed)[: cfg.max_shards or None]
-    todo = [i for i in range(len(plan)) if not (out / f"shard-{i:05d}.safetensors").exists()]
+    todo = my_shards([i for i in range(len(plan)) if not (out / f"shard-{i:05d}.safetensors").exists()], state)
     t0, tokens, reused = time.time(), 0, 0
     bar = tqdm(todo, desc="self-distillation", unit="batch", disable=not progress)
     for i in bar:
+        torch.manual_seed(cfg.seed * 100_003 + i)
         saved = tokens_path(out, i)
         if saved.is_file():  # generated earlier (maybe on another machine): only the features are missing
             rows = json.loads(saved.read_text())
@@ -424,8 +508,7 @@ def build(target: TargetModel, prompts: list[str], out: Path, cfg: DataConfig, p
         "seconds_now": round(time.time() - t0, 1),
         **cfg.__dict__,
     }
-    write_data_card(out, info, target.name)
-    return info
+    return finish_card(out, info, target.name, state)
 
 
 def encode_pair(tokenizer, prompt: str, answer: str, max_prompt_tokens: int, max_answer_tokens: int):
@@ -443,13 +526,14 @@ def build_fixed(
     cfg: DataConfig,
     progress: bool = True,
     features: bool = True,
+    state=None,
 ) -> dict:
     """Features of the target over fixed (prompt, answer) pairs: no generation, so far cheaper per token. With
     `features` False, the shards hold tokens only (the tokenizer alone runs)."""
     out.mkdir(parents=True, exist_ok=True)
     encoded = [encode_pair(target.tokenizer, p, a, cfg.max_prompt_tokens, cfg.max_new_tokens) for p, a in pairs]
     plan = shard_plan([len(e) for e, _ in encoded], cfg.batch_size, cfg.seed)[: cfg.max_shards or None]
-    todo = [i for i in range(len(plan)) if not (out / f"shard-{i:05d}.safetensors").exists()]
+    todo = my_shards([i for i in range(len(plan)) if not (out / f"shard-{i:05d}.safetensors").exists()], state)
     t0, tokens = time.time(), 0
     bar = tqdm(todo, desc="feature extraction", unit="batch", disable=not progress)
     for i in bar:
@@ -468,8 +552,7 @@ def build_fixed(
         "features": features,
         **cfg.__dict__,
     }
-    write_data_card(out, info, target.name)
-    return info
+    return finish_card(out, info, target.name, state)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -482,7 +565,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--preset", default=DEFAULT_PRESET)
     p.add_argument("--target", default=None, help="a model id or folder instead of the preset's target")
-    p.add_argument("--prompts", nargs="+", default=[], help="JSONL or text files (globs allowed); never eval/")
+    p.add_argument(
+        "--prompts",
+        nargs="+",
+        default=[],
+        help="conversation files (ShareGPT or UltraChat layout, JSONL or a JSON array), other JSONL layouts or "
+        "text files (globs allowed); never eval/",
+    )
     p.add_argument(
         "--self-prompts",
         type=int,
@@ -562,6 +651,21 @@ def run(args) -> int:
     from ..models.presets import get_preset
 
     dtype = parse_dtype(args.dtype)
+    state = process_state()
+    main = state.is_main_process
+    device = str(state.device) if state.device.type == "cuda" else None  # each GPU process generates on its own GPU
+
+    def load(name: str):
+        return load_preset_target(name, quantization="none", dtype=dtype, device=device)
+
+    def say(text: str) -> None:
+        if main:
+            print(text, file=sys.stderr)
+
+    def report(info: dict) -> None:
+        if main:
+            print(json.dumps(info))
+
     if args.max_prompt_tokens < 1 or args.min_prompt_tokens < 0:
         raise PossError("--max-prompt-tokens must be at least 1 and --min-prompt-tokens at least 0.")
     if args.max_shards < 0:
@@ -573,10 +677,10 @@ def run(args) -> int:
     if args.from_ids:
         shards = read_token_ids(args.from_ids)[: args.max_shards or None]
         if args.tokens_only:
-            print(json.dumps(build_from_ids(None, shards, Path(args.out))))
+            report(build_from_ids(None, shards, Path(args.out), progress=main, state=state))
             return 0
-        target = load_preset_target(args.target or get_preset(args.preset).target, quantization="none", dtype=dtype)
-        print(json.dumps(build_from_ids(target, shards, Path(args.out))))
+        target = load(args.target or get_preset(args.preset).target)
+        report(build_from_ids(target, shards, Path(args.out), progress=main, state=state))
         return 0
     cfg = DataConfig(
         args.max_new_tokens, args.max_prompt_tokens, args.batch_size, args.temperature, args.seed, args.max_shards
@@ -585,29 +689,25 @@ def run(args) -> int:
         raise PossError("give --prompts FILES, --self-prompts N, or both.")
     if args.self_prompts and args.answers == "dataset":
         raise PossError("--self-prompts has no dataset answers: use --answers target with it.")
-    items = read_pairs(args.prompts) if args.answers == "dataset" else read_prompts(args.prompts)
+    items = read_pairs(args.prompts) if args.answers == "dataset" else read_conversation_prompts(args.prompts)
     if args.instruction:
         items = [with_instruction(args.instruction, item) for item in items]
     if not items and not args.self_prompts:
         raise PossError("no usable prompts were found in the given files.")
-    target = load_preset_target(args.target or get_preset(args.preset).target, quantization="none", dtype=dtype)
+    target = load(args.target or get_preset(args.preset).target)
     if args.min_prompt_tokens and items:
         before = len(items)
         items = [item for item in items if prompt_tokens(target.tokenizer, item) >= args.min_prompt_tokens]
-        print(
-            f"[data] --min-prompt-tokens {args.min_prompt_tokens}: {len(items)} of {before} prompts are that long",
-            file=sys.stderr,
-        )
+        say(f"[data] --min-prompt-tokens {args.min_prompt_tokens}: {len(items)} of {before} prompts are that long")
         if not items and not args.self_prompts:
             raise PossError(f"no prompt has {args.min_prompt_tokens} tokens or more: lower --min-prompt-tokens.")
     used = set().union(*(prompts_in_folder(f) for f in args.exclude))  # read once, for file and self-written prompts
     if args.exclude and items:
         before = len(items)
         items = drop_used_prompts(target.tokenizer, items, used, cfg.max_prompt_tokens)
-        print(
+        say(
             f"[data] --exclude: {before - len(items)} of {before} prompts are already in "
-            f"{', '.join(args.exclude)}; {len(items)} left",
-            file=sys.stderr,
+            f"{', '.join(args.exclude)}; {len(items)} left"
         )
         if not items and not args.self_prompts:
             raise PossError("every prompt is already in the --exclude folders: give new prompt files.")
@@ -617,22 +717,24 @@ def run(args) -> int:
     if args.self_prompts:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        written = write_self_prompts(target, args.self_prompts, out / "self_prompts.jsonl", args.batch_size, args.seed)
+        with state.main_process_first():  # the main process writes them; the others then read the finished file
+            written = write_self_prompts(
+                target, args.self_prompts, out / "self_prompts.jsonl", args.batch_size, args.seed, progress=main
+            )
         if args.exclude:  # a common request ("What is the capital of France?") may already be in a held-out folder
             kept = drop_used_prompts(target.tokenizer, written, used, cfg.max_prompt_tokens)
-            print(
+            say(
                 f"[data] --exclude: {len(written) - len(kept)} of {len(written)} self-written prompts are already "
-                f"in {', '.join(args.exclude)}",
-                file=sys.stderr,
+                f"in {', '.join(args.exclude)}"
             )
             written = kept
         items += written
     if not items:
         raise PossError("no prompts are left to answer after --exclude: raise --self-prompts or give new prompt files.")
     if args.answers == "dataset":
-        print(json.dumps(build_fixed(target, items, Path(args.out), cfg, features=not args.tokens_only)))
+        report(build_fixed(target, items, Path(args.out), cfg, main, features=not args.tokens_only, state=state))
     else:
-        print(json.dumps(build(target, items, Path(args.out), cfg)))
+        report(build(target, items, Path(args.out), cfg, progress=main, state=state))
     return 0
 
 

@@ -29,10 +29,11 @@ class LossWeights:
         return presets[name]
 
 
-def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean of per-row values [B, T] over rows where mask [B, T] is 1."""
+def masked_mean(values: torch.Tensor, mask: torch.Tensor, denominator: torch.Tensor | None = None) -> torch.Tensor:
+    """Mean of per-row values [B, T] over rows where mask [B, T] is 1; with `denominator`, their sum divided by it
+    (the rows of a whole global batch, of which these are a share)."""
     mask = mask.to(values.dtype)
-    return (values * mask).sum() / mask.sum().clamp(min=1.0)
+    return (values * mask).sum() / (mask.sum().clamp(min=1.0) if denominator is None else denominator)
 
 
 def draft_loss(
@@ -42,19 +43,23 @@ def draft_loss(
     draft_logits: torch.Tensor,
     mask: torch.Tensor,
     weights: LossWeights,
+    denominator: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """pred/target_feat [B, T, H]; target_logits/draft_logits [B, T, Vd] over the draft vocabulary; mask [B, T]."""
+    """pred/target_feat [B, T, H]; target_logits/draft_logits [B, T, Vd] over the draft vocabulary; mask [B, T].
+    `denominator` (see `masked_mean`) divides the loss terms; the logged parts stay these rows' own means."""
     feat = F.smooth_l1_loss(pred.float(), target_feat.float(), reduction="none").mean(-1)
     target_p = torch.softmax(target_logits.float(), dim=-1)
     log_q = torch.log_softmax(draft_logits.float(), dim=-1)
     token = -(target_p * log_q).sum(-1)
-    loss = weights.feature * masked_mean(feat, mask) + weights.token * masked_mean(token, mask)
+    loss = weights.feature * masked_mean(feat, mask, denominator) + weights.token * masked_mean(
+        token, mask, denominator
+    )
     parts = {"feature": float(masked_mean(feat, mask).detach()), "token": float(masked_mean(token, mask).detach())}
     if weights.topk > 0:
         top_p, top_i = torch.topk(target_p, weights.topk_k, dim=-1)
         top_p = top_p / top_p.sum(-1, keepdim=True)
         topk = -(top_p * log_q.gather(-1, top_i)).sum(-1)
-        loss = loss + weights.topk * masked_mean(topk, mask)
+        loss = loss + weights.topk * masked_mean(topk, mask, denominator)
         parts["topk"] = float(masked_mean(topk, mask).detach())
     with torch.no_grad():
         hit = (draft_logits.argmax(-1) == target_logits.argmax(-1)).float()

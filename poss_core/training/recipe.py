@@ -80,6 +80,7 @@ class Recipe:
     data: list[DataFolder]
     steps: list[Step]
     mixes: dict[str, list[str]] = field(default_factory=dict)
+    launch: str = ""  # an accelerate config: every training runs under `accelerate launch` with it
 
     def folder(self, name: str) -> DataFolder:
         for d in self.data:
@@ -145,14 +146,14 @@ def _read_step(s: dict, i: int, defaults: dict, mixes: dict[str, list[str]], pat
     if not name:
         raise ConfigError(f"{path}: [[step]] {i + 1} has no name: name it by what it does.")
     flags = _flags({k: v for k, v in s.items() if k not in STEP_KEYS}, f"{path} step {name}")
-    if "steps" not in s:
-        raise ConfigError(f"{path}: step {name!r} has no steps.")
+    if "steps" not in s and "epochs" not in flags:
+        raise ConfigError(f"{path}: step {name!r} has neither steps nor epochs.")
     data = _str_list(s.get("data", []), f"step {name} data")
     step = Step(
         name=name,
         methods=_str_list(s.get("methods", []), f"step {name} methods"),
         data=_expand(data, mixes),
-        steps=int(s["steps"]),
+        steps=int(s.get("steps", 0)),  # 0: `epochs` sets them when the data is read
         mix=data[0] if len(data) == 1 and data[0] in mixes else "",
         init=s.get("init", ""),
         specialists_from=s.get("specialists_from", ""),
@@ -167,7 +168,7 @@ def _read_step(s: dict, i: int, defaults: dict, mixes: dict[str, list[str]], pat
 
 
 # What a recipe file may hold (anything else is refused, naming it).
-RECIPE_KEYS = {"preset", "data_root", "runs", "bundle", "train", "data", "mix", "step"}
+RECIPE_KEYS = {"preset", "data_root", "runs", "bundle", "launch", "train", "data", "mix", "step"}
 
 
 def load_recipe(path: str | Path) -> Recipe:
@@ -214,6 +215,7 @@ def load_recipe(path: str | Path) -> Recipe:
         data=data,
         steps=steps,
         mixes=mixes,
+        launch=str(raw.get("launch", "")),
     )
     check_references(recipe)
     return recipe
@@ -418,38 +420,62 @@ def _dtype_of(args: list[str]) -> list[str]:
     return ["--dtype", args[args.index("--dtype") + 1]] if "--dtype" in args else []
 
 
-def train_command(recipe: Recipe, runs: Path, step: Step, method: str, max_steps: int = 0) -> list[str]:
+def train_args(recipe: Recipe, runs: Path, step: Step, methods: list[str], max_steps: int = 0) -> list[str]:
+    """The training CLI's arguments for a step's methods."""
     flags = dict(step.flags)
-    steps = min(step.steps, max_steps) if max_steps else step.steps
+    steps = min(step.steps or max_steps, max_steps) if max_steps else step.steps
     if max_steps:
         flags["final_eval"] = "none"  # a smoke run checks that training starts, not what it scores
-    cmd = [
-        sys.executable,
-        "-m",
-        TRAIN_MODULE,
+        flags.pop("epochs", None)
+    args = [
         "--preset",
         recipe.preset,
         "--methods",
-        method,
+        ",".join(methods),
         "--data",
         *[str(recipe.data_root / n) for n in step.data],
-        "--steps",
-        str(steps),
+        *(["--steps", str(steps)] if steps else []),
         *flag_args(flags),
         "--out",
         str(step_dir(runs, step) / "run"),
         "--export",
         str(export_dir(runs, step)),
     ]
+    if recipe.launch:
+        args += ["--accelerate-config", recipe.launch]
     if step.init:
-        cmd += ["--init-from", str(export_dir(runs, step.init))]
+        args += ["--init-from", str(export_dir(runs, step.init))]
     if step.specialists_from:
-        cmd += ["--specialists-from", str(export_dir(runs, step.specialists_from))]
-    return cmd
+        args += ["--specialists-from", str(export_dir(runs, step.specialists_from))]
+    return args
+
+
+def train_command(recipe: Recipe, runs: Path, step: Step, method: str, max_steps: int = 0) -> list[str]:
+    """The command that trains one method of a step: in this interpreter, or under `accelerate launch` with the
+    recipe's accelerate config."""
+    if recipe.launch:
+        start = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", recipe.launch, "-m"]
+    else:
+        start = [sys.executable, "-m"]
+    return [*start, TRAIN_MODULE, *train_args(recipe, runs, step, [method], max_steps)]
+
+
+def print_plans(recipe: Recipe, runs: Path, until: str | None) -> None:
+    """Each step's plan (`train --dry-run`: the draft's layers and the memory per GPU, derived from the target's
+    configuration), in this process: nothing loads."""
+    from .train import main as train_main
+
+    last = recipe.step_index(until) if until else len(recipe.steps) - 1
+    for step in recipe.steps[: last + 1]:
+        print(f"[recipe] plan of {step.name}:", flush=True)
+        code = train_main([*train_args(recipe, runs, step, step.methods), "--dry-run"])
+        if code != 0:
+            raise PossError(f"the plan of step {step.name!r} could not be made (see the error above).")
 
 
 def show(cmd: list[str]) -> str:
-    return " ".join(["python" if c == sys.executable else c for c in cmd])
+    text = " ".join(["python" if c == sys.executable else c for c in cmd])
+    return text.replace("python -m accelerate.commands.launch", "accelerate launch")
 
 
 def run_step(cmd: list[str], label: str, dry_run: bool) -> None:
@@ -498,6 +524,11 @@ def assemble_drafts(recipe: Recipe, runs: Path, last: int) -> Path:
     return out
 
 
+def step_length(step: Step) -> str:
+    """How long a step trains, as its recipe says: optimizer steps, or epochs of its data."""
+    return f"{step.steps} steps" if step.steps else f"{step.flags.get('epochs')} epochs"
+
+
 def train_steps(recipe: Recipe, runs: Path, until: str | None, max_steps: int, dry_run: bool) -> Path | None:
     """Each step in order, method by method (a method whose export exists is done), then the drafts as of the last
     step run."""
@@ -515,10 +546,11 @@ def train_steps(recipe: Recipe, runs: Path, until: str | None, max_steps: int, d
         for method in todo:
             run_step(
                 train_command(recipe, runs, step, method, max_steps),
-                f"{step.name} {method} ({step.steps} steps)",
+                f"{step.name} {method} ({step_length(step)})",
                 dry_run,
             )
     if dry_run:
+        print_plans(recipe, runs, until)
         return None
     out = assemble_drafts(recipe, runs, last)
     print(f"[recipe] drafts as of {recipe.steps[last].name}: {out}", flush=True)

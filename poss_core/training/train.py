@@ -5,7 +5,16 @@
 
 Fairness (reference section 5): every method starts from the same initial layer (POSS specialists and the stacked
 layers are copies of EAGLE's initial layer), sees the same batches in the same order and takes the same number of
-optimizer steps. Checkpoints every --save-every steps make an interrupted run resume where it stopped."""
+optimizer steps. Checkpoints every --save-every steps make an interrupted run resume where it stopped.
+
+One process or many, through accelerate (CUDA where present, else the CPU):
+
+    torchrun --nproc_per_node 2 -m poss_core.training.train ...          # two processes, DDP
+    accelerate launch --config_file configs/accelerate/8gpu-ddp.yaml -m poss_core.training.train ... \\
+        --accelerate-config configs/accelerate/8gpu-ddp.yaml
+
+Every process draws the same global batches (--tokens-per-batch) and trains its own share of their rows, so the
+weights do not depend on the number of processes (up to the order of floating-point sums)."""
 
 from __future__ import annotations
 
@@ -14,32 +23,32 @@ import json
 import math
 import random
 import sys
-import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 
 import torch
-from tqdm import tqdm
 
 from ..errors import ConfigError, PossError, run_cli
 from ..models.checkpoint import load_draft, save_draft
 from ..models.draft import DraftModel, DraftSpec, draft_config_from_target
 from ..models.presets import DEFAULT_PRESET
 from ..models.target import TargetModel
-from .data import features_batch, read_shards
-from .losses import LossWeights
-from .trainer import (
-    UNROLLS,
-    RowBatch,
-    TrainConfig,
-    TrainSequence,
-    make_batch,
-    make_optimizer,
-    optimizer_step,
-    trainable,
+from .distributed import Layout, check_launch, make_accelerator, read_launch_config, resolve_autocast
+from .features import (
+    FEATURE_MODES,
+    FeatureFill,
+    check_feature_mode,
+    feature_source,
+    index_shards,
+    needs_target,
+    shard_files,
+    target_features,
 )
+from .loop import RunContext, train_one
+from .losses import LossWeights
+from .trainer import UNROLLS, RowBatch, TrainConfig, TrainSequence, make_batch
 
 METHODS = {
     # name: (method, positions per specialist, simulated positions per step or 0 for "the depth")
@@ -82,48 +91,63 @@ def vocab_coverage(seqs: list[TrainSequence], vocab: torch.Tensor) -> float:
     return hit / max(1, total)
 
 
-FeatureFill = Callable[[list[TrainSequence]], list[TrainSequence]]
-
-
-def _batch_rows(seqs: list[TrainSequence], tokens_per_batch: int, seed: int):
-    """The rows of each batch, in a seeded endless order (see `TokenBatches`)."""
+def batch_indices(lengths: list[int], tokens_per_batch: int, seed: int) -> Iterator[list[int]]:
+    """The rows of each global batch (indices into `lengths`), in a seeded endless order: rows are added until a batch
+    holds `tokens_per_batch` tokens, and a row longer than a whole batch (a long document) is a batch of its own:
+    padding every other row to its length would multiply the cost of the batch it landed in. It depends on the
+    token counts alone, so every process (and every feature source) draws the same batches."""
     rng = random.Random(seed)
     order: list[int] = []
     while True:
         batch, used = [], 0
         while used < tokens_per_batch:
             if not order:
-                order = list(range(len(seqs)))
+                order = list(range(len(lengths)))
                 rng.shuffle(order)
-            s = seqs[order.pop()]
-            if int(s.input_ids.numel()) > tokens_per_batch:
-                yield [s]
+            i = order.pop()
+            if lengths[i] > tokens_per_batch:
+                yield [i]
                 continue
-            batch.append(s)
-            used += int(s.input_ids.numel())
+            batch.append(i)
+            used += lengths[i]
         yield batch
 
 
+class GlobalBatches:
+    """An endless, seeded stream of global batches (row indices into `seqs`); `skip` passes over the batches a
+    resumed run already used."""
+
+    def __init__(self, seqs: list[TrainSequence], tokens_per_batch: int, seed: int):
+        self.seqs = seqs
+        self._rows = batch_indices([int(s.input_ids.numel()) for s in seqs], tokens_per_batch, seed)
+
+    def __iter__(self) -> "GlobalBatches":
+        return self
+
+    def __next__(self) -> list[int]:
+        return next(self._rows)
+
+    def skip(self, n: int) -> None:
+        for _ in range(n):
+            next(self._rows)
+
+
 class TokenBatches:
-    """An endless, seeded stream of batches of about `tokens_per_batch` tokens (the same for every method). A sequence
-    longer than a whole batch (a long document) is a batch of its own: padding every other row to its length would
-    multiply the cost of the batch it landed in. `fill` gives rows of a tokens-only folder their features as each
-    batch is made (the batches are the same either way: they depend on the tokens alone); `skip` passes over
-    batches a resumed run already used without making them."""
+    """The global batches of `GlobalBatches` as whole padded batches (one process, no split). `fill` gives rows of a
+    tokens-only folder their features as each batch is made (the batches are the same either way)."""
 
     def __init__(self, seqs: list[TrainSequence], tokens_per_batch: int, seed: int, fill: FeatureFill | None = None):
-        self._rows = _batch_rows(seqs, tokens_per_batch, seed)
+        self._batches = GlobalBatches(seqs, tokens_per_batch, seed)
         self._fill = fill or (lambda rows: rows)
 
     def __iter__(self) -> "TokenBatches":
         return self
 
     def __next__(self) -> RowBatch:
-        return make_batch(self._fill(next(self._rows)))
+        return make_batch(self._fill([self._batches.seqs[i] for i in next(self._batches)]))
 
     def skip(self, n: int) -> None:
-        for _ in range(n):
-            next(self._rows)
+        self._batches.skip(n)
 
 
 def token_batches(
@@ -138,19 +162,7 @@ def feature_fill(target_name: str, dtype: torch.dtype) -> FeatureFill:
     are not kept, so memory stays that of the tokens."""
     from ..models.loading import load_preset_target
 
-    feature_target = load_preset_target(target_name, quantization="none", dtype=dtype)
-
-    def fill(rows: list[TrainSequence]) -> list[TrainSequence]:
-        todo = [i for i, r in enumerate(rows) if r.hidden is None]
-        if not todo:
-            return rows
-        hidden = features_batch(feature_target, [rows[i].input_ids.tolist() for i in todo])
-        out = list(rows)
-        for i, h in zip(todo, hidden):
-            out[i] = TrainSequence(rows[i].input_ids, h.to(torch.bfloat16), rows[i].loss_mask)
-        return out
-
-    return fill
+    return target_features(load_preset_target(target_name, quantization="none", dtype=dtype))
 
 
 def make_draft(
@@ -244,72 +256,44 @@ FINAL_EVALS = {"both": ("predicted", "decoding"), "predicted": ("predicted",), "
 EVAL_KEYS = {"predicted": "heldout_top1_by_position", "decoding": "heldout_top1_by_position_decoding"}
 
 
-def train_one(
-    name: str,
-    draft: DraftModel,
-    batches,
-    cfg: TrainConfig,
-    out: Path,
-    heldout: list[RowBatch],
-    eval_positions: int,
-    save_every: int,
-    progress: bool = True,
-    final_eval: str = "both",
-) -> dict:
-    """Train one draft with resumable checkpoints; returns its training record (with the held-out top-1 agreement
-    by position for each unroll that `final_eval` names)."""
-    run_dir = out / name
-    run_dir.mkdir(parents=True, exist_ok=True)
-    ckpt, log_path = run_dir / "resume.pt", run_dir / "loss_log.jsonl"
-    params = trainable(draft)
-    opt = make_optimizer(params, cfg)
-    start = 0
-    if ckpt.is_file():
-        state = torch.load(ckpt, map_location="cpu", weights_only=True)
-        draft.load_state_dict(state["model"], strict=False)
-        opt.load_state_dict(state["optimizer"])
-        start = int(state["step"])
-    if hasattr(batches, "skip"):  # the data stream is deterministic: skip what was already used
-        batches.skip(start)
-    else:
-        for _ in range(start):
-            next(batches)
-    torch.manual_seed(cfg.seed + start)
-    draft.train()
-    t0 = time.time()
-    bar = tqdm(range(start, cfg.steps), desc=f"train {name}", initial=start, total=cfg.steps, disable=not progress)
-    with open(log_path, "a") as log:
-        for step in bar:
-            record = optimizer_step(draft, opt, params, next(batches), cfg, step)
-            log.write(json.dumps(record) + "\n")
-            bar.set_postfix(loss=f"{record['loss']:.3f}", acc=f"{record['positions'][0]['acc']:.2f}")
-            if (step + 1) % save_every == 0 or step + 1 == cfg.steps:
-                log.flush()
-                torch.save(
-                    {"model": draft.state_dict(), "optimizer": opt.state_dict(), "step": step + 1},
-                    ckpt.with_suffix(".tmp"),
-                )
-                ckpt.with_suffix(".tmp").replace(ckpt)
-    draft.eval()
-    record = {"method": name, "steps": cfg.steps, "seconds_this_run": round(time.time() - t0, 1)}
-    for unroll_name in FINAL_EVALS[final_eval]:
-        record[EVAL_KEYS[unroll_name]] = evaluate(draft, heldout, eval_positions, unroll=unroll_name)
-    return record
-
-
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="python -m poss_core.training.train",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--preset", default=DEFAULT_PRESET)
-    p.add_argument("--target", default=None)
+    p.add_argument(
+        "--target",
+        default=None,
+        metavar="MODEL_ID_OR_FOLDER",
+        help="any Hugging Face causal LM of the Llama family (Llama, Mistral, Qwen) instead of the preset's: the "
+        "draft takes its hidden size, heads, vocabulary and RoPE",
+    )
     p.add_argument("--data", nargs="+", required=True, help="data folders written by poss_core.training.data")
     p.add_argument("--methods", default="eagle,poss1,poss2,poss3,matched")
     p.add_argument("--depth", type=int, default=6, help="draft positions POSS is trained for")
     p.add_argument("--steps", type=int, default=600)
-    p.add_argument("--tokens-per-batch", type=int, default=2048)
+    p.add_argument(
+        "--epochs",
+        type=float,
+        default=None,
+        help="train this many passes over the training tokens instead of --steps (the steps are counted from the "
+        "data: epochs x training tokens / --tokens-per-batch)",
+    )
+    p.add_argument(
+        "--tokens-per-batch",
+        type=int,
+        default=2048,
+        help="tokens of each global batch (one optimizer step), whatever the number of processes",
+    )
+    p.add_argument(
+        "--grad-accum",
+        type=int,
+        default=1,
+        metavar="K",
+        help="each process trains its share of a global batch in K micro-batches (less memory, the same weights)",
+    )
     p.add_argument("--max-len", type=int, default=512)
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--noise", type=float, default=0.05, help="EAGLE's uniform input-feature noise (half-width)")
@@ -359,20 +343,49 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--export", default=None, help="also write the final drafts here (e.g. assets/drafts/NAME)")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument(
+        "--features",
+        choices=list(FEATURE_MODES),
+        default="auto",
+        help="online: the frozen target computes each batch's features on the training device, nothing is "
+        "written; offline: the stored shards' features, read through memory maps; auto: stored where a folder "
+        "has them, computed for tokens-only folders (data --tokens-only)",
+    )
+    p.add_argument(
         "--features-dtype",
         default="bfloat16",
         choices=["bfloat16", "float32"],
-        help="the target's precision for the features of a tokens-only data folder (data --tokens-only)",
+        help="the target's precision for features computed online",
     )
     p.add_argument(
         "--autocast",
-        default="none",
+        default=None,
         choices=["none", "bfloat16"],
         help="mixed precision for the draft's forward/backward (fp32 master weights); bfloat16 is "
-        "about 2x faster for POSS on CPUs with AMX",
+        "about 2x faster for POSS on CPUs with AMX. Default: the accelerate launch's mixed_precision, else none",
     )
-    args = p.parse_args(argv)
-    return run_cli(run, args)
+    p.add_argument(
+        "--accelerate-config",
+        default=None,
+        metavar="YAML",
+        help="the accelerate config this run was launched with (configs/accelerate/): a run whose processes, "
+        "devices or precision differ from it is refused",
+    )
+    p.add_argument(
+        "--log-rows",
+        action="store_true",
+        help="every process writes the training rows of its share of each step (METHOD/rows-rankN.jsonl)",
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the plan (target sizes, each draft's layers, memory per GPU derived from the configuration) "
+        "and load nothing",
+    )
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_cli(run, parse_args(argv))
 
 
 def check_args(args) -> None:
@@ -397,63 +410,170 @@ def check_args(args) -> None:
     number("lr", 0.0, 1.0, closed_lo=True)  # 0 is allowed: a no-op step (continuing a draft unchanged)
     integer("depth", 1, int(LIMITS["depth"][1]))
     integer("tokens_per_batch", 1, 1 << 22)
+    integer("grad_accum", 1, 4096)
     integer("max_len", 2, 1 << 20)
     integer("save_every", 1, 10**7)
     integer("draft_vocab", 0, 1 << 24)
     number("noise", 0.0, 10.0, closed_lo=True)
     number("heldout", 0.0, 0.5, closed_lo=True)
+    if args.epochs is not None:
+        number("epochs", 0.0, 10_000.0)
 
 
-def run(args) -> int:
-    from ..models.loading import load_preset_target, parse_dtype
-    from ..models.presets import get_preset
-
-    check_args(args)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    names = [m.strip() for m in args.methods.split(",") if m.strip()]
+def method_names(text: str) -> list[str]:
+    names = [m.strip() for m in text.split(",") if m.strip()]
     unknown = [m for m in names if m not in METHODS]
     if unknown:
         raise PossError(f"unknown method(s) {unknown}: use {', '.join(METHODS)}.")
-    target = load_preset_target(args.target or get_preset(args.preset).target, quantization="none")
-    seqs = [s for folder in args.data for s in read_shards(folder, args.max_len)]
+    return names
+
+
+def draft_layers(name: str, depth: int) -> tuple[int, int]:
+    """A method's draft layers and the positions each training step simulates."""
+    method, n, positions = METHODS[name]
+    return (1 if method == "eagle" else math.ceil(depth / n)), (positions or depth)
+
+
+def print_plan(args, names: list[str], target_name: str, autocast: str) -> None:
+    """`--dry-run`: the run's plan from the target's configuration and the launch (nothing loads)."""
+    from .plan import RunShape, plan_lines
+    from .targets import target_config
+
+    config = target_config(target_name, allow_twin=True)
+    config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    launch = read_launch_config(args.accelerate_config) if args.accelerate_config else {}
+    processes = int(launch.get("num_processes", 1) or 1)
+    shapes = {}
+    for name in names:
+        layers, positions = draft_layers(name, args.depth)
+        shapes[name] = RunShape(
+            layers=layers,
+            positions=positions,
+            draft_vocab=args.draft_vocab,
+            tokens_per_batch=args.tokens_per_batch,
+            processes=processes,
+            micro_batches=args.grad_accum,
+            online=args.features == "online",
+            sharded_target=str(launch.get("distributed_type")) == "FSDP",
+            autocast=autocast,
+        )
+    steps = f"{args.epochs:g} epochs" if args.epochs else f"{args.steps:,} steps"
+    print(
+        f"plan: {steps} of {args.tokens_per_batch:,}-token global batches over {processes} process(es), "
+        f"{args.grad_accum} micro-batch(es) each; features {args.features}; autocast {autocast}"
+    )
+    for line in plan_lines(config, shapes, target_name):
+        print(line)
+
+
+def load_rows(args, eos_ids: set[int]) -> tuple[list[TrainSequence], list[TrainSequence], torch.Tensor | None, dict]:
+    """The training and held-out rows (tokens only; features stay in their shards), the draft vocabulary and the
+    data record of the model cards."""
+    seqs = [s for folder in args.data for s in index_shards(folder, args.max_len)]
     if not seqs:
         raise PossError(f"no training sequences in {args.data}: run python -m poss_core.training.data first.")
+    check_feature_mode(args.features, seqs, args.data)
     rng = random.Random(args.seed)
     rng.shuffle(seqs)
     n_held = max(1, int(len(seqs) * args.heldout))
     held, train_seqs = seqs[:n_held], seqs[n_held:]
-    vocab = None
-    if args.draft_vocab:
-        vocab = build_draft_vocab(train_seqs, args.draft_vocab, set(target.eos_ids))
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    answer_tokens = sum(int(s.loss_mask.sum()) for s in train_seqs)
+    vocab = build_draft_vocab(train_seqs, args.draft_vocab, eos_ids) if args.draft_vocab else None
     data_info = {
         "folders": args.data,
         "sequences": len(train_seqs),
         "heldout_sequences": len(held),
-        "answer_tokens": answer_tokens,
+        "answer_tokens": sum(int(s.loss_mask.sum()) for s in train_seqs),
         "tokens": sum(int(s.input_ids.numel()) for s in train_seqs),
         "draft_vocab": int(vocab.numel()) if vocab is not None else None,
         "draft_vocab_coverage": vocab_coverage(train_seqs, vocab) if vocab is not None else 1.0,
     }
-    print(json.dumps({"data": data_info}), flush=True)
-    fill = None
-    if any(s.hidden is None for s in seqs):
-        fill = feature_fill(args.target or get_preset(args.preset).target, parse_dtype(args.features_dtype))
+    return train_seqs, held, vocab, data_info
+
+
+class HeldoutBatches:
+    """The held-out rows in batches of 8, their features fetched each time they are scored (nothing kept)."""
+
+    def __init__(self, rows: list[TrainSequence], fill: FeatureFill, device):
+        self.rows, self.fill, self.device = rows, fill, device
+
+    def __iter__(self):
+        for i in range(0, len(self.rows), 8):
+            yield make_batch(self.fill(self.rows[i : i + 8])).to(self.device)
+
+
+def load_target_on(target_name: str, accelerator, dtype: torch.dtype | None = None) -> TargetModel:
+    """The target on this process's training device (a CUDA process's own GPU; the CPU otherwise)."""
+    from ..models.loading import load_preset_target
+
+    device = str(accelerator.device) if accelerator.device.type == "cuda" else None
+    return load_preset_target(target_name, quantization="none", dtype=dtype, device=device)
+
+
+def features_target(args, target_name: str, target: TargetModel, accelerator) -> TargetModel:
+    """The frozen target in --features-dtype on the training device, for online features."""
+    from ..models.loading import parse_dtype
+
+    dtype = parse_dtype(args.features_dtype)
+    return target if target.dtype == dtype else load_target_on(target_name, accelerator, dtype)
+
+
+def export(draft: DraftModel, card: dict, folders: list[Path], target: TargetModel) -> None:
+    """The trained draft and its model card in each folder (main process only)."""
+    for folder in folders:
+        save_draft(draft, folder, target, extra_meta={"training": card})
+        (folder / "model_card.json").write_text(json.dumps(card, indent=2))
+
+
+def run(args) -> int:
+    from ..models.presets import get_preset
+
+    check_args(args)
+    names = method_names(args.methods)
+    target_name = args.target or get_preset(args.preset).target
+    autocast = resolve_autocast(args.autocast)
+    if args.dry_run:
+        print_plan(args, names, target_name, autocast)
+        return 0
+    missing = [f for f in args.data if not Path(f).is_dir()]
+    if missing:
+        shard_files(missing[0])  # the clear error, before any process group or model is set up
+    if args.target:
+        from .targets import target_config
+
+        target_config(args.target)
+    accelerator = make_accelerator()
+    if args.accelerate_config:
+        check_launch(
+            read_launch_config(args.accelerate_config),
+            args.accelerate_config,
+            accelerator.num_processes,
+            autocast,
+            torch.cuda.is_available(),
+        )
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    main_process = accelerator.is_main_process
+    target = load_target_on(target_name, accelerator)
+    train_seqs, held, vocab, data_info = load_rows(args, set(target.eos_ids))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    data_info["processes"] = accelerator.num_processes
+    if args.epochs:
+        args.steps = max(1, math.ceil(args.epochs * data_info["tokens"] / args.tokens_per_batch))
+        data_info["epochs"] = args.epochs
+    if main_process:
+        print(json.dumps({"data": data_info}), flush=True)
+    computing = needs_target(args.features, train_seqs + held)
+    fill = feature_source(args.features, features_target(args, target_name, target, accelerator) if computing else None)
+    if computing and main_process:
         print(
-            f"[train] tokens-only data: each batch's features come from a {args.features_dtype} forward of the "
-            f"target as training uses it",
+            f"[train] features {args.features}: each batch's features come from a {args.features_dtype} forward of "
+            f"the target as training uses it",
             file=sys.stderr,
             flush=True,
         )
-    # Held-out batches are only scored by the final evaluation: a tokens-only folder then pays their forward once.
-    heldout_batches = (
-        []
-        if args.final_eval == "none"
-        else [make_batch(fill(held[i : i + 8]) if fill else held[i : i + 8]) for i in range(0, len(held), 8)]
-    )
+    layout = Layout(accelerator.process_index, accelerator.num_processes, args.grad_accum)
+    ctx = RunContext(accelerator, layout, train_seqs, fill, log_rows=args.log_rows)
     weights = LossWeights.named(args.loss)
     init = make_draft(target, "eagle", args.depth, vocab, None, args.seed)
     init_note = "shared (EAGLE's initial layer, copied into every layer)"
@@ -463,48 +583,46 @@ def run(args) -> int:
         init, init_note = trained_eagle(args.specialists_from, target)
     cards = {}
     for name in names:
-        method, n, positions = METHODS[name]
         cfg = TrainConfig(
             steps=args.steps,
             lr=args.lr,
             noise=args.noise,
             weights=weights,
             seed=args.seed,
-            positions=positions or args.depth,
-            autocast=args.autocast,
+            positions=draft_layers(name, args.depth)[1],
+            autocast=autocast,
             unroll=args.unroll,
         )
         draft = make_draft(target, name, args.depth, vocab, init, args.seed)
         if args.init_from:
             init_note = continue_from(draft, args.init_from, target, name)
         batch_seed = args.seed if args.batch_seed is None else args.batch_seed
-        record = train_one(
-            name,
-            draft,
-            token_batches(train_seqs, args.tokens_per_batch, batch_seed, fill),
-            cfg,
-            out,
-            heldout_batches,
-            args.depth,
-            args.save_every,
-            final_eval=args.final_eval,
+        draft, record = train_one(
+            name, draft, GlobalBatches(train_seqs, args.tokens_per_batch, batch_seed), cfg, out, ctx, args.save_every
         )
-        card = {
-            **record,
-            "label": draft.spec.label,
-            "train_config": {**asdict(cfg), "weights": asdict(weights)},
-            "tokens_per_batch": args.tokens_per_batch,
-            "batch_seed": batch_seed,
-            "data": data_info,
-            "target": target.name,
-            "init": init_note,
-        }
-        for folder in [out / name / "final"] + ([Path(args.export) / name] if args.export else []):
-            save_draft(draft, folder, target, extra_meta={"training": card})
-            (folder / "model_card.json").write_text(json.dumps(card, indent=2))
-        cards[name] = card
-        print(json.dumps({"trained": name, **{k: record[k] for k in EVAL_KEYS.values() if k in record}}), flush=True)
-    (out / "summary.json").write_text(json.dumps(cards, indent=2))
+        if main_process:
+            heldout = HeldoutBatches(held, fill, accelerator.device)
+            for unroll_name in FINAL_EVALS[args.final_eval]:
+                record[EVAL_KEYS[unroll_name]] = evaluate(draft, heldout, args.depth, unroll=unroll_name)
+            card = {
+                **record,
+                "label": draft.spec.label,
+                "train_config": {**asdict(cfg), "weights": asdict(weights)},
+                "tokens_per_batch": args.tokens_per_batch,
+                "batch_seed": batch_seed,
+                "data": data_info,
+                "target": target.name,
+                "init": init_note,
+            }
+            export(draft, card, [out / name / "final"] + ([Path(args.export) / name] if args.export else []), target)
+            cards[name] = card
+            print(
+                json.dumps({"trained": name, **{k: record[k] for k in EVAL_KEYS.values() if k in record}}), flush=True
+            )
+        accelerator.wait_for_everyone()
+    if main_process:
+        (out / "summary.json").write_text(json.dumps(cards, indent=2))
+    accelerator.end_training()
     return 0
 
 

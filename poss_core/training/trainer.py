@@ -23,6 +23,12 @@ class TrainSequence:
     input_ids: torch.Tensor
     hidden: torch.Tensor | None
     loss_mask: torch.Tensor
+    origin: tuple[str, int, int] | None = None  # (shard file, first, end) of stored features read on demand
+
+    @property
+    def answer_rows(self) -> int:
+        """Rows this sequence adds to the loss (row j predicts token j+1, so the first token is never one)."""
+        return int(self.loss_mask[1:].sum())
 
 
 @dataclass
@@ -33,6 +39,14 @@ class RowBatch:
     features: torch.Tensor  # [B, T-1, H]
     target_features: torch.Tensor  # [B, T-1, H]
     mask: torch.Tensor  # [B, T-1] 1 where position j+1 is an answer token
+    # EAGLE's uniform input noise [B, T-1, H], drawn for the whole global batch and sliced to these rows, so a row's
+    # noise does not depend on how the batch was split over processes (None: `noisy` draws it here).
+    input_noise: torch.Tensor | None = None
+
+    def to(self, device: torch.device | str) -> "RowBatch":
+        """The batch on `device` (the training device accelerate picked)."""
+        moved = [None if t is None else t.to(device) for t in (self.features, self.target_features, self.input_noise)]
+        return RowBatch(self.tokens.to(device), moved[0], moved[1], self.mask.to(device), moved[2])
 
     @property
     def positions(self) -> torch.Tensor:
@@ -70,12 +84,19 @@ def noisy(features: torch.Tensor, noise: float) -> torch.Tensor:
     return features + (torch.rand_like(features) - 0.5) * 2 * noise
 
 
+def input_features(batch: RowBatch, noise: float) -> torch.Tensor:
+    """The first step's input features: the target's, plus the batch's own noise where it carries one."""
+    if batch.input_noise is not None:
+        return batch.features + batch.input_noise
+    return noisy(batch.features, noise)
+
+
 def unroll(draft: DraftModel, batch: RowBatch, steps: int, noise: float = 0.0) -> list[tuple[int, torch.Tensor]]:
     """Run `steps` simulated draft positions; step j uses specialist_of(j+1) and reads step j-1's predictions.
     Returns [(specialist, predicted features [B, T, H])] per step."""
     t = batch.tokens.shape[1]
     causal = float_mask(torch.ones(t, t, dtype=torch.bool, device=batch.tokens.device).tril(), batch.features.dtype)
-    feats = noisy(batch.features, noise)
+    feats = input_features(batch, noise)
     out = []
     for j in range(steps):
         group = draft.specialist_of(j + 1)
@@ -109,7 +130,7 @@ def decoding_unroll(
     (detached predictions), as a decoding specialist reads the context and the tree rows before it. Step j costs
     about j times a step of `unroll` (its attention j^2 times)."""
     t = batch.tokens.shape[1]
-    true_feats = noisy(batch.features, noise)
+    true_feats = input_features(batch, noise)
     out: list[tuple[int, torch.Tensor]] = []
     preds: list[torch.Tensor] = []
     for j in range(1, steps + 1):
@@ -162,11 +183,19 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
     return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
-def loss_on_batch(draft: DraftModel, batch: RowBatch, cfg: TrainConfig) -> tuple[torch.Tensor, list[dict[str, float]]]:
+def loss_on_batch(
+    draft: DraftModel,
+    batch: RowBatch,
+    cfg: TrainConfig,
+    denominator: torch.Tensor | None = None,
+    scale: float = 1.0,
+) -> tuple[torch.Tensor, list[dict[str, float]]]:
     """Summed loss over the simulated positions, and the parts of each position's loss.
 
     Only answer rows carry a loss, so the LM head and the losses run on those rows alone (the draft layers still
-    see every row, as attention context); this roughly halves the cost of the head on chat data."""
+    see every row, as attention context); this roughly halves the cost of the head on chat data. A batch that is one
+    share of a global batch passes the global batch's answer rows as `denominator` and the number of processes as
+    `scale`: DDP averages the processes' gradients, so the result is the global batch's mean over its rows."""
     device = batch.tokens.device.type
     enabled = cfg.autocast != "none"
     dtype = getattr(torch, cfg.autocast) if enabled else None
@@ -179,14 +208,35 @@ def loss_on_batch(draft: DraftModel, batch: RowBatch, cfg: TrainConfig) -> tuple
         parts = []
         for _, pred in UNROLLS[cfg.unroll](draft, batch, cfg.positions, cfg.noise):
             rows = pred[sel]
-            loss, p = draft_loss(rows, target_feat, target_logits, draft.head_logits(rows), ones, cfg.weights)
+            loss, p = draft_loss(
+                rows, target_feat, target_logits, draft.head_logits(rows), ones, cfg.weights, denominator
+            )
             total = total + loss
             parts.append(p)
-    return total, parts
+    return (total * scale if scale != 1.0 else total), parts
 
 
 def trainable(draft: DraftModel) -> list[nn.Parameter]:
     return [p for p in draft.parameters() if p.requires_grad]
+
+
+class DraftLoss(nn.Module):
+    """The draft with its training loss as the module's forward: DDP synchronises gradients and accelerate applies
+    mixed precision through a module's forward, which the draft's own methods (`run_specialist`, `head_logits`)
+    are not."""
+
+    def __init__(self, draft: DraftModel) -> None:
+        super().__init__()
+        self.draft = draft
+
+    def forward(
+        self, batch: RowBatch | None, cfg: TrainConfig, denominator: torch.Tensor, scale: float
+    ) -> tuple[torch.Tensor, list[dict[str, float]]]:
+        if batch is None:
+            # A process whose share of a global batch is empty still joins the gradient all-reduce, with a zero loss
+            # that reaches every trainable parameter.
+            return sum(p.sum() for p in trainable(self.draft)) * 0.0, []
+        return loss_on_batch(self.draft, batch, cfg, denominator, scale)
 
 
 def optimizer_step(
