@@ -8,7 +8,7 @@
 #     OUT=/tmp/gpu bash scripts/gpu_check.sh     # elsewhere; PYTHON=... picks the interpreter
 #     LLAMA=1 bash scripts/gpu_check.sh          # also llama3-8b-instruct with a 4-bit target and its released drafts
 #                                                # (needs the gated Meta-Llama-3 weights and the hub's drafts, ~6 GB)
-#     TWIN=0 / APP=0 / BENCH=0 bash scripts/gpu_check.sh   # without the twin, the app or the benchmark steps
+#     TWIN=0 / APP=0 / BENCH=0 / TRAIN=0 bash scripts/gpu_check.sh   # without the twin, app, benchmark or training
 #
 # Needs CUDA, torch and transformers, and the other packages of requirements.txt (gradio with gradio_client, plotly,
 # pydantic, bitsandbytes, accelerate, gguf, ...). On a GPU machine that has torch and transformers but lacks the rest:
@@ -175,6 +175,22 @@ if [ "${LLAMA:-0}" != "0" ]; then
     step llama3-4bit "$PY" -m poss_core.bench --preset llama3-8b-instruct --methods plain,eagle,poss2 \
         --data "${DATA[@]}" --limit 1 --max-new-tokens 128 --runs 1 --quantization 4bit --device cuda \
         --stall-seconds 600 --out "$OUT/llama3-4bit"
+fi
+
+# Training on this GPU through accelerate: tokens-only rows from the committed token ids, EAGLE and POSS-2 for 40 steps
+# with features online (the frozen bf16 target), tokens/s and peak memory in the log's "trained" lines; then a
+# checkpoint round trip (the same command again resumes from accelerate's state and trains nothing more).
+if [ "${TRAIN:-1}" != "0" ]; then
+    TRAIN_ARGS=(-m poss_core.training.train --preset smollm2-135m --data "$OUT/train-data" --methods eagle,poss2
+                --steps 40 --tokens-per-batch 4096 --max-len 1792 --draft-vocab 8192 --features online
+                --autocast bfloat16 --save-every 20 --final-eval none --out "$OUT/train-run"
+                --accelerate-config configs/accelerate/1gpu.yaml)
+    step train-data "$PY" -m poss_core.training.data --preset smollm2-135m --from-ids \
+        assets/training_data/smollm2-135m-self3.npz --tokens-only --max-shards 8 --out "$OUT/train-data"
+    step train-step "$PY" -m accelerate.commands.launch --config_file configs/accelerate/1gpu.yaml "${TRAIN_ARGS[@]}"
+    step train-resume "$PY" -m accelerate.commands.launch --config_file configs/accelerate/1gpu.yaml "${TRAIN_ARGS[@]}"
+else
+    skip train "TRAIN=0"
 fi
 
 # The sections: each from the files its step wrote (a missing one says which log to read).

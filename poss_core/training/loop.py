@@ -158,12 +158,14 @@ def train_one(
         total=cfg.steps,
         disable=not (ctx.progress and ctx.main),
     )
+    tokens = 0
     log = open(run_dir / "loss_log.jsonl", "a") if ctx.main else None
     rows_log = open(run_dir / f"rows-rank{ctx.layout.rank}.jsonl", "a") if ctx.log_rows else None
     try:
         for step in bar:
             rows = next(batches)
             record = global_step(model, opt, params, rows, cfg, step, ctx)
+            tokens += sum(int(ctx.seqs[r].input_ids.numel()) for r in rows)
             if rows_log is not None:
                 mine = [
                     rows[i] for share in ctx.layout.my_rows([len(ctx.seqs[r].input_ids) for r in rows]) for i in share
@@ -185,5 +187,13 @@ def train_one(
     trained = acc.unwrap_model(model).draft
     acc.free_memory()  # the next method prepares its own model and optimizer (and checkpoints only those)
     trained.eval()
-    record = {"method": name, "steps": cfg.steps, "seconds_this_run": round(time.time() - t0, 1)}
+    seconds = time.time() - t0
+    record = {
+        "method": name,
+        "steps": cfg.steps,
+        "seconds_this_run": round(seconds, 1),
+        "tokens_per_second": round(tokens / seconds, 1) if tokens else None,  # global-batch tokens, all processes
+    }
+    if acc.device.type == "cuda":
+        record["peak_gpu_memory_gib"] = round(torch.cuda.max_memory_allocated(acc.device) / 1024**3, 2)
     return trained, record

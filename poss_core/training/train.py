@@ -616,9 +616,7 @@ def run(args) -> int:
             }
             export(draft, card, [out / name / "final"] + ([Path(args.export) / name] if args.export else []), target)
             cards[name] = card
-            print(
-                json.dumps({"trained": name, **{k: record[k] for k in EVAL_KEYS.values() if k in record}}), flush=True
-            )
+            print(json.dumps({"trained": name, **{k: v for k, v in record.items() if k != "method"}}), flush=True)
         accelerator.wait_for_everyone()
     if main_process:
         (out / "summary.json").write_text(json.dumps(cards, indent=2))
