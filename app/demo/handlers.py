@@ -102,10 +102,11 @@ def _stream(
             now = time.monotonic()
             if now - last >= gap:
                 heavy = now - last_charts >= CHARTS_EVERY_S
+                rounds = max(len(lane.events) for lane in comp.lanes)
                 frame = render(
                     session,
                     view,
-                    (f"{label}… (Stop cancels every lane)", "busy"),
+                    (f"{label}: round {rounds}… (Stop cancels every lane)", "busy"),
                     running=True,
                     with_charts=heavy and not light,
                     with_trees=heavy or not light,

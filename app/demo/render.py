@@ -95,36 +95,33 @@ def where_html(lane: Lane, comp: Comparison) -> str:
 
 def race_html(comp: Comparison | None) -> str:
     """The line above the lanes that says what their clock is: a race in time (each lane shown at the same amount
-    of its own measured time, live or as recorded), or Step's round for round."""
+    of its own measured time, live or as recorded), or Step's round for round. A short statement in bold, then a
+    note (which a phone leaves out)."""
+    how = "The lane that has spent the least of its own time runs next, so token counts show the lanes' speeds."
     if comp is None:
-        text = (
-            "The lanes race in time: at every moment each lane shows what it decoded in the same amount of its own "
-            "compute time, so their token counts stand in the ratio of their speeds."
-        )
-        return f'<div class="poss-race poss-note" data-race="idle">{html.escape(text)}</div>'
-    own = "recorded" if comp.replay else "own"
-    if comp.stepped:
+        kind, head, note = "idle", "The lanes race in time.", how
+    elif comp.stepped:
         kind = "step"
-        text = (
-            "Step mode: each Step runs one round of every lane, so the lanes stand round for round, not at equal "
-            "time (a draft lane moves τ tokens a round); the headers' speed-ups still come from each lane's own time."
+        head = "Step mode: one round of every lane per Step."
+        note = (
+            "The lanes stand round for round, not at equal time (a draft lane moves τ tokens a round); the speed-ups "
+            "come from each lane's own time."
         )
-    elif comp.finished:
-        kind = "over"
-        times = ", ".join(f"{lane.short} {metrics.wall_seconds(lane.events):.1f} s" for lane in comp.lanes)
-        text = f"Race over. Each lane's {own} time to its answer: {times}."
     else:
-        kind = "race"
-        where = (
-            "as recorded, at its recorded speed"
-            if comp.replay
-            else "lanes take turns on this machine, one round at a time"
-        )
-        text = (
-            f"Race clock: each lane shown at {comp.race_ms / 1000.0:.1f} s of its {own} time ({where}; the lane "
-            f"that has spent the least goes next, so token counts stand in the ratio of the lanes' speeds)."
-        )
-    return f'<div class="poss-race" data-race="{kind}" data-clock-ms="{comp.race_ms:.0f}">{html.escape(text)}</div>'
+        own = "recorded" if comp.replay else "own"
+        if comp.finished:
+            kind = "over"
+            times = ", ".join(f"{lane.short} {metrics.wall_seconds(lane.events):.1f} s" for lane in comp.lanes)
+            head, note = f"Race over. Each lane's {own} time: {times}.", ""
+        else:
+            kind = "race"
+            head = f"Race clock: each lane shown at {comp.race_ms / 1000.0:.1f} s of its {own} time."
+            note = (
+                "A replay plays at its recorded speed. " if comp.replay else "Lanes take turns on this machine. "
+            ) + how
+    clock = f' data-clock-ms="{comp.race_ms:.0f}"' if comp is not None else ""
+    tail = f' <span class="poss-note">{html.escape(note)}</span>' if note else ""
+    return f'<div class="poss-race" data-race="{kind}"{clock}><b>{html.escape(head)}</b>{tail}</div>'
 
 
 def lane_head_html(lane: Lane, comp: Comparison, running: bool) -> str:

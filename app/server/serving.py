@@ -10,14 +10,18 @@ import gradio as gr
 from app.demo import recordings
 from app.server import client_share, path_alias, upload_limits
 from poss_core import saved_runs
+from poss_core.run_spec import MAX_LANES
 
 THREADS = 160  # Gradio's worker threads: a waiting live run and a replay each hold one while they sleep
 CSS = (recordings.ASSETS / "app.css").read_text(encoding="utf-8")
-# On Run (a click, or Enter in the prompt), Step, Replay and an example: where the first lane's text has less than
-# about ten lines (280 px) of the screen to stream into, scroll to give it that, never past the prompt's top on a wide
-# screen, so that a projector keeps the prompt and Run in view while the answers stream (at 1280x720 the page's title
-# and tabs go); a phone's column is too tall for both, and scrolls to the lanes' headers. Installed once when the page
-# loads (launch's js), so it scrolls at the click itself.
+# On Run (a click, or Enter in the prompt), Step, Replay and an example: the Settings panel closes (open, it pushes the
+# lanes below a projector's screen), and where the first lane's text has less than about ten lines (280 px) of the
+# screen to stream into, the page scrolls to give it that, never past the prompt's top on a wide screen, so that a
+# projector keeps the prompt and Run in view while the answers stream (at 1280x720 the page's title and tabs go); a
+# phone's column is too tall for both, and scrolls to the lanes' headers. While a lane streams, its text box follows
+# its newest token (unless the reader scrolled it in the last few seconds) and, on a wide screen, ends at the
+# screen's bottom, so the newest tokens and the end mark are seen without scrolling the page. Installed once when
+# the page loads (launch's js), so it acts at the click itself.
 LANES_INTO_VIEW_JS = """
 () => {
   const intoView = () => {
@@ -34,14 +38,47 @@ LANES_INTO_VIEW_JS = """
     const room = Math.max(0, prompt.getBoundingClientRect().top - 8);
     window.scrollBy({top: Math.min(below, room), behavior: "instant"});
   };
+  const closeSettings = () => {
+    const open = document.querySelector("#poss-settings > .label-wrap.open");
+    if (open) open.click();
+  };
+  const start = () => {
+    closeSettings();
+    watchLanes();
+    requestAnimationFrame(() => requestAnimationFrame(intoView));
+    setTimeout(intoView, 400);  // and again once a closing panel's animation has ended
+  };
   document.addEventListener("click", (e) => {
-    if (e.target.closest && e.target.closest("#poss-run, #poss-step, #poss-replay, .poss-example")) intoView();
+    if (e.target.closest && e.target.closest("#poss-run, #poss-step, #poss-replay, .poss-example")) start();
   }, true);
   document.addEventListener("keydown", (e) => {
-    if (e.key === "Enter" && !e.shiftKey && e.target.closest && e.target.closest("#poss-prompt")) intoView();
+    if (e.key === "Enter" && !e.shiftKey && e.target.closest && e.target.closest("#poss-prompt")) start();
   }, true);
+  const touched = new WeakMap();  // a lane's box -> when its reader last scrolled it by hand
+  const follow = (holder) => {
+    const box = holder.querySelector(".poss-lane-tokens");
+    if (!box) return;
+    if (window.innerWidth >= 700) {
+      const top = box.getBoundingClientRect().top;
+      if (top > 0 && top < window.innerHeight - 160) box.style.maxHeight = (window.innerHeight - top - 12) + "px";
+    }
+    if (Date.now() - (touched.get(holder) || 0) > 4000) box.scrollTop = box.scrollHeight;
+  };
+  const watched = new WeakSet();
+  const watchLanes = () => {
+    for (let i = 0; i < MAX_LANES; i++) {
+      const holder = document.querySelector("#poss-lane" + i + "-tokens");
+      if (!holder || watched.has(holder)) continue;
+      watched.add(holder);
+      for (const kind of ["wheel", "touchmove", "keydown"]) {
+        holder.addEventListener(kind, () => touched.set(holder, Date.now()), {passive: true});
+      }
+      new MutationObserver(() => follow(holder)).observe(holder, {childList: true, subtree: true, characterData: true});
+    }
+  };
+  watchLanes();
 }
-"""
+""".replace("MAX_LANES", str(MAX_LANES))
 
 
 def theme() -> gr.themes.Base:
