@@ -15,10 +15,17 @@ def _q(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace("\n", "\\n").replace("\t", "\\t") + '"'
 
 
+def say_probability(value: float) -> str:
+    """A probability as a student reads it: two decimals, or below 0.01 "about 1 in 7,700" (never "1.3e-04")."""
+    if value >= 0.01 or value <= 0:
+        return f"{value:.2f}"
+    return f"about 1 in {round(1 / value):,}"
+
+
 def _p(value: float | None) -> str | None:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return None
-    return f"{value:.2f}" if value >= 0.01 or value == 0 else f"{value:.1e}"
+    return say_probability(value)
 
 
 def _positions(depths: list[int]) -> str:

@@ -193,8 +193,8 @@ _ALL = (
     Setting(
         "depth_stop", float, 0.0,
         label="Depth stop",
-        help="dynamic depth: stop drafting deeper once the best path's draft probability is below this (0: every "
-        "round drafts the full depth)",
+        help="dynamic depth: stop drafting deeper once the best path's draft probability is below this (0: no "
+        "depth stop; the node budget alone trims the tree)",
         bounds=(0.0, 1.0), open_high=True, always_capped=True, offered=COMMAND_LINES,
     ),
     Setting(

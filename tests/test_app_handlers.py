@@ -441,6 +441,18 @@ def test_step_then_stop_then_run_again():
     assert wording.says_done(out)
 
 
+def test_replay_after_steps_plays_the_rounds_so_far():
+    r = req("step-replay")
+    for _ in range(3):
+        handlers.step_handler(*settings(max_new_tokens=40), request=r)
+    stepped = state.SESSIONS.get(r).comparison
+    frames = list(handlers.replay_handler(*VIEW, request=r))
+    assert wording.says_replay_done(frames[-1]), page.status(frames[-1])
+    replayed = state.SESSIONS.get(r).comparison
+    assert replayed.replay and [lane.token_ids for lane in replayed.lanes] == [lane.token_ids for lane in stepped.lanes]
+    assert all(len(lane.events) == 3 for lane in replayed.lanes)
+
+
 def test_stop_cancels_a_running_comparison(monkeypatch):
     monkeypatch.setattr(handlers, "STOP_WAIT_S", 0.05)  # the run is turned by this thread: it cannot end meanwhile
     r = req("stop")
@@ -496,6 +508,7 @@ def test_save_load_replay_without_a_model(tmp_path, monkeypatch):
     other = req("load")
     out = saved_files.load_handler(path, *VIEW, request=other)
     assert wording.says(out, wording.LOADED)
+    assert out["prompt"] == live.spec.messages()[-1]["content"]  # ▶ Run then runs the loaded run's prompt
     loaded = state.SESSIONS.get(other).comparison
     for a, b in zip(live.lanes, loaded.lanes):
         assert a.token_ids == b.token_ids and a.text == b.text

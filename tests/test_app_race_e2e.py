@@ -190,3 +190,21 @@ def test_run_with_the_settings_open_still_shows_lane_text(server, browser):
         wait_for_status(tab, wording.DONE)
     finally:
         tab.close()
+
+
+def test_an_example_clicked_during_a_live_run_leaves_the_prompt_box_as_it_is(server, browser):
+    tab = open_page(browser, server, 1280, 720)
+    try:
+        tab.fill("#poss-prompt textarea", LIVE_PROMPT)
+        tab.click("#poss-run")
+        tab.wait_for_selector("#poss-lane0-tokens .tok", timeout=120_000)
+        tab.get_by_role("button", name=recordings.example_label(recordings.EXAMPLES[1])).click()
+        tab.wait_for_timeout(1500)
+        assert tab.locator("#poss-prompt textarea").input_value() == LIVE_PROMPT  # the streaming answers' prompt
+        tab.click("#poss-stop")
+        tab.wait_for_function(
+            "!document.querySelector('#poss-status .poss-status.busy')", timeout=120_000
+        )  # stopped, or done just before the Stop
+        assert tab.locator("#poss-prompt textarea").input_value() == LIVE_PROMPT
+    finally:
+        tab.close()

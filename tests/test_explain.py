@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from poss_core.events import DraftNode, FeatureDeviation, RoundEvent
-from poss_core.explain import explain_round
+from poss_core.explain import explain_round, say_probability
 
 TEXTS = {10: "The", 11: "A", 12: " cat", 13: " dog", 14: " sat", 50: " mat", 40: "Hello"}
 
@@ -131,3 +131,10 @@ def test_decoders_record_the_targets_probability_of_its_bonus():
                 parent = e.accepted[-1] if e.accepted else -1
                 kids = [i for i, n in enumerate(e.nodes) if n.parent == parent]
                 assert all(e.bonus_prob >= e.target_probs[i] - 1e-5 for i in kids)
+
+
+def test_a_small_probability_is_said_in_words():
+    assert say_probability(0.4213) == "0.42"
+    assert say_probability(0.00013) == "about 1 in 7,692"
+    assert say_probability(0.0) == "0.00"
+    assert "e-" not in say_probability(1e-9)

@@ -262,7 +262,9 @@ def says_accepted_draft(tooltip: str, round_: int) -> bool:
 
 
 def says_probs(tooltip: str, draft: float, target: float) -> bool:
-    return f"draft p {draft:.3f} · target p {target:.3f}" in tooltip
+    from poss_core.explain import say_probability
+
+    return f"draft p {say_probability(draft)} · target p {say_probability(target)}" in tooltip
 
 
 def tree_title(fig: Any) -> tuple[str, int]:

@@ -80,10 +80,12 @@ METRICS = f"""
   (EAGLE's web UI calls it the "compression ratio".)
 * **Conditional position-wise acceptance (POSS "pos-acc")**: pos-acc<sub>k</sub> is, of the rounds that accepted
   positions 1 .. k−1 and drafted position *k*, the share that accepted *k*. A round whose tree stopped before *k*
-  (a depth stop or the node budget) counts neither as an acceptance nor as a rejection there. When every round
-  drafts the whole depth (the Demo's default tree), pos-acc<sub>k</sub> = P(accept_len ≥ k) / P(accept_len ≥ k−1)
-  and the chain rule holds: P(accept_len ≥ k) = Π<sub>i≤k</sub> pos-acc<sub>i</sub>, so one weak position caps
-  everything after it.
+  (a depth stop or the node budget) counts neither as an acceptance nor as a rejection there. The Demo's default
+  tree grows every round to the full depth and then keeps only its best-scored nodes (the node budget), so a round
+  reaches the deepest positions only where its best paths stay likely: the strip under the acceptance chart shows
+  the share of rounds that drafted each position. Where every round drafts the whole depth,
+  pos-acc<sub>k</sub> = P(accept_len ≥ k) / P(accept_len ≥ k−1) and the chain rule holds:
+  P(accept_len ≥ k) = Π<sub>i≤k</sub> pos-acc<sub>i</sub>, so one weak position caps everything after it.
 * **Unconditional per-position rate**: of the rounds that drafted position *k*, the share that accepted at least
   *k* tokens (vLLM's accepted-per-position / drafts). Every chart says which one it shows, and the strip under it
   the share of rounds that drafted each position.

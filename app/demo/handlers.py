@@ -58,9 +58,12 @@ def _final_status(comp: Comparison, note: str = "") -> tuple[str, str]:
             f"Ask for fewer new tokens or a smaller tree.",
             "info",
         )
-    if comp.cancelled or any(lane.stop_reason == "cancelled" for lane in comp.lanes):
+    stopped_before = any(lane.stop_reason == "cancelled" for lane in comp.lanes)
+    if comp.cancelled or (stopped_before and not comp.replay):
         return "Stopped: every lane was cancelled cleanly. Run again whenever you like.", "info"
     what = REPLAY_DONE if comp.replay else DONE
+    if comp.replay and stopped_before:
+        note = ("The run it plays was stopped before its end. " + note).strip()
     tokens = ", ".join(f"{lane.short} {metrics.total_new_tokens(lane.events)}" for lane in comp.lanes)
     return (
         f"{what}: new tokens {tokens}. Hover tokens for details; scrub the trees with the round sliders."
@@ -288,14 +291,19 @@ def stop_handler(view: View, request: gr.Request | None = None) -> Frame:
         comp = session.comparison
         if comp is None or comp.finished:  # the call ended and said so
             return status_only(session, session.status)
-        comp.stop()  # a paused Step session: finish its lanes here
-        comp.drain()
-        session.stepping = False
-        session.pool_run(comp)
-        _remember_turn(session, comp)
+        _end_steps(session, comp)  # a paused Step session: finish its lanes here
         return render(session, view, _final_status(comp))
     finally:
         session.lock.release()
+
+
+def _end_steps(session: Session, comp: Comparison) -> None:
+    """End a paused Step session (every lane cancelled where it stands), pooled and remembered like a stopped run."""
+    comp.stop()
+    comp.drain()
+    session.stepping = False
+    session.pool_run(comp)
+    _remember_turn(session, comp)
 
 
 @calls.counted
@@ -307,7 +315,9 @@ def replay_handler(view: View, request: gr.Request | None = None) -> Iterator[Fr
         return
     try:
         source = session.loaded or session.comparison
-        if source is None or (not source.finished and source is session.comparison):
+        if source is not None and source is session.comparison and not source.finished and session.stepping:
+            _end_steps(session, source)  # a paused Step session ends here, and its rounds so far replay
+        if source is None or not source.finished:
             nothing = session.freed or "Nothing to replay yet: Run a comparison or load a saved run."
             yield status_only(session, (nothing, "error"))
             return
@@ -335,8 +345,8 @@ def example_handler(prompt: str, preset: str, view: View, request: gr.Request | 
         yield status_only(
             session,
             (
-                "This tab is busy (a run waiting or going, a replay or a step): the example's "
-                "prompt is in the box; press Stop, then click the example again to watch its "
+                "This tab is busy (a run waiting or going, a replay or a step): its prompt stays in the "
+                "box; press Stop, then click the example again to watch its "
                 "recording.",
                 "error",
             ),

@@ -139,7 +139,7 @@ def lane_head_html(lane: Lane, comp: Comparison, running: bool) -> str:
     if lane.budget is not None:
         items.append(("budget", f"{lane.budget} auto" if lane.budget_auto else str(lane.budget)))
     if lane.depth_stop:
-        items.append(("depth_stop", f"p < {lane.depth_stop:g}"))
+        items.append(("depth_stop", f"{lane.depth_stop:g}"))
     up = comp.speedup(lane)  # from the first round on, on the race's clock; frozen once the lane finished
     if up is not None:
         items.append(("vs_plain", "×" + _fmt(up, ".2f")))

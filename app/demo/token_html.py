@@ -7,6 +7,7 @@ import html
 import math
 
 from app.server.server_text import neutral_paths
+from poss_core.explain import say_probability
 from poss_core.models.numerics import NEAR_TIE, Divergence
 from poss_core.token_records import TokenRecord
 
@@ -14,7 +15,7 @@ MAX_SHADES = 8  # draft positions and specialists beyond this reuse the last sha
 
 
 def _p(value: float | None) -> str:
-    return "n/a" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.3f}"
+    return "n/a" if value is None or (isinstance(value, float) and math.isnan(value)) else say_probability(value)
 
 
 def tooltip(rec: TokenRecord) -> str:
@@ -215,7 +216,7 @@ STAT_LABELS = {
     "rounds": "rounds",
     "tokens": "tokens",
     "budget": "budget",
-    "depth_stop": "depth stop",
+    "depth_stop": "depth stop (a round drafts no deeper once its best path's probability falls below it)",
     "vs_plain": "vs plain",
 }
 

@@ -87,7 +87,7 @@ def wire_examples(w: Wiring) -> None:
     """An example: its prompt goes into the box in the browser (no round trip), then its recording replays."""
     example = controls.gathered(handlers.example_handler, leading=("prompt", "preset"))
     for i, (button, ex) in enumerate(zip(w.c["example_btns"], recordings.EXAMPLES)):
-        filled = button.click(None, None, w.c["prompt"], js=f"() => {json.dumps(ex['prompt'])}", queue=False)
+        filled = button.click(None, None, w.c["prompt"], js=example_prompt_js(ex["prompt"]), queue=False)
         w.event(
             filled.then,
             example,
@@ -96,6 +96,15 @@ def wire_examples(w: Wiring) -> None:
             **REPLAYS,
             show_progress="minimal",
         )
+
+
+def example_prompt_js(prompt: str) -> str:
+    """What an example's click puts in the prompt box: its prompt, unless the tab is busy (its status says so), when
+    the box keeps the prompt whose answers are streaming (the handler then says to press Stop first)."""
+    return (
+        "() => document.querySelector('#poss-status .poss-status.busy') ? "
+        f"document.querySelector('#poss-prompt textarea').value : {json.dumps(prompt)}"
+    )
 
 
 def wire_views(w: Wiring) -> None:
@@ -171,6 +180,7 @@ def wire_files(w: Wiring) -> None:
     w.event(
         c["upload"].upload,
         controls.gathered(saved_files.load_handler, leading=("upload",)),
+        [*w.outputs, c["prompt"]],
         api_name="load_run",
         concurrency_id="load",
         concurrency_limit=LOAD_CONCURRENCY,

@@ -22,6 +22,7 @@ from app.server import client_share, disk_budget, file_owners, server_text
 from app.sessions import state
 from poss_core import saved_runs
 from poss_core.compare import Comparison
+from poss_core.decoding.config import MAX_PROMPT_CHARS
 from poss_core.errors import PossError
 
 
@@ -117,15 +118,17 @@ def load_handler(file: Any, view: View, request: gr.Request | None = None) -> Fr
         session.comparison, session.loaded, session.stepping = comp, comp, False
         session.pins.clear()
         prompt = str(comp.spec.messages()[-1].get("content", ""))
-        return render(
+        frame = render(
             session,
             view,
             (
                 f"Loaded a saved run ({comp.spec.preset}, prompt: {prompt[:60]!r}). Replay "
-                f"plays it back, Step goes through it round by round; no model needed.",
+                f"plays it back, Step goes through it round by round, ▶ Run runs its prompt live; no model needed "
+                f"until then.",
                 "info",
             ),
         )
+        return frame | {"prompt": prompt[:MAX_PROMPT_CHARS]}  # the box holds the run's prompt, for ▶ Run
     except Exception as err:  # noqa: BLE001 - whatever went wrong, the tab keeps what it showed before
         session.comparison, session.loaded, session.stepping = before[:3]
         session.pins.clear()
