@@ -100,8 +100,12 @@ METRICS = f"""
   curve can fall with depth for that reason alone.
 * **Tokens/s**: new tokens over the lane's own compute time (prefill included). **Speed-up** = a lane's tokens/s ÷
   the plain lane's tokens/s, same target, same hardware, same prompt and max tokens, batch 1.
-* Lanes run **in turns, one round each**, on one machine; each lane's time is the sum of its own rounds, so its
-  speed is what it would get alone. Every chart states its sample size (rounds): a few rounds are anecdotes.
+* Lanes **race in time** on one machine, one round at a time: the lane that has spent the least of its own time
+  goes next, and a lane shows a round only once every lane has spent that long, so at every moment each lane shows
+  what it decoded in the same time and token counts stand in the ratio of the lanes' speeds. Each lane's time is
+  the sum of its own rounds, so its speed is what it would get alone; a replay plays on the same clock at its
+  recorded speed. **Step** instead runs one round of every lane. Every chart states its sample size (rounds): a few
+  rounds are anecdotes.
 
 ### Identity with plain decoding, precision and quantization
 At temperature 0 every lane must write exactly what the plain lane writes. That rests on one property of the
