@@ -26,6 +26,11 @@
   log      log bytes per GET of /queue/data for an unknown session; the one log line of each refused call (past the
            share, a 413 and a 429 upload, an unknown preset); whether the replies of an upload and of Save name a
            server folder
+  replays  M example joins from fresh session hashes, streams never read: the answers, then how long an honest page
+           load (page, heartbeat, load event read to its end) takes
+  bodies   N JSON bodies of S MB to /queue/join at once: the answers and the server's RSS at the peak
+  tabs     K page loads (the load event) from fresh session hashes, never read: the server's RSS a while after
+  malformed  wrongly typed /view calls from open pages for T s: log bytes per second
 
 Each case prints one or more "[case] ..." lines with its figures, and most end with PASS or FAIL and the criterion;
 the exit status is 1 when one printed FAIL.
@@ -48,6 +53,10 @@ fits made here never touch ~/.cache/poss-demo), and stops it at the end. Only lo
     python scripts/server_check.py addr --cap 4
     python scripts/server_check.py models --preset smollm2-135m
     python scripts/server_check.py log --log-gets 200
+    python scripts/server_check.py replays --replays 128
+    python scripts/server_check.py bodies --bodies 3 --body-mb 200
+    python scripts/server_check.py tabs --tabs 2000 --tabs-wait 35
+    python scripts/server_check.py malformed --malformed-s 20
 
 Flags an older checkout lacks (--proxy-hops, --saved-run-minutes, --disk-cap-mb, --session-memory-mb, ...) are
 passed only where its app (app/server/launch.py, or app/launch.py) has them, so the same case gives an older
@@ -1376,6 +1385,197 @@ def case_log(a) -> None:
     )
 
 
+class _Page:
+    """A page held open the way a browser tab holds it: its session's heartbeat stream, read in a thread."""
+
+    def __init__(self, url: str, session: str, headers: dict[str, str] | None = None) -> None:
+        self.url, self.session, self.headers = url, session, headers or {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._hold, daemon=True)
+
+    def _hold(self) -> None:
+        import httpx
+
+        try:
+            with httpx.stream(
+                "GET", f"{self.url}gradio_api/heartbeat/{self.session}", headers=self.headers, timeout=None
+            ) as stream:
+                for _ in stream.iter_lines():
+                    if self._stop.is_set():
+                        return
+        except httpx.HTTPError:
+            pass
+
+    def __enter__(self) -> "_Page":
+        self._thread.start()
+        time.sleep(0.3)  # the heartbeat is open before the page's first event
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+
+
+def _fn_index(url: str, api_name: str) -> int:
+    return client(url)._infer_fn_index(api_name, None)
+
+
+def _page_load(url: str, view_fn: int, timeout: float) -> tuple[float, str]:
+    """An honest page load: the page, its heartbeat, then its load event read to the end; (seconds, how it ended)."""
+    import httpx
+
+    t0, session = time.monotonic(), os.urandom(6).hex()
+    with _Page(url, session), httpx.Client(timeout=timeout) as http:
+        while time.monotonic() - t0 < timeout:
+            status = http.get(url).status_code
+            if status == 200:
+                status, text = _raw_call(url, view_fn, VIEW, session, {}, timeout=timeout)
+                if status == 200 and '"success":true' in text.replace(" ", ""):
+                    return time.monotonic() - t0, "completed"
+            time.sleep(1.0)  # a browser's user reloads
+        return time.monotonic() - t0, f"not completed (last answer {status})"
+
+
+async def _many_joins(url: str, fn_index: int, data: list, count: int, at_once: int = 200) -> dict[int, int]:
+    """`count` joins of one event from fresh session hashes, `at_once` at a time, streams never read: answers by
+    status (0: no answer)."""
+    import asyncio
+
+    import httpx
+
+    gate, answers = asyncio.Semaphore(at_once), {}
+    async with httpx.AsyncClient(timeout=60) as http:
+
+        async def one() -> None:
+            async with gate:
+                payload = {"data": data, "fn_index": fn_index, "session_hash": os.urandom(6).hex()}
+                try:
+                    status = (await http.post(url + "gradio_api/queue/join", json=payload)).status_code
+                except httpx.HTTPError:
+                    status = 0
+                answers[status] = answers.get(status, 0) + 1
+
+        await asyncio.gather(*(one() for _ in range(count)))
+    return dict(sorted(answers.items()))
+
+
+def case_replays(a) -> None:
+    """Example replays joined from fresh session hashes, streams never read: does an honest page load still
+    complete, and how busy is the server?"""
+    import asyncio
+
+    sys.path.insert(0, str(ROOT))
+    from poss_core.models.presets import DEFAULT_PRESET
+
+    with Server(a.root, a.preset, a.cap, a.extra) as server:
+        example, view = _fn_index(server.url, "/example"), _fn_index(server.url, "/view")
+        data = ["Why is the sky blue?", DEFAULT_PRESET, *VIEW]
+        answers = asyncio.run(_many_joins(server.url, example, data, a.replays))
+        cpu = server.cpu_percent(2.0)
+        took, how = _page_load(server.url, view, a.load_wait)
+    ok = how == "completed" and took <= 30.0
+    print(
+        f"[replays] {a.replays} example joins from fresh session hashes, never read: answers {answers}; server CPU "
+        f"{cpu:.0f}% after; an honest page load then took {took:.1f} s ({how}). {verdict(ok)} (within 30 s)"
+    )
+
+
+class _RssWatch:
+    """The server's resident memory sampled every 0.1 s: its first and highest figures (MB)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid, self.first, self.peak = pid, rss_mb(pid), 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, rss_mb(self.pid))
+            time.sleep(0.1)
+
+    def __enter__(self) -> "_RssWatch":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def case_bodies(a) -> None:
+    """Large JSON bodies to /queue/join at once: the server's RSS and the answers."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    body = b'{"data": ["' + b"x" * int(a.body_mb * MB) + b'"], "fn_index": 0, "session_hash": "big"}'
+    headers = {"Content-Type": "application/json", "Content-Length": str(len(body))}
+    with Server(a.root, a.preset, a.cap, a.extra) as server:
+        time.sleep(3.0)  # the server settles after its start
+        with _RssWatch(server.proc.pid) as watch, ThreadPoolExecutor(a.bodies) as pool:
+            answers = list(
+                pool.map(
+                    lambda _: _raw_post(server.port, "/gradio_api/queue/join", headers, body, timeout=120)[0],
+                    range(a.bodies),
+                )
+            )
+            time.sleep(1.0)
+    grew = watch.peak - watch.first
+    ok = grew < 150 and all(s == 413 for s in answers)
+    print(
+        f"[bodies] {a.bodies} JSON bodies of {a.body_mb:g} MB at once: answers {answers}; the server's RSS rose "
+        f"{grew:,.0f} MB at the peak (from {watch.first:,.0f} MB). {verdict(ok)} (under 150 MB, each 413)"
+    )
+
+
+def case_tabs(a) -> None:
+    """Page loads (the load event) from fresh session hashes, never read: the server's RSS a while after."""
+    import asyncio
+
+    with Server(a.root, a.preset, a.cap, a.extra) as server:
+        view = _fn_index(server.url, "/view")
+        time.sleep(3.0)
+        start = rss_mb(server.proc.pid)
+        t0 = time.monotonic()
+        answers = asyncio.run(_many_joins(server.url, view, VIEW, a.tabs))
+        sent_s = time.monotonic() - t0
+        peak = rss_mb(server.proc.pid)
+        time.sleep(a.tabs_wait)
+        after = rss_mb(server.proc.pid)
+    held = after - start
+    ok = held < 300
+    print(
+        f"[tabs] {a.tabs} page loads from fresh session hashes, never read ({sent_s:.0f} s): answers {answers}; "
+        f"RSS {peak - start:,.0f} MB above the start once sent, {held:,.0f} MB {a.tabs_wait:g} s later "
+        f"(start {start:,.0f} MB). {verdict(ok)} (under 300 MB)"
+    )
+
+
+def case_malformed(a) -> None:
+    """Wrongly typed /view calls from one open page for --malformed-s seconds: log bytes per second."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    bad = [12345, {"not": "a view"}, [1, 2], None]
+    with Server(a.root, a.preset, a.cap, a.extra) as server:
+        view = _fn_index(server.url, "/view")
+        since, calls = _log_size(server), [0]
+        deadline = time.monotonic() + a.malformed_s
+
+        def caller(i: int) -> None:
+            session = os.urandom(6).hex()
+            with _Page(server.url, session):
+                while time.monotonic() < deadline:
+                    _raw_call(server.url, view, bad, session, {}, timeout=30)
+                    calls[0] += 1
+
+        with ThreadPoolExecutor(4) as pool:
+            list(pool.map(caller, range(4)))
+        text = _logged(server, since)
+    rate = len(text.encode()) / a.malformed_s
+    ok = rate < 200
+    print(
+        f"[malformed] {calls[0]} wrongly typed /view calls in {a.malformed_s:g} s: the log grew "
+        f"{len(text.encode()):,} bytes ({rate:,.0f} per second). {verdict(ok)} (under 200 bytes a second)"
+    )
+
+
 CASES = {
     "oracle": case_oracle,
     "fit": case_fit,
@@ -1391,6 +1591,10 @@ CASES = {
     "addr": case_addr,
     "models": case_models,
     "log": case_log,
+    "replays": case_replays,
+    "bodies": case_bodies,
+    "tabs": case_tabs,
+    "malformed": case_malformed,
 }
 
 
@@ -1450,6 +1654,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--addr-wait", type=float, default=60.0, help="addr: the most seconds to wait for the visitor")
     p.add_argument("--rounds", type=int, default=2, help="models: times through every precision and quantization")
     p.add_argument("--log-gets", type=int, default=200, help="log: GETs of /queue/data for unknown sessions")
+    p.add_argument("--replays", type=int, default=128, help="replays: example joins from fresh session hashes")
+    p.add_argument("--load-wait", type=float, default=60.0, help="replays: the most seconds an honest load may try")
+    p.add_argument("--bodies", type=int, default=3, help="bodies: large JSON bodies sent at once")
+    p.add_argument("--body-mb", type=float, default=200.0, help="bodies: MB of each")
+    p.add_argument("--tabs", type=int, default=2000, help="tabs: page loads from fresh session hashes")
+    p.add_argument("--tabs-wait", type=float, default=35.0, help="tabs: seconds before the RSS is read")
+    p.add_argument("--malformed-s", type=float, default=20.0, help="malformed: seconds of wrongly typed /view calls")
     a = p.parse_args(argv)
     a.extra = shlex.split(a.server_args)
     a.preset = a.preset or ("smollm2-135m" if a.case == "models" else "tiny-random")

@@ -11,6 +11,7 @@ import math
 import os
 import sys
 import time
+from types import SimpleNamespace
 
 import pytest
 from asgi_request import asgi_request
@@ -163,7 +164,8 @@ class _FakeDemo:
     fns: dict = {}
 
 
-def test_a_call_refused_by_gradios_input_checks_logs_one_line_without_its_values():
+def test_a_call_refused_by_gradios_input_checks_logs_one_line_without_its_values(monkeypatch):
+    monkeypatch.setattr(server_text, "REFUSED", server_text.RefusalLog())
     value = "9" * 200_000
     code = compile(
         "def preprocess_data(v):\n    raise ValueError(f'Value: {v} is not in the list of choices')\n",
@@ -176,15 +178,16 @@ def test_a_call_refused_by_gradios_input_checks_logs_one_line_without_its_values
     class Fn:
         api_name = "run"
 
-    def call_process_api(fn, v):
+    def call_process_api(fn, v, gr_request=SimpleNamespace(session_hash="s", client=SimpleNamespace(host="10.1.2.3"))):
         scope["preprocess_data"](v)
 
     out = io.StringIO()
-    try:
-        call_process_api(Fn(), value)
-    except ValueError:
-        server_text.print_exc(file=out)
-    assert out.getvalue() == "[poss] refused /run: its inputs did not pass the checks (ValueError)\n"
+    for _ in range(50):  # malformed calls in a row: one line, the rest counted with the next (the refusal log)
+        try:
+            call_process_api(Fn(), value)
+        except ValueError:
+            server_text.print_exc(file=out)
+    assert out.getvalue() == "[poss] refused: /run: its inputs did not pass the checks, from 10.1.2.3\n"
     # A fault elsewhere keeps its trace, each line cut short.
     out = io.StringIO()
     try:
@@ -195,9 +198,11 @@ def test_a_call_refused_by_gradios_input_checks_logs_one_line_without_its_values
     assert "Traceback" in text and "RuntimeError" in text and len(text) < 3000
 
 
-def test_a_handlers_own_refusal_logs_one_line_and_a_refused_save_no_trace(capsys):
+def test_a_handlers_own_refusal_logs_one_line_and_a_refused_save_no_trace(capsys, monkeypatch):
     """gr.Error is a message to the user (Save with nothing to save, a tab whose run was freed): no trace."""
     import gradio as gr
+
+    monkeypatch.setattr(server_text, "REFUSED", server_text.RefusalLog())
 
     class Fn:
         api_name = "save_run"
@@ -210,7 +215,7 @@ def test_a_handlers_own_refusal_logs_one_line_and_a_refused_save_no_trace(capsys
         call_process_api(Fn())
     except gr.Error:
         server_text.print_exc(file=out)
-    assert out.getvalue() == "[poss] refused /save_run: the user was told why\n"
+    assert out.getvalue() == "[poss] refused: /save_run: the user was told why, from ?\n"
 
 
 def test_install_routes_gradios_traces_through_the_quiet_printer():

@@ -21,9 +21,10 @@ from poss_core.run_spec import MAX_LANES
 Components = dict[str, Any]
 
 LOAD_CONCURRENCY = 2  # saved runs parsed at once (each is checked in full: up to a few seconds of CPU for a large one)
-# Replays (the examples' recordings, ↻ Replay) at once: no model work, only drawing, so a whole class replays together
-# without waiting behind the live runs (which take turns in live_queue.LIVE, not in this group).
-REPLAY_CONCURRENCY = 64
+# Replays (the examples' recordings, ↻ Replay) at once: no model work, only drawing, so a class's replays go quickly
+# without waiting behind the live runs (which take turns in live_queue.LIVE, not in this group); a quarter of Gradio's
+# line (64), so that replays alone never fill it.
+REPLAY_CONCURRENCY = 16
 LIVE = {"concurrency_id": "live", "concurrency_limit": None}
 REPLAYS = {"concurrency_id": "replay", "concurrency_limit": REPLAY_CONCURRENCY}
 LIGHT = {"concurrency_limit": None, "show_progress": "hidden"}

@@ -58,6 +58,7 @@ def compare_api(
     cancel: threading.Event | None = None,
     quiet_refusals: bool = False,
     run: compare.Resolved | None = None,
+    address: str | None = None,
     **values,
 ) -> dict:
     """Run one comparison (no streaming) and return each lane's text and summary.
@@ -92,7 +93,7 @@ def compare_api(
         )
     except PossError as err:
         raise gr.Error(neutral_paths(str(err)), print_exception=not quiet_refusals) from err
-    CLASS.add_run(comp)  # "everyone on this server" counts API runs too (numbers only)
+    CLASS.add_run(comp, address)  # "everyone on this server" counts API runs too (numbers only), by address
     return clean_json(
         {
             "preset": name,
@@ -218,7 +219,10 @@ def compare_endpoint(app_preset: str, wrap: Callable = lambda fn: fn):
             spec = run.spec
             # The worker runs what was checked here; a ZeroGPU worker (another process) gets plain values instead.
             checked = {"run": run} if work is compare_api else {}
-            call = functools.partial(work, prompt, methods, preset, cancel=cancel, quiet_refusals=True, **checked, **a)
+            address = client_share.request_client(request)[1]
+            call = functools.partial(
+                work, prompt, methods, preset, cancel=cancel, quiet_refusals=True, address=address, **checked, **a
+            )
             try:
                 units = len(spec.methods) * int(spec.max_new_tokens)
                 ticket = live_queue.LIVE.join(units, *client_share.request_client(request))

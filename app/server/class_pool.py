@@ -1,9 +1,9 @@
 """ "Everyone on this server": the round statistics of every finished live run on this server (every tab and API
-client), pooled per preset and method. Numbers only: a lane adds its `metrics.AcceptanceStats` (accept-length
-histogram by drafted depth, specialists, feature deviation by position) and its token and time totals, never its
-prompt or text. Memory is bounded: one entry per (preset, method), at most MAX_KEYS of them, each a fixed-size table
-whatever the number of runs. The pool is reset only with the key the app was started with
-(`python app.py --class-reset-key`)."""
+client), pooled per preset and method, at most `per_address` runs from one address (one visitor cannot fill it).
+Numbers only: a lane adds its `metrics.AcceptanceStats` (accept-length histogram by drafted depth, specialists,
+feature deviation by position) and its token and time totals, never its prompt or text. Memory is bounded: one entry
+per (preset, method), at most MAX_KEYS of them, each a fixed-size table whatever the number of runs. The pool is
+reset only with the key the app was started with (`python app.py --class-reset-key`)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,8 @@ from poss_core.compare import Comparison
 from poss_core.metrics import AcceptanceStats
 
 MAX_KEYS = 64  # (preset, method) pairs kept; presets times their methods are far fewer
+# Runs one address may add until the pool is reset: a class behind one NAT pools plenty, one visitor cannot fill it.
+PER_ADDRESS_RUNS = 200
 
 
 @dataclass(frozen=True)
@@ -44,19 +46,29 @@ class ClassPool:
     """Every finished live run's statistics on this server, per (preset, method), behind one lock. `version` moves
     on each change, so a tab redraws the class charts only when something changed."""
 
-    def __init__(self, reset_key: str | None = None, max_keys: int = MAX_KEYS) -> None:
+    def __init__(
+        self, reset_key: str | None = None, max_keys: int = MAX_KEYS, per_address: int = PER_ADDRESS_RUNS
+    ) -> None:
         self.reset_key = reset_key or None
         self.max_keys = max_keys
+        self.per_address = per_address
+        self._by_address: dict[str, int] = {}  # address -> runs it pooled since the reset
         self._lock = threading.Lock()
         self._entries: dict[tuple[str, str], ClassEntry] = {}
         self.version = 0
         self.since = time.time()
 
-    def add_run(self, comp: Comparison | None) -> int:
-        """Pool each lane of a live run that has rounds (a replay or a loaded file adds nothing: it repeats a run, or
-        is not one of this server's); returns how many lanes went in."""
+    def add_run(self, comp: Comparison | None, address: str | None = None) -> int:
+        """Pool each lane of a live run from `address` that has rounds (a replay or a loaded file adds nothing: it
+        repeats a run, or is not one of this server's; a run past its address's share is left out); returns how many
+        lanes went in."""
         if comp is None or comp.replay:
             return 0
+        who = address or "?"
+        with self._lock:
+            if self._by_address.get(who, 0) >= self.per_address:
+                return 0
+            self._by_address[who] = self._by_address.get(who, 0) + 1
         parts = [
             (
                 lane,
@@ -108,6 +120,7 @@ class ClassPool:
         with self._lock:
             runs = sum(e.runs for e in self._entries.values())
             self._entries.clear()
+            self._by_address.clear()
             self.version += 1
             self.since = time.time()
         return True, f"The class pool was reset ({runs} lane run{'s' if runs != 1 else ''} dropped)."

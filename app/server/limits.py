@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from app.server import client_share, disk_budget, file_owners, live_queue
+from app.server import body_cap, client_share, disk_budget, file_owners, live_queue
 from app.sessions import state
 
 MB = 2**20
@@ -24,6 +24,9 @@ class ServerLimits:
     queue_size: int = live_queue.MAX_WAITING  # --queue-size: Gradio's queue, and live runs waiting for a slot
     per_client: int = client_share.PER_CLIENT  # --max-calls-per-client: calls one tab may have waiting or running
     per_address: int = client_share.PER_ADDRESS  # --max-calls-per-address (0: no limit)
+    light_per_client: int = client_share.LIGHT_PER_CLIENT  # light events (page loads, views) one tab may hold
+    light_per_address: int = client_share.LIGHT_PER_ADDRESS  # the same per address
+    body_bytes: int = body_cap.BODY_CAP_BYTES  # the largest request body but an upload's
     proxy_hops: int = 0  # --proxy-hops: trusted proxies that append the client's address to X-Forwarded-For
     cache_age_s: float = 600.0  # --cache-minutes: files in Gradio's cache are deleted once this old
     disk_cap_bytes: int = disk_budget.DISK_CAP_BYTES  # --disk-cap-mb
@@ -70,6 +73,9 @@ def install(limits: ServerLimits) -> None:
     live_queue.LIVE.slots, live_queue.LIVE.max_waiting = max(1, limits.slots), limits.queue_size
     live_queue.LIVE.cap_s = limits.call_s  # a run holds its slot for at most the per-call cap
     client_share.SHARE.per_client, client_share.SHARE.per_address = limits.per_client, limits.per_address
+    client_share.SHARE.light_per_client = limits.light_per_client
+    client_share.SHARE.light_per_address = limits.light_per_address
+    body_cap.BODY_CAP_BYTES = limits.body_bytes
     client_share.PROXY_HOPS = limits.proxy_hops
     state.SESSIONS.idle_s, state.SESSIONS.budget_mb = limits.idle_s, limits.memory_mb
     MODELS.budget_bytes = int(limits.memory_mb * MB)

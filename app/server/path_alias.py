@@ -62,25 +62,15 @@ class PathAliasMiddleware:
 
     async def _in_body(self, scope, receive):
         """A JSON body read whole, the alias written back, replayed to the app with its new length."""
-        chunks, more = [], True
-        while more:
-            message = await receive()
-            if message["type"] != "http.request":
-                return scope, _replay_disconnect(message)
-            chunks.append(message.get("body", b""))
-            more = message.get("more_body", False)
-        body = self._in(b"".join(chunks))
+        from app.server.client_share import replay_body, whole_body
+
+        body, gone = await whole_body(receive)
+        if gone is not None:
+            return scope, gone
+        body = self._in(body)
         headers = [(k, v) for k, v in scope.get("headers", []) if k.lower() != b"content-length"]
         headers.append((b"content-length", str(len(body)).encode()))
-        sent = [False]
-
-        async def replay():
-            if not sent[0]:
-                sent[0] = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
-
-        return {**scope, "headers": headers}, replay
+        return {**scope, "headers": headers}, replay_body(body, receive)
 
     def _replies(self, send):
         """`send` with the folder written as the alias in JSON (read whole, its length set again) and event-stream
@@ -117,10 +107,3 @@ class PathAliasMiddleware:
 
 def _header(scope, name: bytes) -> bytes:
     return next((v for k, v in scope.get("headers", []) if k.lower() == name), b"")
-
-
-def _replay_disconnect(message):
-    async def receive():
-        return message
-
-    return receive

@@ -68,6 +68,23 @@ def _endpoint(tb: TracebackType | None) -> str:
     return "a call"
 
 
+def _address(tb: TracebackType | None) -> str | None:
+    """The client address of the request whose call raised (a frame's `gr_request`, `request` or `body.request`),
+    None when the trace does not tell."""
+    from app.server.client_share import request_client, scope_address
+
+    for f in _frames(tb):
+        for name in ("gr_request", "request", "body"):
+            value = f.f_locals.get(name)
+            value = getattr(value, "request", value) if name == "body" else value
+            scope = getattr(value, "scope", None)
+            if isinstance(scope, dict):
+                return scope_address(scope)
+            if value is not None and hasattr(value, "session_hash"):
+                return request_client(value)[1]
+    return None
+
+
 def refused_call(tb: TracebackType | None) -> str | None:
     """The endpoint ("/run") whose call Gradio refused while checking its inputs, "a call" when it cannot be told,
     or None when the exception happened elsewhere (a fault worth its trace)."""
@@ -92,10 +109,10 @@ def print_exc(limit: int | None = None, file=None, chain: bool = True) -> None:
         return
     where = refused_call(tb)
     if where is not None:
-        print(f"[poss] refused {where}: its inputs did not pass the checks ({kind.__name__})", file=out, flush=True)
+        REFUSED(f"{where}: its inputs did not pass the checks", _address(tb), out=file)
         return
     if _told_the_user(err):
-        print(f"[poss] refused {_endpoint(tb)}: the user was told why", file=out, flush=True)
+        REFUSED(f"{_endpoint(tb)}: the user was told why", _address(tb), out=file)
         return
     for chunk in _traceback.format_exception(kind, err, tb, limit=limit, chain=chain):
         for line in chunk.rstrip("\n").split("\n"):
@@ -134,9 +151,9 @@ class RefusalLog:
         self._last: dict[tuple[str, str], tuple[float, int]] = {}  # (limit, address) -> (when written, held back)
         self._lock = threading.Lock()
 
-    def __call__(self, limit: str, address: str | None, status: int | None = None) -> bool:
-        """Log that a call from `address` was refused by `limit` (with its HTTP status); False when it was only
-        counted."""
+    def __call__(self, limit: str, address: str | None, status: int | None = None, out=None) -> bool:
+        """Log that a call from `address` was refused by `limit` (with its HTTP status) to `out` (else the log's
+        own); False when it was only counted."""
         key, now = (limit, address or "?"), time.monotonic()
         with self._lock:
             when, held = self._last.get(key, (float("-inf"), 0))
@@ -148,7 +165,7 @@ class RefusalLog:
                 self._last = {k: v for k, v in self._last.items() if now - v[0] < self.every_s}
         more = f" (and {held} more like it)" if held else ""
         code = f" ({status})" if status else ""
-        print(f"[poss] refused: {limit}{code}, from {key[1]}{more}", file=self.out or sys.stderr, flush=True)
+        print(f"[poss] refused: {limit}{code}, from {key[1]}{more}", file=out or self.out or sys.stderr, flush=True)
         return True
 
 

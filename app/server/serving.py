@@ -1,5 +1,6 @@
 """What Gradio's `launch()` is given besides host and port: the page's CSS, script and theme, the worker threads, the
-largest upload, and the middlewares that give each client its share of the queue and limit uploads."""
+largest upload, Gradio's per-tab state capacity, and the middlewares that cap request bodies, give each client its
+share of the queue and limit uploads."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ from typing import Any
 import gradio as gr
 
 from app.demo import recordings
-from app.server import client_share, path_alias, upload_limits
+from app.server import body_cap, client_share, path_alias, upload_limits
+from app.server.tabs import TabWatch
+from app.sessions import state
 from poss_core import saved_runs
 from poss_core.run_spec import MAX_LANES
 
@@ -90,9 +93,33 @@ def theme() -> gr.themes.Base:
 
 
 def decoding_events(demo: gr.Blocks) -> set[int]:
-    """The events each client's queue share counts (app/server/client_share.py): the ones that decode (Run, its Enter
-    key, Step, /compare) and Replay."""
+    """The events that decode (Run, its Enter key, Step, /compare) and Replay."""
     return {i for i, fn in demo.fns.items() if fn.concurrency_id in ("decode", "live") or fn.api_name == "replay"}
+
+
+def share_events(demo: gr.Blocks) -> client_share.Events:
+    """Every queued event as the client share counts it (app/server/client_share.py): a call when it may wait for a
+    worker (its group has a limit: examples, Replay, Step, Load, the Evidence tab's loads) or decodes (the live
+    group), else light (a page load, a view toggle, Stop, Save); all but /compare only from an open page."""
+    events = client_share.Events()
+    for i, fn in demo.fns.items():
+        if not fn.queue or fn.fn is None:
+            continue  # answered in the browser or at once by Gradio's route, never queued
+        call = fn.concurrency_limit is not None or fn.concurrency_id == "live"
+        (events.calls if call else events.light).add(i)
+        if call and fn.concurrency_id != "live":
+            events.groups[i] = str(fn.concurrency_id)
+        if fn.api_name != "compare":
+            events.paged.add(i)
+    return events
+
+
+def tab_watch() -> TabWatch:
+    """The watch of open pages and unread replies; a session it drops for not reading is dropped from the tabs'
+    store too (what its page load made)."""
+    watch = TabWatch(client_share.SHARE.release)
+    watch.on_drop.append(state.SESSIONS.forget)
+    return watch
 
 
 def _upload_folder() -> str:
@@ -115,11 +142,14 @@ def launch_kwargs(demo: gr.Blocks | None = None) -> dict[str, Any]:
     if demo is not None:
         from starlette.middleware import Middleware
 
+        kwargs["state_session_capacity"] = state.SESSIONS.capacity  # Gradio's per-tab state: as many tabs as ours
         kwargs["app_kwargs"] = {
             "middleware": [
-                # outermost: the others see the server's own paths, a client only the alias
+                # outermost: no body is read whole, by anything inside, past the cap
+                Middleware(body_cap.BodyCapMiddleware),
+                # the others see the server's own paths, a client only the alias
                 Middleware(path_alias.PathAliasMiddleware, folder=_upload_folder),
-                Middleware(client_share.QueueShareMiddleware, fn_indexes=decoding_events(demo)),
+                Middleware(client_share.QueueShareMiddleware, events=lambda: share_events(demo), watch=tab_watch()),
                 # uploads: sized, rated per address, fitted under the disk cap before Gradio writes them, then metered
                 Middleware(upload_limits.UploadLimitMiddleware, max_bytes=saved_runs.MAX_RUN_BYTES + 2**20),
             ]

@@ -13,6 +13,7 @@ from typing import Any
 from app.demo import machine, recordings
 from app.demo.tab_pools import POOLED_ROUND_BYTES, MethodPool, Pools, pooled_runs
 from app.server.class_pool import CLASS
+from app.server.client_share import request_client
 from poss_core import methods
 from poss_core.call_budget import CallBudget
 from poss_core.compare import ROUND_BYTES, Comparison
@@ -66,6 +67,7 @@ class Session:
     class_seen: tuple[int, bool] | None = None  # (class pool version, conditional) the class charts last drew
     # (preset, methods) ticked in Settings before any run: the lanes' headers name them before the first Run
     idle_methods: tuple[str, list[str]] | None = None
+    address: str | None = None  # the client address of the tab's last request (the class pool's share)
 
     def was_pooled(self, comp: Comparison) -> bool:
         return any(ref() is comp for ref in self.pooled)
@@ -77,7 +79,7 @@ class Session:
         if comp is None or comp.replay or self.was_pooled(comp):
             return
         self.pooled = [ref for ref in self.pooled if ref() is not None] + [weakref.ref(comp)]
-        CLASS.add_run(comp)  # "everyone on this server": its numbers, once, with this tab's pools
+        CLASS.add_run(comp, self.address)  # "everyone on this server": its numbers, once, with this tab's pools
         machine.SPEEDS.add_run(comp)  # this machine's speeds, which a recording's lanes show beside their own
         pools = dict(self.pools.get(comp.spec.preset, {}))
         for lane, run in pooled_runs(comp, light=True):
@@ -218,6 +220,7 @@ class SessionStore:
             if touch:
                 self._sessions.move_to_end(key)
                 session.last_seen = time.monotonic()
+                session.address = request_client(request)[1] or session.address
         for old in evicted:
             old.end_work(f"this tab was evicted (the server serves at most {self.capacity} tabs at once)")
         if time.monotonic() - self._last_reap > min(10.0, self.idle_s):
@@ -335,6 +338,15 @@ class SessionStore:
         if session is not None:
             session.end_work("the tab was closed")
             release_memory()
+
+    def forget(self, key: str) -> None:
+        """Let go of a tab the server dropped for never reading its replies (what its page load made), unless it
+        holds something or a handler is serving it."""
+        with self._lock:
+            session = self._sessions.get(key)
+            if session is None or session.lock.locked() or session.comparison or session.loaded or session.pools:
+                return
+            del self._sessions[key]
 
     def __len__(self) -> int:
         return len(self._sessions)
