@@ -178,7 +178,11 @@ def test_a_call_refused_by_gradios_input_checks_logs_one_line_without_its_values
     class Fn:
         api_name = "run"
 
-    def call_process_api(fn, v, gr_request=SimpleNamespace(session_hash="s", client=SimpleNamespace(host="10.1.2.3"))):
+    from gradio.route_utils import Request
+
+    asgi = SimpleNamespace(client=SimpleNamespace(host="10.1.2.3"), headers={})
+
+    def call_process_api(fn, v, gr_request=Request(request=asgi, session_hash="s")):
         scope["preprocess_data"](v)
 
     out = io.StringIO()

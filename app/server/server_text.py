@@ -71,17 +71,23 @@ def _endpoint(tb: TracebackType | None) -> str:
 def _address(tb: TracebackType | None) -> str | None:
     """The client address of the request whose call raised (a frame's `gr_request`, `request` or `body.request`),
     None when the trace does not tell."""
+    from gradio.route_utils import Request
+
     from app.server.client_share import request_client, scope_address
 
     for f in _frames(tb):
         for name in ("gr_request", "request", "body"):
             value = f.f_locals.get(name)
-            value = getattr(value, "request", value) if name == "body" else value
-            scope = getattr(value, "scope", None)
-            if isinstance(scope, dict):
-                return scope_address(scope)
-            if value is not None and hasattr(value, "session_hash"):
-                return request_client(value)[1]
+            try:
+                if name == "body":
+                    value = vars(value).get("request") if hasattr(value, "__dict__") else None
+                if isinstance(value, Request):  # its attribute lookups are its request's, so ask it by name
+                    return request_client(value)[1]
+                scope = vars(value).get("scope") if hasattr(value, "__dict__") else None  # a Starlette request
+                if isinstance(scope, dict):
+                    return scope_address(scope)
+            except Exception:  # noqa: BLE001 - a frame's odd local never costs the refusal its line
+                continue
     return None
 
 
