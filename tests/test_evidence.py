@@ -11,6 +11,7 @@ from pathlib import Path
 
 import gradio as gr
 import pytest
+import wording
 from helpers import PLOTLY_MARKUP, assert_shown_as_text, plotly_strings
 from test_bench import DEPTH, known_records
 
@@ -495,7 +496,9 @@ def test_bundled_summary_or_the_command_that_makes_it(known, tmp_path, monkeypat
     monkeypatch.setenv("POSS_EVIDENCE_DIR", str(tmp_path))
     out = as_dict(evidence_view.bundled_handler(DEFAULT_PRESET))  # no file yet
     assert "python scripts/benchmark.py paper --evidence" in out["message"]
-    assert out["header"] == "" and "No evidence summary loaded" in out["tau"].layout.annotations[0].text
+    assert out["header"] == "" and "No evidence summary loaded" in wording.unwrapped(
+        out["tau"].layout.annotations[0].text
+    )
     evidence.write_evidence(tmp_path / "tiny-random.json", known[1])
     out = as_dict(evidence_view.bundled_handler("tiny-random"))
     assert "bundled summary for tiny-random" in out["message"] and "EAGLE 12" in out["header"]

@@ -28,7 +28,7 @@ def text(said: Any) -> str:
     layout = getattr(said, "layout", None)
     if layout is not None:
         title = layout.title.text or ""
-        return title + "\n" + "\n".join(a.text or "" for a in layout.annotations)
+        return title + "\n" + "\n".join(unwrapped(a.text) for a in layout.annotations)
     words = html.unescape(str(said))
     for icon in ICONS.values():  # a status line as a browser shows it: its icon first
         words = words.removeprefix(icon)
@@ -279,16 +279,21 @@ def tree_round(fig: Any) -> int:
     return tree_title(fig)[1]
 
 
+def unwrapped(text: str | None) -> str:
+    """A blank figure's message as one line (figures.empty_figure wraps it for a phone's width)."""
+    return (text or "").replace("<br>", " ")
+
+
 def says_prefill_tree(fig: Any) -> bool:
-    return "Prefill" in fig.layout.annotations[0].text
+    return "Prefill" in unwrapped(fig.layout.annotations[0].text)
 
 
 def says_plain_tree(fig: Any) -> bool:
-    return "Plain decoding" in fig.layout.annotations[0].text
+    return "Plain decoding" in unwrapped(fig.layout.annotations[0].text)
 
 
 def says_no_draft_rounds(fig: Any) -> bool:
-    return "No draft rounds" in fig.layout.annotations[0].text
+    return "No draft rounds" in unwrapped(fig.layout.annotations[0].text)
 
 
 def chart_n(fig: Any) -> dict[str, int]:
@@ -305,7 +310,7 @@ def n_of(fig: Any, label: str) -> int:
 
 def pooled_speeds(fig: Any) -> dict[str, tuple[int, int]]:
     """The class pool's tokens/s panel: {label: (tokens, runs)} from "EAGLE 12.3 (1,234 tokens, 5 runs)"."""
-    said = fig.layout.annotations[0].text if fig.layout.annotations else ""
+    said = unwrapped(fig.layout.annotations[0].text) if fig.layout.annotations else ""
     return {
         label.strip(): (int(tokens.replace(",", "")), int(runs))
         for label, tokens, runs in re.findall(r"([^:·]+?) [\d.]+ \(([\d,]+) tokens, (\d+) runs\)", said)

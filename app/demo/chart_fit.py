@@ -9,19 +9,22 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-SUBTITLE_CHARS = 80  # a subtitle line's most characters: about a phone's width at the subtitles' size
-TITLE_CHARS = 56  # a title line's (its font is larger)
+# A line's most characters: what a 390 px phone's chart (about 326 px) holds at the subtitles' and the title's sizes.
+SUBTITLE_CHARS = 58
+TITLE_CHARS = 40
 TITLE_LINE_PX = 20  # the height a title or subtitle line takes
 TITLE_TOP_PX = 16  # above the first title line
 FITTED = "fitted to the page"  # layout.meta of a figure fit() has changed: a second fit leaves it as it is
 LEGEND_ROW_PX = 22  # a row of legend entries under the plot
 LEGEND_PER_ROW = 4  # entries a row holds in a half-page panel (a wider panel holds more: the estimate errs high)
+# The toolbar keeps saving, zooming, panning and resetting: fewer buttons, so that on hover it ends right of the title.
+MODEBAR_REMOVED = ["select2d", "lasso2d", "zoomIn2d", "zoomOut2d", "autoScale2d"]
 
 
 def wrap_line(line: str, width: int = SUBTITLE_CHARS) -> list[str]:
     """One subtitle line cut into lines of at most `width` characters at its separators ("; ", ", "), never inside a
-    figure such as "EAGLE n=12"; a piece longer than `width` with no separator stays whole."""
-    pieces = re.split(r"(?<=[;,]) ", line)
+    figure such as "EAGLE n=12"; a piece longer than `width` with no separator is cut at its spaces."""
+    pieces = [word for piece in re.split(r"(?<=[;,]) ", line) for word in words_of(piece, width)]
     lines: list[str] = []
     for piece in pieces:
         if lines and len(lines[-1]) + 1 + len(piece) <= width:
@@ -29,6 +32,11 @@ def wrap_line(line: str, width: int = SUBTITLE_CHARS) -> list[str]:
         else:
             lines.append(piece)
     return lines
+
+
+def words_of(piece: str, width: int) -> list[str]:
+    """`piece` whole where it fits in `width` characters, else its words (a long title with no separator)."""
+    return [piece] if len(piece) <= width else piece.split(" ")
 
 
 def wrapped_title(text: str, width: int = SUBTITLE_CHARS) -> tuple[str, int]:
@@ -69,5 +77,5 @@ def fit(fig: Any, width: int = SUBTITLE_CHARS) -> Any:
         )
     if grow and fig.layout.height:
         fig.update_layout(height=fig.layout.height + grow)  # the plot keeps its own height
-    fig.update_layout(meta=FITTED)
+    fig.update_layout(meta=FITTED, modebar={"remove": MODEBAR_REMOVED})
     return fig

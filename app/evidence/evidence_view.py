@@ -40,6 +40,9 @@ OUTPUT_NAMES = (
 )
 ALL_DATASETS = "all datasets"  # the scope picker's label for the pooled scope (OVERALL)
 SCOPED = ("speedup", "pos_acc", "pos_rate", "deviation")  # the charts the scope picker redraws
+# The preset box's least width: a preset's name and the box's arrow side by side (narrower, on a phone, the arrow
+# covered the name); a narrower row puts the status line under it.
+PRESET_MIN_PX = 240
 DEMO_SUFFIX = "-demo"  # assets/evidence/<preset>-demo.json: the same drafts with the Demo tab's default tree, bf16
 # The deviation picker: where the deviation is measured (metrics.DEVIATION_KINDS), the unbiased measure first.
 DEVIATION_CHOICES = [
@@ -303,6 +306,7 @@ def _layout(preset: str, preset_choices: list) -> dict[str, Any]:
             value=preset,
             label="Preset (its bundled drafts' summary)",
             scale=1,
+            min_width=PRESET_MIN_PX,
             elem_id="poss-evidence-preset",
         )
         c["message"] = gr.HTML(elem_id="poss-evidence-message")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import html
 import math
+import textwrap
 from collections.abc import Mapping, Sequence
 
 import plotly.graph_objects as go
@@ -24,6 +25,7 @@ from .. import metrics
 from ..events import RoundEvent
 from ..methods import OKABE_ITO, PLAIN_COLOR
 from ..metrics import AcceptanceStats, Estimate
+from .tree_labels import CHAR_EM, GAP_PX, Box, Mark, Placed, place, text_px
 
 Runs = Mapping[str, "Sequence[RoundEvent] | AcceptanceStats"]
 
@@ -31,6 +33,18 @@ Runs = Mapping[str, "Sequence[RoundEvent] | AcceptanceStats"]
 # for the target's own tokens and the accepted path).
 SPECIALIST_COLORS = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#F0E442", "#8C6BB1", "#999999"]
 TARGET_COLOR = "#D55E00"
+EMPTY_LINE_CHARS = 38  # a blank figure's message line: what a phone's chart (~326 px) holds at its 14 px
+# The specialist strip under the acceptance chart: a row per run, each tall enough for its name and cells' text.
+STRIP_ROW_PX, STRIP_GAP_PX, STRIP_FONT = 20, 14, 10
+STRIP_CELL_FONT = 9  # a cell's "S2 85%" within a phone's column
+CHART_FRAME_PX = 120  # a chart's height less its plot's (the title block and the x axis)
+# A draft tree's layout: its labels are placed for the narrowest lane (a 390 px phone's lane is a ~326 px figure).
+TREE_PLOT_PX = 300.0  # the tree's plot width there, less its side margins
+TREE_SIDE_PX = 8  # the tree's left and right margins: its y axis is hidden and needs none
+TREE_FRAME_PX = 130  # a tree figure's height less its plot's (the title block and the x axis)
+ROOT_SIZE, BONUS_SIZE, BONUS_FONT = 12, 14, 13  # the root's square, the target token's diamond and its label
+ROOT_CHARS = 12  # the root's label (the last verified token) is cut after this many characters
+TAIL_CHARS = 6  # room after the deepest column for this many characters of a label
 # Mid-grey text and faint grids read on both the light and the dark Gradio theme (figures have no background).
 FONT_COLOR = "#8a8f98"
 GRID_COLOR = "rgba(128,128,128,0.22)"
@@ -116,7 +130,7 @@ def empty_figure(message: str, height: int = 300, title: str = "") -> go.Figure:
     """A blank figure that says why it is blank (no rounds yet, plain decoding drafts nothing, ...)."""
     fig = go.Figure()
     fig.add_annotation(
-        text=plotly_text(message),
+        text="<br>".join(plotly_text(line) for line in textwrap.wrap(message, EMPTY_LINE_CHARS)),
         x=0.5,
         y=0.5,
         xref="paper",
@@ -194,7 +208,7 @@ def pos_acc_figure(
     elif isinstance(specialist_bands, Mapping):
         bands = {label: list(v) for label, v in specialist_bands.items() if label in drafted}
     if bands:
-        fig = make_subplots(rows=2, cols=1, shared_xaxes=True, row_heights=[0.78, 0.22], vertical_spacing=0.06)
+        fig, height = strip_subplots(height, len(bands))
     else:
         fig = make_subplots(rows=1, cols=1)
     for label, st in drafted.items():
@@ -251,12 +265,16 @@ def pos_acc_figure(
                     for row, sh_row in zip(z, shares)
                 ],
                 texttemplate="%{text}",
+                textfont={"size": STRIP_CELL_FONT},
                 hovertemplate="%{y}: position %{x} drafted by specialist %{text} of rounds<extra></extra>",
             ),
             row=2,
             col=1,
         )
-        fig.update_yaxes(tickfont={"size": 10}, row=2, col=1)
+        # Every row named: Plotly would otherwise skip every other category label once rows are close.
+        fig.update_yaxes(
+            tickfont={"size": STRIP_FONT}, tickmode="array", tickvals=labels, ticktext=labels, row=2, col=1
+        )
         fig.update_xaxes(title_text="draft position k", dtick=1, row=2, col=1)
     else:
         fig.update_xaxes(title_text="draft position k", dtick=1, row=1, col=1)
@@ -267,6 +285,21 @@ def pos_acc_figure(
         f"{POS_ACC_FORMULA if conditional else POS_RATE_FORMULA}; bars: Wilson 95%; {_sample_sizes(drafted)}",
         note,
     )
+
+
+def strip_subplots(height: int, rows: int) -> tuple[go.Figure, int]:
+    """The acceptance chart's two plots, the chart over a strip of `rows` rows of STRIP_ROW_PX each, and the figure's
+    height grown by the strip: the chart keeps its own height however many methods the strip lists."""
+    chart_px, strip_px = height - CHART_FRAME_PX, STRIP_ROW_PX * rows
+    total = chart_px + STRIP_GAP_PX + strip_px
+    fig = make_subplots(
+        rows=2,
+        cols=1,
+        shared_xaxes=True,
+        row_heights=[chart_px, strip_px],
+        vertical_spacing=STRIP_GAP_PX / total,
+    )
+    return fig, height + STRIP_GAP_PX + strip_px
 
 
 def _share(value: float) -> str:
@@ -558,10 +591,16 @@ def tree_figure(
         return empty_figure("Plain decoding drafts nothing: one target token per round.", height, head)
     nodes = event.nodes
     labels = list(labels) if labels is not None else [str(n.token) for n in nodes]
-    shown = [plotly_text(label) for label in labels]  # token texts: a saved run's may be anything
     x, y = tree_layout(event)
     accepted = set(event.accepted)
-    text_size = 11 if -min(y) < 20 else 9  # many leaves: smaller labels
+    text_size = tree_font(y)
+    bonus_text = bonus_label if bonus_label is not None else str(event.bonus)
+    last = event.accepted[-1] + 1 if event.accepted else 0
+    bx, by = x[last] + 1, y[last]
+    x_range = tree_x_range(max(max(x), bx), cut_chars(root_label, ROOT_CHARS), text_size)
+    y_range = (min(y) - 0.8, 0.8)
+    root_at, bonus_at, at = tree_labels(event, labels, root_label, bonus_text, (x, y, bx, by), x_range, y_range, height)
+    shown = [plotly_text(p.text) for p in at]  # token texts: a saved run's may be anything
 
     fig = go.Figure()
     ex, ey, ax, ay = [], [], [], []
@@ -581,8 +620,6 @@ def tree_figure(
             showlegend=False,
         )
     )
-    last = event.accepted[-1] + 1 if event.accepted else 0
-    bx, by = x[last] + 1, y[last]
     fig.add_trace(
         go.Scatter(
             x=ax + [x[last], bx],
@@ -602,11 +639,11 @@ def tree_figure(
                 mode="markers+text",
                 name=f"specialist S{spec + 1}",
                 text=[shown[i] for i in idx],
-                textposition="middle right",
+                textposition=[at[i].position for i in idx],
                 textfont={"size": text_size},
                 marker={
                     "color": specialist_color(spec),
-                    "size": [8 + 18 * math.exp(nodes[i].score) if math.isfinite(nodes[i].score) else 14 for i in idx],
+                    "size": [node_size(nodes[i].score) for i in idx],
                     "opacity": [1.0 if i in accepted else 0.4 for i in idx],
                     "line": {"color": [TARGET_COLOR if i in accepted else "rgba(0,0,0,0)" for i in idx], "width": 3},
                 },
@@ -633,38 +670,106 @@ def tree_figure(
             y=[y[0]],
             mode="markers+text",
             name="root",
-            text=[plotly_text(root_label)],
-            textposition="middle left",
-            marker={"color": FONT_COLOR, "size": 12, "symbol": "square"},
-            hovertemplate="root: the last verified token<extra></extra>",
+            text=[plotly_text(root_at.text)],
+            textposition=root_at.position,
+            textfont={"size": text_size},
+            marker={"color": FONT_COLOR, "size": ROOT_SIZE, "symbol": "square"},
+            customdata=[plotly_text(repr(root_label))],
+            hovertemplate="%{customdata}: the root, the last verified token<extra></extra>",
             showlegend=False,
         )
     )
-    bonus_text = bonus_label if bonus_label is not None else str(event.bonus)
     fig.add_trace(
         go.Scatter(
             x=[bx],
             y=[by],
             mode="markers+text",
             name="target's token",
-            text=[plotly_text(bonus_text)],
-            textposition="middle right",
-            textfont={"size": 13, "color": TARGET_COLOR},
-            marker={"color": TARGET_COLOR, "size": 14, "symbol": "diamond"},
+            text=[plotly_text(bonus_at.text)],
+            textposition=bonus_at.position,
+            textfont={"size": BONUS_FONT, "color": TARGET_COLOR},
+            marker={"color": TARGET_COLOR, "size": BONUS_SIZE, "symbol": "diamond"},
             hovertemplate=f"{plotly_text(repr(bonus_text))}: the target's own token (bonus/correction)<extra></extra>",
         )
     )
-    fig.update_xaxes(title_text="draft position (depth)", dtick=1, range=[-0.6, max(x) + 1.9])
-    fig.update_yaxes(visible=False, range=[min(y) - 0.8, 0.8])
-    plus = " (then the answer ended)" if event.past_end else ", +1 target token"
-    if not event.draft_observed:
-        return _style(
-            fig,
-            head,
-            height,
-            f"{event.accept_len} candidates accepted{plus}; what was "
-            "rejected is not observable through transformers' generate",
-        )
-    return _style(
-        fig, head, height, f"{len(nodes)} drafted, {event.accept_len} accepted{plus}; size = path probability"
+    fig.update_xaxes(
+        title_text="draft position (depth)", tickvals=list(range(int(max(max(x), bx)) + 1)), range=list(x_range)
     )
+    fig.update_yaxes(visible=False, range=list(y_range))
+    whole = str(bonus_text).strip()
+    named = f" ({plotly_text(whole)})" if bonus_at.text != whole else ""  # no room beside the diamond: said here
+    plus = " (then the answer ended)" if event.past_end else f", +1 target token{named}"
+    if not event.draft_observed:
+        sub = (
+            f"{event.accept_len} candidates accepted{plus}; what was rejected is not observable through "
+            "transformers' generate"
+        )
+    else:
+        sub = f"{len(nodes)} drafted, {event.accept_len} accepted{plus}; size = path probability"
+    _style(fig, head, height, sub)
+    fig.update_layout(margin={"l": TREE_SIDE_PX, "r": TREE_SIDE_PX})  # the y axis is hidden: no room kept for it
+    return fig
+
+
+def tree_font(y: Sequence[float]) -> int:
+    """The node labels' font size: smaller where many leaves share the height."""
+    return 11 if -min(y) < 20 else 9
+
+
+def node_size(score: float) -> float:
+    """A node's marker diameter in pixels: larger the likelier its path."""
+    return 8 + 18 * math.exp(score) if math.isfinite(score) else 14
+
+
+def tree_x_range(depth: float, root_text: str, font: float) -> tuple[float, float]:
+    """The tree's x-axis range at TREE_PLOT_PX: room for the root's label (up to ROOT_CHARS) left of depth 0, and for
+    TAIL_CHARS of a label after the deepest column."""
+    left = ROOT_SIZE / 2 + 2 * GAP_PX + text_px(root_text, font)
+    right = node_size(0.0) / 2 + 2 * GAP_PX + TAIL_CHARS * CHAR_EM * BONUS_FONT
+    unit = (TREE_PLOT_PX - left - right) / max(depth, 1.0)
+    return -left / unit, max(depth, 1.0) + right / unit
+
+
+def tree_labels(
+    event: RoundEvent,
+    labels: Sequence[str],
+    root_label: str,
+    bonus_label: str,
+    points: tuple[list[float], list[float], float, float],
+    x_range: tuple[float, float],
+    y_range: tuple[float, float],
+    height: int,
+) -> tuple[Placed, Placed, list[Placed]]:
+    """The root's, the target token's and each node's label as drawn (tree_labels.place) at TREE_PLOT_PX: whole
+    where there is room, else cut with "…" (the hover has them whole). The root and the target's token choose first,
+    then the accepted path, then the other nodes, likeliest first."""
+    x, y, bx, by = points
+    font = tree_font(y)
+    plot_h = height - TREE_FRAME_PX
+    frame = Box(0.0, TREE_PLOT_PX, 0.0, plot_h)
+
+    def px(u: float, v: float) -> tuple[float, float]:
+        return (
+            (u - x_range[0]) / (x_range[1] - x_range[0]) * TREE_PLOT_PX,
+            (v - y_range[0]) / (y_range[1] - y_range[0]) * plot_h,
+        )
+
+    def radius(i: int) -> float:  # an accepted node's outline adds to its marker
+        return node_size(event.nodes[i].score) / 2 + (1.5 if i in event.accepted else 0)
+
+    order = list(event.accepted) + sorted(
+        (i for i in range(len(event.nodes)) if i not in event.accepted), key=lambda i: (-event.nodes[i].score, i)
+    )
+    marks = [
+        Mark(*px(0, y[0]), ROOT_SIZE / 2, cut_chars(root_label, ROOT_CHARS), font, ("left", "top", "bottom")),
+        Mark(*px(bx, by), BONUS_SIZE / 2, str(bonus_label).strip(), BONUS_FONT),
+    ] + [Mark(*px(x[i + 1], y[i + 1]), radius(i), str(labels[i]).strip(), font) for i in order]
+    root, bonus, *rest = place(marks, frame)
+    by_node = dict(zip(order, rest))
+    return root, bonus, [by_node[i] for i in range(len(event.nodes))]
+
+
+def cut_chars(text: str, chars: int) -> str:
+    """`text` without its outer spaces (SVG drops them), cut to `chars` characters with "…"."""
+    text = str(text).strip()
+    return text if len(text) <= chars else text[: chars - 1] + "…"
