@@ -1,4 +1,4 @@
-"""What a person opening the demo sees, in numbers: the app's own comparison (lanes in turns, one thread, the UI's
+"""What a person opening the demo sees, in numbers: the app's own comparison (lanes racing in time, one thread, the UI's
 default settings) on its six example prompts, for each Precision setting; per lane the pooled tokens/s (each lane's
 own compute, as the UI counts it), the speed-up over the plain lane and how many of the six answers are identical
 to plain decoding, and the slowest whole run (what a person waits for). `--tree shared` is the UI's default (every
