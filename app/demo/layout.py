@@ -57,7 +57,6 @@ def demo_tab(preset: Preset, choices: list[tuple[str, str]], gpu: bool, precisio
         with gr.Column(scale=2, min_width=280, elem_id="poss-side"):
             c |= side_column(preset, choices, gpu, precision)
     c["legend"] = gr.HTML(legend_html("position"), elem_id="poss-legend")
-    c["race"] = gr.HTML(race_html(None), elem_id="poss-race")
     c |= lanes(preset)
     c |= view_controls()
     gr.Markdown(f"{TIMING_NOTE} {about.SPEED_STORY}", elem_id="poss-speed-story")
@@ -68,7 +67,7 @@ def demo_tab(preset: Preset, choices: list[tuple[str, str]], gpu: bool, precisio
 
 
 def prompt_column() -> Components:
-    """The prompt, Run / Stop / Step / Replay and the status line."""
+    """The prompt, Run / Stop / Step / Replay, the status line and the race's clock."""
     c: Components = {}
     c["prompt"] = gr.Textbox(
         label="Prompt",
@@ -84,6 +83,8 @@ def prompt_column() -> Components:
         c["step_btn"] = gr.Button("Step a round", elem_id="poss-step", min_width=80)
         c["replay_btn"] = gr.Button("↻ Replay", elem_id="poss-replay", min_width=80)
     c["status"] = gr.HTML(status_html("Type a prompt (or pick an example) and press Run."), elem_id="poss-status")
+    # The race's clock under the status, beside the examples: above the lanes, at no cost in height on a projector
+    c["race"] = gr.HTML(race_html(None), elem_id="poss-race")
     return c
 
 

@@ -95,8 +95,8 @@ def where_html(lane: Lane, comp: Comparison) -> str:
 
 def race_html(comp: Comparison | None) -> str:
     """The line above the lanes that says what their clock is: a race in time (each lane shown at the same amount
-    of its own measured time, live or as recorded), or Step's round for round. A short statement in bold, then a
-    note (which a phone leaves out)."""
+    of its own measured time, live or as recorded), or Step's round for round: a short statement, and why in its
+    tooltip."""
     how = "The lane that has spent the least of its own time runs next, so token counts show the lanes' speeds."
     if comp is None:
         kind, head, note = "idle", "The lanes race in time.", how
@@ -120,8 +120,8 @@ def race_html(comp: Comparison | None) -> str:
                 "A replay plays at its recorded speed. " if comp.replay else "Lanes take turns on this machine. "
             ) + how
     clock = f' data-clock-ms="{comp.race_ms:.0f}"' if comp is not None else ""
-    tail = f' <span class="poss-note">{html.escape(note)}</span>' if note else ""
-    return f'<div class="poss-race" data-race="{kind}"{clock}><b>{html.escape(head)}</b>{tail}</div>'
+    tip = f' title="{html.escape(note)}"' if note else ""  # one line on a projector: the why is in its tooltip
+    return f'<div class="poss-race" data-race="{kind}"{clock}{tip}><b>{html.escape(head)}</b></div>'
 
 
 def lane_head_html(lane: Lane, comp: Comparison, running: bool) -> str:
