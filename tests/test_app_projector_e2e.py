@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import statistics
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import page as lane_page
@@ -33,9 +34,10 @@ LANE_STREAM_PX = 240  # beside the prompt, about ten lines of it: what a lane st
 pytestmark = [pytest.mark.slow, needs_chromium]
 
 
-@pytest.fixture(scope="module")
-def server():
-    demo = build_demo("tiny-random", server=ServerLimits(slots=2))
+@contextmanager
+def serving(preset: str):
+    """The app on `preset`, served on a free port of localhost: its address while the block runs."""
+    demo = build_demo(preset, server=ServerLimits(slots=2))
     demo.queue(max_size=16, default_concurrency_limit=2)
     port = free_port()
     demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, **launch_kwargs(demo))
@@ -43,6 +45,12 @@ def server():
         yield f"http://127.0.0.1:{port}/"
     finally:
         demo.close()
+
+
+@pytest.fixture(scope="module")
+def server():
+    with serving("tiny-random") as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

@@ -10,13 +10,11 @@ import time
 from pathlib import Path
 
 import pytest
+import test_app_projector_e2e as projector
 import wording
-from test_app_e2e import CHROMIUM, free_port, needs_chromium, wait_for_status
+from test_app_e2e import needs_chromium, wait_for_status
 
 from app.demo import recordings
-from app.server.limits import ServerLimits
-from app.server.serving import launch_kwargs
-from app.ui import build_demo
 from poss_core.models.presets import DEFAULT_PRESET
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,31 +39,13 @@ LANES_JS = """() => [0, 1, 2].map(i => {
 })"""
 
 
+browser = projector.browser  # Debian's chromium
+
+
 @pytest.fixture(scope="module")
 def server():
-    demo = build_demo(DEFAULT_PRESET, server=ServerLimits(slots=2))
-    demo.queue(max_size=16, default_concurrency_limit=2)
-    port = free_port()
-    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, **launch_kwargs(demo))
-    try:
-        yield f"http://127.0.0.1:{port}/"
-    finally:
-        demo.close()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        chromium = p.chromium.launch(
-            executable_path=CHROMIUM,
-            args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
-        )
-        try:
-            yield chromium
-        finally:
-            chromium.close()
+    with projector.serving(DEFAULT_PRESET) as url:
+        yield url
 
 
 def open_page(browser, url: str, width: int, height: int):
@@ -74,6 +54,13 @@ def open_page(browser, url: str, width: int, height: int):
     tab.wait_for_selector("#poss-run", timeout=120_000)
     tab.wait_for_timeout(1000)
     return tab
+
+
+def run_live(tab, prompt: str) -> None:
+    """Type `prompt`, press Run, and wait for the first lane's first token."""
+    tab.fill("#poss-prompt textarea", prompt)
+    tab.click("#poss-run")
+    tab.wait_for_selector("#poss-lane0-tokens .tok", timeout=120_000)
 
 
 def number(text: str) -> float:
@@ -124,9 +111,7 @@ def test_an_example_replay_races_in_time(server, browser, example):
 def test_a_live_run_races_in_time_and_its_newest_tokens_stay_on_screen(server, browser):
     tab = open_page(browser, server, 1280, 720)
     try:
-        tab.fill("#poss-prompt textarea", LIVE_PROMPT)
-        tab.click("#poss-run")
-        tab.wait_for_selector("#poss-lane0-tokens .tok", timeout=120_000)
+        run_live(tab, LIVE_PROMPT)
         samples = race_samples(tab)
         SHOTS.mkdir(exist_ok=True)
         tab.screenshot(path=str(SHOTS / "race-1280x720-live.png"))
@@ -178,9 +163,7 @@ def test_run_with_the_settings_open_still_shows_lane_text(server, browser):
     try:
         tab.click("#poss-settings > .label-wrap")
         assert tab.locator("#poss-methods").is_visible()
-        tab.fill("#poss-prompt textarea", SHORT_PROMPT)
-        tab.click("#poss-run")
-        tab.wait_for_selector("#poss-lane0-tokens .tok", timeout=120_000)
+        run_live(tab, SHORT_PROMPT)
         tab.wait_for_timeout(600)
         top = tab.evaluate("document.querySelector('#poss-lane0-tokens').getBoundingClientRect().top")
         assert 0 <= top <= 720 - 40, top  # at least two lines of the lane's text on screen
@@ -195,9 +178,7 @@ def test_run_with_the_settings_open_still_shows_lane_text(server, browser):
 def test_an_example_clicked_during_a_live_run_leaves_the_prompt_box_as_it_is(server, browser):
     tab = open_page(browser, server, 1280, 720)
     try:
-        tab.fill("#poss-prompt textarea", LIVE_PROMPT)
-        tab.click("#poss-run")
-        tab.wait_for_selector("#poss-lane0-tokens .tok", timeout=120_000)
+        run_live(tab, LIVE_PROMPT)
         tab.get_by_role("button", name=recordings.example_label(recordings.EXAMPLES[1])).click()
         tab.wait_for_timeout(1500)
         assert tab.locator("#poss-prompt textarea").input_value() == LIVE_PROMPT  # the streaming answers' prompt

@@ -74,7 +74,7 @@ def compare_api(
     Returns {"preset", "settings", "lanes": [{"method", "label", "text", "stop_reason", "tree_budget",
     "identical_to_plain", "speedup_vs_plain", "summary": {tau, pos_acc, pos_rate, accept_hist, tokens_per_s,
     new_tokens, rounds, ...}}],
-    "timing", "timed_out"}. Lanes run in turns, one round each; tokens/s counts each lane's own compute. Every setting
+    "timing", "timed_out"}. Lanes race in time, one round at a time; tokens/s counts each lane's own compute. Every setting
     has the app's bounds (poss_core/settings.py); a call that runs past the server's per-call limit is stopped and
     says so ("timed_out": true, every lane's stop_reason "cancelled"); the limit's clock starts with the call, so
     loading, fitting and the oracle's reference decode count (a call whose limit runs out before its lanes start is
@@ -100,7 +100,7 @@ def compare_api(
             "settings": comp.spec.to_json(),
             "lanes": [_lane_answer(comp, lane) for lane in comp.lanes],
             "hardware": {k: neutral_paths(v) if isinstance(v, str) else v for k, v in (comp.hardware or {}).items()},
-            "timing": "lanes run in turns, one round each; tokens/s counts each lane's own compute",
+            "timing": "lanes race in time, one round at a time; tokens/s counts each lane's own compute",
             "timed_out": comp.timed_out,
             **(
                 {"note": f"stopped at the server's limit of {limits.LIMITS.call_s:g} s per call"}
