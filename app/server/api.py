@@ -74,9 +74,9 @@ def compare_api(
     Returns {"preset", "settings", "lanes": [{"method", "label", "text", "stop_reason", "tree_budget",
     "identical_to_plain", "speedup_vs_plain", "summary": {tau, pos_acc, pos_rate, accept_hist, tokens_per_s,
     new_tokens, rounds, ...}}],
-    "timing", "timed_out"}. Lanes race in time, one round at a time; tokens/s counts each lane's own compute. Every setting
-    has the app's bounds (poss_core/settings.py); a call that runs past the server's per-call limit is stopped and
-    says so ("timed_out": true, every lane's stop_reason "cancelled"); the limit's clock starts with the call, so
+    "timing", "timed_out"}. Lanes race in time, one round at a time; tokens/s counts each lane's own compute. Every
+    setting has the app's bounds (poss_core/settings.py); a call that runs past the server's per-call limit is stopped
+    and says so ("timed_out": true, every lane's stop_reason "cancelled"); the limit's clock starts with the call, so
     loading, fitting and the oracle's reference decode count (a call whose limit runs out before its lanes start is
     refused with a message that says so). Setting `cancel` stops all of it within one round (a
     cancelled API call, or a client gone away). A refused input raises gr.Error (with `quiet_refusals`, without a
