@@ -162,11 +162,12 @@ def test_run_with_the_settings_open_still_shows_lane_text(server, browser):
     tab = open_page(browser, server, 1280, 720)
     try:
         tab.click("#poss-settings > .label-wrap")
-        assert tab.locator("#poss-methods").is_visible()
+        tab.locator("#poss-methods").wait_for(state="visible", timeout=10_000)
         run_live(tab, SHORT_PROMPT)
-        tab.wait_for_timeout(600)
-        top = tab.evaluate("document.querySelector('#poss-lane0-tokens').getBoundingClientRect().top")
-        assert 0 <= top <= 720 - 40, top  # at least two lines of the lane's text on screen
+        on_screen = "(() => { const t = document.querySelector('#poss-lane0-tokens').getBoundingClientRect().top;"
+        on_screen += " return 0 <= t && t <= 720 - 40; })()"  # at least two lines of the lane's text on screen
+        tab.wait_for_function(on_screen, timeout=10_000)  # once the closing panel has settled
+        assert not tab.locator("#poss-methods").is_visible()
         assert tab.locator("#poss-run").bounding_box()["y"] >= 0  # Run still in view
         SHOTS.mkdir(exist_ok=True)
         tab.screenshot(path=str(SHOTS / "race-1280x720-settings.png"))

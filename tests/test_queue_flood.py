@@ -63,6 +63,12 @@ def test_a_read_reply_gives_its_ticket_back_and_an_unread_session_is_dropped():
     assert asyncio.run(watch.drop_unread(time.monotonic() + 1.0)) == []  # within the grace
     assert asyncio.run(watch.drop_unread(time.monotonic() + 6.0)) == ["unread"] and dropped == ["unread"]
     assert share.held("unread", "127.0.0.1") == (0, 0)
+    # An open page's event is never dropped for want of a stream: a busy browser may open it late
+    watch.page_opened("open-page", "127.0.0.1")
+    assert _join(middleware, 1, "open-page") == 200
+    assert asyncio.run(watch.drop_unread(time.monotonic() + 60.0)) == []
+    watch.page_closed("open-page", "127.0.0.1")
+    assert asyncio.run(watch.drop_unread(time.monotonic() + 60.0)) == ["open-page"]
 
 
 def test_a_refused_join_gives_its_ticket_back():

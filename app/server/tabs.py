@@ -8,9 +8,10 @@ the queue share's middleware (client_share.QueueShareMiddleware), so that:
   no heartbeat), and one address holds at most `pages_per_address` open pages;
 - each admitted event carries its share's ticket until its reply is read (the `process_completed` message passing
   on the stream) or its session is dropped;
-- an event whose reply nobody reads within `read_grace_s` (no stream open for its session since it joined) is dropped
-  with its whole session: Gradio stops or unqueues its events and lets go of its message store and per-session
-  state (gradio_queue.drop_session), so an unread reply neither runs on nor pins memory."""
+- an event whose reply nobody reads within `read_grace_s` (no stream open for its session since it joined, and no
+  page open for it) is dropped with its whole session: Gradio stops or unqueues its events and lets go of its
+  message store and per-session state (gradio_queue.drop_session), so an unread reply neither runs on nor pins
+  memory."""
 
 from __future__ import annotations
 
@@ -114,11 +115,13 @@ class TabWatch:
             self.give_back(held.ticket)
 
     def unread(self, now: float) -> set[str]:
-        """Sessions with an event nobody has read for `read_grace_s`: no stream open since it joined."""
+        """Sessions with an event nobody has read for `read_grace_s`: no stream open since it joined, and no page
+        open either (an open page's events are read by it; a busy browser may open its stream late)."""
         return {
             h.session
             for h in self.held.values()
             if not self.streams.get(h.session)
+            and not self.pages.get(h.session)
             and now - max(h.joined, self.last_read.get(h.session, 0.0)) > self.read_grace_s
         }
 
