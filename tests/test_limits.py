@@ -131,7 +131,8 @@ def test_per_call_cap_stops_a_run_and_a_compare_call(monkeypatch):
     assert "limit of 0.3 s per call" in status, status
     comp = state.SESSIONS.get(req("capped")).comparison
     assert comp.timed_out and all(lane.stop_reason == "cancelled" for lane in comp.lanes)
-    assert all(lane.token_ids and len(lane.token_ids) < 2000 for lane in comp.lanes)
+    # Some lane decoded before the cap (on a loaded machine the cap may come before a later lane's prefill)
+    assert any(lane.token_ids for lane in comp.lanes) and all(len(lane.token_ids) < 2000 for lane in comp.lanes)
     out = api.compare_api(
         "Hello", ["plain", "eagle"], preset="tiny-random", max_new_tokens=2000, depth=4, top_k=4, tree_budget=16
     )
