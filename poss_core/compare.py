@@ -141,11 +141,6 @@ class Lane:
         return min(times, default=None)
 
     @property
-    def shown_ms(self) -> float:
-        """The lane's own time over the rounds it shows."""
-        return self.spent_ms - sum(_item_ms(item) for _, item in self.ahead)
-
-    @property
     def decoding(self) -> bool:
         """Whether the lane still has items to decode."""
         return not (self.decoded_all or self.finished or self.source is None)
