@@ -1,6 +1,6 @@
 """Entry point (also the Hugging Face Space's app_file): parse flags, build the Gradio app, launch it.
 
-python app.py [FLAGS]; `python app.py --help` lists every flag (app/server/launch.py declares them).
+python app.py [FLAGS]; `python app.py --help` lists every flag (app/page/launch.py declares them).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ try:  # ZeroGPU Spaces: `spaces` must be imported before anything initialises CU
 except ImportError:
     spaces = None
 
-from app.server.launch import main  # noqa: E402
+from app.page.launch import main  # noqa: E402
 
 if __name__ == "__main__":
     main()

@@ -9,15 +9,16 @@ import argparse
 import json
 import sys
 
-from . import methods, settings
+from .base import settings
+from .base.errors import PossError, run_cli
+from .base.json_safe import clean_json
 from .decoding.config import check_prompt_text, check_prompt_tokens
 from .decoding.decoder import encode_prompt
-from .errors import PossError, run_cli
-from .events import DecodeSummary
-from .json_safe import clean_json
 from .models.loading import load_preset_target, parse_dtype
 from .models.numerics import NEAR_TIE, identity_divergence
 from .models.presets import DraftRef, get_preset, resolve_draft_name
+from .rounds.events import DecodeSummary
+from .runtime import methods
 
 
 def build_parser() -> argparse.ArgumentParser:

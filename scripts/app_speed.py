@@ -21,9 +21,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file fr
 
 import torch
 
-from app.demo.control_defaults import ui_defaults
-from poss_core import compare, metrics
+from app.views.control_defaults import ui_defaults
 from poss_core.models.presets import DEFAULT_PRESET, get_preset
+from poss_core.rounds import metrics
+from poss_core.runtime import compare
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "assets" / "examples" / "prompts.json"
 

@@ -74,10 +74,10 @@ def percentile(values: list[float], q: float) -> float:
 
 def run_args(prompt: str, preset: str, max_new_tokens: int) -> list:
     """/run's inputs: the app's default lanes and tree for the preset, at the precision the app starts with."""
-    from app.demo.control_defaults import initial_precision, ui_defaults
-    from app.demo.user_settings import APP_SETTINGS
     from app.sessions.state import default_lanes
-    from poss_core import settings
+    from app.sessions.user_settings import APP_SETTINGS
+    from app.views.control_defaults import initial_precision, ui_defaults
+    from poss_core.base import settings
     from poss_core.models.hardware import cpu_bf16_units, cuda_available
     from poss_core.models.presets import get_preset
 
@@ -97,7 +97,7 @@ def student(url: str, i: int, a, res: Results) -> None:
     """One student: open the API, replay example i % 6, run the same prompt live, read the class charts."""
     from gradio_client import Client
 
-    from app.demo.recordings import EXAMPLES
+    from app.sessions.recordings import EXAMPLES
 
     prompt = EXAMPLES[i % len(EXAMPLES)]["prompt"]
     try:
@@ -265,7 +265,8 @@ def replay_cost() -> None:
     costs the server (drawing every frame) and the CPU before its first frame."""
     import torch
 
-    from app.demo import handlers, recordings, user_settings
+    from app.actions import handlers
+    from app.sessions import recordings, user_settings
 
     torch.set_num_threads(1)
     view = user_settings.View()
@@ -293,7 +294,7 @@ def phase_cost(a) -> None:
     whatever else the machine is doing): opening the API, replaying an example, one live run, reading the charts."""
     from gradio_client import Client
 
-    from app.demo.recordings import EXAMPLES
+    from app.sessions.recordings import EXAMPLES
 
     with server_check.Server(
         ROOT, a.preset, a.cap, ["--class-reset-key", "load-check", *a.extra], threads=a.threads

@@ -19,11 +19,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file fr
 
 import torch
 
-from poss_core import methods
 from poss_core.models.draft import DraftKV
 from poss_core.models.loading import load_preset_target, parse_dtype
 from poss_core.models.packed_linear import PackedLinear
 from poss_core.models.presets import DEFAULT_PRESET, get_preset
+from poss_core.runtime import methods
 
 
 def unpacked(layer: dict) -> dict:

@@ -86,7 +86,7 @@ def cpu_seconds() -> float:
 
 def time_compare(preset: str, tokens: int) -> float:
     """Wall seconds of one comparison (plain and EAGLE, a fixed tree) from start to its last round."""
-    from poss_core import compare
+    from poss_core.runtime import compare
 
     spec = compare.RunSpec("Write a short poem about the sea.", ["plain", "eagle"], preset, max_new_tokens=tokens)
     start = time.perf_counter()

@@ -26,14 +26,14 @@ from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from poss_core import methods  # noqa: E402
 from poss_core.bench.runner import load_questions  # noqa: E402
 from poss_core.decoding.config import DecodeConfig  # noqa: E402
 from poss_core.decoding.decoder import encode_prompt  # noqa: E402
-from poss_core.events import DecodeSummary  # noqa: E402
 from poss_core.models.hardware import device_description  # noqa: E402
 from poss_core.models.loading import load_preset_target, parse_dtype  # noqa: E402
 from poss_core.models.presets import DEFAULT_PRESET, get_preset  # noqa: E402
+from poss_core.rounds.events import DecodeSummary  # noqa: E402
+from poss_core.runtime import methods  # noqa: E402
 
 ATTENTIONS = ("sdpa", "row-invariant")
 ROOT = Path(__file__).resolve().parent.parent

@@ -23,13 +23,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file fr
 
 import torch
 
-from poss_core import methods
 from poss_core.autobudget.timing import measure_forward_curve
 from poss_core.decoding.decoder import encode_prompt
-from poss_core.events import DecodeSummary
 from poss_core.models.loading import load_preset_target, parse_dtype
 from poss_core.models.presets import DEFAULT_PRESET, get_preset
 from poss_core.models.quantization import KERNEL_ENV
+from poss_core.rounds.events import DecodeSummary
+from poss_core.runtime import methods
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "assets" / "examples" / "prompts.json"
 MODES = ("none", "8bit", "4bit")

@@ -1,5 +1,5 @@
 """Record the Demo tab's examples: one run of the default lanes (plain, EAGLE, POSS-2) per example prompt, with the
-app's default settings for the preset, saved in the saved-run format (poss_core/saved_runs.py, compact floats,
+app's default settings for the preset, saved in the saved-run format (poss_core/runtime/saved_runs.py, compact floats,
 gzip-compressed) as assets/recordings/PRESET/NN-FAMILY.jsonl.gz. Clicking an example in the app replays its
 recording at once, at the speed it was recorded, labelled with the hardware written here (the CPU's model name and
 threads, dtype, date and --note): each lane's header says which machine made it.
@@ -47,15 +47,15 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from tqdm import tqdm
 
-    from app.demo.control_defaults import initial_precision, ui_defaults
-    from app.demo.machine import cpu_name
-    from app.demo.recordings import EXAMPLES, RECORDINGS_DIR, recording_path
-    from app.server.launch import cpu_threads
+    from app.page.launch import cpu_threads
+    from app.sessions.machine import cpu_name
+    from app.sessions.recordings import EXAMPLES, RECORDINGS_DIR, recording_path
     from app.sessions.state import default_lanes
-    from poss_core import compare, saved_runs
-    from poss_core.errors import PossError
+    from app.views.control_defaults import initial_precision, ui_defaults
+    from poss_core.base.errors import PossError
     from poss_core.models.hardware import cpu_bf16_units, cuda_available
     from poss_core.models.presets import get_preset
+    from poss_core.runtime import compare, saved_runs
 
     torch.set_num_threads(cpu_threads(args.threads))
     preset = get_preset(args.preset)

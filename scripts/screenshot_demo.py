@@ -17,10 +17,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file from anywhere: the package is beside
 
-from app.demo.recordings import EXAMPLES
+from app.page.serving import launch_kwargs
+from app.page.ui import build_demo
 from app.server.limits import ServerLimits
-from app.server.serving import launch_kwargs
-from app.ui import build_demo
+from app.sessions.recordings import EXAMPLES
 from poss_core.models.presets import DEFAULT_PRESET
 
 CHROMIUM = "/usr/bin/chromium"

@@ -59,7 +59,7 @@ fits made here never touch ~/.cache/poss-demo), and stops it at the end. Only lo
     python scripts/server_check.py malformed --malformed-s 20
 
 Flags an older checkout lacks (--proxy-hops, --saved-run-minutes, --disk-cap-mb, --session-memory-mb, ...) are
-passed only where its app (app/server/launch.py, or app/launch.py) has them, so the same case gives an older
+passed only where its app (app/page/launch.py, or app/launch.py) has them, so the same case gives an older
 checkout's figures; where the server counts trusted proxies, the cases that send X-Forwarded-For start it with
 --proxy-hops 1.
 
@@ -506,7 +506,7 @@ def case_refuse(a) -> None:
 def _saved_run(path: Path, seed: int, tokens: int = 400) -> Path:
     """A valid saved run of the tiny model, made here (different content for each seed)."""
     sys.path.insert(0, str(ROOT))
-    from poss_core import compare, saved_runs
+    from poss_core.runtime import compare, saved_runs
 
     comp = compare.run_to_end(
         compare.start(
@@ -614,9 +614,9 @@ def rss_mb(pid: int) -> float:
 def step_args(prompt: str, preset: str, methods: list[str], max_new_tokens: int, precision: str = "float32") -> list:
     """/step's (and /run's) inputs: the prompt, the methods and the preset's default tree, then the view."""
     sys.path.insert(0, str(ROOT))
-    from app.demo.control_defaults import ui_defaults
-    from app.demo.user_settings import APP_SETTINGS
-    from poss_core import settings
+    from app.sessions.user_settings import APP_SETTINGS
+    from app.views.control_defaults import ui_defaults
+    from poss_core.base import settings
     from poss_core.models.presets import get_preset
 
     values = {
@@ -634,7 +634,7 @@ def _flag(root: Path, flag: str, value: str) -> list[str]:
 
 
 def _has_flag(root: Path, flag: str) -> bool:
-    """Whether the checkout's app takes the flag (its flags are in app/server/launch.py, in an older checkout
+    """Whether the checkout's app takes the flag (its flags are in app/page/launch.py, in an older checkout
     app/launch.py)."""
     launch = next(p for p in (root / "app" / "server" / "launch.py", root / "app" / "launch.py") if p.exists())
     return flag in launch.read_text()

@@ -278,7 +278,7 @@ class Visitor:
                 return
         c = self.tab
         if kind == "example":
-            from app.demo.recordings import EXAMPLES
+            from app.sessions.recordings import EXAMPLES
 
             example = self.rng.choice(EXAMPLES)["prompt"]
             self.tally.outcome(
@@ -383,7 +383,7 @@ class Visitor:
 def seed_runs(folder: Path) -> None:
     """Two saved runs of the tiny model (about 1 and 2 MB) that visitors upload and load before they save their
     own."""
-    from poss_core import compare, saved_runs
+    from poss_core.runtime import compare, saved_runs
 
     for seed, tokens in ((1, 64), (2, 400)):
         spec = compare.RunSpec(
@@ -405,7 +405,7 @@ def warm(server, a: argparse.Namespace) -> None:
     and replay one example, so the after-start RSS counts the models."""
     from gradio_client import Client
 
-    from app.demo.recordings import EXAMPLES
+    from app.sessions.recordings import EXAMPLES
 
     c = Client(server.url, verbose=False, download_files=False)
     for _ in range(6):

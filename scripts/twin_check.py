@@ -25,18 +25,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file fr
 import torch
 from tqdm import tqdm
 
-from poss_core import methods
 from poss_core.autobudget.timing import measure_forward_curve
+from poss_core.base.errors import ConfigError, run_cli
+from poss_core.base.json_safe import clean_json
 from poss_core.decoding.config import DecodeConfig
 from poss_core.decoding.decoder import encode_prompt
-from poss_core.errors import ConfigError, run_cli
-from poss_core.events import DecodeSummary, RoundEvent
-from poss_core.json_safe import clean_json
 from poss_core.models.hardware import cuda_available, hardware_info
 from poss_core.models.loading import load_preset_target, parse_dtype
 from poss_core.models.numerics import identity_divergence
 from poss_core.models.presets import get_preset
 from poss_core.models.twin import FULL, SHAPES, parameter_bytes
+from poss_core.rounds.events import DecodeSummary, RoundEvent
+from poss_core.runtime import methods
 
 PROMPT = (
     "Explain, step by step, how a speculative decoder keeps the output of a large language model unchanged while "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from app.demo import user_settings
+from app.sessions import user_settings
 
 DEFAULTS = dict(
     prompt="Hello there",

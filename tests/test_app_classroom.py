@@ -15,26 +15,16 @@ import wording
 from answer_text import looping_phrase, sensible
 from app_settings import req, run_settings
 
-from app.demo import (
-    chart_fit,
-    control_defaults,
-    controls,
-    handlers,
-    machine,
-    recordings,
-    render,
-    token_html,
-    user_settings,
-    view_handlers,
-)
-from app.evidence import evidence_view
-from app.server import launch
-from app.sessions import state
-from poss_core import compare, methods, saved_runs, settings
+from app.actions import handlers, view_handlers
+from app.page import evidence_view, launch
+from app.sessions import machine, recordings, state, user_settings
+from app.views import chart_fit, control_defaults, controls, render, token_html
+from poss_core.base import settings
 from poss_core.models.numerics import MISMATCH, NEAR_TIE, Divergence
 from poss_core.models.presets import DEFAULT_PRESET, get_preset
-from poss_core.run_spec import MAX_LANES
-from poss_core.token_records import TokenRecord
+from poss_core.rounds.token_records import TokenRecord
+from poss_core.runtime import compare, methods, saved_runs
+from poss_core.runtime.run_spec import MAX_LANES
 
 THIS_RUN = user_settings.View()
 THREE = ["plain", "eagle", "poss2"]
@@ -171,8 +161,8 @@ def test_a_live_lane_names_this_machine_and_a_recording_its_own_then_this_machin
 
 
 def test_one_sentence_says_why_speed_ups_differ_on_the_demo_and_the_evidence_tab():
-    from app import ui
-    from app.demo import about
+    from app.page import ui
+    from app.views import about
 
     story = about.SPEED_STORY
     for cause in ("tree", "precision", "machine", "recording"):

@@ -15,10 +15,10 @@ import page as lane_page
 import pytest
 import wording
 
-from app.demo import recordings
+from app.page.serving import launch_kwargs
+from app.page.ui import build_demo
 from app.server.limits import ServerLimits
-from app.server.serving import launch_kwargs
-from app.ui import build_demo
+from app.sessions import recordings
 from poss_core.models.presets import DEFAULT_PRESET
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -123,8 +123,8 @@ def test_client_run_streams_and_stop_cancels(server):
 
 
 def test_client_compare_api_and_two_sessions(server):
-    from poss_core import methods
     from poss_core.models.presets import get_preset
+    from poss_core.runtime import methods
 
     a, b = client(server), client(server)
     ref_a = a.predict("Good morning", ["plain", "poss1"], "tiny-random", 10, api_name="/compare")
@@ -202,7 +202,7 @@ def test_client_cancel_of_compare_stops_its_decoding(server):
     """A /compare call the client cancels stops decoding on the server (it used to run on to max_new_tokens)."""
     import time
 
-    from poss_core import compare
+    from poss_core.runtime import compare
 
     c = client(server)
     before = set(map(id, compare.live_comparisons()))
@@ -235,7 +235,7 @@ def eagle_rounds(prompt: str, timeout_s: float = 120.0) -> int:
     import time
 
     from app.sessions import state
-    from poss_core import metrics
+    from poss_core.rounds import metrics
 
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

@@ -18,16 +18,18 @@ import torch
 import wording
 from app_settings import run_settings
 
-from app.demo import control_defaults, handlers, render, token_html, user_settings, view_handlers
-from app.server import api, launch
-from app.sessions import saved_files, state
-from poss_core import compare, methods, metrics, saved_runs
-from poss_core.errors import ModelLoadError, PromptError
-from poss_core.events import DecodeSummary, DraftNode, FeatureDeviation, RoundEvent
+from app.actions import api, handlers, saved_files, view_handlers
+from app.page import launch
+from app.sessions import state, user_settings
+from app.views import control_defaults, render, token_html
+from poss_core.base.errors import ModelLoadError, PromptError
 from poss_core.models.hardware import cuda_available
 from poss_core.models.presets import get_preset
-from poss_core.run_spec import MAX_LANES
-from poss_core.token_records import round_records
+from poss_core.rounds import metrics
+from poss_core.rounds.events import DecodeSummary, DraftNode, FeatureDeviation, RoundEvent
+from poss_core.rounds.token_records import round_records
+from poss_core.runtime import compare, methods, saved_runs
+from poss_core.runtime.run_spec import MAX_LANES
 from poss_core.views import figures
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -728,7 +730,7 @@ def test_preset_switch_and_app_flags():
     spec = importlib.util.spec_from_file_location("app_entry", ROOT / "app.py")
     entry = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(entry)
-    assert entry.main is launch.main  # `python app.py` runs app/server/launch.py's main, with its flags
+    assert entry.main is launch.main  # `python app.py` runs app/page/launch.py's main, with its flags
     args = launch.build_parser().parse_args([])
     assert args.preset == DEFAULT_PRESET and args.share is False and args.host is None and args.port is None
     assert args.dtype == "auto" and launch.build_parser().parse_args(["--dtype", "bfloat16"]).dtype == "bfloat16"

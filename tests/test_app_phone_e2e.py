@@ -15,7 +15,9 @@ import wording
 from test_app_e2e import needs_chromium, wait_for_status
 from test_phone_figures import pooled_runs
 
-from app.demo import chart_fit, handlers, recordings
+from app.actions import handlers
+from app.sessions import recordings
+from app.views import chart_fit
 from poss_core.models.presets import DEFAULT_PRESET
 from poss_core.views import figures
 

@@ -12,10 +12,12 @@ from app_settings import req, run_settings
 from test_app_handlers import LABELS, PIECES, SPEC_EVENTS, known_comparison
 from wording import n_of
 
-from app.demo import handlers, tab_pools, token_html, user_settings, view_handlers
-from app.sessions import saved_files, state
-from poss_core import compare, metrics, saved_runs
-from poss_core.token_records import round_records
+from app.actions import handlers, saved_files, view_handlers
+from app.sessions import state, tab_pools, user_settings
+from app.views import token_html
+from poss_core.rounds import metrics
+from poss_core.rounds.token_records import round_records
+from poss_core.runtime import compare, saved_runs
 
 THIS_RUN = user_settings.View()
 ALL_RUNS = user_settings.View.from_controls("draft position", False, "conditional", user_settings.POOLED_VIEW)

@@ -19,10 +19,12 @@ import wording
 from answer_text import sensible
 from test_app_e2e import CHROMIUM, free_port, needs_chromium, wait_for_status
 
-from app.demo import about, handlers, machine, recordings, token_html
+from app.actions import handlers
+from app.page.serving import launch_kwargs
+from app.page.ui import build_demo
 from app.server.limits import ServerLimits
-from app.server.serving import launch_kwargs
-from app.ui import build_demo
+from app.sessions import machine, recordings
+from app.views import about, token_html
 from poss_core.models.presets import DEFAULT_PRESET
 
 ROOT = Path(__file__).resolve().parents[1]

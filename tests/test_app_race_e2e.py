@@ -14,7 +14,7 @@ import test_app_projector_e2e as projector
 import wording
 from test_app_e2e import needs_chromium, wait_for_status
 
-from app.demo import recordings
+from app.sessions import recordings
 from poss_core.models.presets import DEFAULT_PRESET
 
 ROOT = Path(__file__).resolve().parents[1]

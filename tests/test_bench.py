@@ -8,16 +8,16 @@ import pytest
 from helpers import run_main
 
 from poss_core.autobudget import CALIBRATION_PROMPTS
+from poss_core.base.errors import PossError
 from poss_core.bench import cli, overhead, rebuild, report, runner, tables
 from poss_core.decoding import decoder as decoder_module
 from poss_core.decoding.config import DecodeConfig
 from poss_core.decoding.decoder import PlainDecoder, SpeculativeDecoder
-from poss_core.errors import PossError
-from poss_core.events import DraftNode, FeatureDeviation, RoundEvent
 from poss_core.models.loading import random_draft
 from poss_core.models.numerics import plain_margin
 from poss_core.results import analysis
 from poss_core.results import records as bench_records
+from poss_core.rounds.events import DraftNode, FeatureDeviation, RoundEvent
 from poss_core.views import pooling
 
 DEPTH = 3
@@ -92,7 +92,7 @@ def test_pool_events_keeps_counting_tokens():
     pooled = pooling.pool_events([a, b])
     assert [e.new_tokens for e in pooled] == [1, 3, 6, 7, 8]
     assert [e.round for e in pooled] == list(range(5))
-    from poss_core import metrics
+    from poss_core.rounds import metrics
 
     assert metrics.tokens_per_s(pooled) == pytest.approx(8 / 4.0)
     assert metrics.tau(pooled) == pytest.approx((2 + 3 + 1) / 3)

@@ -8,8 +8,8 @@ from poss_core import autobudget as ab
 from poss_core.autobudget import calibration, timing
 from poss_core.decoding.config import DecodeConfig
 from poss_core.decoding.decoder import SpeculativeDecoder, encode_prompt
-from poss_core.events import DecodeSummary, DraftNode, RoundEvent
 from poss_core.models.loading import random_draft
+from poss_core.rounds.events import DecodeSummary, DraftNode, RoundEvent
 
 
 def curve(ms_of):

@@ -13,12 +13,12 @@ import time
 
 import pytest
 
+from poss_core.base.errors import ConfigError, StallError
 from poss_core.bench import cli, runner
 from poss_core.bench.stall import EXIT_STALLED, LaneError, StallWatch
 from poss_core.decoding.config import DecodeConfig
 from poss_core.decoding.decoder import PlainDecoder, encode_prompt
 from poss_core.decoding.hf_generate import HFGenerateDecoder
-from poss_core.errors import ConfigError, StallError
 from poss_core.models.tiny import tiny_target as make_tiny
 
 QUESTIONS = [runner.Question("alpaca", 7, "", ["abc abc abc"])]

@@ -15,14 +15,15 @@ import pytest
 import wording
 from app_settings import req, run_settings
 
-from app.demo import control_defaults, handlers, user_settings, view_handlers
-from app.server import api, limits
-from app.sessions import state
-from poss_core import compare, methods
+from app.actions import api, handlers, view_handlers
+from app.server import limits
+from app.sessions import state, user_settings
+from app.views import control_defaults
 from poss_core.autobudget import cache, calibration
-from poss_core.errors import CallStopped, ConfigError
+from poss_core.base.errors import CallStopped, ConfigError
 from poss_core.models.presets import get_preset
 from poss_core.models.target import TargetModel
+from poss_core.runtime import compare, methods
 
 VIEW = user_settings.View()
 

@@ -7,9 +7,9 @@ import torch
 from helpers import greedy_reference
 from safetensors.torch import save_file
 
+from poss_core.base.errors import CheckpointError
 from poss_core.decoding.config import DecodeConfig
 from poss_core.decoding.decoder import SpeculativeDecoder, encode_prompt
-from poss_core.errors import CheckpointError
 from poss_core.models.checkpoint import load_draft, save_draft, target_fingerprint
 from poss_core.models.tiny import tiny_target
 
@@ -253,8 +253,8 @@ def test_bad_draft_configs_are_refused_before_any_allocation(
 
 
 def test_positions_per_specialist_argument_and_layer_count_are_bounded(tmp_path, tiny_target):
+    from poss_core.base.settings import LIMITS
     from poss_core.models import checkpoint
-    from poss_core.settings import LIMITS
 
     assert checkpoint.MAX_POSITIONS_PER_SPECIALIST == LIMITS["depth"][1]
     folder = write_released(tmp_path / "d", tiny_target.vocab_size, 1, True, "safetensors")

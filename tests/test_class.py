@@ -15,14 +15,17 @@ import wording
 from app_settings import req, run_settings
 from wording import n_of
 
-from app.demo import control_defaults, handlers, recordings, user_settings, view_handlers
-from app.demo.chart_view import CHART_NAMES
-from app.server import api, calls, launch, limits, live_queue
+from app.actions import api, calls, handlers, view_handlers
+from app.page import launch, server_state
+from app.server import limits, live_queue
 from app.server.class_pool import CLASS, ClassPool
-from app.sessions import state
-from poss_core import compare, metrics, saved_runs
-from poss_core.errors import ConfigError
+from app.sessions import recordings, state, user_settings
+from app.views import control_defaults
+from app.views.chart_view import CHART_NAMES
+from poss_core.base.errors import ConfigError
 from poss_core.models.presets import DEFAULT_PRESET
+from poss_core.rounds import metrics
+from poss_core.runtime import compare, saved_runs
 
 THIS_RUN = user_settings.View()
 EVERYONE = user_settings.View.from_controls("draft position", False, "conditional", user_settings.CLASS_VIEW)
@@ -280,7 +283,7 @@ def test_launch_defaults_for_a_two_vcpu_space():
 
 def test_installed_limits_reach_what_holds_them(monkeypatch):
     from app.server import client_share, disk_budget, file_owners
-    from poss_core.model_cache import MODELS
+    from poss_core.runtime.model_cache import MODELS
 
     for name, obj in (("LIVE", live_queue), ("SHARE", client_share), ("SESSIONS", state)):
         monkeypatch.setattr(obj, name, type(getattr(obj, name))())
@@ -288,7 +291,7 @@ def test_installed_limits_reach_what_holds_them(monkeypatch):
     before_disk = (disk_budget.BUDGET.cap_bytes, disk_budget.BUDGET.age_s, disk_budget.RATE.bytes_per_s)
     try:
         server = limits.ServerLimits(call_s=9.0, slots=3, per_address=7, proxy_hops=1, memory_mb=100.0, idle_s=30.0)
-        limits.install(server)
+        server_state.install(server)
         assert limits.LIMITS is server and live_queue.LIVE.cap_s == 9.0 and live_queue.LIVE.slots == 3
         assert client_share.SHARE.per_address == 7 and client_share.PROXY_HOPS == 1
         assert state.SESSIONS.idle_s == 30.0 and MODELS.budget_bytes == 100 * 2**20

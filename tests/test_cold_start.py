@@ -8,10 +8,10 @@ import threading
 import pytest
 from app_settings import req, run_settings
 
-from app.demo import handlers, user_settings
-from app.sessions import state
-from poss_core import compare
+from app.actions import handlers
+from app.sessions import state, user_settings
 from poss_core.autobudget import cache, calibration
+from poss_core.runtime import compare
 
 
 def cold_settings(**kw):

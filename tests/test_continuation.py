@@ -9,7 +9,7 @@ from poss_core.decoding.config import DecodeConfig
 from poss_core.decoding.continuation import chain_mask, continuation_deviation, unroll_chains
 from poss_core.decoding.decoder import SpeculativeDecoder, encode_prompt
 from poss_core.decoding.oracle import OracleDecoder
-from poss_core.events import RoundEvent
+from poss_core.rounds.events import RoundEvent
 from poss_core.training.trainer import TrainSequence, decoding_mask, decoding_unroll, make_batch
 
 
@@ -118,8 +118,8 @@ def test_no_continuation_for_the_oracle_or_a_stopped_decode(tiny_target, trained
 
 
 def test_deviation_kinds_pool_by_position_with_their_slot_counts(tiny_target, trained_drafts):
-    from poss_core import metrics
     from poss_core.results.records import TurnRecord
+    from poss_core.rounds import metrics
 
     cfg = DecodeConfig(max_new_tokens=30, depth=4, top_k=4, tree_budget=16)
     ids = encode_prompt(tiny_target.tokenizer, "one two three four")
@@ -161,8 +161,8 @@ def test_every_position_starts_a_chain_at_each_committed_token(tiny_target, trai
     """Every position of the continuation is a start: n at k=1 is the number of generated tokens with a known
     feature after them, each round's mean covers its root and accepted tokens, and its root's chain is the
     round-root measure."""
-    from poss_core import metrics
     from poss_core.decoding.continuation import ANCHORS_PER_PASS, start_deviations
+    from poss_core.rounds import metrics
 
     cfg = DecodeConfig(max_new_tokens=40, depth=5, top_k=4, tree_budget=24)
     ids = encode_prompt(tiny_target.tokenizer, "count with me: one two three")

@@ -72,9 +72,9 @@ def test_speculative_equals_plain_on_the_real_model(smollm2):
 
 def test_the_bundled_hass_control_loads_drafts_and_equals_plain(smollm2):
     """hass: EAGLE's one layer trained like POSS-2; bundled, trained, and lossless at T=0 in fp32."""
-    from poss_core import metrics
     from poss_core.models.checkpoint import load_draft
     from poss_core.models.presets import get_preset
+    from poss_core.rounds import metrics
 
     ref = get_preset("smollm2-135m").drafts["hass"]
     assert ref.trained, ref.note

@@ -7,9 +7,9 @@ import pytest
 import torch
 from helpers import greedy_reference
 
+from poss_core.base.errors import ConfigError
 from poss_core.decoding.config import DecodeConfig
 from poss_core.decoding.decoder import SpeculativeDecoder, encode_prompt
-from poss_core.errors import ConfigError
 from poss_core.models.loading import load_preset_target, parse_max_memory, random_draft
 from poss_core.models.tiny import tiny_target
 

@@ -16,10 +16,10 @@ from types import SimpleNamespace
 import pytest
 from asgi_request import asgi_request
 
+from app.actions import saved_files
 from app.server import disk_budget, server_text
 from app.server.disk_budget import MB, DiskBudget, UploadRate, sweep
 from app.server.upload_limits import UploadLimitMiddleware
-from app.sessions import saved_files
 
 
 def _file(path, size: int, age_s: float, now: float) -> str:
@@ -151,8 +151,8 @@ def test_the_upload_middleware_refuses_when_the_cap_cannot_make_room(tmp_path):
 
 
 def test_the_app_installs_the_upload_middleware_and_the_launch_flags_have_space_defaults():
-    from app.server.launch import build_parser
-    from app.server.serving import launch_kwargs
+    from app.page.launch import build_parser
+    from app.page.serving import launch_kwargs
 
     args = build_parser().parse_args([])
     assert args.disk_cap_mb == 2048 and args.upload_mb_per_second == 2
@@ -238,7 +238,7 @@ def test_messages_name_no_server_folder():
     assert str(cache_root()) not in shown and "<the model cache>/smollm2-135m-instruct" in shown
     assert server_text.neutral_paths("depth 20 is out of range") == "depth 20 is out of range"
 
-    from app.demo.token_html import status_html
+    from app.views.token_html import status_html
 
     assert str(cache_root()) not in status_html(text, "error")
 
@@ -273,8 +273,8 @@ def test_bitsandbytes_warning_is_logged_once_per_process():
 
 
 def test_an_over_long_integer_in_a_saved_run_is_a_refusal_not_a_fault(tmp_path):
-    from poss_core.errors import PossError
-    from poss_core.saved_runs import load_run
+    from poss_core.base.errors import PossError
+    from poss_core.runtime.saved_runs import load_run
 
     path = tmp_path / "big.jsonl"
     path.write_text('{"type": "run", "x": ' + "1" * 100_000 + "}\n")
@@ -283,7 +283,7 @@ def test_an_over_long_integer_in_a_saved_run_is_a_refusal_not_a_fault(tmp_path):
 
 
 def test_a_cancelled_compare_takes_its_workers_exception(capsys):
-    from app.server.api import _retrieved
+    from app.actions.api import _retrieved
 
     async def main():
         loop = asyncio.get_running_loop()

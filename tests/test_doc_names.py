@@ -1,5 +1,5 @@
 """Every piece of code the docs name exists: in a backticked span of README.md or a doc under docs/, a path
-(`poss_core/compare.py`, `scripts/server_check.py`, `poss_core/autobudget/`), a script or module file by its name
+(`poss_core/rounds/events.py`, `scripts/server_check.py`, `poss_core/autobudget/`), a script or module file by its name
 (`server_check.py`), and a dotted name (`compare.start`, `handlers.run_handler(...)`, `views.pooling.pool_events`,
 `RunSpec.resolve`) whose first part is a project module (by its dotted path or its last parts) or a project class.
 Names are read from the source with `ast`: a module's own definitions count (a package's imports too: they are what
@@ -179,7 +179,7 @@ def test_every_name_a_doc_gives_exists(doc, project):
 
 def test_the_check_reads_each_form_of_name(project):
     text = (
-        "`compare.start(run)`, `poss_core/run_spec.py`, `views.pooling.pool_events`, `RunSpec.resolve`, "
+        "`compare.start(run)`, `poss_core/runtime/run_spec.py`, `views.pooling.pool_events`, `RunSpec.resolve`, "
         "`server_check.py`, `python -m poss_core.bench report DIR`, `poss_core/autobudget/`, a draft's `config.json`, "
         "`lane.events`, `torch.cuda.synchronize`"
     )
@@ -205,7 +205,7 @@ def test_a_renamed_function_fails_the_check(tmp_path):
     package.mkdir()
     (package / "__init__.py").write_text("")
     module = package / "compare.py"
-    shutil.copy(ROOT / "poss_core" / "compare.py", module)
+    shutil.copy(ROOT / "poss_core" / "runtime" / "compare.py", module)
     doc = "The API ends a call with `compare.run_to_end(comparison)` and `Comparison.drain`."
     assert stale_names(doc, Project.read(tmp_path)) == []
     source = module.read_text()

@@ -3,9 +3,9 @@
 import pytest
 from helpers import run_main
 
+from poss_core.base.errors import CheckpointError, ConfigError, PromptError
 from poss_core.decoding.config import DecodeConfig
 from poss_core.decoding.decoder import PlainDecoder, SpeculativeDecoder, encode_prompt
-from poss_core.errors import CheckpointError, ConfigError, PromptError
 from poss_core.generate import main as generate_main
 from poss_core.models.loading import random_draft
 from poss_core.models.tiny import tiny_target

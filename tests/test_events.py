@@ -8,10 +8,11 @@ from dataclasses import field, fields, make_dataclass
 
 import pytest
 
-from poss_core import events, saved_runs
-from poss_core.events import DraftNode, FeatureDeviation, RoundEvent, StartDeviation, TreeDeviation
-from poss_core.json_safe import clean_json
+from poss_core.base.json_safe import clean_json
 from poss_core.results import records
+from poss_core.rounds import events
+from poss_core.rounds.events import DraftNode, FeatureDeviation, RoundEvent, StartDeviation, TreeDeviation
+from poss_core.runtime import saved_runs
 
 
 def full_round() -> RoundEvent:

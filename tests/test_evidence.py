@@ -15,21 +15,21 @@ import wording
 from helpers import PLOTLY_MARKUP, assert_shown_as_text, plotly_strings
 from test_bench import DEPTH, known_records
 
-from app.demo import render
-from app.evidence import evidence_view
+from app.page import evidence_view
 from app.server import limits
-from poss_core import metrics
+from app.views import render
+from poss_core.base.errors import ConfigError
 from poss_core.bench import cli
-from poss_core.errors import ConfigError
-from poss_core.methods import label_of
 from poss_core.models.presets import DEFAULT_PRESET, get_preset
 from poss_core.results import analysis, evidence, loading
+from poss_core.rounds import metrics
+from poss_core.runtime.methods import label_of
 from poss_core.views import figures
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-# ---------------------------------------------------------------- statistics (poss_core.metrics)
+# ---------------------------------------------------------------- statistics (poss_core.rounds.metrics)
 
 
 def test_wilson_interval_against_a_hand_computation():
@@ -276,7 +276,7 @@ def test_loader_bounds_the_rounds_it_builds_a_summary_from(known, tmp_path, monk
 
 
 def test_evidence_loads_queue_one_at_a_time_apart_from_decoding():
-    from app import ui
+    from app.page import ui
 
     demo = ui.build_demo("tiny-random")
     loads = [fn for fn in demo.fns.values() if fn.concurrency_id == "evidence"]
@@ -541,8 +541,8 @@ def test_records_of_a_method_whose_draft_is_not_observed_load(known):
     """Prompt lookup's nodes carry no score or draft probability: records.jsonl stores null there."""
     from dataclasses import replace as _replace
 
-    from poss_core.events import DraftNode
-    from poss_core.json_safe import clean_json
+    from poss_core.base.json_safe import clean_json
+    from poss_core.rounds.events import DraftNode
 
     rec = next(r for r in known_records() if r.method == "eagle")
     blind = [
@@ -606,7 +606,7 @@ def test_a_version_1_summary_still_loads_and_counts_every_round_as_drafting_its_
 def test_drafting_time_per_round_is_in_the_summary_and_the_evidence_table(known):
     """Each cell keeps the run's drafting ms per round (what more specialists cost), the Evidence tab's table shows it
     for drafts only, and a summary written before it loads with none."""
-    from app.evidence.evidence_html import table_html
+    from app.views.evidence_html import table_html
 
     records, ev = known
     table = analysis.aggregate(records, DEPTH)["table"]

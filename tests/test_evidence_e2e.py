@@ -10,10 +10,10 @@ import pytest
 from test_app_e2e import app_page, free_port, needs_chromium
 from test_bench import DEPTH, known_records
 
-from app.server import limits
+from app.page import server_state
+from app.page.serving import launch_kwargs
+from app.page.ui import build_demo
 from app.server.limits import ServerLimits
-from app.server.serving import launch_kwargs
-from app.ui import build_demo
 from poss_core.bench import report
 from poss_core.results import evidence
 
@@ -41,7 +41,7 @@ def server(tmp_path_factory):
         yield f"http://127.0.0.1:{port}/"
     finally:
         demo.close()
-        limits.install(ServerLimits())  # the defaults back for the tests after this one
+        server_state.install(ServerLimits())  # the defaults back for the tests after this one
         if before is None:
             os.environ.pop("POSS_EVIDENCE_DIR", None)
         else:

@@ -1,11 +1,11 @@
-"""A round told in words (`poss_core.explain.explain_round`) for hand-built events, and the bonus_prob field."""
+"""A round told in words (`poss_core.rounds.explain.explain_round`) for hand-built events, and the bonus_prob field."""
 
 from __future__ import annotations
 
 import math
 
-from poss_core.events import DraftNode, FeatureDeviation, RoundEvent
-from poss_core.explain import explain_round, say_probability
+from poss_core.rounds.events import DraftNode, FeatureDeviation, RoundEvent
+from poss_core.rounds.explain import explain_round, say_probability
 
 TEXTS = {10: "The", 11: "A", 12: " cat", 13: " dog", 14: " sat", 50: " mat", 40: "Hello"}
 
@@ -111,7 +111,7 @@ def test_bonus_prob_round_trips_and_old_events_load():
 
 
 def test_decoders_record_the_targets_probability_of_its_bonus():
-    from poss_core import compare
+    from poss_core.runtime import compare
 
     for temperature in (0.0, 0.8):
         comp = compare.start(

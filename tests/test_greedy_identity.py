@@ -7,11 +7,11 @@ import pytest
 import torch
 from helpers import greedy_reference
 
-from poss_core import metrics
 from poss_core.decoding.config import DecodeConfig
 from poss_core.decoding.decoder import PlainDecoder, SpeculativeDecoder, encode_prompt
-from poss_core.events import DecodeSummary
 from poss_core.models.loading import random_draft
+from poss_core.rounds import metrics
+from poss_core.rounds.events import DecodeSummary
 
 PROMPTS = ["Hi there, how are you?", "Write a poem about the sea.", "2 + 2 = ?"]
 

@@ -9,18 +9,18 @@ import threading
 import pytest
 import torch
 
-from poss_core import compare, methods, saved_runs
+from poss_core.base.errors import ConfigError
 from poss_core.bench import cli, rebuild
 from poss_core.decoding.config import DecodeConfig
 from poss_core.decoding.decoder import PlainDecoder, encode_prompt
 from poss_core.decoding.hf_generate import HFGenerateDecoder
-from poss_core.errors import ConfigError
-from poss_core.events import DecodeSummary, RoundEvent
-from poss_core.explain import explain_round
 from poss_core.models.presets import DEFAULT_PRESET, get_preset
 from poss_core.models.tiny import tiny_target as make_tiny
-from poss_core.run_spec import RunSpec
-from poss_core.token_records import round_records
+from poss_core.rounds.events import DecodeSummary, RoundEvent
+from poss_core.rounds.explain import explain_round
+from poss_core.rounds.token_records import round_records
+from poss_core.runtime import compare, methods, saved_runs
+from poss_core.runtime.run_spec import RunSpec
 
 # The tiny random target falls into a repeating pattern within a few tokens, so n-grams recur and lookups hit.
 PROMPT = "abc abc abc abc abc abc"
@@ -234,7 +234,7 @@ def test_the_round_told_in_words_claims_nothing_it_cannot_know():
 
 def test_a_lookup_lane_has_no_specialist_strip(tiny_target):
     """Prompt lookup has no specialists: the pos-acc chart's strip leaves it out instead of showing "S1"."""
-    from poss_core.metrics import acceptance_stats, specialists_by_position
+    from poss_core.rounds.metrics import acceptance_stats, specialists_by_position
 
     ids = encode_prompt(tiny_target.tokenizer, PROMPT)
     events, _ = run(HFGenerateDecoder(tiny_target, DecodeConfig(depth=6, max_new_tokens=40), "pld"), ids)

@@ -7,11 +7,11 @@ import pytest
 import torch
 import yaml
 
+from poss_core.base.errors import CheckpointError
+from poss_core.base.paths import assets_dir
 from poss_core.deploy.space import HUB_FILE_LIMIT, SpaceError, export_hub, main, model_card
-from poss_core.errors import CheckpointError
 from poss_core.models.checkpoint import load_draft, read_weights, save_draft
 from poss_core.models.loading import random_draft
-from poss_core.paths import assets_dir
 
 BUNDLED = assets_dir() / "drafts" / "smollm2-135m"
 

@@ -13,66 +13,42 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# Bottom to top; a module belongs to the longest prefix that names it.
+# Bottom to top: every folder is one layer. A module belongs to its folder, and imports only from its own folder or
+# a folder below it; a folder missing from this list fails `test_every_folder_is_a_layer`.
 LAYERS = [
-    ["poss_core", "poss_core.errors", "poss_core.json_safe", "poss_core.paths"],
-    ["poss_core.events", "poss_core.settings", "poss_core.call_budget"],
-    [
-        "poss_core.metrics",
-        "poss_core.prompt_files",
-        "poss_core.explain",
-        "poss_core.token_records",
-        "poss_core.held_memory",
-    ],
-    ["poss_core.models"],
-    ["poss_core.decoding"],
-    ["poss_core.autobudget"],
-    ["poss_core.methods", "poss_core.model_cache"],
-    ["poss_core.run_spec"],  # a comparison's settings, checked and resolved once
-    ["poss_core.compare", "poss_core.saved_runs"],
-    ["poss_core.views"],  # what the app and the benchmark both draw
-    ["poss_core.results"],  # what a benchmark run leaves: records, tables, the evidence summary
-    ["poss_core.bench", "poss_core.generate"],
-    ["poss_core.training"],
-    ["poss_core.deploy"],  # stages the app, engine and drafts for a Space
-    [
-        "app",
-        "app.demo.about",
-        "app.demo.tab_pools",
-        "app.demo.user_settings",
-        "app.demo.control_defaults",
-        "app.sessions.state",
-        "app.server.live_queue",
-        "app.server.client_share",
-        "app.server.class_pool",
-        "app.demo.recordings",
-    ],
-    ["app.demo.token_html", "app.demo.chart_view"],
-    ["app.demo.render"],
-    [
-        "app.server.calls",
-        "app.demo.handlers",
-        "app.demo.view_handlers",
-        "app.sessions.saved_files",
-        "app.server.api",
-        "app.evidence.evidence_view",
-    ],
-    ["app.demo.controls", "app.server.serving"],
-    ["app.demo.layout", "app.demo.wiring"],  # the Demo tab's parts and events
-    ["app.ui"],
-    ["app.server.launch"],
-    ["app_entry"],  # app.py
+    "poss_core/base",  # errors, paths, JSON safety, the settings' declarations: imports nothing of the project
+    "poss_core/rounds",  # RoundEvent and everything computed or said of rounds
+    "poss_core/models",  # target, draft, checkpoints, presets, loading
+    "poss_core/decoding",  # trees, verification, the speculative decoder
+    "poss_core/autobudget",  # the tree budget fitted to this machine
+    "poss_core/runtime",  # methods, models kept loaded, a run's settings, the race of lanes, saved runs
+    "poss_core/views",  # what the app and the benchmark both draw
+    "poss_core/results",  # what a benchmark run leaves: records, tables, the evidence summary
+    "poss_core/bench",
+    "poss_core/training",
+    "poss_core/deploy",  # stages the app, engine and drafts for a Space
+    "poss_core",  # the package and `python -m poss_core.generate`
+    "app/server",  # the server's limits and defences, knowing nothing of the page
+    "app/sessions",  # what the app remembers: tabs, pools, recordings, measured speeds, a visitor's settings
+    "app/views",  # what the page draws
+    "app/actions",  # what the buttons and the API do
+    "app/page",  # the tabs' assembly, serving and launch
+    "app",  # the package
+    ".",  # app.py
 ]
+
 PLOTLY_ALLOWED = {"poss_core.views.figures"}
 
 
+def folder_of(module: str) -> str:
+    """The folder a module's file sits in, relative to the project root ("." for app.py)."""
+    path = MODULES[module].relative_to(ROOT)
+    return path.parent.as_posix() if path.parent.parts else "."
+
+
 def layer_of(module: str) -> int | None:
-    best, found = -1, None
-    for i, names in enumerate(LAYERS):
-        for name in names:
-            if (module == name or module.startswith(name + ".")) and len(name) > best:
-                best, found = len(name), i
-    return found
+    folder = folder_of(module) if module in MODULES else None
+    return LAYERS.index(folder) if folder in LAYERS else None
 
 
 def project_modules() -> dict[str, Path]:
@@ -108,19 +84,32 @@ def imports_of(module: str, path: Path) -> list[tuple[str, int]]:
     return found
 
 
-def test_every_module_is_in_a_layer():
-    assert [m for m in MODULES if layer_of(m) is None] == []
+def test_every_folder_is_a_layer():
+    assert sorted({folder_of(m) for m in MODULES if layer_of(m) is None}) == []
+
+
+def test_an_import_from_a_folder_above_fails_and_one_from_below_passes():
+    """The check itself: a server module importing the page, or rounds importing the decoder, is caught."""
+    assert upward("app.server.limits", [("app.page.launch", 3)]) == [
+        "line 3: app.page.launch (app/page is above app/server)"
+    ]
+    assert upward("poss_core.rounds.events", [("poss_core.decoding.decoder", 9)]) != []
+    assert upward("app.page.ui", [("app.server.limits", 1), ("app.page.layout", 2), ("poss_core.base.errors", 3)]) == []
+
+
+def upward(module: str, imports: list[tuple[str, int]]) -> list[str]:
+    """The imports of `module` that reach into a folder above its own."""
+    mine = layer_of(module)
+    return [
+        f"line {line}: {name} ({LAYERS[layer_of(name)]} is above {LAYERS[mine]})"
+        for name, line in imports
+        if layer_of(name) is not None and layer_of(name) > mine
+    ]
 
 
 @pytest.mark.parametrize("module", sorted(MODULES))
-def test_no_module_imports_from_a_layer_above_it(module):
-    mine = layer_of(module)
-    above = [
-        f"line {line}: {name} ({LAYERS[layer_of(name)][0]} is above {LAYERS[mine][0]})"
-        for name, line in imports_of(module, MODULES[module])
-        if layer_of(name) is not None and layer_of(name) > mine
-    ]
-    assert above == [], f"{module} imports upward: {above}"
+def test_no_module_imports_from_a_folder_above_its_own(module):
+    assert upward(module, imports_of(module, MODULES[module])) == [], f"{module} imports upward"
 
 
 @pytest.mark.parametrize("module", sorted(m for m in MODULES if m.startswith("poss_core")))

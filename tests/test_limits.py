@@ -12,15 +12,15 @@ import pytest
 from app_settings import req, run_settings
 from helpers import run_main
 
-from app.demo import handlers, user_settings
-from app.server import api, limits
-from app.sessions import state
-from poss_core import compare
+from app.actions import api, handlers
+from app.server import limits
+from app.sessions import state, user_settings
+from poss_core.base.errors import ConfigError, PromptError
+from poss_core.base.settings import LIMITS
 from poss_core.decoding import config as config_module
 from poss_core.decoding.config import DecodeConfig
-from poss_core.errors import ConfigError, PromptError
 from poss_core.generate import main as generate_main
-from poss_core.settings import LIMITS
+from poss_core.runtime import compare
 
 VIEW = user_settings.View()
 
@@ -53,7 +53,7 @@ def test_decode_config_names_the_field_and_its_range(change, needle):
 
 
 def test_limits_are_the_uis_slider_ranges_and_the_preset_defaults_fit():
-    from app.ui import build_demo
+    from app.page.ui import build_demo
 
     demo = build_demo("tiny-random")
     sliders = {

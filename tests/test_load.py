@@ -178,7 +178,7 @@ def client_script(url: str, i: int, refs: dict, rec: Recorder) -> None:
 def test_sixteen_clients_against_the_real_app():
     import torch
 
-    from poss_core import compare
+    from poss_core.runtime import compare
 
     torch.set_num_threads(1)
     refs = {

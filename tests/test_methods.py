@@ -7,14 +7,14 @@ import os
 
 import pytest
 
-from app.demo import control_defaults, render
-from poss_core import compare, methods
+from app.views import control_defaults, render
+from poss_core.base.errors import ConfigError
 from poss_core.bench import runner
 from poss_core.decoding.decoder import PlainDecoder, SpeculativeDecoder
 from poss_core.decoding.hf_generate import HFGenerateDecoder
-from poss_core.errors import ConfigError
 from poss_core.models.presets import DEFAULT_PRESET, drafts_dir, get_preset, presets
 from poss_core.results.records import TurnRecord
+from poss_core.runtime import compare, methods
 
 
 def test_the_real_default_preset_labels_its_untrained_drafts_without_a_path(tmp_path, monkeypatch):
@@ -106,7 +106,7 @@ def test_build_decoder_for_every_method_of_a_preset(tiny_target):
 def test_runs_saved_with_the_old_names_load_with_the_registry_names(tmp_path):
     import json
 
-    from poss_core import saved_runs
+    from poss_core.runtime import saved_runs
 
     head = {
         "type": "run",

@@ -4,8 +4,8 @@ import math
 
 import pytest
 
-from poss_core import metrics
-from poss_core.events import DraftNode, FeatureDeviation, RoundEvent
+from poss_core.rounds import metrics
+from poss_core.rounds.events import DraftNode, FeatureDeviation, RoundEvent
 
 
 def ev(round_, accept_len, depth=4, wall_ms=10.0, new_tokens=0, prefill=False, devs=None):

@@ -8,15 +8,15 @@ import torch
 from helpers import greedy_reference
 from test_bench import events, known_records, rec
 
-from poss_core import compare, methods
 from poss_core.bench import cli, overhead, runner, tables
 from poss_core.decoding.config import DecodeConfig
 from poss_core.decoding.decoder import encode_prompt
 from poss_core.decoding.oracle import OracleDecoder, oracle_tree
 from poss_core.decoding.verify import verify_greedy
-from poss_core.events import DecodeSummary
 from poss_core.models.presets import get_preset
 from poss_core.results import analysis
+from poss_core.rounds.events import DecodeSummary
+from poss_core.runtime import compare, methods
 
 PROMPTS = ["Hi there, how are you?", "Write a poem about the sea.", "2 + 2 = ?"]
 

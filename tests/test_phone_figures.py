@@ -9,9 +9,10 @@ import re
 
 import pytest
 
-from app.demo import chart_fit, chart_view, recordings, render
-from poss_core.events import DraftNode, RoundEvent
+from app.sessions import recordings
+from app.views import chart_fit, chart_view, render
 from poss_core.models.presets import DEFAULT_PRESET
+from poss_core.rounds.events import DraftNode, RoundEvent
 from poss_core.views import figures, tree_labels
 from poss_core.views.tree_labels import Box, Mark
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from poss_core.errors import CheckpointError
+from poss_core.base.errors import CheckpointError
 from poss_core.models import hardware
 from poss_core.models.checkpoint import (
     META_FILE,
@@ -133,7 +133,7 @@ def test_generate_checks_identity_at_the_precisions_tolerance(capsys):
     from helpers import run_main
 
     from poss_core import generate
-    from poss_core.events import DecodeSummary
+    from poss_core.rounds.events import DecodeSummary
 
     argv = ["--preset", "tiny-random", "--draft", "poss2", "--prompt", "hello", "--max-new-tokens", "12"]
     r = run_main(generate.main, [*argv, "--dtype", "float16", "--check-identity"])

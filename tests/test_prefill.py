@@ -9,12 +9,12 @@ from dataclasses import replace
 import pytest
 import torch
 
-from app.demo import user_settings
 from app.server import limits
+from app.sessions import user_settings
 from poss_core.decoding.config import DecodeConfig
 from poss_core.decoding.decoder import PlainDecoder
-from poss_core.events import DecodeSummary
 from poss_core.models.target import causal_allowed
+from poss_core.rounds.events import DecodeSummary
 
 
 def one_shot(target, ids):
@@ -105,7 +105,7 @@ def test_the_cap_holds_inside_the_prefill_of_a_run_and_a_step(slow_per_token, mo
     import wording
     from app_settings import req, run_settings
 
-    from app.demo import handlers
+    from app.actions import handlers
     from app.sessions import state
 
     monkeypatch.setattr(limits, "LIMITS", replace(limits.LIMITS, call_s=0.5))

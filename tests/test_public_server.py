@@ -227,10 +227,10 @@ def test_a_queue_stream_for_an_unknown_session_is_one_line_not_a_trace(monkeypat
 
 
 def test_the_models_kept_loaded_stay_within_the_memory_total_but_the_one_in_use():
-    from poss_core.errors import ModelLoadError
-    from poss_core.model_cache import ModelCache
+    from poss_core.base.errors import ModelLoadError
     from poss_core.models.presets import get_preset
     from poss_core.models.resident import model_bytes
+    from poss_core.runtime.model_cache import ModelCache
 
     preset = get_preset("tiny-random")
     cache = ModelCache(max_targets=4)

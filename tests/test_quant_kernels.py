@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from poss_core.errors import ConfigError
+from poss_core.base.errors import ConfigError
 from poss_core.models.loading import load_preset_target
 from poss_core.models.quantization import KERNEL_ENV, dequantized_forward, kernel_choice, use_kernels
 

@@ -4,9 +4,9 @@ batch, and verification stays lossless w.r.t. the quantized target (identical to
 import pytest
 import torch
 
+from poss_core.base.errors import ConfigError
 from poss_core.decoding.config import DecodeConfig
 from poss_core.decoding.decoder import PlainDecoder, SpeculativeDecoder, encode_prompt
-from poss_core.errors import ConfigError
 from poss_core.models.loading import load_preset_target, random_draft
 from poss_core.models.numerics import (
     MISMATCH,
@@ -149,8 +149,8 @@ def test_quantized_default_model_speculative_equals_plain(mode):
     """The cases that parted from plain decoding before (4-bit: both drafts stopped early after "the City of Light";
     8-bit: "Write a haiku" differed at the first token). 4-bit now equals plain decoding of the same quantized
     target token for token; 8-bit may still part, but only where plain's margin is within int8's rounding noise."""
-    from poss_core import methods
     from poss_core.models.presets import DEFAULT_PRESET, get_preset
+    from poss_core.runtime import methods
 
     preset = get_preset(DEFAULT_PRESET)
     target = load_preset_target(preset.target, quantization=mode, device="cpu", dtype=torch.float32)

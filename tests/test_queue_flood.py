@@ -116,9 +116,9 @@ def test_every_request_body_is_capped_by_its_length_and_by_its_bytes():
 
 
 def test_the_app_counts_examples_loads_and_the_evidence_tabs_loads():
+    from app.page.serving import launch_kwargs, share_events
+    from app.page.ui import build_demo
     from app.server.limits import ServerLimits
-    from app.server.serving import launch_kwargs, share_events
-    from app.ui import build_demo
 
     demo = build_demo("tiny-random", server=ServerLimits())
     events = share_events(demo)
@@ -135,7 +135,7 @@ def test_the_app_counts_examples_loads_and_the_evidence_tabs_loads():
 
 
 def test_the_class_pool_counts_each_addresss_share():
-    from poss_core import compare
+    from poss_core.runtime import compare
 
     comp = compare.run_to_end(
         compare.start(compare.RunSpec("Hi", ["plain"], "tiny-random", max_new_tokens=3, depth=4, top_k=4).resolve())

@@ -8,8 +8,9 @@ import math
 
 import pytest
 
-from poss_core import compare, metrics
-from poss_core.events import DecodeSummary, DraftNode, RoundEvent
+from poss_core.rounds import metrics
+from poss_core.rounds.events import DecodeSummary, DraftNode, RoundEvent
+from poss_core.runtime import compare
 
 
 def scripted(round_ms: float, per_round: int, rounds: int, prefill_ms: float = 5.0):

@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[1]
 OWN = {"poss_core", "app", "__future__"}
 # Imported only inside `try: ... except ImportError`, so the code runs without them; each with why it is not pinned.
 OPTIONAL = {
-    "spaces": "ZeroGPU's decorator: only a ZeroGPU Space has it (app/server/launch.py, app/ui.py); in "
+    "spaces": "ZeroGPU's decorator: only a ZeroGPU Space has it (app/page/launch.py, app/page/ui.py); in "
     "requirements-dev.txt",
 }
 
@@ -100,7 +100,7 @@ def test_dropping_a_requirement_line_is_caught_naming_the_module():
     assert without != text
     problems = unprovided(without)
     assert len(problems) == 1 and problems[0].startswith("pydantic (from pydantic), imported by "), problems
-    assert "poss_core/results/evidence.py" in problems[0] or "poss_core/saved_runs.py" in problems[0]
+    assert "poss_core/results/evidence.py" in problems[0] or "poss_core/runtime/saved_runs.py" in problems[0]
     yaml = unprovided(text.replace("PyYAML==", "# PyYAML=="))  # a distribution named apart from its module
     assert [p.split(" ")[0] for p in yaml] == ["yaml"]
 

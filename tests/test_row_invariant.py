@@ -6,10 +6,9 @@ import pytest
 import torch
 from helpers import greedy_reference
 
+from poss_core.base.errors import ConfigError
 from poss_core.decoding.config import DecodeConfig
 from poss_core.decoding.decoder import PlainDecoder, SpeculativeDecoder, encode_prompt
-from poss_core.errors import ConfigError
-from poss_core.events import DecodeSummary
 from poss_core.models import row_invariant
 from poss_core.models.invariance import invariance
 from poss_core.models.loading import random_draft
@@ -17,6 +16,7 @@ from poss_core.models.numerics import MISMATCH, classify_divergence, target_nume
 from poss_core.models.target import TargetModel
 from poss_core.models.tiny import tiny_target
 from poss_core.results.analysis import classify_mismatches
+from poss_core.rounds.events import DecodeSummary
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 

@@ -10,12 +10,12 @@ import pytest
 from app_settings import req, run_settings
 from helpers import PLOTLY_MARKUP, assert_shown_as_text, plotly_strings
 
-from app import ui
-from app.demo import about, handlers, user_settings
-from app.demo import wiring as demo_wiring
-from app.server import serving
-from app.sessions import saved_files, state
-from poss_core import saved_runs
+from app.actions import handlers, saved_files
+from app.page import serving, ui
+from app.page import wiring as demo_wiring
+from app.sessions import state, user_settings
+from app.views import about
+from poss_core.runtime import saved_runs
 
 VIEW = user_settings.View()
 

@@ -13,9 +13,9 @@ import wording
 from app_settings import req, run_settings
 from asgi_request import asgi_request, body_of
 
-from app.demo import handlers, user_settings, view_handlers
+from app.actions import handlers, saved_files, view_handlers
 from app.server import file_owners
-from app.sessions import saved_files, state
+from app.sessions import state, user_settings
 
 VIEW = user_settings.View()
 
@@ -117,9 +117,9 @@ def test_the_queue_middleware_refuses_a_join_past_the_share_with_a_message():
 
 
 def test_the_app_sweeps_gradios_cache_and_counts_its_decoding_events():
+    from app.page.serving import decoding_events, launch_kwargs
+    from app.page.ui import build_demo
     from app.server.limits import ServerLimits
-    from app.server.serving import decoding_events, launch_kwargs
-    from app.ui import build_demo
 
     demo = build_demo("tiny-random", server=ServerLimits(cache_age_s=120))
     assert demo.delete_cache == (60, 120)

@@ -11,9 +11,9 @@ import page
 import pytest
 from app_settings import req, run_settings
 
-from app.demo import handlers, recordings, tab_pools, user_settings, view_handlers
-from app.sessions import state
-from poss_core import compare
+from app.actions import handlers, view_handlers
+from app.sessions import recordings, state, tab_pools, user_settings
+from poss_core.runtime import compare
 
 VIEW = user_settings.View()
 

@@ -10,9 +10,9 @@ import pytest
 import wording
 from app_settings import req, run_settings
 
-from app.demo import handlers, user_settings
-from app.sessions import state
-from poss_core import compare
+from app.actions import handlers
+from app.sessions import state, user_settings
+from poss_core.runtime import compare
 
 VIEW = user_settings.View()
 
@@ -100,7 +100,7 @@ def test_the_reaper_leaves_a_streaming_run_alone_and_dropping_a_tab_ends_its_wor
 
 
 def test_the_app_starts_one_reaper():
-    from app.ui import build_demo
+    from app.page.ui import build_demo
 
     build_demo("tiny-random")
     build_demo("tiny-random")

@@ -1,4 +1,4 @@
-"""Every setting is declared once (poss_core/settings.py): each surface that offers it (the app's controls, the two
+"""Every setting is declared once (poss_core/base/settings.py): each surface that offers it (the app's controls, the two
 command lines, /compare, saved runs, DecodeConfig) is made from the table, so none can drift from it."""
 
 from __future__ import annotations
@@ -9,10 +9,12 @@ import math
 import gradio as gr
 import pytest
 
-from poss_core import compare, generate, saved_runs, settings
+from poss_core import generate
+from poss_core.base import settings
+from poss_core.base.errors import ConfigError
 from poss_core.bench import cli as bench_cli
 from poss_core.decoding.config import DecodeConfig
-from poss_core.errors import ConfigError
+from poss_core.runtime import compare, saved_runs
 
 
 def parser_settings(parser) -> set[str]:
@@ -27,7 +29,7 @@ def test_decode_config_has_the_tables_decoding_settings_and_defaults():
 def test_every_surface_offers_what_the_table_says():
     assert parser_settings(generate.build_parser()) == set(settings.offered_on(settings.GENERATE))
     assert parser_settings(bench_cli.build_parser()) == set(settings.offered_on(settings.BENCH))
-    from app.server import api
+    from app.actions import api
 
     params = list(api.api_signature().parameters)
     assert params[:3] == ["prompt", "methods", "preset"] and params[-1] == "request"
@@ -38,8 +40,8 @@ def test_every_surface_offers_what_the_table_says():
 
 
 def test_the_apps_controls_are_made_from_the_table():
-    from app.demo import user_settings
-    from app.ui import build_demo
+    from app.page.ui import build_demo
+    from app.sessions import user_settings
 
     demo = build_demo("tiny-random")
     by_id = {c.elem_id: c for c in demo.blocks.values() if getattr(c, "elem_id", None)}
@@ -54,7 +56,8 @@ def test_the_apps_controls_are_made_from_the_table():
 
 
 def test_a_setting_the_layout_does_not_name_gets_its_own_row(monkeypatch):
-    from app.demo import controls, user_settings
+    from app.sessions import user_settings
+    from app.views import controls
 
     monkeypatch.setattr(user_settings, "APP_SETTINGS", user_settings.APP_SETTINGS + ("depth_stop",))
     rows = controls.control_rows()

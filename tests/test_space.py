@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from poss_core.base.paths import assets_dir, project_root
 from poss_core.deploy import space
 from poss_core.deploy.space import HUB_FILE_LIMIT, SpaceError, deploy, stage
 from poss_core.models.presets import DEFAULT_PRESET
-from poss_core.paths import assets_dir, project_root
 
 ROOT = project_root()
 
@@ -43,7 +43,7 @@ def test_snapshot_holds_what_the_space_needs_and_nothing_else(staged):
         "app.py",
         "README.md",
         "requirements.txt",
-        "app/ui.py",
+        "app/page/ui.py",
         "poss_core/deploy/space.py",
         "assets/app.css",
         "assets/examples/prompts.json",
@@ -115,10 +115,10 @@ def test_snapshot_imports_without_the_checkout(staged):
 
 @pytest.mark.slow
 def test_snapshot_app_imports_without_the_checkout(staged):
-    """`import app.ui` (gradio, the layout, the CSS and examples) and app.py's flags work from the snapshot alone."""
+    """`import app.page.ui` (gradio, the layout, CSS, examples) and app.py's flags work from the snapshot alone."""
     out, _ = staged
     env = {**os.environ, "PYTHONPATH": str(out)}
-    code = "import app.ui as ui, poss_core; print(ui.__file__); print(poss_core.__file__); print(len(ui.EXAMPLES))"
+    code = "import app.page.ui as ui, poss_core; print(ui.__file__); print(poss_core.__file__); print(len(ui.EXAMPLES))"
     res = subprocess.run([sys.executable, "-c", code], cwd=out, env=env, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr
     ui_file, core_file, n_examples = res.stdout.split()[-3:]
@@ -211,7 +211,7 @@ def test_zerogpu_decorated_handlers_still_run_on_a_cpu():
     """With `spaces` installed (the dev requirements), the app's handlers go through `spaces.GPU`; off a ZeroGPU
     Space that must leave them working, generators included (Run and Step stream)."""
     pytest.importorskip("spaces")
-    from app import ui
+    from app.page import ui
 
     def streaming(n):
         yield from range(n)

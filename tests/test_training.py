@@ -478,7 +478,7 @@ def test_full_vocabulary_agreement_counts_tokens_outside_the_draft_vocabulary_as
 
 def test_specialists_can_start_from_a_trained_eagle_layer(tiny_target, tmp_path):
     """`--specialists-from`: every POSS specialist (and EAGLE itself) starts as a copy of the trained EAGLE layer."""
-    from poss_core.errors import PossError
+    from poss_core.base.errors import PossError
     from poss_core.models.checkpoint import save_draft
     from poss_core.training.train import make_draft, trained_eagle
 

@@ -10,17 +10,17 @@ import pytest
 import torch
 from helpers import run_main, trained_draft
 
-from poss_core import methods
+from poss_core.base.errors import ConfigError, ModelLoadError
 from poss_core.decoding.config import DecodeConfig
 from poss_core.decoding.decoder import encode_prompt
-from poss_core.errors import ConfigError, ModelLoadError
-from poss_core.events import DecodeSummary
 from poss_core.models.checkpoint import load_draft, save_draft
 from poss_core.models.draft import DraftSpec
 from poss_core.models.loading import load_preset_target
 from poss_core.models.presets import get_preset
 from poss_core.models.quantization import estimate_target_bytes
 from poss_core.models.twin import FULL, TINY, twin_config, twin_tokenizer
+from poss_core.rounds.events import DecodeSummary
+from poss_core.runtime import methods
 
 ROOT = Path(__file__).resolve().parents[1]
 LAYOUTS = {"eagle": 1, "poss1": 7, "poss2": 4, "poss3": 4}  # released Llama-3 drafts: layers (forward_num_total / n)
@@ -100,7 +100,7 @@ def test_a_4bit_tiny_twin_decodes_as_its_plain_decoding():
 
 
 def test_the_tiny_twin_runs_through_the_apps_compare_api():
-    from app.server import api
+    from app.actions import api
 
     out = api.compare_api(
         "Hello there", ["plain", "eagle", "poss2"], preset=TINY, max_new_tokens=8, depth=4, top_k=4, tree_budget=16

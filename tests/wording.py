@@ -13,7 +13,8 @@ from typing import Any
 
 from page import ICONS, Badge, Status, status
 
-from app.demo import handlers, render
+from app.actions import handlers
+from app.views import render
 
 
 def text(said: Any) -> str:
@@ -262,7 +263,7 @@ def says_accepted_draft(tooltip: str, round_: int) -> bool:
 
 
 def says_probs(tooltip: str, draft: float, target: float) -> bool:
-    from poss_core.explain import say_probability
+    from poss_core.rounds.explain import say_probability
 
     return f"draft p {say_probability(draft)} · target p {say_probability(target)}" in tooltip
 
@@ -352,7 +353,7 @@ def says_capped(fig: Any, rounds: int) -> bool:
     return f"capped: the latest {rounds:,} rounds per method" in text(fig)
 
 
-# ---------------------------------------------------------------- a round told in words (poss_core/explain.py)
+# ---------------------------------------------------------------- a round told in words (poss_core/rounds/explain.py)
 
 
 def proposed(round_: int, candidates: int | None = None) -> str:

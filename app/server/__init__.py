@@ -1,2 +1,2 @@
-"""The server: launch and flags, the limits a visitor is held to (the line of live runs, the shares, the disk,
-uploads, saved-run ownership), the /compare API, the class pool and what the log and the replies say."""
+"""The server's limits and defences, knowing nothing of the page: the line of live runs, the per-tab and per-address
+shares, request bodies, uploads, the disk, saved-run ownership, the class pool and what the log and replies say."""

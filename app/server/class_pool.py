@@ -12,9 +12,9 @@ import threading
 import time
 from dataclasses import dataclass
 
-from poss_core import metrics
-from poss_core.compare import Comparison
-from poss_core.metrics import AcceptanceStats
+from poss_core.rounds import metrics
+from poss_core.rounds.metrics import AcceptanceStats
+from poss_core.runtime.compare import Comparison
 
 MAX_KEYS = 64  # (preset, method) pairs kept; presets times their methods are far fewer
 # Runs one address may add until the pool is reset: a class behind one NAT pools plenty, one visitor cannot fill it.

@@ -1,8 +1,7 @@
 """Every limit the server holds a call, a tab or a client to, in one frozen value built from `python app.py`'s flags
-(`ServerLimits.from_args`) and handed to what holds it (`install`): the handlers read `LIMITS`, the line of live
-runs, the shares, the sessions, the disk, the saved runs' owners, the class pool and the model cache get their
-values from it. A test or a direct `build_demo` installs its own. Each default is the one its holder declares, and
-`python app.py`'s flags default to these (launch.DEFAULTS)."""
+(`ServerLimits.from_args`) and handed to what holds it (`server_state.install`): the handlers read `LIMITS`; the line
+of live runs, the shares, the sessions, the disk, the saved runs' owners, the class pool and the model cache get their
+values from it."""
 
 from __future__ import annotations
 
@@ -10,9 +9,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.server import body_cap, client_share, disk_budget, file_owners, live_queue
-from app.sessions import state
 
 MB = 2**20
+SESSION_MEMORY_MB = 4096.0  # what every tab together and the models kept loaded may hold, sized for a 16 GB Space
 
 
 @dataclass(frozen=True)
@@ -33,7 +32,7 @@ class ServerLimits:
     upload_bytes_per_s: float = disk_budget.UPLOAD_BYTES_PER_S  # --upload-mb-per-second, per client address
     saved_run_s: float = file_owners.SAVED_RUN_KEEP_S  # --saved-run-minutes: how long a saved run outlives its tab
     idle_s: float = 600.0  # --idle-minutes: a tab idle this long lets go of what it holds
-    memory_mb: float = state.SESSION_MEMORY_MB  # --session-memory-mb: tabs' holdings and models but the one in use
+    memory_mb: float = SESSION_MEMORY_MB  # --session-memory-mb: tabs' holdings and models but the one in use
     class_reset_key: str | None = None  # --class-reset-key
     results_dir: str | None = None  # --results-dir: a folder the Evidence tab may read besides results/
 
@@ -61,28 +60,6 @@ class ServerLimits:
 
 
 LIMITS = ServerLimits()
-
-
-def install(limits: ServerLimits) -> None:
-    """Make `limits` the server's: `LIMITS` for the handlers, and each value to the object that holds it."""
-    global LIMITS
-    from app.server.class_pool import CLASS
-    from poss_core.model_cache import MODELS
-
-    LIMITS = limits
-    live_queue.LIVE.slots, live_queue.LIVE.max_waiting = max(1, limits.slots), limits.queue_size
-    live_queue.LIVE.cap_s = limits.call_s  # a run holds its slot for at most the per-call cap
-    client_share.SHARE.per_client, client_share.SHARE.per_address = limits.per_client, limits.per_address
-    client_share.SHARE.light_per_client = limits.light_per_client
-    client_share.SHARE.light_per_address = limits.light_per_address
-    body_cap.BODY_CAP_BYTES = limits.body_bytes
-    client_share.PROXY_HOPS = limits.proxy_hops
-    state.SESSIONS.idle_s, state.SESSIONS.budget_mb = limits.idle_s, limits.memory_mb
-    MODELS.budget_bytes = int(limits.memory_mb * MB)
-    disk_budget.BUDGET.cap_bytes, disk_budget.BUDGET.age_s = limits.disk_cap_bytes, limits.cache_age_s
-    disk_budget.RATE.bytes_per_s = limits.upload_bytes_per_s
-    file_owners.OWNERS.keep_s = limits.saved_run_s
-    CLASS.reset_key = limits.class_reset_key
 
 
 def summary(limits: ServerLimits) -> str:

@@ -22,7 +22,7 @@ import time
 from collections import OrderedDict, deque
 
 from app.server.server_text import REFUSED
-from poss_core.errors import PossError
+from poss_core.base.errors import PossError
 
 
 def auto_slots(cores: int | None, threads: int) -> int:

@@ -21,8 +21,8 @@ LINE_CHARS = 300  # a trace line longer than this (a value echoed in an exceptio
 def _server_paths() -> tuple[tuple[str, str], ...]:
     """(path, neutral name) for the folders a message could name, longest first so a folder inside another gets
     its own name."""
+    from poss_core.base.paths import PROJECT_ROOT as ROOT
     from poss_core.models.default_model import cache_root
-    from poss_core.paths import PROJECT_ROOT as ROOT
 
     named = {
         str(cache_root()): "the model cache",

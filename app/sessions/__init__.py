@@ -1,1 +1,2 @@
-"""The sessions: each browser tab's state, the store that keeps tabs under a memory total, and Save / Load."""
+"""What the app remembers: each tab's session and its pools, the example recordings, this machine's measured speeds
+and a visitor's checked settings."""

@@ -1,5 +1,5 @@
 """What the app remembers: each browser tab's session (its comparison, conversation, pinned rounds, status, and its
-"All my runs" pools, app/demo/tab_pools.py), and the store that keeps them under a memory total and reaps idle ones."""
+"All my runs" pools, `tab_pools.py`), and the store that keeps them under a memory total and reaps idle ones."""
 
 from __future__ import annotations
 
@@ -10,14 +10,15 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.demo import machine, recordings
-from app.demo.tab_pools import POOLED_ROUND_BYTES, MethodPool, Pools, pooled_runs
 from app.server.class_pool import CLASS
 from app.server.client_share import request_client
-from poss_core import methods
-from poss_core.call_budget import CallBudget
-from poss_core.compare import ROUND_BYTES, Comparison
+from app.server.limits import SESSION_MEMORY_MB
+from app.sessions import machine, recordings
+from app.sessions.tab_pools import POOLED_ROUND_BYTES, MethodPool, Pools, pooled_runs
 from poss_core.models.resident import release_memory
+from poss_core.runtime import methods
+from poss_core.runtime.call_budget import CallBudget
+from poss_core.runtime.compare import ROUND_BYTES, Comparison
 
 DEFAULT_METHODS = [methods.PLAIN, "eagle", "poss2"]
 
@@ -30,7 +31,6 @@ def default_lanes(preset) -> list[str]:
 # What every tab together may hold (paused Steps with their caches, finished and loaded runs, pooled rounds): past it
 # the least recently used tab's holdings are freed and the tab is told why (`python app.py --session-memory-mb`).
 # Sized for a 16 GB Space: the models, the live run's caches and the web server keep well within the rest.
-SESSION_MEMORY_MB = 4096.0
 APP_PRESET = ""  # the preset the app serves first: the class charts' preset while a tab shows no lanes
 
 

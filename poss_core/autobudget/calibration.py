@@ -7,12 +7,12 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
-from .. import metrics
+from ..base.errors import CallStopped
 from ..decoding.config import DecodeConfig
 from ..decoding.decoder import SpeculativeDecoder, encode_prompt
-from ..errors import CallStopped
-from ..events import DecodeSummary, RoundEvent
 from ..models.target import TargetModel
+from ..rounds import metrics
+from ..rounds.events import DecodeSummary, RoundEvent
 from . import cache
 from .cost_model import (
     DEPTH_STOPS,

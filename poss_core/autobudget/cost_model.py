@@ -42,9 +42,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Protocol
 
-from .. import metrics
 from ..decoding.tree import stop_threshold
-from ..events import RoundEvent
+from ..rounds import metrics
+from ..rounds.events import RoundEvent
 
 CANDIDATE_BUDGETS = (2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 40, 48, 60, 64, 80, 96, 128)
 MAX_BUDGET = 96

@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 
 import torch
 
-from ..errors import CallStopped
+from ..base.errors import CallStopped
 from ..models.hardware import device_description
 from ..models.target import TargetModel, causal_allowed, truncate_cache_layer
 from .cost_model import CANDIDATE_BUDGETS

@@ -28,16 +28,17 @@ from pathlib import Path
 
 import torch
 
-from .. import methods, settings
+from ..base import settings
+from ..base.errors import ConfigError, run_cli
+from ..base.settings import LIMITS
 from ..decoding.config import DecodeConfig
 from ..decoding.hf_generate import STALL_SECONDS
-from ..errors import ConfigError, run_cli
 from ..models.loading import load_preset_target, parse_dtype
 from ..models.numerics import plain_margin
 from ..models.presets import DEFAULT_PRESET, Preset, get_preset
 from ..results.analysis import classify_mismatches, first_divergences, identity_check
 from ..results.evidence import evidence_main
-from ..settings import LIMITS
+from ..runtime import methods
 from . import runner
 from .deviation import deviation_main
 from .overhead import linear_main, overhead_main

@@ -18,13 +18,13 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from .. import methods
+from ..base.errors import ConfigError
 from ..decoding.continuation import every_position_deviation
-from ..errors import ConfigError
 from ..models.loading import load_preset_target, parse_dtype
 from ..models.presets import get_preset
 from ..models.target import TargetModel
 from ..results.records import TurnRecord, read_records, records_in
+from ..runtime import methods
 from .rebuild import checked_summary
 from .report import write_outputs
 

@@ -12,14 +12,14 @@ from contextlib import contextmanager
 import torch
 import torch.nn.functional as F
 
-from .. import methods
+from ..base.errors import PossError
 from ..decoding.decoder import SpeculativeDecoder, encode_prompt
 from ..decoding.oracle import OracleDecoder
-from ..errors import PossError
-from ..events import DecodeSummary
 from ..models.loading import add_dtype_argument, load_preset_target, parse_dtype
 from ..models.presets import DEFAULT_PRESET, get_preset
 from ..models.tiny import tiny_target
+from ..rounds.events import DecodeSummary
+from ..runtime import methods
 
 
 @contextmanager

@@ -8,10 +8,10 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..errors import ConfigError, PossError
+from ..base.errors import ConfigError, PossError
+from ..base.settings import LIMITS
 from ..results.analysis import subset_identity
 from ..results.records import first_questions, read_records, read_summary, records_in
-from ..settings import LIMITS
 from .report import write_outputs
 
 

@@ -10,13 +10,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..events import RoundEvent
-from ..json_safe import clean_json
-from ..methods import color_of
+from ..base.json_safe import clean_json
 from ..results.analysis import aggregate, identity_check, pooled_events_by_method
 from ..results.evidence import FILE_NAME as EVIDENCE_FILE
 from ..results.evidence import Evidence, build_evidence, load_evidence, write_evidence
 from ..results.records import TurnRecord, spec_bench_rows
+from ..rounds.events import RoundEvent
+from ..runtime.methods import color_of
 from ..views import figures
 from .tables import markdown_report, method_title
 

@@ -13,10 +13,10 @@ from datetime import datetime, timezone
 import torch
 import transformers
 
+from ..base.paths import project_root
 from ..decoding.config import DecodeConfig
 from ..models.hardware import device_description
 from ..models.presets import Preset
-from ..paths import project_root
 from .runner import BenchLane
 
 

@@ -22,15 +22,15 @@ from typing import Any
 
 from tqdm import tqdm
 
-from .. import methods
 from ..autobudget import CALIBRATION_PROMPTS, DEPTH_STOPS, auto_tree_budget, load_or_measure_curve
+from ..base.errors import ConfigError, PossError, PromptError
+from ..base.prompt_files import read_prompts
 from ..decoding.config import check_messages, check_prompt_tokens
 from ..decoding.decoder import encode_prompt
-from ..errors import ConfigError, PossError, PromptError
-from ..events import DecodeSummary
 from ..models.loading import load_preset_target, parse_dtype
-from ..prompt_files import read_prompts
 from ..results.records import TurnRecord
+from ..rounds.events import DecodeSummary
+from ..runtime import methods
 from ..views.pooling import light_event
 from .stall import StallWatch, lane_failed
 

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TextIO
 
-from ..errors import PossError, StallError
+from ..base.errors import PossError, StallError
 
 EXIT_STALLED = 4  # the process ended by the watcher: the stuck decode never returned to Python
 _SIGNAL = signal.SIGUSR1 if hasattr(signal, "SIGUSR1") else None

@@ -7,8 +7,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..methods import PLAIN, TRAINING_FREE, is_plain, label_of
 from ..results.analysis import OVERALL, auto_expectations
+from ..runtime.methods import PLAIN, TRAINING_FREE, is_plain, label_of
 
 
 def identity_banner(identity: dict[str, Any]) -> str:

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
-from .. import settings
-from ..errors import ConfigError, PromptError
+from ..base import settings
+from ..base.errors import ConfigError, PromptError
 
 MAX_PROMPT_TOKENS = 2048  # a prompt (the whole conversation, through the chat template) longer than this is refused
 MAX_PROMPT_CHARS = 16 * MAX_PROMPT_TOKENS  # refused before tokenizing, so a huge paste costs nothing

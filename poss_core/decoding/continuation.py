@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import torch
 
-from ..events import FeatureDeviation, StartDeviation
 from ..models.draft import DraftModel
 from ..models.target import float_mask
+from ..rounds.events import FeatureDeviation, StartDeviation
 
 
 def chain_mask(rows: int, anchors: torch.Tensor, blocks: int) -> torch.Tensor:

@@ -8,11 +8,11 @@ from collections.abc import Iterator, Sequence
 
 import torch
 
-from .. import metrics
-from ..errors import PromptError
-from ..events import DecodeSummary, DraftNode, FeatureDeviation, RoundEvent, TreeDeviation
+from ..base.errors import PromptError
 from ..models.draft import DraftModel, DraftState, check_draft_fits
 from ..models.target import TargetModel, causal_allowed, keep_cache_slots
+from ..rounds import metrics
+from ..rounds.events import DecodeSummary, DraftNode, FeatureDeviation, RoundEvent, TreeDeviation
 from .config import DecodeConfig
 from .continuation import every_position_deviation
 from .detokenizer import Detokenizer

@@ -48,9 +48,9 @@ from typing import Any
 import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
 
-from ..errors import ConfigError, StallError
-from ..events import DecodeSummary, DraftNode, RoundEvent
+from ..base.errors import ConfigError, StallError
 from ..models.target import TargetModel
+from ..rounds.events import DecodeSummary, DraftNode, RoundEvent
 from .config import DecodeConfig
 from .decoder import _BaseDecoder, _Stream, cut_at_end
 

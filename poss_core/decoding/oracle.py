@@ -16,8 +16,8 @@ from collections.abc import Sequence
 
 import torch
 
-from ..events import RoundEvent
 from ..models.target import TargetModel
+from ..rounds.events import RoundEvent
 from .config import DecodeConfig
 from .decoder import PlainDecoder, SpeculativeDecoder
 from .tree import DraftTree

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import PossError, run_cli
-from ..paths import project_root
+from ..base.errors import PossError, run_cli
+from ..base.paths import project_root
 
 HUB_FILE_LIMIT = 10 * 1000 * 1000  # the Hub refuses plain (non-LFS/Xet) files over 10 MB
 BINARY_SUFFIXES = {

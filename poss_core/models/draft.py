@@ -13,7 +13,7 @@ from torch import nn
 from transformers import DynamicCache, LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
 
-from ..errors import CheckpointError
+from ..base.errors import CheckpointError
 from .packed_linear import PackedLinear
 
 METHODS = ("eagle", "poss", "stacked")

@@ -10,8 +10,8 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from .. import settings
-from ..errors import CheckpointError, ConfigError, ModelLoadError
+from ..base import settings
+from ..base.errors import CheckpointError, ConfigError, ModelLoadError
 from .draft import DraftModel, DraftSpec, draft_config_from_target
 from .hardware import auto_dtype
 from .target import TargetModel

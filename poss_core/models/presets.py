@@ -6,8 +6,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import ConfigError
-from ..paths import assets_dir
+from ..base.errors import ConfigError
+from ..base.paths import assets_dir
 
 ASSETS = assets_dir()
 DEFAULT_PRESET = "smollm2-135m"

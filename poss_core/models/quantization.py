@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..errors import ConfigError
+from ..base.errors import ConfigError
 
 MODES = ("auto", "none", "8bit", "4bit")
 GiB = 1024**3

@@ -35,7 +35,7 @@ from transformers import AttentionInterface, AttentionMaskInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import eager_mask
 
-from ..errors import ConfigError
+from ..base.errors import ConfigError
 
 NAME = "row_invariant"
 # What a target's attention can be: this module's, or transformers' own fused kernel (faster, not row-invariant).

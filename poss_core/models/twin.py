@@ -25,7 +25,7 @@ import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import AutoModelForCausalLM, LlamaConfig, PreTrainedTokenizerFast
 
-from ..errors import ConfigError, ModelLoadError
+from ..base.errors import ConfigError, ModelLoadError
 from .hardware import auto_dtype
 from .target import TargetModel
 from .tiny import CHARS

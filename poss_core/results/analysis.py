@@ -1,7 +1,7 @@
 """Benchmark records -> tables: per method and dataset, per run and pooled; speed-ups against the faster plain decoder;
 changes against EAGLE with a bootstrap interval; the identity check against plain decoding; what `auto` expected.
 
-Every statistic is computed by `poss_core.metrics` from events. A question's turns are pooled into one event stream
+Every statistic is computed by `rounds.metrics` from events. A question's turns are pooled into one event stream
 (`views.pooling.pool_events`, which keeps `new_tokens` cumulative), so pooled τ, pos-acc, histograms, feature deviation,
 time split and tokens/s over a dataset are the same functions applied to more rounds. Timings are aggregated per run
 and shown as mean ± sample std over runs (never the fastest run)."""
@@ -13,10 +13,10 @@ import statistics
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from .. import metrics
-from ..events import RoundEvent
-from ..methods import ORACLE, OTHER_PRECISION_PLAIN, PLAIN, PLAIN_HF, is_plain
 from ..models.numerics import first_difference
+from ..rounds import metrics
+from ..rounds.events import RoundEvent
+from ..runtime.methods import ORACLE, OTHER_PRECISION_PLAIN, PLAIN, PLAIN_HF, is_plain
 from ..views.pooling import pool_events
 from .records import TurnRecord
 

@@ -4,7 +4,7 @@ speed-up and tokens/s over runs) with the command, hardware and date that produc
 `evidence.json` beside its records; `python -m poss_core.bench evidence RESULTS --out FILE` writes it from a results
 folder; the app's Evidence tab reads it (`load_evidence`), or builds it from a results folder's records.
 
-Every statistic comes from `poss_core.metrics`; this module only selects records and lays the figures out."""
+Every statistic comes from `poss_core.rounds.metrics`; this module only selects records and lays the figures out."""
 
 from __future__ import annotations
 
@@ -18,13 +18,13 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from .. import metrics
-from ..errors import ConfigError
-from ..json_safe import clean_json
-from ..methods import ORACLE, color_of, is_plain, label_of, short_of
-from ..metrics import AcceptanceStats, Estimate
+from ..base.errors import ConfigError
+from ..base.json_safe import clean_json
+from ..base.settings import LIMITS
 from ..models.presets import presets
-from ..settings import LIMITS
+from ..rounds import metrics
+from ..rounds.metrics import AcceptanceStats, Estimate
+from ..runtime.methods import ORACLE, color_of, is_plain, label_of, short_of
 from .analysis import OVERALL, aggregate, identity_check, pooled_events_by_method, question_totals
 from .records import TurnRecord, records_in
 

@@ -11,8 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError
-from ..paths import project_root
+from ..base.errors import ConfigError
+from ..base.paths import project_root
 from .evidence import Evidence, load_evidence
 
 # The folder a visitor may read besides the project's results/: the app's `--results-dir DIR`, or this.

@@ -9,9 +9,10 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from .. import methods, metrics
-from ..errors import ConfigError
-from ..events import RoundEvent, field_writer
+from ..base.errors import ConfigError
+from ..rounds import metrics
+from ..rounds.events import RoundEvent, field_writer
+from ..runtime import methods
 
 # What the records leave out of a round: `round` is its place in the list and `accepted` is kept as its length (a
 # light event's path is 0..n-1); the benchmark's tables and the evidence read none of the others. Every other field of

@@ -24,11 +24,11 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
+from ..base.errors import PossError, run_cli
+from ..base.prompt_files import jsonl_rows, prompt_files, prompt_from_row, read_prompts
 from ..decoding.decoder import encode_prompt
-from ..errors import PossError, run_cli
 from ..models.presets import DEFAULT_PRESET
 from ..models.target import TargetModel
-from ..prompt_files import jsonl_rows, prompt_files, prompt_from_row, read_prompts
 from .trainer import TrainSequence
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from ..errors import ConfigError
+from ..base.errors import ConfigError
 
 # accelerate's mixed-precision names -> the trainer's autocast names (fp16 would need a gradient scaler: refused)
 MIXED_PRECISION = {"no": "none", "bf16": "bfloat16"}

@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from ..errors import PossError, run_cli
+from ..base.errors import PossError, run_cli
 from ..models.presets import DEFAULT_PRESET
 from .data import read_shards
 from .trainer import UNROLLS, make_batch

@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
-from ..errors import PossError
+from ..base.errors import PossError
 from ..models.target import TargetModel
 from .data import features_batch
 from .trainer import TrainSequence

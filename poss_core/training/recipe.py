@@ -28,7 +28,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import ConfigError, PossError, run_cli
+from ..base.errors import ConfigError, PossError, run_cli
 from ..models.presets import DEFAULT_PRESET
 
 TRAIN_MODULE = "poss_core.training.train"

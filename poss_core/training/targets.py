@@ -3,7 +3,7 @@ Mistral, Qwen), read from its config before any weight loads, so a wrong name fa
 
 from __future__ import annotations
 
-from ..errors import ModelLoadError
+from ..base.errors import ModelLoadError
 
 # Model types whose decoder layers a Llama-layer draft mirrors: RMSNorm, RoPE, grouped-query attention, SwiGLU MLP.
 LLAMA_LIKE = ("llama", "mistral", "mixtral", "qwen2", "qwen3")

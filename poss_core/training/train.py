@@ -30,7 +30,7 @@ from pathlib import Path
 
 import torch
 
-from ..errors import ConfigError, PossError, run_cli
+from ..base.errors import ConfigError, PossError, run_cli
 from ..models.checkpoint import load_draft, save_draft
 from ..models.draft import DraftModel, DraftSpec, draft_config_from_target
 from ..models.presets import DEFAULT_PRESET
@@ -390,7 +390,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def check_args(args) -> None:
     """Every numeric flag in its range before the target loads (ConfigError names the flag)."""
-    from ..settings import LIMITS
+    from ..base.settings import LIMITS
 
     def integer(flag: str, lo: int, hi: int) -> None:
         value = getattr(args, flag)

@@ -2,7 +2,7 @@
 
 The acceptance, deviation and histogram charts take runs as label -> RoundEvents (a lane, a pooled benchmark method)
 or label -> `metrics.AcceptanceStats` (what a benchmark summary keeps), so live lanes and a stored summary go through
-the same drawing code. Every number drawn comes from `poss_core.metrics`; this module only lays it out. Each chart
+the same drawing code. Every number drawn comes from `rounds.metrics`; this module only lays it out. Each chart
 names its sample size (rounds, accepted positions, questions or runs) so nobody reads noise as a result, and rates
 carry their Wilson 95% intervals.
 
@@ -21,10 +21,10 @@ from collections.abc import Mapping, Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .. import metrics
-from ..events import RoundEvent
-from ..methods import OKABE_ITO, PLAIN_COLOR
-from ..metrics import AcceptanceStats, Estimate
+from ..rounds import metrics
+from ..rounds.events import RoundEvent
+from ..rounds.metrics import AcceptanceStats, Estimate
+from ..runtime.methods import OKABE_ITO, PLAIN_COLOR
 from .tree_labels import CHAR_EM, GAP_PX, Box, Mark, Placed, place, text_px
 
 Runs = Mapping[str, "Sequence[RoundEvent] | AcceptanceStats"]

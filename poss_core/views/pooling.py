@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
-from .. import metrics
-from ..events import RoundEvent
+from ..rounds import metrics
+from ..rounds.events import RoundEvent
 
 
 def light_event(e: RoundEvent) -> RoundEvent:

@@ -1,1 +1,0 @@
-"""The Evidence tab: the bundled benchmark summaries and any results folder, drawn as tables and charts."""
