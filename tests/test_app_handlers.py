@@ -30,7 +30,7 @@ from poss_core.rounds.events import DecodeSummary, DraftNode, FeatureDeviation, 
 from poss_core.rounds.token_records import round_records
 from poss_core.runtime import compare, methods, saved_runs
 from poss_core.runtime.run_spec import MAX_LANES
-from poss_core.views import figures
+from poss_core.views import draft_tree, figures, tree_geometry
 
 ROOT = Path(__file__).resolve().parents[1]
 VIEW = (user_settings.View.from_controls("draft position", True, "conditional"),)
@@ -227,9 +227,9 @@ def test_identity_badge_reports_the_first_difference():
 
 def test_tree_figure_data():
     e = SPEC_EVENTS[1]
-    fig = figures.tree_figure(e, labels=LABELS[1], root_label="A", bonus_label="t")
+    fig = draft_tree.tree_figure(e, labels=LABELS[1], root_label="A", bonus_label="t")
     traces = {t.name: t for t in fig.data}
-    x, y = figures.tree_layout(e)
+    x, y = tree_geometry.tree_layout(e)
     assert x == [0.0, 1.0, 1.0, 2.0, 3.0, 3.0]
     # Accepted path: root -> node 0 -> node 2, then on to the target's token one step deeper.
     path = traces["accepted path"]
@@ -245,8 +245,8 @@ def test_tree_figure_data():
     assert list(bonus.x) == [3.0] and list(bonus.text) == ["t"]
     # Rejected edges are the faded ones: node 1 (from root) and nodes 3, 4 (from node 2).
     assert list(traces["edges"].x) == [0.0, 1.0, None, 2.0, 3.0, None, 2.0, 3.0, None]
-    assert wording.says_prefill_tree(figures.tree_figure(SPEC_EVENTS[0]))
-    assert wording.says_plain_tree(figures.tree_figure(plain_round(1, 3)))
+    assert wording.says_prefill_tree(draft_tree.tree_figure(SPEC_EVENTS[0]))
+    assert wording.says_plain_tree(draft_tree.tree_figure(plain_round(1, 3)))
 
 
 def test_chart_figures_data():

@@ -24,7 +24,7 @@ from poss_core.models.presets import DEFAULT_PRESET, get_preset
 from poss_core.results import analysis, evidence, loading
 from poss_core.rounds import metrics
 from poss_core.runtime.methods import label_of
-from poss_core.views import figures
+from poss_core.views import draft_tree, figures
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -174,7 +174,7 @@ def test_every_label_a_chart_draws_goes_through_one_escape():
     ):
         assert_shown_as_text(fig)
     event = runs[PLOTLY_MARKUP][2]
-    tree = figures.tree_figure(
+    tree = draft_tree.tree_figure(
         event,
         labels=[PLOTLY_MARKUP] * len(event.nodes),
         root_label=PLOTLY_MARKUP,

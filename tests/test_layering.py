@@ -37,7 +37,7 @@ LAYERS = [
     ".",  # app.py
 ]
 
-PLOTLY_ALLOWED = {"poss_core.views.figures"}
+PLOTLY_ALLOWED = {"poss_core.views.figures", "poss_core.views.draft_tree"}
 
 
 def folder_of(module: str) -> str:

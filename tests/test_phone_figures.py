@@ -13,7 +13,7 @@ from app.sessions import recordings
 from app.views import chart_fit, chart_view, render
 from poss_core.models.presets import DEFAULT_PRESET
 from poss_core.rounds.events import DraftNode, RoundEvent
-from poss_core.views import figures, tree_labels
+from poss_core.views import draft_tree, figures, tree_geometry, tree_labels
 from poss_core.views.tree_labels import Box, Mark
 
 MIN_STRIP_ROW_PX = 16  # a strip row's least height: a 10 px name with room above and below
@@ -41,7 +41,7 @@ def chain_event(depth: int) -> RoundEvent:
 def drawn_labels(fig) -> tuple[list[Box], list[Box], Box]:
     """The label boxes and marker boxes a tree figure draws, in tree_labels' pixels, and its plot's frame."""
     (x_lo, x_hi), (y_lo, y_hi) = fig.layout.xaxis.range, fig.layout.yaxis.range
-    plot_h = fig.layout.height - figures.TREE_FRAME_PX
+    plot_h = fig.layout.height - tree_geometry.TREE_FRAME_PX
     labels, markers = [], []
     for trace in fig.data:
         if trace.mode != "markers+text":
@@ -50,7 +50,7 @@ def drawn_labels(fig) -> tuple[list[Box], list[Box], Box]:
         font = trace.textfont.size
         positions = trace.textposition if isinstance(trace.textposition, tuple) else [trace.textposition] * len(trace.x)
         for x, y, text, size, position in zip(trace.x, trace.y, trace.text, sizes, positions):
-            px = (x - x_lo) / (x_hi - x_lo) * figures.TREE_PLOT_PX
+            px = (x - x_lo) / (x_hi - x_lo) * tree_geometry.TREE_PLOT_PX
             py = (y - y_lo) / (y_hi - y_lo) * plot_h
             mark = Mark(px, py, size / 2, "", font)
             markers.append(mark.box())
@@ -58,7 +58,7 @@ def drawn_labels(fig) -> tuple[list[Box], list[Box], Box]:
             side = {v: k for k, v in tree_labels.POSITIONS.items()}[position]
             if shown:
                 labels.append(tree_labels.label_box(mark, side, tree_labels.text_px(shown, font)))
-    return labels, markers, Box(0.0, figures.TREE_PLOT_PX, 0.0, plot_h)
+    return labels, markers, Box(0.0, tree_geometry.TREE_PLOT_PX, 0.0, plot_h)
 
 
 def assert_labels_apart(fig) -> None:
@@ -91,7 +91,9 @@ def test_the_root_label_is_whole_and_a_cut_label_is_whole_in_its_hover():
         assert root.text[0].rstrip("…") in root.customdata[0]
         whole = root.customdata[0][1:-1].strip()  # the hover's repr() of the root's text
         assert root.textposition == "middle left"
-        assert root.text[0] == (whole if len(whole) <= figures.ROOT_CHARS else whole[: figures.ROOT_CHARS - 1] + "…")
+        assert root.text[0] == (
+            whole if len(whole) <= tree_geometry.ROOT_CHARS else whole[: tree_geometry.ROOT_CHARS - 1] + "…"
+        )
         for trace in fig.data:
             if trace.name.startswith("specialist"):
                 for text, data in zip(trace.text, trace.customdata):
@@ -100,7 +102,7 @@ def test_the_root_label_is_whole_and_a_cut_label_is_whole_in_its_hover():
 
 def test_labels_of_a_chain_in_one_row_are_cut_or_moved_never_run_together():
     words = ["function", "returns", "the", "largest", "value", "found"]
-    fig = figures.tree_figure(chain_event(6), labels=words, root_label="unquestionably", bonus_label="whatever")
+    fig = draft_tree.tree_figure(chain_event(6), labels=words, root_label="unquestionably", bonus_label="whatever")
     assert_labels_apart(fig)
     root = next(t for t in fig.data if t.name == "root")
     assert (
@@ -166,6 +168,6 @@ def test_every_charts_title_lines_fit_a_phones_chart_and_its_toolbar_is_short():
 
 
 def test_a_blank_figures_message_is_wrapped_to_a_phones_width():
-    fig = figures.tree_figure(chain_event(0))  # plain decoding: nothing drafted
+    fig = draft_tree.tree_figure(chain_event(0))  # plain decoding: nothing drafted
     lines = fig.layout.annotations[0].text.split("<br>")
     assert len(lines) > 1 and all(len(line) <= figures.EMPTY_LINE_CHARS for line in lines)

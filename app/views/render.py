@@ -36,7 +36,7 @@ from poss_core.runtime import methods
 from poss_core.runtime.compare import Comparison, Lane
 from poss_core.runtime.model_cache import MODELS
 from poss_core.runtime.run_spec import MAX_LANES
-from poss_core.views import figures
+from poss_core.views import draft_tree, figures
 
 LANE_PARTS = ("col", "head", "tokens", "text", "tree", "slider", "explain")
 
@@ -226,7 +226,7 @@ def lane_tree(lane: Lane, round_index: int | None) -> Any:
     r = len(lane.events) - 1 if round_index is None else max(0, min(int(round_index), len(lane.events) - 1))
     event = lane.events[r]
     root = lane.pieces[r - 1][-1] if r > 0 and lane.pieces[r - 1] else "root"
-    return figures.tree_figure(
+    return draft_tree.tree_figure(
         event,
         labels=[shown_token(lane, n.token, label) for n, label in zip(event.nodes, lane.node_texts[r])],
         root_label=root or "root",

@@ -1,10 +1,11 @@
 """Plotly figures: pure functions drawn by the app's Demo and Evidence tabs and the benchmark's HTML report.
 
 The acceptance, deviation and histogram charts take runs as label -> RoundEvents (a lane, a pooled benchmark method)
-or label -> `metrics.AcceptanceStats` (what a benchmark summary keeps), so live lanes and a stored summary go through
-the same drawing code. Every number drawn comes from `rounds.metrics`; this module only lays it out. Each chart
-names its sample size (rounds, accepted positions, questions or runs) so nobody reads noise as a result, and rates
-carry their Wilson 95% intervals.
+or label -> `metrics.AcceptanceStats` (what a benchmark summary keeps), so live lanes and a stored summary go
+through the same drawing code (`chart_data` reads them off both). Every number drawn comes from `rounds.metrics`;
+this module only lays it out, in its colours (`palette`) and one style, which the draft tree (`draft_tree`) shares.
+Each chart names its sample size (rounds, accepted positions, questions or runs) so nobody reads noise as a result,
+and rates carry their Wilson 95% intervals.
 
 Plotly draws every label (trace names, hover texts, axis categories, node texts, titles) through its own HTML subset
 (`<a href>`, `<b>`, `<i>`, `<br>`, `<span style>`, `<sub>`, `<sup>`): method, dataset and token texts come from
@@ -22,51 +23,18 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from ..rounds import metrics
-from ..rounds.events import RoundEvent
 from ..rounds.metrics import AcceptanceStats, Estimate
-from ..runtime.methods import OKABE_ITO, PLAIN_COLOR
-from .tree_labels import CHAR_EM, GAP_PX, Box, Mark, Placed, place, text_px
+from .chart_data import DEVIATION_TITLES, DEVIATION_UNITS, Runs, acceptance_of, deviation_kind_shown, drafted_runs
+from .palette import FONT_COLOR, GRID_COLOR, run_colors, specialist_color
 
-Runs = Mapping[str, "Sequence[RoundEvent] | AcceptanceStats"]
-
-# Specialists (draft layer groups): one categorical colour each, the same as the token view (vermillion is kept
-# for the target's own tokens and the accepted path).
-SPECIALIST_COLORS = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#F0E442", "#8C6BB1", "#999999"]
-TARGET_COLOR = "#D55E00"
 EMPTY_LINE_CHARS = 38  # a blank figure's message line: what a phone's chart (~326 px) holds at its 14 px
 # The specialist strip under the acceptance chart: a row per run, each tall enough for its name and cells' text.
 STRIP_ROW_PX, STRIP_GAP_PX, STRIP_FONT = 20, 14, 10
 STRIP_CELL_FONT = 9  # a cell's "S2 85%" within a phone's column
 CHART_FRAME_PX = 120  # a chart's height less its plot's (the title block and the x axis)
-# A draft tree's layout: its labels are placed for the narrowest lane (a 390 px phone's lane is a ~326 px figure).
-TREE_PLOT_PX = 300.0  # the tree's plot width there, less its side margins
-TREE_SIDE_PX = 8  # the tree's left and right margins: its y axis is hidden and needs none
-TREE_FRAME_PX = 130  # a tree figure's height less its plot's (the title block and the x axis)
-ROOT_SIZE, BONUS_SIZE, BONUS_FONT = 12, 14, 13  # the root's square, the target token's diamond and its label
-ROOT_CHARS = 12  # the root's label (the last verified token) is cut after this many characters
-TAIL_CHARS = 6  # room after the deepest column for this many characters of a label
-# Mid-grey text and faint grids read on both the light and the dark Gradio theme (figures have no background).
-FONT_COLOR = "#8a8f98"
-GRID_COLOR = "rgba(128,128,128,0.22)"
 
 POS_ACC_FORMULA = "pos-acc<sub>k</sub>: of rounds that accepted k−1 and drafted k, the share that accepted k"
 POS_RATE_FORMULA = "rate<sub>k</sub>: of rounds that drafted k, the share that accepted ≥ k"
-
-# What each kind of feature deviation (metrics.DEVIATION_KINDS) is measured on, as a chart says it.
-DEVIATION_TITLES = {
-    "every_position": "along the target's own continuation, from every position",
-    "continuation": "along the target's continuation, from round roots only (where the last draft failed)",
-    "accepted": "accepted positions only (conditional on acceptance)",
-    "tree_on_path": "tree nodes on the accepted path",
-    "tree_off_path": "tree nodes off the accepted path",
-}
-DEVIATION_UNITS = {
-    "every_position": "starting positions",
-    "continuation": "rounds",
-    "accepted": "accepted tokens",
-    "tree_on_path": "nodes",
-    "tree_off_path": "nodes",
-}
 
 
 def plotly_text(text: object) -> str:
@@ -75,32 +43,11 @@ def plotly_text(text: object) -> str:
     return html.escape(str(text), quote=False).replace("%{", "%&#123;")
 
 
-def specialist_color(specialist: int) -> str:
-    return SPECIALIST_COLORS[specialist % len(SPECIALIST_COLORS)]
-
-
-def run_colors(
-    labels: Sequence[str], plain: Sequence[str] = (), known: Mapping[str, str] | None = None
-) -> dict[str, str]:
-    """A colour per run label: the `known` ones (the methods' own colours), then the next free Okabe-Ito colour in
-    order; runs named in `plain` (no draft) get grey."""
-    out, i = {}, 0
-    for label in labels:
-        if known and label in known:
-            out[label] = known[label]
-        elif label in plain:
-            out[label] = PLAIN_COLOR
-        else:
-            out[label] = OKABE_ITO[i % (len(OKABE_ITO) - 1)]
-            i += 1
-    return out
-
-
 def _none_for_nan(values: Sequence[float]) -> list[float | None]:
     return [None if (v is None or (isinstance(v, float) and math.isnan(v))) else v for v in values]
 
 
-def _style(fig: go.Figure, title: str, height: int = 340, subtitle: str = "", note: str = "") -> go.Figure:
+def style_figure(fig: go.Figure, title: str, height: int = 340, subtitle: str = "", note: str = "") -> go.Figure:
     """Title, subtitle (the sample size) and an optional second line `note` (what the runs are, e.g. pooled)."""
     lines = [line for line in (subtitle, plotly_text(note)) if line]
     text = "".join([plotly_text(title)] + [f"<br><sup>{line}</sup>" for line in lines])
@@ -138,22 +85,10 @@ def empty_figure(message: str, height: int = 300, title: str = "") -> go.Figure:
         showarrow=False,
         font={"size": 14, "color": FONT_COLOR},
     )
-    _style(fig, title, height)
+    style_figure(fig, title, height)
     fig.update_xaxes(visible=False)
     fig.update_yaxes(visible=False)
     return fig
-
-
-def acceptance_of(runs: Runs, depth: int | None = None) -> dict[str, AcceptanceStats]:
-    """Every run as `AcceptanceStats`: events are summarised here, stats pass through."""
-    return {
-        label: r if isinstance(r, AcceptanceStats) else metrics.acceptance_stats(r, depth) for label, r in runs.items()
-    }
-
-
-def _drafted(stats: Mapping[str, AcceptanceStats]) -> dict[str, AcceptanceStats]:
-    """Runs with at least one verified draft round (plain decoding has none and no draft positions)."""
-    return {label: s for label, s in stats.items() if s.rounds and s.drafted_depth > 0}
 
 
 def _sample_sizes(stats: Mapping[str, AcceptanceStats]) -> str:
@@ -195,96 +130,110 @@ def pos_acc_figure(
     which specialist drafted it and in what share of the rounds: True reads it off the runs, a mapping gives the
     specialist per position per run label, None/False leaves it out. Runs without draft rounds are skipped.
     `note` (here and in the other charts) is a second subtitle line saying what the runs are."""
-    drafted = _drafted(acceptance_of(runs, depth))
+    drafted = drafted_runs(acceptance_of(runs, depth))
     name = (
         "Position-wise acceptance, conditional (pos-acc)" if conditional else "Position-wise acceptance, unconditional"
     )
     if not drafted:
         return empty_figure("No draft rounds yet (plain decoding drafts nothing).", height, name)
     colors = run_colors(list(runs), known=colors)
-    bands: dict[str, list[int]] = {}
-    if specialist_bands is True:
-        bands = {label: st.specialists for label, st in drafted.items() if st.specialists}
-    elif isinstance(specialist_bands, Mapping):
-        bands = {label: list(v) for label, v in specialist_bands.items() if label in drafted}
+    bands = band_specialists(drafted, specialist_bands)
     if bands:
         fig, height = strip_subplots(height, len(bands))
     else:
         fig = make_subplots(rows=1, cols=1)
     for label, st in drafted.items():
-        values = st.rates(conditional)
-        intervals = st.intervals(conditional)
-        hits, base = st.counts(conditional)  # how many rounds each point rests on: the ratio's denominator
-        x = list(range(1, len(values) + 1))
-        fig.add_trace(
-            go.Scatter(
-                x=x,
-                y=_none_for_nan(values),
-                mode="lines+markers",
-                name=plotly_text(label),
-                line={"color": colors.get(label), "width": 2.5},
-                marker={"size": 8},
-                error_y=_error_bars(values, intervals, colors.get(label)),
-                customdata=[[h, b, lo, hi] for h, b, (lo, hi) in zip(hits, base, intervals)],
-                hovertemplate=f"{plotly_text(label)}<br>position %{{x}}: %{{y:.2f}} (95%: %{{customdata[2]:.2f}}–"
-                "%{customdata[3]:.2f})<br>%{customdata[0]} of %{customdata[1]} rounds<extra></extra>",
-            ),
-            row=1,
-            col=1,
-        )
+        fig.add_trace(pos_acc_trace(label, st, conditional, colors.get(label)), row=1, col=1)
     fig.update_yaxes(
         title_text="share accepted" if conditional else "share accepting ≥ k", range=[0, 1.05], row=1, col=1
     )
     if bands:
         labels = [plotly_text(label) for label in bands]
-        width = max(len(v) for v in bands.values())
-        z = [[(v[k] if k < len(v) else -1) for k in range(width)] for v in bands.values()]
-        shares = [[(drafted[label].drafted_share() + [math.nan] * width)[k] for k in range(width)] for label in bands]
-        n_spec = max(max(row) for row in z) + 1 if z else 1
-        # A discrete colour scale: one flat step per specialist index (-1, never drafted, is transparent).
-        steps = max(n_spec, 1)
-        scale = []
-        for s in range(-1, steps):
-            color = "rgba(0,0,0,0)" if s < 0 else specialist_color(s)
-            lo, hi = (s + 1) / (steps + 1), (s + 2) / (steps + 1)
-            scale += [[lo, color], [hi, color]]
-        fig.add_trace(
-            go.Heatmap(
-                z=z,
-                x=list(range(1, width + 1)),
-                y=labels,
-                zmin=-1.5,
-                zmax=steps - 0.5,
-                colorscale=scale,
-                showscale=False,
-                xgap=2,
-                ygap=2,
-                name="specialists",
-                text=[
-                    [("" if s < 0 else f"S{s + 1} {_share(sh)}") for s, sh in zip(row, sh_row)]
-                    for row, sh_row in zip(z, shares)
-                ],
-                texttemplate="%{text}",
-                textfont={"size": STRIP_CELL_FONT},
-                hovertemplate="%{y}: position %{x} drafted by specialist %{text} of rounds<extra></extra>",
-            ),
-            row=2,
-            col=1,
-        )
+        fig.add_trace(specialist_strip(bands, drafted, labels), row=2, col=1)
         # Every row named: Plotly would otherwise skip every other category label once rows are close.
         fig.update_yaxes(
             tickfont={"size": STRIP_FONT}, tickmode="array", tickvals=labels, ticktext=labels, row=2, col=1
         )
-        fig.update_xaxes(title_text="draft position k", dtick=1, row=2, col=1)
-    else:
-        fig.update_xaxes(title_text="draft position k", dtick=1, row=1, col=1)
-    return _style(
+    fig.update_xaxes(title_text="draft position k", dtick=1, row=2 if bands else 1, col=1)
+    return style_figure(
         fig,
         name,
         height,
         f"{POS_ACC_FORMULA if conditional else POS_RATE_FORMULA}; bars: Wilson 95%; {_sample_sizes(drafted)}",
         note,
     )
+
+
+def band_specialists(
+    drafted: Mapping[str, AcceptanceStats], specialist_bands: bool | Mapping[str, Sequence[int]] | None
+) -> dict[str, list[int]]:
+    """The specialist per draft position of each drafted run the strip shows: read off the runs (True), given
+    (a mapping by run label), or none."""
+    if specialist_bands is True:
+        return {label: st.specialists for label, st in drafted.items() if st.specialists}
+    if isinstance(specialist_bands, Mapping):
+        return {label: list(v) for label, v in specialist_bands.items() if label in drafted}
+    return {}
+
+
+def pos_acc_trace(label: str, st: AcceptanceStats, conditional: bool, color: str | None) -> go.Scatter:
+    """One run's line of rates by draft position, with Wilson error bars and the counts behind each point."""
+    values = st.rates(conditional)
+    intervals = st.intervals(conditional)
+    hits, base = st.counts(conditional)  # how many rounds each point rests on: the ratio's denominator
+    return go.Scatter(
+        x=list(range(1, len(values) + 1)),
+        y=_none_for_nan(values),
+        mode="lines+markers",
+        name=plotly_text(label),
+        line={"color": color, "width": 2.5},
+        marker={"size": 8},
+        error_y=_error_bars(values, intervals, color),
+        customdata=[[h, b, lo, hi] for h, b, (lo, hi) in zip(hits, base, intervals)],
+        hovertemplate=f"{plotly_text(label)}<br>position %{{x}}: %{{y:.2f}} (95%: %{{customdata[2]:.2f}}–"
+        "%{customdata[3]:.2f})<br>%{customdata[0]} of %{customdata[1]} rounds<extra></extra>",
+    )
+
+
+def specialist_strip(
+    bands: Mapping[str, Sequence[int]], drafted: Mapping[str, AcceptanceStats], labels: Sequence[str]
+) -> go.Heatmap:
+    """The strip under the acceptance chart: a row per run (named `labels`), a cell per draft position coloured by
+    the specialist that drafted it and saying in what share of the rounds."""
+    width = max(len(v) for v in bands.values())
+    z = [[(v[k] if k < len(v) else -1) for k in range(width)] for v in bands.values()]
+    shares = [[(drafted[label].drafted_share() + [math.nan] * width)[k] for k in range(width)] for label in bands]
+    n_spec = max(max(row) for row in z) + 1 if z else 1
+    steps = max(n_spec, 1)
+    return go.Heatmap(
+        z=z,
+        x=list(range(1, width + 1)),
+        y=list(labels),
+        zmin=-1.5,
+        zmax=steps - 0.5,
+        colorscale=specialist_scale(steps),
+        showscale=False,
+        xgap=2,
+        ygap=2,
+        name="specialists",
+        text=[
+            [("" if s < 0 else f"S{s + 1} {_share(sh)}") for s, sh in zip(row, sh_row)]
+            for row, sh_row in zip(z, shares)
+        ],
+        texttemplate="%{text}",
+        textfont={"size": STRIP_CELL_FONT},
+        hovertemplate="%{y}: position %{x} drafted by specialist %{text} of rounds<extra></extra>",
+    )
+
+
+def specialist_scale(steps: int) -> list[list]:
+    """A discrete colour scale: one flat step per specialist index (-1, never drafted, is transparent)."""
+    scale = []
+    for s in range(-1, steps):
+        color = "rgba(0,0,0,0)" if s < 0 else specialist_color(s)
+        lo, hi = (s + 1) / (steps + 1), (s + 2) / (steps + 1)
+        scale += [[lo, color], [hi, color]]
+    return scale
 
 
 def strip_subplots(height: int, rows: int) -> tuple[go.Figure, int]:
@@ -306,18 +255,6 @@ def _share(value: float) -> str:
     return "" if value != value else f"{value:.0%}"
 
 
-# What a chart draws instead where no run measured a kind (a run saved before it existed); the title says which.
-DEVIATION_FALLBACK = {"every_position": "continuation", "continuation": "accepted"}
-
-
-def deviation_kind_shown(stats: Mapping[str, AcceptanceStats], kind: str) -> str:
-    """`kind`, or the next measure in DEVIATION_FALLBACK (ending at the accepted-only deviation) where no run
-    measured `kind`: the chart then says which one it draws."""
-    while kind != "accepted" and not any(any(st.deviation_of(kind)["count"]) for st in stats.values()):
-        kind = DEVIATION_FALLBACK.get(kind, "accepted")
-    return kind
-
-
 def feature_deviation_figure(
     runs: Runs,
     metric: str = "l2",
@@ -337,7 +274,7 @@ def feature_deviation_figure(
         raise ValueError(f"metric={metric!r}: use 'l2' or 'cosine'.")
     if kind not in DEVIATION_TITLES:
         raise ValueError(f"kind={kind!r}: use one of {', '.join(DEVIATION_TITLES)}.")
-    drafted = _drafted(acceptance_of(runs))
+    drafted = drafted_runs(acceptance_of(runs))
     kind = deviation_kind_shown(drafted, kind)
     title = f"Feature deviation by draft position, {DEVIATION_TITLES[kind]}"
     unit = DEVIATION_UNITS[kind]
@@ -365,7 +302,9 @@ def feature_deviation_figure(
     fig.update_xaxes(title_text="draft position k", dtick=1)
     fig.update_yaxes(title_text="mean L2 distance" if metric == "l2" else "mean cosine distance", rangemode="tozero")
     counts = ", ".join(f"{plotly_text(label)} n={d['count'][0]}" for label, d in data.items())
-    return _style(fig, title, height, f"draft's predicted vs target's true feature; {unit} at k=1: {counts}", note)
+    return style_figure(
+        fig, title, height, f"draft's predicted vs target's true feature; {unit} at k=1: {counts}", note
+    )
 
 
 def accept_hist_figure(
@@ -373,7 +312,7 @@ def accept_hist_figure(
 ) -> go.Figure:
     """Share of rounds that accepted exactly k draft tokens (k = 0..depth), grouped bars per run; hover gives counts."""
     title = "Accept-length histogram"
-    drafted = _drafted(acceptance_of(runs, depth))
+    drafted = drafted_runs(acceptance_of(runs, depth))
     if not drafted:
         return empty_figure("No draft rounds yet.", height, title)
     colors = run_colors(list(runs), known=colors)
@@ -396,7 +335,7 @@ def accept_hist_figure(
     fig.update_xaxes(title_text="accepted draft tokens per round (accept_len)", dtick=1)
     fig.update_yaxes(title_text="share of rounds", tickformat=".0%", rangemode="tozero")
     taus = ", ".join(f"{plotly_text(label)} τ={st.tau:.2f}" for label, st in drafted.items())
-    return _style(fig, title, height, f"{_sample_sizes(drafted)}; {taus}", note)
+    return style_figure(fig, title, height, f"{_sample_sizes(drafted)}; {taus}", note)
 
 
 def tau_figure(
@@ -435,7 +374,7 @@ def tau_figure(
     fig.update_yaxes(title_text="τ: tokens per target forward", rangemode="tozero")
     rounds = ", ".join(f"{plotly_text(label)} n={sum(e.n for e in rows.values())}" for label, rows in taus.items())
     sizes = plotly_text(sizes)
-    return _style(
+    return style_figure(
         fig, title, height, f"bars: 95% bootstrap over questions; {sizes + '; ' if sizes else ''}rounds: {rounds}"
     )
 
@@ -469,7 +408,7 @@ def heldout_top1_figure(
         )
     fig.update_xaxes(title_text="draft position k", dtick=1)
     fig.update_yaxes(title_text="top-1 = target's next token")
-    return _style(fig, title, height, sizes or "the draft's own top-1 vs the target's, decoding unroll", note)
+    return style_figure(fig, title, height, sizes or "the draft's own top-1 vs the target's, decoding unroll", note)
 
 
 def speedup_figure(
@@ -503,7 +442,7 @@ def speedup_figure(
     fig.add_hline(y=1.0, line={"color": FONT_COLOR, "dash": "dot", "width": 1})
     fig.update_yaxes(title_text="× plain decoding's tokens/s", rangemode="tozero")
     runs = ", ".join(f"{plotly_text(label)} n={e.n}" for label, e in speedups.items())
-    return _style(fig, title, height, f"mean ± std over runs; runs: {runs}", note)
+    return style_figure(fig, title, height, f"mean ± std over runs; runs: {runs}", note)
 
 
 def tokens_per_s_figure(
@@ -533,243 +472,4 @@ def tokens_per_s_figure(
     fig.update_xaxes(title_text="the run's own compute time (s)", rangemode="tozero")
     fig.update_yaxes(title_text="tokens/s so far", rangemode="tozero")
     sizes = ", ".join(f"{plotly_text(label)} n={len(runs[label])}" for label in series)
-    return _style(fig, title, height, f"rounds (prefill included): {sizes}", note)
-
-
-def tree_layout(event: RoundEvent) -> tuple[list[float], list[float]]:
-    """(x, y) of the root (index 0) and each node (index i+1): x is the depth, y stacks leaves best-scored first."""
-    m = len(event.nodes)
-    kids: list[list[int]] = [[] for _ in range(m + 1)]
-    for i, n in enumerate(event.nodes):
-        kids[n.parent + 1].append(i + 1)
-    for k in kids:
-        k.sort(key=lambda slot: -event.nodes[slot - 1].score)
-    y = [0.0] * (m + 1)
-    next_leaf = [0]
-
-    def place(slot: int) -> float:
-        if not kids[slot]:
-            y[slot] = -float(next_leaf[0])
-            next_leaf[0] += 1
-        else:
-            ys = [place(c) for c in kids[slot]]
-            y[slot] = (max(ys) + min(ys)) / 2
-        return y[slot]
-
-    place(0)
-    x = [0.0] + [float(n.depth) for n in event.nodes]
-    return x, y
-
-
-def tree_figure(
-    event: RoundEvent | None,
-    labels: Sequence[str] | None = None,
-    root_label: str = "root",
-    bonus_label: str | None = None,
-    title: str | None = None,
-    height: int = 420,
-) -> go.Figure:
-    """The draft tree of one round: nodes by depth, labelled with their token, coloured by specialist, sized by
-    cumulative draft probability; the accepted path drawn thick, rejected branches faded, and the target's
-    bonus token as a diamond after the accepted path.
-
-    `labels` gives each node's token text (default: the token id); traces are named "edges", "accepted path",
-    "specialist S<k>" (one per specialist), "root" and "target's token"."""
-    if event is None:
-        return empty_figure("No round yet.", height, title or "Draft tree")
-    head = title or f"Draft tree, round {event.round}"
-    if event.prefill and not event.nodes:
-        return empty_figure("Prefill round: the target reads the prompt; nothing is drafted.", height, head)
-    if not event.nodes and not event.draft_observed:
-        return empty_figure(
-            "No candidate was kept this round: transformers' generate does not show what, if "
-            "anything, was proposed and rejected.",
-            height,
-            head,
-        )
-    if not event.nodes:
-        return empty_figure("Plain decoding drafts nothing: one target token per round.", height, head)
-    nodes = event.nodes
-    labels = list(labels) if labels is not None else [str(n.token) for n in nodes]
-    x, y = tree_layout(event)
-    accepted = set(event.accepted)
-    text_size = tree_font(y)
-    bonus_text = bonus_label if bonus_label is not None else str(event.bonus)
-    last = event.accepted[-1] + 1 if event.accepted else 0
-    bx, by = x[last] + 1, y[last]
-    x_range = tree_x_range(max(max(x), bx), cut_chars(root_label, ROOT_CHARS), text_size)
-    y_range = (min(y) - 0.8, 0.8)
-    root_at, bonus_at, at = tree_labels(event, labels, root_label, bonus_text, (x, y, bx, by), x_range, y_range, height)
-    shown = [plotly_text(p.text) for p in at]  # token texts: a saved run's may be anything
-
-    fig = go.Figure()
-    ex, ey, ax, ay = [], [], [], []
-    for i, n in enumerate(nodes):
-        px, py = x[n.parent + 1], y[n.parent + 1]
-        tx, ty = (ax, ay) if i in accepted else (ex, ey)
-        tx += [px, x[i + 1], None]
-        ty += [py, y[i + 1], None]
-    fig.add_trace(
-        go.Scatter(
-            x=ex,
-            y=ey,
-            mode="lines",
-            name="edges",
-            line={"color": GRID_COLOR, "width": 1.2},
-            hoverinfo="skip",
-            showlegend=False,
-        )
-    )
-    fig.add_trace(
-        go.Scatter(
-            x=ax + [x[last], bx],
-            y=ay + [y[last], by],
-            mode="lines",
-            name="accepted path",
-            line={"color": TARGET_COLOR, "width": 4},
-            hoverinfo="skip",
-        )
-    )
-    for spec in sorted({n.specialist for n in nodes}):
-        idx = [i for i, n in enumerate(nodes) if n.specialist == spec]
-        fig.add_trace(
-            go.Scatter(
-                x=[x[i + 1] for i in idx],
-                y=[y[i + 1] for i in idx],
-                mode="markers+text",
-                name=f"specialist S{spec + 1}",
-                text=[shown[i] for i in idx],
-                textposition=[at[i].position for i in idx],
-                textfont={"size": text_size},
-                marker={
-                    "color": specialist_color(spec),
-                    "size": [node_size(nodes[i].score) for i in idx],
-                    "opacity": [1.0 if i in accepted else 0.4 for i in idx],
-                    "line": {"color": [TARGET_COLOR if i in accepted else "rgba(0,0,0,0)" for i in idx], "width": 3},
-                },
-                customdata=[
-                    [
-                        i,
-                        nodes[i].depth,
-                        nodes[i].draft_prob,
-                        math.exp(nodes[i].score),
-                        event.target_probs[i] if i < len(event.target_probs) else float("nan"),
-                        "accepted" if i in accepted else "rejected",
-                        plotly_text(repr(labels[i])),
-                    ]
-                    for i in idx
-                ],
-                hovertemplate="%{customdata[6]} (node %{customdata[0]}, position %{customdata[1]})<br>"
-                f"specialist S{spec + 1}; %{{customdata[5]}}<br>draft p %{{customdata[2]:.3f}}, "
-                "path p %{customdata[3]:.3f}<br>target p %{customdata[4]:.3f}<extra></extra>",
-            )
-        )
-    fig.add_trace(
-        go.Scatter(
-            x=[0],
-            y=[y[0]],
-            mode="markers+text",
-            name="root",
-            text=[plotly_text(root_at.text)],
-            textposition=root_at.position,
-            textfont={"size": text_size},
-            marker={"color": FONT_COLOR, "size": ROOT_SIZE, "symbol": "square"},
-            customdata=[plotly_text(repr(root_label))],
-            hovertemplate="%{customdata}: the root, the last verified token<extra></extra>",
-            showlegend=False,
-        )
-    )
-    fig.add_trace(
-        go.Scatter(
-            x=[bx],
-            y=[by],
-            mode="markers+text",
-            name="target's token",
-            text=[plotly_text(bonus_at.text)],
-            textposition=bonus_at.position,
-            textfont={"size": BONUS_FONT, "color": TARGET_COLOR},
-            marker={"color": TARGET_COLOR, "size": BONUS_SIZE, "symbol": "diamond"},
-            hovertemplate=f"{plotly_text(repr(bonus_text))}: the target's own token (bonus/correction)<extra></extra>",
-        )
-    )
-    fig.update_xaxes(
-        title_text="draft position (depth)", tickvals=list(range(int(max(max(x), bx)) + 1)), range=list(x_range)
-    )
-    fig.update_yaxes(visible=False, range=list(y_range))
-    whole = str(bonus_text).strip()
-    named = f" ({plotly_text(whole)})" if bonus_at.text != whole else ""  # no room beside the diamond: said here
-    plus = " (then the answer ended)" if event.past_end else f", +1 target token{named}"
-    if not event.draft_observed:
-        sub = (
-            f"{event.accept_len} candidates accepted{plus}; what was rejected is not observable through "
-            "transformers' generate"
-        )
-    else:
-        sub = f"{len(nodes)} drafted, {event.accept_len} accepted{plus}; size = path probability"
-    _style(fig, head, height, sub)
-    fig.update_layout(margin={"l": TREE_SIDE_PX, "r": TREE_SIDE_PX})  # the y axis is hidden: no room kept for it
-    return fig
-
-
-def tree_font(y: Sequence[float]) -> int:
-    """The node labels' font size: smaller where many leaves share the height."""
-    return 11 if -min(y) < 20 else 9
-
-
-def node_size(score: float) -> float:
-    """A node's marker diameter in pixels: larger the likelier its path."""
-    return 8 + 18 * math.exp(score) if math.isfinite(score) else 14
-
-
-def tree_x_range(depth: float, root_text: str, font: float) -> tuple[float, float]:
-    """The tree's x-axis range at TREE_PLOT_PX: room for the root's label (up to ROOT_CHARS) left of depth 0, and for
-    TAIL_CHARS of a label after the deepest column."""
-    left = ROOT_SIZE / 2 + 2 * GAP_PX + text_px(root_text, font)
-    right = node_size(0.0) / 2 + 2 * GAP_PX + TAIL_CHARS * CHAR_EM * BONUS_FONT
-    unit = (TREE_PLOT_PX - left - right) / max(depth, 1.0)
-    return -left / unit, max(depth, 1.0) + right / unit
-
-
-def tree_labels(
-    event: RoundEvent,
-    labels: Sequence[str],
-    root_label: str,
-    bonus_label: str,
-    points: tuple[list[float], list[float], float, float],
-    x_range: tuple[float, float],
-    y_range: tuple[float, float],
-    height: int,
-) -> tuple[Placed, Placed, list[Placed]]:
-    """The root's, the target token's and each node's label as drawn (tree_labels.place) at TREE_PLOT_PX: whole
-    where there is room, else cut with "…" (the hover has them whole). The root and the target's token choose first,
-    then the accepted path, then the other nodes, likeliest first."""
-    x, y, bx, by = points
-    font = tree_font(y)
-    plot_h = height - TREE_FRAME_PX
-    frame = Box(0.0, TREE_PLOT_PX, 0.0, plot_h)
-
-    def px(u: float, v: float) -> tuple[float, float]:
-        return (
-            (u - x_range[0]) / (x_range[1] - x_range[0]) * TREE_PLOT_PX,
-            (v - y_range[0]) / (y_range[1] - y_range[0]) * plot_h,
-        )
-
-    def radius(i: int) -> float:  # an accepted node's outline adds to its marker
-        return node_size(event.nodes[i].score) / 2 + (1.5 if i in event.accepted else 0)
-
-    order = list(event.accepted) + sorted(
-        (i for i in range(len(event.nodes)) if i not in event.accepted), key=lambda i: (-event.nodes[i].score, i)
-    )
-    marks = [
-        Mark(*px(0, y[0]), ROOT_SIZE / 2, cut_chars(root_label, ROOT_CHARS), font, ("left", "top", "bottom")),
-        Mark(*px(bx, by), BONUS_SIZE / 2, str(bonus_label).strip(), BONUS_FONT),
-    ] + [Mark(*px(x[i + 1], y[i + 1]), radius(i), str(labels[i]).strip(), font) for i in order]
-    root, bonus, *rest = place(marks, frame)
-    by_node = dict(zip(order, rest))
-    return root, bonus, [by_node[i] for i in range(len(event.nodes))]
-
-
-def cut_chars(text: str, chars: int) -> str:
-    """`text` without its outer spaces (SVG drops them), cut to `chars` characters with "…"."""
-    text = str(text).strip()
-    return text if len(text) <= chars else text[: chars - 1] + "…"
+    return style_figure(fig, title, height, f"rounds (prefill included): {sizes}", note)
