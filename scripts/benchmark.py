@@ -91,7 +91,8 @@ def bench_commands(args: argparse.Namespace, extra: list[str]) -> list[list[str]
 def quantized_table(out: str) -> str:
     """τ (mean of datasets, 95% interval), speed-up and tokens/s (pooled), per quantization and method, with each
     run's identity check, as a Markdown table."""
-    from poss_core.results.evidence import OVERALL, load_evidence
+    from poss_core.results.analysis import OVERALL
+    from poss_core.results.evidence import load_evidence
 
     rows = [
         "| target | method | τ, mean of datasets (95% interval) | speed-up | tokens/s | identity with plain |",

@@ -21,7 +21,7 @@ from app.views import render
 from poss_core.base.errors import ConfigError
 from poss_core.bench import cli
 from poss_core.models.presets import DEFAULT_PRESET, get_preset
-from poss_core.results import analysis, evidence, loading
+from poss_core.results import analysis, evidence, evidence_schema, loading
 from poss_core.rounds import metrics
 from poss_core.runtime.methods import label_of
 from poss_core.views import draft_tree, figures
@@ -76,7 +76,11 @@ def known():
 
 def test_summary_of_known_records_has_the_right_counts_and_intervals(known):
     _, ev = known
-    assert ev["schema"] == evidence.SCHEMA and ev["version"] == evidence.VERSION and ev["datasets"] == ["d1", "d2"]
+    assert (
+        ev["schema"] == evidence_schema.SCHEMA
+        and ev["version"] == evidence_schema.VERSION
+        and ev["datasets"] == ["d1", "d2"]
+    )
     assert [m["name"] for m in ev["methods"]] == ["plain", "plain-hf", "eagle", "poss2"]
     eagle = ev["results"]["eagle"]
     # eagle's accept lengths: d1 2, 0, 3, 1 and d2 1, 0, each in two runs: hist 4, 4, 2, 2; reached 12, 8, 4, 2.
@@ -211,7 +215,7 @@ def test_loader_refuses_corrupt_or_foreign_json(tmp_path, text, says):
 
 
 def test_loader_refuses_another_version_and_bad_fields(known, tmp_path):
-    newer = {**known[1], "version": evidence.VERSION + 1}
+    newer = {**known[1], "version": evidence_schema.VERSION + 1}
     with pytest.raises(ConfigError, match="this app reads versions 1, 2"):
         evidence.load_evidence(_write(tmp_path, "v.json", json.dumps(newer)))
     bad = json.loads(json.dumps(known[1]))

@@ -7,7 +7,8 @@ import html
 import math
 
 from poss_core.results.analysis import OVERALL
-from poss_core.results.evidence import Evidence, Spread
+from poss_core.results.evidence import Evidence
+from poss_core.results.evidence_schema import Spread
 
 
 def _fmt(v: float, digits: int = 2) -> str:
