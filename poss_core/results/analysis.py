@@ -55,7 +55,67 @@ def aggregate(records: Sequence[TurnRecord], depth: int, eagle: str = "eagle") -
     datasets = list(dict.fromkeys(r.dataset for r in records))
     runs = sorted({r.run for r in records})
     scopes = datasets + [OVERALL]
+    per_run, pooled = scope_summaries(records, scopes, runs, depth)
+    plain = [m for m in methods if is_plain(m)]
+    baseline = {s: plain_baseline({m: per_run[m][s] for m in plain}, len(runs)) for s in scopes}
+    table = {
+        m: {
+            s: table_cell(
+                per_run[m][s],
+                pooled[m][s],
+                baseline[s]["tokens_per_s"],
+                per_run[ORACLE][s] if ORACLE in methods else None,
+            )
+            for s in scopes
+        }
+        for m in methods
+    }
 
+    # τ's change of every draft over every other on the same questions, with its paired-bootstrap interval: what
+    # specialisation adds is a difference between drafts trained alike (POSS-1 against POSS-2, POSS against hass),
+    # not only one from EAGLE. Each method's questions are summed once; the vs-EAGLE rows read the same intervals.
+    drafts = [m for m in methods if not is_plain(m) and m != ORACLE]
+    totals = {m: question_totals(records, m) for m in drafts}
+    changes = {(m, b): paired_tau_change(totals[m], totals[b], datasets) for m in drafts for b in drafts if b != m}
+    vs_eagle = {
+        m: {
+            **change_over(per_run[m], per_run[eagle], table[m], table[eagle], datasets),
+            "tau_interval": changes[(m, eagle)],
+        }
+        for m in (drafts if eagle in methods else [])
+        if m != eagle
+    }
+    tau_between = {m: {b: changes[(m, b)]["mean_of_datasets"] for b in drafts if b != m} for m in drafts}
+
+    def mean_over_datasets(key: str) -> dict[str, float]:
+        return {m: mean_std([table[m][d][key] for d in datasets])[0] for m in methods}
+
+    return {
+        "methods": methods,
+        "datasets": datasets,
+        "runs": runs,
+        "depth": depth,
+        "table": table,
+        "baseline": baseline,
+        "vs_eagle": vs_eagle,
+        "tau_between": tau_between,
+        "mean_speedup_over_datasets": mean_over_datasets("speedup"),
+        "oracle": ORACLE if ORACLE in methods else None,
+        "mean_oracle_fraction_over_datasets": mean_over_datasets("oracle_fraction"),
+        # The paper's "mean" column: every dataset weighs the same, however many rounds it took (the pooled τ weighs
+        # each round the same, so datasets with short acceptances and long answers pull it down).
+        "mean_tau_over_datasets": mean_over_datasets("tau_pooled"),
+    }
+
+
+Summaries = dict[str, dict[str, Any]]  # method -> scope -> what metrics.summarize gives (and wall_s)
+
+
+def scope_summaries(
+    records: Sequence[TurnRecord], scopes: Sequence[str], runs: Sequence[int], depth: int
+) -> tuple[dict[str, dict[str, list[dict[str, Any]]]], Summaries]:
+    """Each method's rounds summarised per scope (a dataset or overall): per run (in `runs` order), and pooled over
+    runs. A question's turns are pooled into one stream first."""
     by_method: dict[str, list[TurnRecord]] = {}
     for r in records:
         by_method.setdefault(r.method, []).append(r)
@@ -68,130 +128,105 @@ def aggregate(records: Sequence[TurnRecord], depth: int, eagle: str = "eagle") -
         ]
 
     per_run: dict[str, dict[str, list[dict[str, Any]]]] = {}
-    pooled: dict[str, dict[str, dict[str, Any]]] = {}
-    for m in methods:
+    pooled: Summaries = {}
+    for m in by_method:
         per_run[m], pooled[m] = {}, {}
         for s in scopes:
             per_run[m][s] = [_summary(pool_events(select(m, s, r)), depth) for r in runs]
             pooled[m][s] = _summary(pool_events(select(m, s, None)), depth)
+    return per_run, pooled
 
-    plain = [m for m in methods if is_plain(m)]
-    baseline: dict[str, dict[str, Any]] = {}
-    for s in scopes:
-        tps, which = [], []
-        for i in range(len(runs)):
-            options = [
-                (per_run[m][s][i]["tokens_per_s"], m) for m in plain if not math.isnan(per_run[m][s][i]["tokens_per_s"])
-            ]
-            best = max(options) if options else (math.nan, "")
-            tps.append(best[0])
-            which.append(best[1])
-        baseline[s] = {"tokens_per_s": tps, "method": which}
 
-    table: dict[str, dict[str, dict[str, Any]]] = {}
-    for m in methods:
-        table[m] = {}
-        for s in scopes:
-            rows = per_run[m][s]
-            speedups = [
-                metrics.speedup(row["tokens_per_s"], baseline[s]["tokens_per_s"][i]) for i, row in enumerate(rows)
-            ]
-            cell: dict[str, Any] = {
-                "runs": len(rows),
-                "speedup_runs": speedups,
-                "tokens_per_s_runs": [row["tokens_per_s"] for row in rows],
-            }
-            for key in ("tokens_per_s", "draft_ms", "verify_ms", "overhead_ms", "round_ms", "wall_s"):
-                cell[key], cell[key + "_std"] = mean_std([row[key] for row in rows])
-            cell["speedup"], cell["speedup_std"] = mean_std(speedups)
-            cell["tau"], cell["tau_std"] = mean_std([row["tau"] for row in rows])
-            p = pooled[m][s]
-            cell.update(
-                {
-                    "tau_pooled": p["tau"],
-                    "pos_acc": p["pos_acc"],
-                    "pos_rate": p["pos_rate"],
-                    "accept_hist": p["accept_hist"],
-                    "feature_deviation": p["feature_deviation"],
-                    "deviation": p["deviation"],
-                    "drafted_share": p["drafted_share"],
-                    "new_tokens": p["new_tokens"],
-                    "rounds": p["rounds"],
-                }
-            )
-            cell["overhead_share"] = (
-                cell["overhead_ms"] / cell["round_ms"]
-                if cell["round_ms"] and not math.isnan(cell["round_ms"])
-                else math.nan
-            )
-            table[m][s] = cell
+def plain_baseline(plain_runs: dict[str, list[dict[str, Any]]], n_runs: int) -> dict[str, list]:
+    """The faster plain decoder of each run on one scope (`plain_runs`: each plain method's per-run summaries there):
+    its tokens/s and which method it was (NaN and "" where no plain decoder was timed)."""
+    tps, which = [], []
+    for i in range(n_runs):
+        options = [
+            (rows[i]["tokens_per_s"], m) for m, rows in plain_runs.items() if not math.isnan(rows[i]["tokens_per_s"])
+        ]
+        best = max(options) if options else (math.nan, "")
+        tps.append(best[0])
+        which.append(best[1])
+    return {"tokens_per_s": tps, "method": which}
 
+
+# What a table cell keeps of the rounds pooled over runs, under the summary's own names.
+POOLED_KEYS = (
+    "pos_acc",
+    "pos_rate",
+    "accept_hist",
+    "feature_deviation",
+    "deviation",
+    "drafted_share",
+    "new_tokens",
+    "rounds",
+)
+
+
+def table_cell(
+    rows: Sequence[dict[str, Any]],
+    pooled: dict[str, Any],
+    baseline_tps: Sequence[float],
+    oracle_rows: Sequence[dict[str, Any]] | None,
+) -> dict[str, Any]:
+    """One method on one scope: timings and speed-ups as mean ± std over its runs (`rows`), against each run's faster
+    plain decoder (`baseline_tps`); τ, pos-acc, histograms and deviations of the rounds pooled over runs; and its share
+    of the oracle's tokens/s (`oracle_rows`, the oracle's runs, where the benchmark ran it)."""
+    speedups = [metrics.speedup(row["tokens_per_s"], baseline_tps[i]) for i, row in enumerate(rows)]
+    cell: dict[str, Any] = {
+        "runs": len(rows),
+        "speedup_runs": speedups,
+        "tokens_per_s_runs": [row["tokens_per_s"] for row in rows],
+    }
+    for key in ("tokens_per_s", "draft_ms", "verify_ms", "overhead_ms", "round_ms", "wall_s"):
+        cell[key], cell[key + "_std"] = mean_std([row[key] for row in rows])
+    cell["speedup"], cell["speedup_std"] = mean_std(speedups)
+    cell["tau"], cell["tau_std"] = mean_std([row["tau"] for row in rows])
+    cell["tau_pooled"] = pooled["tau"]
+    for key in POOLED_KEYS:
+        cell[key] = pooled[key]
+    cell["overhead_share"] = (
+        cell["overhead_ms"] / cell["round_ms"] if cell["round_ms"] and not math.isnan(cell["round_ms"]) else math.nan
+    )
     # The oracle's speed-up is the ceiling of this engine at these settings: each method's share of it, per run (the
     # two tokens/s of the same run, so the machine's speed that run cancels out), mean ± std over runs.
-    for m in methods:
-        for s in scopes:
-            cell = table[m][s]
-            if ORACLE in methods:
-                fractions = [
-                    row["tokens_per_s"] / o["tokens_per_s"] if o["tokens_per_s"] else math.nan
-                    for row, o in zip(per_run[m][s], per_run[ORACLE][s])
-                ]
-            else:
-                fractions = []
-            cell["oracle_fraction_runs"] = fractions
-            cell["oracle_fraction"], cell["oracle_fraction_std"] = mean_std(fractions)
+    fractions = (
+        [
+            row["tokens_per_s"] / o["tokens_per_s"] if o["tokens_per_s"] else math.nan
+            for row, o in zip(rows, oracle_rows)
+        ]
+        if oracle_rows is not None
+        else []
+    )
+    cell["oracle_fraction_runs"] = fractions
+    cell["oracle_fraction"], cell["oracle_fraction_std"] = mean_std(fractions)
+    return cell
 
-    # τ's change of every draft over every other on the same questions, with its paired-bootstrap interval: what
-    # specialisation adds is a difference between drafts trained alike (POSS-1 against POSS-2, POSS against hass),
-    # not only one from EAGLE. Each method's questions are summed once; the vs-EAGLE rows read the same intervals.
-    drafts = [m for m in methods if not is_plain(m) and m != ORACLE]
-    totals = {m: question_totals(records, m) for m in drafts}
-    changes = {(m, b): paired_tau_change(totals[m], totals[b], datasets) for m in drafts for b in drafts if b != m}
 
-    vs_eagle: dict[str, dict[str, Any]] = {}
-    if eagle in methods:
-        for m in methods:
-            if m == eagle or is_plain(m) or m == ORACLE:
-                continue
-            row: dict[str, Any] = {}
-            for s in scopes:
-                ratios = [
-                    relative_change(a["tokens_per_s"], b["tokens_per_s"])
-                    for a, b in zip(per_run[m][s], per_run[eagle][s])
-                ]
-                sp, sp_std = mean_std(ratios)
-                row[s] = {
-                    "tau": relative_change(table[m][s]["tau_pooled"], table[eagle][s]["tau_pooled"]),
-                    "speed": sp,
-                    "speed_std": sp_std,
-                }
-            row["mean_over_datasets"] = {
-                "tau": mean_std([row[d]["tau"] for d in datasets])[0],
-                "speed": mean_std([row[d]["speed"] for d in datasets])[0],
-            }
-            row["tau_interval"] = changes[(m, eagle)]
-            vs_eagle[m] = row
-    tau_between = {m: {b: changes[(m, b)]["mean_of_datasets"] for b in drafts if b != m} for m in drafts}
-
-    mean_speedup = {m: mean_std([table[m][d]["speedup"] for d in datasets])[0] for m in methods}
-    mean_fraction = {m: mean_std([table[m][d]["oracle_fraction"] for d in datasets])[0] for m in methods}
-    # The paper's "mean" column: every dataset weighs the same, however many rounds it took (the pooled τ weighs
-    # each round the same, so datasets with short acceptances and long answers pull it down).
-    mean_tau = {m: mean_std([table[m][d]["tau_pooled"] for d in datasets])[0] for m in methods}
-    return {
-        "methods": methods,
-        "datasets": datasets,
-        "runs": runs,
-        "depth": depth,
-        "table": table,
-        "baseline": baseline,
-        "vs_eagle": vs_eagle,
-        "tau_between": tau_between,
-        "mean_speedup_over_datasets": mean_speedup,
-        "oracle": ORACLE if ORACLE in methods else None,
-        "mean_oracle_fraction_over_datasets": mean_fraction,
-        "mean_tau_over_datasets": mean_tau,
+def change_over(
+    mine: dict[str, list[dict[str, Any]]],
+    base: dict[str, list[dict[str, Any]]],
+    my_table: dict[str, dict[str, Any]],
+    base_table: dict[str, dict[str, Any]],
+    datasets: Sequence[str],
+) -> dict[str, Any]:
+    """A method's relative change over a base (EAGLE) per scope: pooled τ, and tokens/s run by run (mean ± std);
+    then both as the mean over datasets. `mine` and `base` are per-run summaries by scope, the tables their cells."""
+    row: dict[str, Any] = {}
+    for s in my_table:
+        ratios = [relative_change(a["tokens_per_s"], b["tokens_per_s"]) for a, b in zip(mine[s], base[s])]
+        sp, sp_std = mean_std(ratios)
+        row[s] = {
+            "tau": relative_change(my_table[s]["tau_pooled"], base_table[s]["tau_pooled"]),
+            "speed": sp,
+            "speed_std": sp_std,
+        }
+    row["mean_over_datasets"] = {
+        "tau": mean_std([row[d]["tau"] for d in datasets])[0],
+        "speed": mean_std([row[d]["speed"] for d in datasets])[0],
     }
+    return row
 
 
 def paired_tau_change(
