@@ -33,7 +33,7 @@ def run_inputs(**kw) -> list:
 
 def run_settings(**kw) -> user_settings.RunSettings:
     """The tiny-random preset's settings, small trees, with `kw` replacing any field."""
-    return user_settings.RunSettings(**{**DEFAULTS, **kw})
+    return user_settings.RunSettings.from_named({**DEFAULTS, **kw})
 
 
 def req(name: str) -> SimpleNamespace:

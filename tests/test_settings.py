@@ -14,7 +14,7 @@ from poss_core.base import settings
 from poss_core.base.errors import ConfigError
 from poss_core.bench import cli as bench_cli
 from poss_core.decoding.config import DecodeConfig
-from poss_core.runtime import compare, saved_runs
+from poss_core.runtime import compare, run_spec, saved_runs
 
 
 def parser_settings(parser) -> set[str]:
@@ -81,15 +81,15 @@ def test_a_setting_added_to_the_table_reaches_the_command_lines(monkeypatch):
     assert args.draft_temperature == 0.5
     assert "--draft-temperature" in bench_cli.build_parser().format_help()
     with pytest.raises(ConfigError, match=r"draft_temperature=5.0 is out of range: use a number from 0.1 to 3"):
-        settings.check("draft_temperature", 5.0)
+        settings.checked({"draft_temperature": 5.0})
 
 
 @pytest.mark.parametrize(
     "name,value,typed",
     [("depth", 4.0, 4), ("temperature", 1, 1.0), ("auto_budget", True, True), ("precision", "bfloat16", "bfloat16")],
 )
-def test_check_types_a_loose_value_as_the_decoder_takes_it(name, value, typed):
-    got = settings.check(name, value)
+def test_checked_types_a_loose_value_as_the_decoder_takes_it(name, value, typed):
+    got = settings.checked({name: value})[name]
     assert got == typed and type(got) is type(typed)
 
 
@@ -106,35 +106,61 @@ def test_check_types_a_loose_value_as_the_decoder_takes_it(name, value, typed):
         ("nonsense", 1, "'nonsense' is not a setting"),
     ],
 )
-def test_check_names_the_field_and_what_is_valid(name, value, needle):
+def test_checked_names_the_field_and_what_is_valid(name, value, needle):
     with pytest.raises(ConfigError) as err:
-        settings.check(name, value)
+        settings.checked({name: value})
     assert needle in str(err.value)
 
 
 def test_a_run_spec_is_checked_once_into_typed_values():
-    run = compare.RunSpec(
+    spec = compare.RunSpec(
         "hi", ["plain", "eagle"], "tiny-random", depth=4.0, top_k=4.0, tree_budget=16.0, temperature=0
-    ).resolve()
-    spec = run.spec
-    assert (spec.depth, spec.top_k, spec.tree_budget) == (4, 4, 16) and isinstance(spec.temperature, float)
+    )
+    run = spec.resolve()
+    assert (run.spec.depth, run.spec.top_k, run.spec.tree_budget) == (4, 4, 16) and isinstance(
+        run.spec.temperature, float
+    )
     assert run.config == DecodeConfig(depth=4, top_k=4, tree_budget=16)
-    assert compare.RunSpec.from_json(spec.to_json()) == spec
-    with pytest.raises(ConfigError, match="'dept' is not a setting of a comparison"):
-        compare.RunSpec("hi", ["plain"], "tiny-random", dept=4)
+    assert compare.RunSpec.from_json(run.spec.to_json()) == run.spec
+    assert spec.depth == 4.0  # what was asked stays as it was: the typed spec is the run's
 
 
-def test_a_run_checks_each_value_once_and_its_config_trusts_them(monkeypatch):
+def test_a_run_spec_has_the_tables_run_settings_and_defaults():
+    fields = [(f.name, f.default) for f in dataclasses.fields(run_spec.RunSpec)]
+    assert [n for n, _ in fields[:3]] == ["prompt", "methods", "preset"]
+    assert fields[3:] == [(name, settings.SETTINGS[name].default) for name in settings.RUN]
+
+
+def test_a_runs_config_has_its_decoding_settings():
+    asked = dict(temperature=0.5, top_p=0.9, depth=3, top_k=5, tree_budget=12, max_new_tokens=7, seed=3)
+    assert set(asked) == set(settings.RUN) & set(settings.DECODE)
+    config = compare.RunSpec("hi", ["plain"], "tiny-random", **asked).resolve().config
+    assert {name: getattr(config, name) for name in asked} == asked
+
+
+def test_a_run_checks_each_value_once_then_its_config_checks_its_own(monkeypatch):
     seen = []
     real = settings.Setting.check
     monkeypatch.setattr(
-        settings.Setting, "check", lambda self, value, capped=True: seen.append(self.name) or real(self, value, capped)
+        settings.Setting,
+        "check",
+        lambda self, value, capped=True: seen.append((self.name, capped)) or real(self, value, capped),
     )
     run = compare.RunSpec("hi", ["plain", "eagle"], "tiny-random", depth=4, top_k=4, tree_budget=16).resolve()
-    assert sorted(seen) == sorted(settings.RUN) and run.config.depth == 4
+    assert sorted(n for n, capped in seen if capped) == sorted(settings.RUN) and run.config.depth == 4
+    assert sorted(n for n, capped in seen if not capped) == sorted(settings.DECODE)  # what the engine can run
     seen.clear()
-    assert run.config.changed(tree_budget=20, depth_stop=0.1).tree_budget == 20  # a fitted budget: only what changed
-    assert sorted(seen) == ["depth_stop", "tree_budget"]
+    assert run.config.changed(tree_budget=20, depth_stop=0.1).tree_budget == 20  # a fitted budget
+    assert {capped for _, capped in seen} == {False}
+
+
+def test_the_server_cap_and_the_preset_order_are_part_of_the_one_check():
+    spec = compare.RunSpec("hi", ["eagle", "plain"], "tiny-random", max_new_tokens=40)
+    assert spec.resolve().spec.methods == ["eagle", "plain"]
+    assert spec.resolve(preset_order=True).spec.methods == ["plain", "eagle"]
+    assert spec.resolve(most_new_tokens=40).spec.max_new_tokens == 40
+    with pytest.raises(ConfigError, match=r"max_new_tokens=40 is more than this server gives one run \(39"):
+        spec.resolve(most_new_tokens=39)
 
 
 @pytest.mark.parametrize(
@@ -153,11 +179,10 @@ def test_a_config_built_from_a_callers_own_values_is_checked(values, needle):
         DecodeConfig().changed(**values)
 
 
-def test_only_checked_values_skip_the_configs_check():
+def test_what_a_user_asks_for_is_capped_and_the_engines_own_config_is_not():
     assert DecodeConfig(max_new_tokens=10**6).max_new_tokens == 10**6  # the engine's own open-ended decode
     with pytest.raises(ConfigError, match="max_new_tokens=1000000 is out of range"):
         DecodeConfig.of(max_new_tokens=10**6)  # what a user asks for is capped
-    with pytest.raises(TypeError, match="settings.checked"):
-        DecodeConfig.from_checked({"depth": 0})
     with pytest.raises(ConfigError, match="'precision' is not a decoding setting"):
         DecodeConfig.of(precision="float32")
+    assert DecodeConfig.of(depth=4.0).depth == 4

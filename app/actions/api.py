@@ -149,8 +149,8 @@ def api_run(prompt: str, methods: list[str], preset: str, quiet_refusals: bool =
         d = ui_defaults(get_preset(preset))
         auto = not values["tree_budget"]
         values.update({n: d[n] for n in d if n in values and not values[n]})
-        settings_ = RunSettings(prompt, False, preset, methods, auto_budget=auto, **values)
-        return settings_.resolved([])
+        asked = {"prompt": prompt, "multi_turn": False, "preset": preset, "methods": methods, **values}
+        return RunSettings.from_named({**asked, "auto_budget": auto}).resolved([])
     except PossError as err:
         raise gr.Error(neutral_paths(str(err)), print_exception=not quiet_refusals) from err
 

@@ -1,14 +1,14 @@
-"""What the controls send: the Run settings as one value (`RunSettings`, one per setting the app offers, checked and
-resolved into a run once by `RunSpec.resolve`) and how the lanes are drawn (`View`, the toggles)."""
+"""What the controls send: the Run settings as one value (`RunSettings`: the RunSpec asked for and Multi-turn, checked
+and resolved into a run once by `RunSpec.resolve`) and how the lanes are drawn (`View`, the toggles)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from app.server import limits
 from poss_core.base import settings
-from poss_core.base.errors import ConfigError, PromptError
+from poss_core.base.errors import PromptError
 from poss_core.runtime.run_spec import Resolved, RunSpec
 
 POOLED_VIEW = "all my runs"  # the charts' source control: "this run", this, or CLASS_VIEW
@@ -50,44 +50,39 @@ VIEW_INPUTS = ("color_by", "show_rejected", "pos_acc_mode", "charts_from")  # Vi
 APP_SETTINGS = settings.offered_on(settings.APP)  # the Run controls after the prompt, preset and methods
 
 
-class RunSettings(settings.ByName):
-    """The Run settings as the UI holds them: the prompt, Multi-turn, the preset, the methods, and the value of every
-    setting the app offers (`APP_SETTINGS`, by name, as the controls send them: a slider's 4.0 for an integer)."""
+@dataclass
+class RunSettings:
+    """The Run settings as the controls send them: the comparison asked for (`asked`, a RunSpec holding the prompt,
+    the preset, the methods and every setting the app offers as sent: a slider's 4.0 for an integer) and whether
+    Multi-turn is ticked. Nothing is checked here: `resolved` hands it to `RunSpec.resolve`, the one check."""
 
-    def __init__(self, prompt: str, multi_turn: bool, preset: str, methods: list[str], **values: Any) -> None:
-        self.prompt, self.multi_turn, self.preset, self.methods = prompt, multi_turn, preset, methods
-        self.values = values
+    asked: RunSpec
+    multi_turn: bool = False
 
     @classmethod
     def from_named(cls, by: dict[str, Any]) -> "RunSettings":
         """From the controls' values by name: the prompt, Multi-turn, the preset, the methods and one value per
-        APP_SETTINGS name."""
-        return cls(by["prompt"], by["multi_turn"], by["preset"], by["methods"], **{n: by[n] for n in APP_SETTINGS})
+        APP_SETTINGS name. An unset choice (a radio Gradio sends as None) reads its default; anything else goes on
+        as sent."""
+        values = {n: by[n] for n in APP_SETTINGS if not (by[n] in (None, "") and settings.SETTINGS[n].choices)}
+        return cls(RunSpec(by["prompt"], by["methods"], by["preset"], **values), by["multi_turn"])
 
     def resolved(self, history: list[dict]) -> Resolved:
-        """What a comparison runs, checked and resolved once, here where the input arrives (`RunSpec.resolve` raises
-        PossError with a readable message; the handlers pass the result down as it is): the prompt, after `history`
-        when Multi-turn is ticked, the chosen methods once each in the preset's order, every setting typed and in
-        bounds, and no more new tokens than this server gives a run."""
-        if self.prompt is None or (isinstance(self.prompt, str) and not self.prompt.strip()):
+        """What a comparison runs, checked and resolved once by `RunSpec.resolve` (PossError with a readable
+        message; the handlers pass the result down as it is): the prompt, after `history` when Multi-turn is ticked,
+        the chosen methods once each in the preset's order, every setting typed and in bounds, and no more new tokens
+        than this server gives a run."""
+        prompt = self.asked.prompt
+        if prompt is None or (isinstance(prompt, str) and not prompt.strip()):
             raise PromptError("the prompt is empty: type a question or instruction (or pick an example).")
-        turn = {"role": "user", "content": self.prompt}
+        turn = {"role": "user", "content": prompt}
         if self.multi_turn and history:
             message: str | list[dict] = [*history, turn]
         else:  # a prompt that is not text goes in as one message, so the run's check says "prompt must be text"
-            message = self.prompt if isinstance(self.prompt, str) else [turn]
-        chosen = self.methods or []
+            message = prompt if isinstance(prompt, str) else [turn]
+        chosen = self.asked.methods or []
         if isinstance(chosen, (list, tuple)):
             chosen = list(dict.fromkeys(chosen))  # a checkbox group's values, once each
-        # An unset choice (a radio Gradio sends as None) reads its default; anything else is checked as sent.
-        values = {k: v for k, v in self.values.items() if not (v in (None, "") and settings.SETTINGS[k].choices)}
-        run = RunSpec(message, chosen, self.preset, **values).resolve()
-        spec = run.spec
-        spec.methods.sort(key=list(run.offered).index)
-        most = limits.LIMITS.max_new_tokens  # `python app.py --max-new-tokens`; the UI's slider stops there too
-        if most is not None and spec.max_new_tokens > most:
-            raise ConfigError(
-                f"max_new_tokens={spec.max_new_tokens} is more than this server gives one run "
-                f"({most}, so that every visitor gets a turn): ask for {most} or fewer."
-            )
-        return run
+        asked = replace(self.asked, prompt=message, methods=chosen)
+        # `python app.py --max-new-tokens`: the UI's slider stops there too.
+        return asked.resolve(most_new_tokens=limits.LIMITS.max_new_tokens, preset_order=True)

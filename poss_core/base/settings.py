@@ -3,18 +3,20 @@
 From this one table come the bounds every entry point checks (`LIMITS`), the app's Run controls
 (`app/views/controls.py`), the command lines' flags (`add_flags`: `python -m poss_core.generate` and
 `python -m poss_core.bench`), the `/compare` parameters (`app/actions/api.py`), the settings a comparison runs with and
-a saved run records (`run_spec.RunSpec`), and the checks of `decoding.config.DecodeConfig`. `check` turns a loosely
-typed value (a slider's float, a JSON number) into the typed value the decoder takes, or raises a ConfigError that
-names the field and what is valid.
+a saved run records (`run_spec.RunSpec`), and the checks of `decoding.config.DecodeConfig`. `checked`, the one check,
+turns loosely typed values (a slider's float, a JSON number) into the typed values the decoder takes, or raises a
+ConfigError that names the field and what is valid.
 
-A new decoding setting is one `Setting` here and one field of `DecodeConfig` (a test checks they agree), plus the
-engine code that uses it; every surface that offers it picks it up from this table.
+A new decoding setting is one `Setting` here and one field of `DecodeConfig` (a test checks they agree; one offered to
+the app or /compare is a field of `RunSpec` too), plus the engine code that uses it; every surface that offers it picks
+it up from this table.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,8 +33,8 @@ COMMAND_LINES = frozenset({GENERATE, BENCH})
 class Setting:
     """One setting. `bounds` is what every entry point allows (the app's sliders span it); `open_low` / `open_high`
     exclude an end; `always_capped` applies the upper bound to the engine's own configs too (a probability), where
-    the others cap only what a user asks for (`checked`; a DecodeConfig built from a caller's own values is held to
-    the uncapped bounds)."""
+    the others cap only what a user asks for (`checked(..., capped=True)`: a run, the command lines; a DecodeConfig
+    as the engine makes it is held to the uncapped bounds)."""
 
     name: str
     kind: type  # int, float, str or bool
@@ -212,39 +214,24 @@ RUN = tuple(s.name for s in _ALL if s.offered & {APP, API})  # what a comparison
 LIMITS: dict[str, tuple[float, float]] = {s.name: s.bounds for s in _ALL if s.bounds is not None}
 
 
-class ByName:
-    """Settings held by name in `self.values` and read as attributes (`spec.depth`): a run spec, the app's Run
-    settings."""
-
-    values: dict[str, Any]
-
-    def __getattr__(self, name: str) -> Any:
-        values = self.__dict__.get("values", {})
-        if name in values:
-            return values[name]
-        raise AttributeError(f"{type(self).__name__} has no {name!r}")
-
-
 def offered_on(surface: str) -> tuple[str, ...]:
     """The settings a surface offers, in the table's order."""
     return tuple(s.name for s in _ALL if surface in s.offered)
 
 
-def check(name: str, value: Any, capped: bool = True) -> Any:
-    """One setting's value, typed and inside its bounds (ConfigError names the field and what is valid)."""
-    if name not in SETTINGS:
-        raise ConfigError(f"{name!r} is not a setting: use one of {', '.join(SETTINGS)}.")
-    return SETTINGS[name].check(value, capped)
-
-
-class Checked(dict):
-    """Setting values that went through `check` (typed, inside the bounds a user may ask for): made only by
-    `checked`, so what takes one (`DecodeConfig.from_checked`, a resolved run) need not check them again."""
-
-
-def checked(values: dict[str, Any]) -> Checked:
-    """Every value of `values` through `check`, in the table's order."""
-    return Checked((name, check(name, values[name])) for name in SETTINGS if name in values)
+def checked(
+    values: Mapping[str, Any], names: Iterable[str] | None = None, what: str = "a setting", capped: bool = True
+) -> dict[str, Any]:
+    """`values` typed as the decoder takes them and inside their bounds, in the table's order, or ConfigError naming
+    the field and what is valid: the one check every way in uses (a run's `RunSpec.resolve`, a `DecodeConfig`, the
+    command lines' `DecodeConfig.of`). A name not among `names` (every setting, unless given) is refused as not
+    `what`; `capped` holds a value to the upper bound a user may ask for, where the engine's own configs may go past
+    it (`Setting.always_capped` aside)."""
+    allowed = tuple(SETTINGS) if names is None else tuple(names)
+    unknown = sorted(set(values) - set(allowed))
+    if unknown:
+        raise ConfigError(f"{unknown[0]!r} is not {what}: use {', '.join(allowed)}.")
+    return {name: SETTINGS[name].check(values[name], capped) for name in SETTINGS if name in values}
 
 
 def decoding(values: dict[str, Any]) -> dict[str, Any]:

@@ -1,9 +1,10 @@
-"""Decoding settings, validated before any model work: one set of bounds (`LIMITS`) for the app's controls, its API
-endpoints and the generate/benchmark command lines, and the checks a prompt passes before it is tokenized."""
+"""Decoding settings, validated before any model work against the settings table's bounds (the same for the app's
+controls, its API endpoints and the generate/benchmark command lines), and the checks a prompt passes before it is
+tokenized."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from ..base import settings
@@ -71,11 +72,10 @@ class DecodeConfig:
     """What one decode does: the decoding settings of `settings.SETTINGS` (a test checks the fields match the table,
     defaults included). `depth` is the number of draft positions per round; `tree_budget` counts the root.
 
-    Each value is checked once, where it comes in: a run's settings by `settings.checked` (then `from_checked`),
-    loosely typed values by `of` (the command lines, `methods.decode_config`), a change by `changed` (only the values
-    changed); a config built directly from a caller's own values (a script, a test, the engine's own runs) is checked
-    on construction against what the engine can run, which may go past what a user may ask for (the overhead
-    measurement's open-ended decode)."""
+    However it is made (a run's `RunSpec.resolve`, the command lines' `of`, the engine's own `changed`, a script or a
+    test), a config is checked on construction, once, by `settings.checked`: against what the engine can run, which
+    may go past what a user may ask for (the overhead measurement's open-ended decode). What a user asks for is held
+    to the user's bounds where it comes in (`RunSpec.resolve`, `of`)."""
 
     depth: int = 6
     top_k: int = 10
@@ -93,50 +93,25 @@ class DecodeConfig:
     head_rows: str = "read"
 
     def __post_init__(self) -> None:
-        for name in settings.DECODE:
-            _check_field(name, getattr(self, name))
-
-    @classmethod
-    def from_checked(cls, values: settings.Checked) -> "DecodeConfig":
-        """A config from the decoding settings among values `settings.checked` typed and bounded already (a run's
-        settings), not checked again; a setting not among them takes its default."""
-        if not isinstance(values, settings.Checked):
-            raise TypeError(f"from_checked takes what settings.checked returns, not {type(values).__name__}")
-        return cls._built({f.name: values.get(f.name, f.default) for f in fields(cls)})
+        """Every field valid and inside what the engine can run; an integer field already an integer (4.0 is refused
+        here, where `of` types a loosely typed 4.0 as 4 first)."""
+        own = {f.name: getattr(self, f.name) for f in fields(self)}
+        for name, value in own.items():
+            if settings.SETTINGS[name].kind is int and isinstance(value, float):
+                raise ConfigError(f"{name}={value!r} must be an integer.")
+        settings.checked(own, capped=False)
 
     @classmethod
     def of(cls, **values: Any) -> "DecodeConfig":
-        """A config from loosely typed values (integral floats for integers, ints for floats), every one checked
-        against the bounds a user may ask for."""
-        unknown = sorted(set(values) - set(settings.DECODE))
-        if unknown:
-            raise ConfigError(f"{unknown[0]!r} is not a decoding setting: use {', '.join(settings.DECODE)}.")
-        return cls.from_checked(settings.checked(values))
+        """A config from what a user asked for, loosely typed (integral floats for integers, ints for floats; the
+        command lines): typed and held to the bounds a user may ask for, then made."""
+        return cls(**settings.checked(values, settings.DECODE, "a decoding setting"))
 
     def changed(self, **values: Any) -> "DecodeConfig":
-        """This config with `values` instead (an auto budget's choice, the oracle's chain, the engine's own runs):
-        only those are checked, against what the engine can run; the others were checked when this one was made."""
-        typed = {name: _check_field(name, value) for name, value in values.items()}
-        return self._built({**{f.name: getattr(self, f.name) for f in fields(self)}, **typed})
-
-    @classmethod
-    def _built(cls, values: dict[str, Any]) -> "DecodeConfig":
-        # Set the way a frozen dataclass's own __init__ sets its fields, without __post_init__'s check.
-        config = object.__new__(cls)
-        for name, value in values.items():
-            object.__setattr__(config, name, value)
-        return config
+        """This config with `values` instead (an auto budget's choice, the oracle's chain, the engine's own runs),
+        checked as any config is."""
+        return replace(self, **values)
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0.0
-
-
-def _check_field(name: str, value: Any) -> Any:
-    """`value` as the engine takes it, or ConfigError: a valid `name`, already an integer for an integer field (4.0
-    is refused, which `settings.check` would turn into 4) and inside what the engine can run."""
-    if name not in settings.DECODE:
-        raise ConfigError(f"{name!r} is not a decoding setting: use {', '.join(settings.DECODE)}.")
-    if settings.SETTINGS[name].kind is int and isinstance(value, float):
-        raise ConfigError(f"{name}={value!r} must be an integer.")
-    return settings.check(name, value, capped=False)

@@ -1,9 +1,10 @@
-"""What a comparison runs (`RunSpec`: the prompt, the methods, the preset and every run setting) and that spec checked
-and resolved once (`Resolved`), which is all `compare.start` and `compare.fit_budgets` take."""
+"""What a comparison runs, as asked (`RunSpec`: the prompt, the methods, the preset and every run setting), and that
+spec checked and resolved (`Resolved`) by `RunSpec.resolve`, the one way in: all `compare.start` and
+`compare.fit_budgets` take."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from ..base import settings
@@ -17,41 +18,74 @@ from .model_cache import ModelCache
 MAX_LANES = 3
 
 
-class RunSpec(settings.ByName):
-    """What a comparison runs: the prompt, the methods (one lane each), the preset, and every run setting of the
-    settings table (`settings.RUN`: decoding, precision, quantization, fitted budget), read as attributes
-    (`spec.depth`). A setting not given reads its declared default. `resolve()` checks it once (every value typed
-    and within its bounds, the methods the preset offers); a saved run records `to_json()`."""
+@dataclass
+class RunSpec:
+    """What a comparison runs, as asked: the prompt (text or chat messages), the methods (one lane each), the preset's
+    name, and every run setting of the settings table (`settings.RUN`, in its order, defaults included: a test holds
+    the fields to the table). Nothing is checked until `resolve`, which returns the spec typed; a saved run records
+    `to_json()`."""
 
-    def __init__(self, prompt: str | list[dict], methods: list[str], preset: str, **values: Any) -> None:
-        unknown = sorted(set(values) - set(settings.RUN))
-        if unknown:
-            raise ConfigError(f"{unknown[0]!r} is not a setting of a comparison: use {', '.join(settings.RUN)}.")
-        self.prompt, self.methods, self.preset = prompt, methods, preset
-        self.values: dict[str, Any] = {**settings.defaults(settings.RUN), **values}
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, RunSpec) and self.to_json() == other.to_json()
-
-    def __repr__(self) -> str:
-        return f"RunSpec({self.to_json()!r})"
+    prompt: str | list[dict]
+    methods: list[str]
+    preset: str
+    temperature: float = 0.0
+    top_p: float = 1.0
+    depth: int = 6
+    top_k: int = 10
+    tree_budget: int = 60
+    max_new_tokens: int = 128
+    seed: int = 0
+    auto_budget: bool = False
+    precision: str = "auto"
+    quantization: str = "auto"
 
     def messages(self) -> list[dict]:
         if isinstance(self.prompt, str):
             return [{"role": "user", "content": self.prompt}]
         return list(self.prompt)
 
-    def resolve(self) -> Resolved:
+    def resolve(self, most_new_tokens: int | None = None, preset_order: bool = False) -> Resolved:
         """Check the spec once, before anything loads (ConfigError or PromptError for settings no lane could run
-        with), typing every value as the decoder takes it (a slider's 4.0 becomes 4), and resolve what every step of
-        the run reads: its preset, decoding config and offered methods."""
+        with), and resolve what every step of the run reads: the spec typed as the decoder takes it (a slider's 4.0
+        becomes 4), its preset, decoding config and offered methods. `most_new_tokens` is a server's cap on one
+        run's answer (the app's `--max-new-tokens`); `preset_order` puts the lanes in the preset's order (the app's
+        lanes, whatever order the boxes were ticked in)."""
         check_messages(self.prompt)
         self._check_methods()
         if not isinstance(self.preset, str):
             raise ConfigError(f"preset={self.preset!r}: give a preset's name.")
-        self.values = settings.checked(self.values)  # every value typed and in bounds, once
-        config = DecodeConfig.from_checked(self.values)  # checked just now: not again
+        values = settings.checked({name: getattr(self, name) for name in settings.RUN})  # typed and in bounds, once
         preset = get_preset(self.preset)
+        offered = self._offered(preset)
+        lanes = sorted(self.methods, key=list(offered).index) if preset_order else list(self.methods)
+        spec = replace(self, methods=lanes, **values)
+        _check_server_cap(spec.max_new_tokens, most_new_tokens)
+        return Resolved(spec, preset, spec.decode_config(), offered)
+
+    def decode_config(self) -> DecodeConfig:
+        """The decoding settings of this spec, by name; the depth stop and the LM head's rows are the engine's own
+        (their defaults: a fitted budget sets them per lane)."""
+        return DecodeConfig(
+            temperature=self.temperature,
+            top_p=self.top_p,
+            depth=self.depth,
+            top_k=self.top_k,
+            tree_budget=self.tree_budget,
+            max_new_tokens=self.max_new_tokens,
+            seed=self.seed,
+        )
+
+    def _check_methods(self) -> None:
+        """A list of one to MAX_LANES method names (which of them the preset offers is checked with the preset)."""
+        if not isinstance(self.methods, list) or not all(isinstance(m, str) for m in self.methods):
+            raise ConfigError(f"methods={self.methods!r}: give a list of method names (e.g. plain, eagle, poss2).")
+        if not self.methods:
+            raise ConfigError("no method chosen: pick two or three (e.g. Plain, EAGLE and POSS-2).")
+        if len(self.methods) > MAX_LANES:
+            raise ConfigError(f"{len(self.methods)} methods chosen: pick at most {MAX_LANES} lanes.")
+
+    def _offered(self, preset: Preset) -> dict[str, methods.Method]:
+        """The methods `preset` offers, once every chosen one is among them and this machine can run the preset."""
         offered = methods.lane_methods(preset)
         for m in self.methods:
             if m == methods.ASSISTED:
@@ -64,19 +98,10 @@ class RunSpec(settings.ByName):
             raise ConfigError(
                 f"preset {preset.name!r} needs a GPU and this machine has none: use smollm2-135m (CPU) or tiny-random."
             )
-        return Resolved(self, preset, config, offered)
-
-    def _check_methods(self) -> None:
-        """A list of one to MAX_LANES method names (which of them the preset offers is checked with the preset)."""
-        if not isinstance(self.methods, list) or not all(isinstance(m, str) for m in self.methods):
-            raise ConfigError(f"methods={self.methods!r}: give a list of method names (e.g. plain, eagle, poss2).")
-        if not self.methods:
-            raise ConfigError("no method chosen: pick two or three (e.g. Plain, EAGLE and POSS-2).")
-        if len(self.methods) > MAX_LANES:
-            raise ConfigError(f"{len(self.methods)} methods chosen: pick at most {MAX_LANES} lanes.")
+        return offered
 
     def to_json(self) -> dict[str, Any]:
-        return {"prompt": self.prompt, "methods": self.methods, "preset": self.preset, **self.values}
+        return asdict(self)
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> RunSpec:
@@ -87,6 +112,15 @@ class RunSpec(settings.ByName):
             obj.get("methods"),
             obj.get("preset"),
             **{k: v for k, v in obj.items() if k in settings.RUN},
+        )
+
+
+def _check_server_cap(asked: int, most: int | None) -> None:
+    """Refuse more new tokens than a server gives one run (None: no cap beyond the setting's own bound)."""
+    if most is not None and asked > most:
+        raise ConfigError(
+            f"max_new_tokens={asked} is more than this server gives one run "
+            f"({most}, so that every visitor gets a turn): ask for {most} or fewer."
         )
 
 
