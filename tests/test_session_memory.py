@@ -42,11 +42,13 @@ def kv_bytes(comp: compare.Comparison) -> int:
     total = 0
     for lane in comp.lanes:
         frame = lane.source.gi_frame
-        while "cache" not in frame.f_locals:  # torch.inference_mode wraps the decoder's generator in its own
+        # torch.inference_mode wraps the decoder's generator in its own; a speculative decode keeps its cache in
+        # the state of the decode (`decode`), plain decoding in a local of its own
+        while "cache" not in frame.f_locals and "decode" not in frame.f_locals:
             frame = frame.f_locals["gen"].gi_frame
+        cache = frame.f_locals["cache"] if "cache" in frame.f_locals else frame.f_locals["decode"].cache
         storages = {
-            layer.keys.untyped_storage().data_ptr(): layer.keys.untyped_storage().nbytes()
-            for layer in frame.f_locals["cache"].layers
+            layer.keys.untyped_storage().data_ptr(): layer.keys.untyped_storage().nbytes() for layer in cache.layers
         }
         total += sum(storages.values())
     return total

@@ -1,10 +1,33 @@
-"""Decoders: speculative (target + draft + config) and plain, both generators of `RoundEvent`s and a summary."""
+"""Decoders: speculative (target + draft + config) and plain, both generators of `RoundEvent`s and a summary.
+
+A speculative round is three steps, each a method of `SpeculativeDecoder`, in the order `generate` runs them:
+draft (`_draft`: the draft model builds a tree from the root), verify (`_verify`: one target forward over the tree,
+then acceptance), commit (`_commit`: the target's cache, the draft's rows and the emitted tokens; `_round_event`:
+the `RoundEvent`). What is measured beside them (feature deviations, drafting time by depth) is in measures.py.
+
+Glossary:
+    root         the last committed token, which the target has not read yet: slot 0 of a round's verify pass, and
+                 the parent (-1) of the tree's first level. The prefill's pick is the first root.
+    node         one drafted token of a round's tree (node i is slot i + 1 of the verify pass), with its parent,
+                 depth, cumulative draft score and the specialist that drafted it (`DraftNode` in events).
+    bonus        the target's own token where acceptance stopped: committed after the accepted path, so every round
+                 emits at least one token, and the next round's root.
+    round        one draft -> verify -> commit, one `RoundEvent`; round 0 is the prefill (the prompt read, the first
+                 token picked, nothing drafted); a round of plain decoding drafts nothing and emits one token.
+    lane         one method's decode in a comparison (runtime/compare.py); a decoder does not know it has one.
+    turn         one user message and its answer in a conversation (the benchmark's multi-turn questions).
+    accept length  `accept_len`: the nodes a round accepted, 0 to the depth; the round emits accept_len + 1 tokens
+                 (fewer in a last round that the answer's end cut: `past_end`).
+    τ            the mean accept length + 1 over the drafting rounds: tokens per target forward (rounds/metrics.py).
+"""
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -12,10 +35,10 @@ from ..base.errors import PromptError
 from ..models.draft import DraftModel, DraftState, check_draft_fits
 from ..models.target import TargetModel, causal_allowed, keep_cache_slots
 from ..rounds import metrics
-from ..rounds.events import DecodeSummary, DraftNode, FeatureDeviation, RoundEvent, TreeDeviation
+from ..rounds.events import DecodeSummary, DraftNode, RoundEvent
 from .config import DecodeConfig
-from .continuation import every_position_deviation
 from .detokenizer import Detokenizer
+from .measures import CommittedTrace, draft_ms_by_depth, feature_deviation, tree_deviation
 from .tree import DraftTree, build_tree
 from .tree import ms_since as _ms
 from .verify import SlotRows, target_distribution, verify_greedy, verify_sampling
@@ -174,6 +197,31 @@ class PlainDecoder(_BaseDecoder):
         yield self._finish(events, stream, stream.stop_reason)
 
 
+@dataclass
+class _Decode:
+    """Where one speculative decode stands between rounds."""
+
+    cache: Any  # the target's KV cache: the n - 1 committed tokens before the root
+    draft_state: Any  # what the draft keeps between rounds (a DraftState; the oracle's own)
+    stream: _Stream  # the emitted tokens and the stop rules
+    generator: torch.Generator  # the random stream of sampling (the prefill's pick and verification)
+    root: int = -1  # the last committed token, not yet read by the target (set by the prefill)
+    n: int = 0  # committed tokens, the prompt and the root included
+    events: list[RoundEvent] = field(default_factory=list)
+
+
+@dataclass
+class _Verdict:
+    """What verification decided about one tree, and the target's work it read to decide."""
+
+    path: list[int]  # the accepted nodes, the root's child first
+    bonus: int  # the target's own token where acceptance stopped
+    hidden: torch.Tensor  # [1 + n_nodes, H] the target's features at the root's slot and at each node's
+    target_probs: torch.Tensor  # [n_nodes] the target's probability of each node's drafted token
+    bonus_prob: float  # the target's probability of the bonus
+    verify_ms: float  # the target's forward over the tree and every LM-head row read (acceptance's walk is not)
+
+
 class SpeculativeDecoder(_BaseDecoder):
     """Draft an EAGLE-2 tree with the (POSS or EAGLE) draft, verify it with one target forward, keep what matches."""
 
@@ -195,7 +243,7 @@ class SpeculativeDecoder(_BaseDecoder):
 
     def _target_rows(self, hidden: torch.Tensor) -> torch.Tensor:
         """What verification reads at a slot: the target's logits (greedy) or the distribution it samples from."""
-        logits = self.target.logits(hidden)
+        logits = self.target.logits(hidden)  # [slots, V]
         if self.config.greedy:
             return logits
         return target_distribution(logits, self.config.temperature, self.config.top_p)
@@ -204,114 +252,131 @@ class SpeculativeDecoder(_BaseDecoder):
     def generate(
         self, input_ids: Sequence[int], cancel: threading.Event | None = None
     ) -> Iterator[RoundEvent | DecodeSummary]:
-        cfg = self.config
-        ids = self._check_prompt(input_ids)
+        """Read the prompt, then run rounds of draft -> verify -> commit until a stop rule (EOS, the token budget,
+        the context window, `cancel`) ends the decode; each round's event as it ends, the summary last."""
+        ids = self._check_prompt(input_ids)  # [n_prompt]
         # Seconds of this decode that are not decoding work (the benchmark takes them off its wall time).
         self.untimed_s = 0.0
-        gen = self._generator()
-        stream = _Stream(self.target.tokenizer, self.target.eos_ids, cfg.max_new_tokens)
-        cache = self.target.new_cache()
-        state = self._new_state(ids)
-        events: list[RoundEvent] = []
-
+        stream = _Stream(self.target.tokenizer, self.target.eos_ids, self.config.max_new_tokens)
+        decode = _Decode(self.target.new_cache(), self._new_state(ids), stream, self._generator(), n=len(ids) + 1)
         t0 = time.perf_counter()
-        out, root = self._prefill(ids, cache, gen, cancel)
+        out, decode.root = self._prefill(ids, decode.cache, decode.generator, cancel)
         if out is None:  # stopped while reading the prompt
-            yield self._finish(events, stream, "cancelled")
+            yield self._finish(decode.events, stream, "cancelled")
             return
-        # Row j of the draft pairs token x[j+1] with the target feature at j.
-        state.add_rows(torch.cat([ids[1:], torch.tensor([root])]), out.hidden)
-        events.append(self._prefill_event(root, stream, _ms(t0)))
-        # Every committed token and the target's feature of each one it has read: the continuation deviation's input.
-        committed, features, roots = [ids, torch.tensor([root])], [out.hidden], [0]
-        yield events[-1]
-        n = len(ids) + 1  # committed tokens; the target's cache holds n - 1 (the root is not yet read)
-        while stream.stop_reason is None:
-            if self._stopped_before_round(stream, cancel, n):
-                break
+        # Row j of the draft pairs token x[j+1] with the target feature at j (out.hidden: [n_prompt, H]).
+        decode.draft_state.add_rows(torch.cat([ids[1:], torch.tensor([decode.root])]), out.hidden)
+        decode.events.append(self._prefill_event(decode.root, stream, _ms(t0)))
+        trace = CommittedTrace(ids, decode.root, out.hidden)  # what the continuation's deviation reads at the end
+        yield decode.events[-1]
+        while stream.stop_reason is None and not self._stopped_before_round(stream, cancel, decode.n):
             t_round = time.perf_counter()
-            # Committed tokens never exceed the context window: accepted nodes plus the bonus must fit.
-            depth = min(cfg.depth, self.target.max_context - n - 1)
-            tree = self._draft_tree(state, depth) if depth > 0 else DraftTree.empty(self.target.hidden_size)
+            tree = self._draft(decode)  # draft: [n_nodes] tokens hanging from the root
             draft_ms = _ms(t_round)
+            verdict = self._verify(decode, tree)  # verify: the accepted path and the bonus
+            kept, text = self._commit(decode, tree, verdict, trace)  # commit: cache, draft rows, emitted tokens
+            event = self._round_event(decode, tree, verdict, kept, text, draft_ms, t_round)
+            if tree.root_feature is not None:  # a measurement, not decoding work: outside the round's time
+                event.tree_deviation = self._untimed(tree_deviation, tree, event.accepted, verdict.hidden)
+            yield event
+        drafted = trace.drafted_spans(decode.events)
+        # After the last round (a stopped decode ends at once); the oracle drafts without a draft model's features.
+        if stream.stop_reason != "cancelled" and drafted and self.draft is not None:
+            self._untimed(trace.measure, drafted, self.draft, self.config.depth)
+        yield self._finish(decode.events, stream, stream.stop_reason)
 
-            t0 = time.perf_counter()
-            slots = torch.cat([torch.tensor([root]), tree.tokens])
-            allowed = torch.ones(tree.size + 1, n + tree.size, dtype=torch.bool)
-            allowed[:, n - 1 :] = tree.ancestors()
-            out = self.target.forward(
-                slots, n - 1 + torch.cat([torch.zeros(1, dtype=torch.long), tree.depths]), allowed, cache, logits="none"
-            )
-            rows = SlotRows(self._target_rows, out.hidden, tree.parents, every_slot=cfg.head_rows == "all")
-            verify_ms = _ms(t0)
+    def _draft(self, decode: _Decode) -> DraftTree:
+        """Draft: the tree of candidate tokens hanging from the root, as deep as the context window leaves room."""
+        # Committed tokens never exceed the context window: accepted nodes plus the bonus must fit.
+        depth = min(self.config.depth, self.target.max_context - decode.n - 1)
+        return self._draft_tree(decode.draft_state, depth) if depth > 0 else DraftTree.empty(self.target.hidden_size)
 
-            if cfg.greedy:
-                path, bonus = verify_greedy(tree, rows)
-                target_probs = (rows.at_nodes(tree.tokens) - rows.log_norms()).exp()
-            else:
-                path, bonus = verify_sampling(tree, rows, gen)
-                target_probs = rows.at_nodes(tree.tokens)
-            bonus_prob = _bonus_prob(rows, path, bonus, cfg.greedy)
-            verify_ms += rows.lazy_ms  # a leaf's LM-head row read during acceptance is the target's work too
-
-            keep = torch.tensor([0] + [a + 1 for a in path])
-            keep_cache_slots(cache, n - 1, keep)
-            path_tokens = tree.tokens[path].tolist() if path else []
-            kept_tokens, kept_features = torch.tensor(path_tokens + [bonus]), out.hidden[keep.to(out.hidden.device)]
-            state.add_rows(kept_tokens, kept_features)
-            roots.append(n - 1)
-            committed.append(kept_tokens)
-            features.append(kept_features)
-            n += len(path) + 1
-            root = bonus
-            kept, delta = stream.push(path_tokens + [bonus])
-            path, past_end = cut_at_end(path, len(kept))  # what the answer's end leaves of the path (the last round)
-            deviation = _feature_deviation(tree, path, out.hidden)
-            events.append(
-                RoundEvent(
-                    round=len(events),
-                    nodes=_nodes(tree),
-                    accepted=list(path),
-                    bonus=bonus,
-                    target_probs=[float(p) for p in target_probs.tolist()],
-                    feature_deviation=deviation,
-                    draft_ms=draft_ms,
-                    verify_ms=verify_ms,
-                    new_tokens=len(stream.ids),
-                    tokens=kept,
-                    text=delta,
-                    wall_ms=_ms(t_round),
-                    draft_ms_by_depth=_draft_ms_by_depth(tree, draft_ms),
-                    bonus_prob=bonus_prob,
-                    past_end=past_end,
-                )
-            )
-            if tree.root_feature is not None:  # a measurement, not decoding work: outside the round's time, untimed
-                t0 = time.perf_counter()
-                events[-1].tree_deviation = _tree_deviation(tree, path, out.hidden)
-                self.untimed_s += time.perf_counter() - t0
-            yield events[-1]
-        if stream.stop_reason != "cancelled":  # untimed, after the last round: a stopped decode ends at once
-            self._add_continuation(events, roots, torch.cat(committed), torch.cat(features))
-        yield self._finish(events, stream, stream.stop_reason)
-
-    def _add_continuation(
-        self, events: list[RoundEvent], roots: list[int], tokens: torch.Tensor, features: torch.Tensor
-    ) -> None:
-        """Each drafting round's deviation along the target's own continuation, from its root and from every
-        position it covered (continuation.py), in one batched unroll."""
-        ends = [*roots[1:], len(tokens)]  # a round covers its root up to the next round's root
-        drafted = [(e, (p, end)) for e, p, end in zip(events, roots, ends) if not e.prefill and e.nodes]
-        if not drafted or self.draft is None:  # the oracle drafts without a draft model, so without features
-            return
+    def _verify(self, decode: _Decode, tree: DraftTree) -> _Verdict:
+        """Verify: the target over the root and every node in one forward, then acceptance down the tree (greedy:
+        while a node is the target's argmax; sampling: lossless rejection) to a path and the bonus after it."""
         t0 = time.perf_counter()
-        from_root, every = every_position_deviation(
-            self.draft, tokens, features, [span for _, span in drafted], self.config.depth
+        hidden, rows = self._score_tree(decode, tree)
+        verify_ms = _ms(t0)
+        if self.config.greedy:
+            path, bonus = verify_greedy(tree, rows)
+            target_probs = (rows.at_nodes(tree.tokens) - rows.log_norms()).exp()
+        else:
+            path, bonus = verify_sampling(tree, rows, decode.generator)
+            target_probs = rows.at_nodes(tree.tokens)
+        bonus_prob = _bonus_prob(rows, path, bonus, self.config.greedy)
+        # A leaf's LM-head row read during acceptance is the target's work too.
+        return _Verdict(path, bonus, hidden, target_probs, bonus_prob, verify_ms + rows.lazy_ms)
+
+    def _score_tree(self, decode: _Decode, tree: DraftTree) -> tuple[torch.Tensor, SlotRows]:
+        """The target's forward over the tree: each slot at its position, seeing the committed context and its own
+        ancestors. Returns the features [1 + n_nodes, H] and the rows verification reads (computed as read)."""
+        slots = torch.cat([torch.tensor([decode.root]), tree.tokens])  # [1 + n_nodes]: the root, then node i at i + 1
+        positions = decode.n - 1 + torch.cat([torch.zeros(1, dtype=torch.long), tree.depths])  # [1 + n_nodes]
+        allowed = torch.ones(
+            tree.size + 1, decode.n + tree.size, dtype=torch.bool
+        )  # [1 + n_nodes, n - 1 + 1 + n_nodes]
+        allowed[:, decode.n - 1 :] = tree.ancestors()
+        out = self.target.forward(slots, positions, allowed, decode.cache, logits="none")
+        rows = SlotRows(self._target_rows, out.hidden, tree.parents, every_slot=self.config.head_rows == "all")
+        return out.hidden, rows
+
+    def _commit(
+        self, decode: _Decode, tree: DraftTree, verdict: _Verdict, trace: CommittedTrace
+    ) -> tuple[list[int], str]:
+        """Commit: keep the root's and the path's slots in the target's cache, give the draft their tokens and
+        features, emit path + bonus (the stream cuts them at the answer's end); the bonus is the next root. Returns
+        the tokens emitted and their text."""
+        keep = torch.tensor([0] + [a + 1 for a in verdict.path])  # [1 + accept_len] slots: the root, then the path
+        keep_cache_slots(decode.cache, decode.n - 1, keep)
+        path_tokens = tree.tokens[verdict.path].tolist() if verdict.path else []
+        tokens = torch.tensor(path_tokens + [verdict.bonus])  # [accept_len + 1]
+        features = verdict.hidden[keep.to(verdict.hidden.device)]  # [1 + accept_len, H]
+        decode.draft_state.add_rows(tokens, features)
+        trace.add(decode.n - 1, tokens, features)
+        decode.n += len(verdict.path) + 1
+        decode.root = verdict.bonus
+        return decode.stream.push(path_tokens + [verdict.bonus])
+
+    def _round_event(
+        self,
+        decode: _Decode,
+        tree: DraftTree,
+        verdict: _Verdict,
+        kept: list[int],
+        text: str,
+        draft_ms: float,
+        t_round: float,
+    ) -> RoundEvent:
+        """The round as the views see it: the tree, the accepted path as the answer keeps it, the tokens emitted, the
+        target's probabilities, the path's feature deviation and the round's times (its wall time from `t_round`,
+        the perf_counter it began at, read once the rest is built: the round's time holds all of it)."""
+        path, past_end = cut_at_end(verdict.path, len(kept))  # what the answer's end leaves of the path (last round)
+        event = RoundEvent(
+            round=len(decode.events),
+            nodes=_nodes(tree),
+            accepted=list(path),
+            bonus=verdict.bonus,
+            target_probs=[float(p) for p in verdict.target_probs.tolist()],
+            feature_deviation=feature_deviation(tree, path, verdict.hidden),
+            draft_ms=draft_ms,
+            verify_ms=verdict.verify_ms,
+            new_tokens=len(decode.stream.ids),
+            tokens=kept,
+            text=text,
+            wall_ms=_ms(t_round),
+            draft_ms_by_depth=draft_ms_by_depth(tree, draft_ms),
+            bonus_prob=verdict.bonus_prob,
+            past_end=past_end,
         )
-        for (event, _), root_dev, every_dev in zip(drafted, from_root, every):
-            event.continuation_deviation = root_dev
-            event.every_position_deviation = every_dev
+        decode.events.append(event)
+        return event
+
+    def _untimed(self, measure: Callable[..., Any], *args: Any) -> Any:
+        """Run a measurement that is not decoding work, its time added to `untimed_s`."""
+        t0 = time.perf_counter()
+        result = measure(*args)
         self.untimed_s += time.perf_counter() - t0
+        return result
 
 
 def cut_at_end(path: list[int], kept: int) -> tuple[list[int], int]:
@@ -325,20 +390,11 @@ def cut_at_end(path: list[int], kept: int) -> tuple[list[int], int]:
 def _bonus_prob(rows: SlotRows, path: list[int], bonus: int, greedy: bool) -> float:
     """The target's probability of its own token at the slot where acceptance stopped (a row verification has
     already read): softmax of the logits (greedy), or the sampling distribution itself."""
-    row = rows[path[-1] + 1 if path else 0]
+    row = rows[path[-1] + 1 if path else 0]  # [V]
     if greedy:
         row = row.float()
         return float(torch.exp(row[bonus] - torch.logsumexp(row, dim=-1)))
     return float(row[bonus])
-
-
-def _draft_ms_by_depth(tree: DraftTree, draft_ms: float) -> list[float]:
-    """What drafting would have cost stopped after each depth: the build's mark at that depth plus what came after
-    the last depth (pruning, the decoder's own bookkeeping), which every tree pays whatever its depth."""
-    if not tree.depth_ms:
-        return []
-    tail = max(0.0, draft_ms - tree.depth_ms[-1])
-    return [m + tail for m in tree.depth_ms]
 
 
 def _nodes(tree: DraftTree) -> list[DraftNode]:
@@ -351,42 +407,3 @@ def _nodes(tree: DraftTree) -> list[DraftNode]:
         tree.specialists.tolist(),
     )
     return [DraftNode(t, p, d, s, q, g) for t, p, d, s, q, g in cols]
-
-
-def _distances(pred: torch.Tensor, true: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """L2 distance and cosine distance (1 - cos) between rows of predicted and true features."""
-    pred, true = pred.float(), true.float().to(pred.device)
-    return (pred - true).norm(dim=-1), 1.0 - torch.nn.functional.cosine_similarity(pred, true, dim=-1)
-
-
-def _tree_deviation(tree: DraftTree, path: list[int], hidden: torch.Tensor) -> list[TreeDeviation]:
-    """Every tree slot whose predicted feature drafted a position: the root (position 1) and each node with a
-    feature (position depth + 1), against the target's true feature at that slot, averaged by position on the
-    accepted path and off it. The path's last accepted slot is the feature behind the rejection that ended it."""
-    if tree.root_feature is None:  # a draft without features (the oracle)
-        return []
-    nodes = torch.nonzero(tree.has_feature).flatten()
-    pred = torch.cat([tree.root_feature[None], tree.node_features[nodes]])
-    slots = torch.cat([torch.zeros(1, dtype=torch.long), nodes.cpu() + 1])
-    l2, cos = _distances(pred, hidden[slots.to(hidden.device)])
-    k = torch.cat([torch.ones(1, dtype=torch.long), tree.depths[nodes].cpu() + 1])
-    on = torch.zeros(len(slots), dtype=torch.bool)
-    on[0] = True
-    on[1:] = torch.isin(nodes.cpu(), torch.tensor(path, dtype=torch.long))
-    out = []
-    for pos in sorted(set(k.tolist())):
-        for on_path in (True, False):
-            sel = (k == pos) & (on == on_path)
-            if bool(sel.any()):
-                out.append(TreeDeviation(pos, on_path, float(l2[sel].mean()), float(cos[sel].mean()), int(sel.sum())))
-    return out
-
-
-def _feature_deviation(tree: DraftTree, path: list[int], hidden: torch.Tensor) -> list[FeatureDeviation]:
-    """For accepted position k: the draft's predicted feature at the slot before it vs the target's true feature."""
-    if not path or tree.root_feature is None:  # a draft without features (the oracle) has no deviation
-        return []
-    predicted = [tree.root_feature] + [tree.node_features[a] for a in path[:-1]]
-    true_slots = [0] + [a + 1 for a in path[:-1]]
-    l2, cos = _distances(torch.stack(predicted), hidden[torch.tensor(true_slots, device=hidden.device)])
-    return [FeatureDeviation(float(a), float(b)) for a, b in zip(l2.tolist(), cos.tolist())]
