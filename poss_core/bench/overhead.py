@@ -6,8 +6,9 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -49,6 +50,22 @@ def measure_overhead(
     The target's LM head is also timed both ways on the same rounds: over the rows verification reads (what the
     engine does) and, as an extra call outside the round's accounting, over every slot of the tree (what it did
     before `verify.SlotRows`): an A/B in one run, so the machine's speed cancels out."""
+    with timed_models(target, draft) as clock:
+        ids = encode_prompt(target.tokenizer, prompt)
+        dec = _decoder(target, draft, cfg, ids, clock, rounds + warmup_rounds)
+        rows = timed_rounds(dec.generate(ids), clock, rounds + warmup_rounds)
+    rows = rows[warmup_rounds:]
+    if not rows:
+        raise PossError("the decode ended before any round could be measured: raise --max-context or lower --rounds")
+    return overhead_split(rows)
+
+
+@contextmanager
+def timed_models(target, draft) -> Iterator[dict[str, float]]:
+    """Inside: the target's forward and LM head and the draft's specialist layers and head add their time to the
+    clock yielded ("model", and each its own part; seconds). A verify pass also heads every slot of the tree once
+    more, timed as "all_head" and "extra" (outside the engine's accounting). Instance attributes shadow the methods
+    for these two objects only, and are gone again after: the engine's code is unchanged."""
     clock = {
         "model": 0.0,
         "extra": 0.0,
@@ -92,7 +109,6 @@ def measure_overhead(
             clock["all_rows"] += int(out.hidden.shape[0])
         return out
 
-    # Instance attributes shadow the methods for these two objects only; the engine's code is unchanged.
     target.forward = forward_and_full_head
     target.logits = timed_head
     patched = [(target, "forward"), (target, "logits")]
@@ -101,78 +117,105 @@ def measure_overhead(
         draft.head_logits = timed(type(draft).head_logits.__get__(draft), "draft_head")
         patched += [(draft, "run_specialist"), (draft, "head_logits")]
     try:
-        ids = encode_prompt(target.tokenizer, prompt)
-        if draft is None:  # the oracle: the plain run it proposes from is made (untimed) before the rounds
-            tokens = (rounds + warmup_rounds + 1) * (cfg.depth + 1)
-            dec = OracleDecoder(target, cfg.changed(max_new_tokens=tokens))
-            with _untimed(clock):
-                dec.prepare(ids)
-            realign = dec._realign
-
-            def untimed_realign(emitted):  # a near-tie's plain run: not a round's model time either
-                with _untimed(clock):
-                    return realign(emitted)
-
-            dec._realign = untimed_realign
-        else:
-            dec = SpeculativeDecoder(target, draft, cfg.changed(max_new_tokens=10**6))
-        rows = []
-        gen = dec.generate(ids)
-        last = dict(clock)
-        for item in gen:
-            if isinstance(item, DecodeSummary):
-                break
-            delta = {key: clock[key] - last[key] for key in clock}
-            last = dict(clock)
-            if item.prefill:
-                continue
-            # The comparison's extra LM-head call ran inside this round's verify timing: take it out again.
-            extra_ms = delta["extra"] * 1000.0
-            rows.append(
-                (
-                    item.wall_ms - extra_ms,
-                    item.draft_ms,
-                    item.verify_ms - extra_ms,
-                    delta["model"] * 1000.0,
-                    len(item.nodes),
-                    item.accept_len,
-                    delta["head"] * 1000.0,
-                    delta["head_rows"],
-                    delta["all_head"] * 1000.0,
-                    delta["all_rows"],
-                    delta["draft_layers"] * 1000.0,
-                    delta["draft_head"] * 1000.0,
-                )
-            )
-            if len(rows) >= rounds + warmup_rounds:
-                gen.close()
-                break
+        yield clock
     finally:
         for obj, name in patched:
             obj.__dict__.pop(name, None)
-    rows = rows[warmup_rounds:]
-    if not rows:
-        raise PossError("the decode ended before any round could be measured: raise --max-context or lower --rounds")
-    col = list(zip(*rows))
-    engine = [w - m for w, m in zip(col[0], col[3])]
+
+
+def _decoder(target, draft, cfg, ids: list[int], clock: dict, rounds: int):
+    """The decoder measured: the draft's, with no token limit before `rounds`; or, `draft` None, the oracle, whose
+    plain run (and a near-tie's realignment) is made outside every round's model time."""
+    if draft is not None:
+        return SpeculativeDecoder(target, draft, cfg.changed(max_new_tokens=10**6))
+    tokens = (rounds + 1) * (cfg.depth + 1)
+    dec = OracleDecoder(target, cfg.changed(max_new_tokens=tokens))
+    with _untimed(clock):
+        dec.prepare(ids)
+    realign = dec._realign
+
+    def untimed_realign(emitted):  # a near-tie's plain run: not a round's model time either
+        with _untimed(clock):
+            return realign(emitted)
+
+    dec._realign = untimed_realign
+    return dec
+
+
+class RoundTimes(NamedTuple):
+    """One draft round as measured (ms, the comparison's extra LM-head call taken out of wall and verify)."""
+
+    wall: float
+    draft: float
+    verify: float
+    model: float
+    nodes: int
+    accept_len: int
+    head: float
+    head_rows: int
+    all_head: float
+    all_rows: int
+    draft_layers: float
+    draft_head: float
+
+
+def timed_rounds(gen: Iterator, clock: dict, rounds: int) -> list[RoundTimes]:
+    """The first `rounds` draft rounds of a decode (the prefill skipped), each with the clock's parts it added."""
+    out = []
+    last = dict(clock)
+    for item in gen:
+        if isinstance(item, DecodeSummary):
+            break
+        delta = {key: clock[key] - last[key] for key in clock}
+        last = dict(clock)
+        if item.prefill:
+            continue
+        # The comparison's extra LM-head call ran inside this round's verify timing: take it out again.
+        extra_ms = delta["extra"] * 1000.0
+        out.append(
+            RoundTimes(
+                item.wall_ms - extra_ms,
+                item.draft_ms,
+                item.verify_ms - extra_ms,
+                delta["model"] * 1000.0,
+                len(item.nodes),
+                item.accept_len,
+                delta["head"] * 1000.0,
+                delta["head_rows"],
+                delta["all_head"] * 1000.0,
+                delta["all_rows"],
+                delta["draft_layers"] * 1000.0,
+                delta["draft_head"] * 1000.0,
+            )
+        )
+        if len(out) >= rounds:
+            gen.close()
+            break
+    return out
+
+
+def overhead_split(rows: Sequence[RoundTimes]) -> dict[str, float]:
+    """Means over the rounds (the engine's overhead also as a median and a share of the round); τ = accepted + 1."""
+    col = RoundTimes(*zip(*rows))
+    engine = [w - m for w, m in zip(col.wall, col.model)]
     return {
         "rounds": len(rows),
-        "wall_ms": statistics.fmean(col[0]),
-        "draft_ms": statistics.fmean(col[1]),
-        "verify_ms": statistics.fmean(col[2]),
-        "event_overhead_ms": statistics.fmean([w - d - v for w, d, v in zip(col[0], col[1], col[2])]),
-        "model_ms": statistics.fmean(col[3]),
+        "wall_ms": statistics.fmean(col.wall),
+        "draft_ms": statistics.fmean(col.draft),
+        "verify_ms": statistics.fmean(col.verify),
+        "event_overhead_ms": statistics.fmean([w - d - v for w, d, v in zip(col.wall, col.draft, col.verify)]),
+        "model_ms": statistics.fmean(col.model),
         "engine_ms": statistics.fmean(engine),
         "engine_ms_median": statistics.median(engine),
-        "engine_share": statistics.fmean(engine) / statistics.fmean(col[0]),
-        "nodes": statistics.fmean(col[4]),
-        "tau": statistics.fmean(a + 1 for a in col[5]),
-        "head_ms": statistics.fmean(col[6]),
-        "head_rows": statistics.fmean(col[7]),
-        "all_head_ms": statistics.fmean(col[8]),
-        "all_rows": statistics.fmean(col[9]),
-        "draft_layers_ms": statistics.fmean(col[10]),
-        "draft_head_ms": statistics.fmean(col[11]),
+        "engine_share": statistics.fmean(engine) / statistics.fmean(col.wall),
+        "nodes": statistics.fmean(col.nodes),
+        "tau": statistics.fmean(a + 1 for a in col.accept_len),
+        "head_ms": statistics.fmean(col.head),
+        "head_rows": statistics.fmean(col.head_rows),
+        "all_head_ms": statistics.fmean(col.all_head),
+        "all_rows": statistics.fmean(col.all_rows),
+        "draft_layers_ms": statistics.fmean(col.draft_layers),
+        "draft_head_ms": statistics.fmean(col.draft_head),
     }
 
 
