@@ -56,6 +56,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m poss_core.bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    _add_what_to_run(p)
+    _add_auto_budget(p)
+    _add_how_to_time(p)
+    _add_outputs(p)
+    return p
+
+
+def _add_what_to_run(p: argparse.ArgumentParser) -> None:
+    """The preset, methods, questions and runs, and the decoding settings (declared once in `settings`)."""
     p.add_argument(
         "--preset",
         default=DEFAULT_PRESET,
@@ -85,6 +94,10 @@ def build_parser() -> argparse.ArgumentParser:
             "(measure and choose per draft); default: the preset's",
         },
     )
+
+
+def _add_auto_budget(p: argparse.ArgumentParser) -> None:
+    """How `--tree-budget auto` calibrates: on what prompts, over which budgets and depths."""
     p.add_argument("--max-tree-budget", type=int, default=96, help="largest budget 'auto' considers")
     p.add_argument(
         "--calibration-prompts",
@@ -108,6 +121,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--calibration-tokens", type=int, default=48)
     p.add_argument("--remeasure", action="store_true", help="'auto': measure the forward-time curve again")
+
+
+def _add_how_to_time(p: argparse.ArgumentParser) -> None:
+    """The plain baselines, the target's attention, the warm-up and the machine: what the timings rest on."""
     p.add_argument("--no-hf-generate", action="store_true", help="time plain decoding with PlainDecoder only")
     p.add_argument(
         "--attention",
@@ -119,6 +136,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup-tokens", type=int, default=16)
     p.add_argument("--device", default=None)
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+
+
+def _add_outputs(p: argparse.ArgumentParser) -> None:
+    """The report's HTML, the progress shown, the stall watch and the output folder."""
     p.add_argument(
         "--plotlyjs",
         choices=["inline", "cdn"],
@@ -138,7 +159,6 @@ def build_parser() -> argparse.ArgumentParser:
         f"method and question, instead of hanging; 0: wait without a bound (default {STALL_SECONDS:g})",
     )
     p.add_argument("--out", default="results", help="output folder")
-    return p
 
 
 def _loud(lines: list[str]) -> None:
