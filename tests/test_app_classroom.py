@@ -16,7 +16,8 @@ from answer_text import looping_phrase, sensible
 from app_settings import req, run_settings
 
 from app.actions import handlers, view_handlers
-from app.page import evidence_view, launch
+from app.page import evidence_view
+from app.server import limits
 from app.sessions import machine, recordings, state, user_settings
 from app.views import chart_fit, control_defaults, controls, render, token_html
 from poss_core.base import settings
@@ -123,7 +124,7 @@ def test_the_default_length_lets_an_answer_end_within_the_servers_cap():
     for name in (DEFAULT_PRESET, "tiny-random"):
         d = control_defaults.ui_defaults(get_preset(name))
         assert d["max_new_tokens"] == control_defaults.ANSWER_TOKENS
-    assert 128 < control_defaults.ANSWER_TOKENS <= launch.CPU_MAX_NEW_TOKENS
+    assert 128 < control_defaults.ANSWER_TOKENS <= limits.CPU_MAX_NEW_TOKENS
 
 
 # ---------------------------------------------------------------- every speed names its machine, precision and tree
@@ -155,7 +156,7 @@ def test_a_live_lane_names_this_machine_and_a_recording_its_own_then_this_machin
     # Another tree is another figure: a recording with a different budget finds no figures here.
     other = saved_runs.replay(recorded)
     for lane in other.lanes:
-        lane.budget = None if lane.plain else 8
+        lane.tree_budget = None if lane.plain else 8
     compare.run_to_end(other)
     assert not page.here_figures(render.lane_head_html(other.lanes[1], other, running=False))
 

@@ -268,8 +268,7 @@ def test_the_servers_token_limit_is_checked_before_queueing(monkeypatch):
 def test_launch_defaults_for_a_two_vcpu_space():
     assert live_queue.auto_slots(2, 1) == 1  # a 2-vCPU Space: one live run on one core, one core for the server
     assert live_queue.auto_slots(16, 2) == 4 and live_queue.auto_slots(1, 1) == 1
-    assert launch.max_new_tokens(None, gpu=False) == launch.CPU_MAX_NEW_TOKENS
-    assert launch.max_new_tokens(None, gpu=True) == 2048 and launch.max_new_tokens(100, gpu=False) == 100
+    assert launch.max_new_tokens(gpu=False) == limits.CPU_MAX_NEW_TOKENS and launch.max_new_tokens(gpu=True) == 2048
     args = launch.build_parser().parse_args(["--class-reset-key", "k", "--max-new-tokens", "128"])
     assert args.class_reset_key == "k" and args.max_new_tokens == 128 and args.concurrency is None
     server = launch.server_limits(args)  # one value for every limit, built from the flags

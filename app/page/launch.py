@@ -21,7 +21,6 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python app.py", description="POSS vs EAGLE speculative decoding demo (Gradio).")
     _serving_flags(p)
     _call_flags(p)
-    _store_flags(p)
     return p
 
 
@@ -64,146 +63,19 @@ def _serving_flags(p: argparse.ArgumentParser) -> None:
         default=os.environ.get("POSS_DTYPE", "auto"),
     )
     p.add_argument(
-        "--results-dir",
-        default=None,
-        help="a folder the Evidence tab's path box may read results from, besides the project's results/ "
-        "(default: $POSS_RESULTS_DIR)",
-    )
-    p.add_argument(
         "--no-preload",
         action="store_true",
         help="do not load the preset's model in the background at start-up (the first Run loads it)",
     )
 
 
-def _defaults():
-    """The limits a server holds visitors to without flags (their holders' own defaults, app/server/limits.py)."""
-    from app.server.limits import ServerLimits
-
-    return ServerLimits()
-
-
 def _call_flags(p: argparse.ArgumentParser) -> None:
-    """What one call, one tab and one address may ask for, and the line of live runs."""
-    d = _defaults()
-    p.add_argument(
-        "--concurrency",
-        type=int,
-        default=None,
-        help="live runs decoding at once; more wait in line, each told its place and the estimated wait "
-        "(default: half the cores over --threads, at least 1: one on a 2-vCPU Space)",
-    )
-    p.add_argument(
-        "--max-new-tokens",
-        type=int,
-        default=int(os.environ.get("POSS_MAX_NEW_TOKENS", "0")) or None,
-        help="the most new tokens one live run may ask for (default: 256 on a machine without a GPU, so "
-        "that a class on a free Space gets its turns; the settings' bound, 2048, with one; also "
-        "POSS_MAX_NEW_TOKENS)",
-    )
-    p.add_argument(
-        "--class-reset-key",
-        default=os.environ.get("POSS_CLASS_RESET_KEY") or None,
-        help="a key that lets whoever knows it reset the class's pooled charts (\"everyone on this "
-        'server") from the Demo tab; without one they cannot be reset but by a restart (also '
-        "POSS_CLASS_RESET_KEY, e.g. a Space secret)",
-    )
-    p.add_argument(
-        "--max-call-seconds",
-        type=float,
-        default=d.call_s,
-        help="the most seconds one Run, Replay or /compare call decodes before it is stopped (default 300)",
-    )
-    p.add_argument(
-        "--no-call-fits",
-        action="store_true",
-        default=os.environ.get("POSS_NO_CALL_FITS") == "1",
-        help="a Run or /compare call never starts a tree-budget fit: auto budgets come only from the fits "
-        "made at start-up (or cached on disk), else the lane uses the default budget and says so "
-        "(for a public server, also POSS_NO_CALL_FITS=1; without it a call may fit, within "
-        "--max-call-seconds)",
-    )
-    p.add_argument(
-        "--queue-size",
-        type=int,
-        default=d.queue_size,
-        help="most requests waiting in Gradio's queue, and most live runs waiting for a slot (default 64)",
-    )
-    p.add_argument(
-        "--max-calls-per-client",
-        type=int,
-        default=d.per_client,
-        help="decoding calls (Run, Step, Replay, /compare) one tab or API client may have waiting or "
-        "running at once; more are refused with a message (default 2)",
-    )
-    p.add_argument(
-        "--max-calls-per-address",
-        type=int,
-        default=d.per_address,
-        help="the same per client address (see --proxy-hops; 0: no limit). The "
-        "default, 40, lets a class of thirty behind one NAT run at once; the line of live runs serves "
-        "addresses in turn, then tabs, so one address's many calls do not delay the others",
-    )
-    p.add_argument(
-        "--proxy-hops",
-        type=int,
-        default=None,
-        help="trusted proxies in front of the app that append the client's address to X-Forwarded-For: the client "
-        "is the entry this many places from the right, never one the client wrote; 0 ignores the header (default: "
-        "1 on a Hugging Face Space, whose router appends it, 0 elsewhere; also POSS_PROXY_HOPS)",
-    )
+    """What one call, one tab and one address may ask for, the line of live runs, and what the server keeps: each
+    flag made from its limit's one declaration (app/server/limits.py)."""
+    from app.server import limits
 
-
-def _store_flags(p: argparse.ArgumentParser) -> None:
-    """What the server keeps: Gradio's cache on disk, saved runs, idle tabs and the memory total."""
-    d, mb = _defaults(), 2**20
-    p.add_argument(
-        "--cache-minutes",
-        type=float,
-        default=d.cache_age_s / 60,
-        help="uploads and downloads in Gradio's cache are deleted once this old (default 10)",
-    )
-    p.add_argument(
-        "--saved-run-minutes",
-        type=float,
-        default=float(os.environ.get("POSS_SAVED_RUN_MINUTES") or d.saved_run_s / 60),
-        help="a saved run belongs to its tab: kept while the tab is open and this many minutes after (and at least "
-        "this long after it was saved), whatever other visitors save, load or upload; a tab keeps its newest 4 "
-        "(default 10; also POSS_SAVED_RUN_MINUTES)",
-    )
-    p.add_argument(
-        "--disk-cap-mb",
-        type=float,
-        default=float(os.environ.get("POSS_DISK_CAP_MB") or d.disk_cap_bytes / mb),
-        help="the most MB Gradio's cache (uploads, saved runs, Gradio's copies of outputs, temporary files) may "
-        "hold: past it the oldest files are deleted, and an upload that does not fit is refused (default 2048: "
-        "a free Space's disk is about 50 GB, and 2 GB holds over a hundred of the largest saved runs; also "
-        "POSS_DISK_CAP_MB)",
-    )
-    p.add_argument(
-        "--upload-mb-per-second",
-        type=float,
-        default=float(os.environ.get("POSS_UPLOAD_MB_PER_SECOND") or d.upload_bytes_per_s / mb),
-        help="uploads one client address may send, MB per second, after a burst of 64 MB (four of the largest "
-        "saved runs; default 2: a class behind one address uploads its runs at once, while one address alone "
-        "writes at most about 1.3 GB in a 10-minute cache age, under the cap; also POSS_UPLOAD_MB_PER_SECOND)",
-    )
-    p.add_argument(
-        "--idle-minutes",
-        type=float,
-        default=d.idle_s / 60,
-        help="a tab idle this long has its paused Step ended and the runs it holds freed (default 10)",
-    )
-    p.add_argument(
-        "--session-memory-mb",
-        type=float,
-        default=float(os.environ.get("POSS_SESSION_MEMORY_MB") or d.memory_mb),
-        help="the memory total: what every tab together may hold (paused Steps with their caches, finished and "
-        "loaded runs, pooled rounds; past it the least recently used tab's are freed and the tab is told why), and "
-        "the models kept loaded (targets of other precisions or quantizations are let go past it, all but the one in "
-        "use; a target that alone needs more is refused) (default 4096, sized for a 16 GB Space; also "
-        "POSS_SESSION_MEMORY_MB)",
-    )
+    for group, title in (("calls", "one call and the line"), ("shares", "tabs and addresses"), ("store", "storage")):
+        limits.add_flags(p.add_argument_group(title), group)
 
 
 def preload(preset_name: str, precision: str = "auto") -> None:
@@ -267,32 +139,16 @@ def prepare_target(preset_name: str) -> None:
         print(f"[poss] could not prepare {preset_name}: {err}", file=sys.stderr, flush=True)
 
 
-def proxy_hops(requested: int | None) -> int:
-    """--proxy-hops, else $POSS_PROXY_HOPS, else one on a Space and none elsewhere (client_share.PROXY_HOPS)."""
-    from app.server import client_share
-
-    if requested is not None:
-        return requested
-    env = os.environ.get("POSS_PROXY_HOPS", "")
-    return int(env) if env.strip().isdigit() else client_share.PROXY_HOPS
-
-
 def cpu_threads(requested: int | None) -> int:
     return requested if requested and requested > 0 else max(1, (os.cpu_count() or 2) // 2)
 
 
-CPU_MAX_NEW_TOKENS = 256  # a live run's most new tokens on a machine without a GPU (three lanes: about a minute)
+def max_new_tokens(gpu: bool) -> int:
+    """The most new tokens one live run may ask for without --max-new-tokens: the settings' own bound with a GPU,
+    limits.CPU_MAX_NEW_TOKENS without one."""
+    from app.server.limits import CPU_MAX_NEW_TOKENS, MOST_NEW_TOKENS
 
-
-def max_new_tokens(requested: int | None, gpu: bool) -> int:
-    """The most new tokens one live run may ask for: --max-new-tokens, else CPU_MAX_NEW_TOKENS without a GPU and the
-    settings' own bound with one."""
-    from poss_core.base.settings import LIMITS
-
-    top = int(LIMITS["max_new_tokens"][1])
-    if requested:
-        return requested
-    return top if gpu else min(top, CPU_MAX_NEW_TOKENS)
+    return MOST_NEW_TOKENS if gpu else min(MOST_NEW_TOKENS, CPU_MAX_NEW_TOKENS)
 
 
 def start_disk_budget(demo) -> None:
@@ -326,36 +182,12 @@ def start_disk_budget(demo) -> None:
 
 
 def check_flags(args: argparse.Namespace) -> None:
-    """Refuse flags out of their bounds, with the flag and what to use (argparse's error: exit status 2)."""
-    from poss_core.base.settings import LIMITS
+    """Refuse flags out of their declared bounds, with the flag and what to use (argparse's error: exit status 2)."""
+    from app.server import limits
 
-    for flag, value in (
-        ("--max-call-seconds", args.max_call_seconds),
-        ("--cache-minutes", args.cache_minutes),
-        ("--idle-minutes", args.idle_minutes),
-        ("--saved-run-minutes", args.saved_run_minutes),
-        ("--session-memory-mb", args.session_memory_mb),
-        ("--upload-mb-per-second", args.upload_mb_per_second),
-    ):
-        if not 0 < value < float("inf"):
-            build_parser().error(f"{flag}={value}: use a number > 0.")
-    for flag, value in (
-        ("--max-calls-per-client", args.max_calls_per_client),
-        ("--max-calls-per-address", args.max_calls_per_address),
-        ("--proxy-hops", 0 if args.proxy_hops is None else args.proxy_hops),
-    ):
-        if value < 0 or (flag == "--max-calls-per-client" and value < 1):
-            build_parser().error(f"{flag}={value}: use a whole number >= {1 if 'client' in flag else 0}.")
-    top = int(LIMITS["max_new_tokens"][1])
-    for flag, value, most in (
-        ("--concurrency", args.concurrency, 64),
-        ("--max-new-tokens", args.max_new_tokens, top),
-        ("--queue-size", args.queue_size, 10_000),
-    ):
-        if value is not None and not 1 <= value <= most:
-            build_parser().error(f"{flag}={value}: use a whole number from 1 to {most}.")
-    if not 64 <= args.disk_cap_mb < float("inf"):  # the cap must hold at least one burst of uploads
-        build_parser().error(f"--disk-cap-mb={args.disk_cap_mb}: use a number >= 64.")
+    wrong = limits.check_args(args)
+    if wrong:
+        build_parser().error(" ".join(wrong))
 
 
 def server_limits(args: argparse.Namespace):
@@ -363,9 +195,10 @@ def server_limits(args: argparse.Namespace):
     from app.server import limits, live_queue
     from poss_core.models.hardware import cuda_available
 
-    slots = args.concurrency or live_queue.auto_slots(os.cpu_count(), cpu_threads(args.threads))
     return limits.ServerLimits.from_args(
-        args, slots, max_new_tokens(args.max_new_tokens, cuda_available()), proxy_hops(args.proxy_hops)
+        args,
+        slots=live_queue.auto_slots(os.cpu_count(), cpu_threads(args.threads)),
+        max_new_tokens=max_new_tokens(cuda_available()),
     )
 
 

@@ -26,4 +26,4 @@ def install(limits: ServerLimits) -> None:
     disk_budget.BUDGET.cap_bytes, disk_budget.BUDGET.age_s = limits.disk_cap_bytes, limits.cache_age_s
     disk_budget.RATE.bytes_per_s = limits.upload_bytes_per_s
     file_owners.OWNERS.keep_s = limits.saved_run_s
-    CLASS.reset_key = limits.class_reset_key
+    CLASS.reset_key, CLASS.per_address = limits.class_reset_key, limits.class_runs_per_address

@@ -8,7 +8,7 @@ from typing import Any
 
 import gradio as gr
 
-from app.server import body_cap, client_share, path_alias, upload_limits
+from app.server import body_cap, client_share, limits, path_alias, upload_limits
 from app.server.tabs import TabWatch
 from app.sessions import recordings, state
 from poss_core.runtime import saved_runs
@@ -116,7 +116,7 @@ def share_events(demo: gr.Blocks) -> client_share.Events:
 def tab_watch() -> TabWatch:
     """The watch of open pages and unread replies; a session it drops for not reading is dropped from the tabs'
     store too (what its page load made)."""
-    watch = TabWatch(client_share.SHARE.release)
+    watch = TabWatch(client_share.SHARE.release, pages_per_address=limits.LIMITS.pages_per_address)
     watch.on_drop.append(state.SESSIONS.forget)
     return watch
 

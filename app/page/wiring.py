@@ -13,6 +13,7 @@ from typing import Any
 import gradio as gr
 
 from app.actions import handlers, saved_files, view_handlers
+from app.server import limits
 from app.sessions import recordings, user_settings
 from app.views import control_defaults, controls
 from app.views.chart_view import CHART_NAMES
@@ -22,13 +23,15 @@ from poss_core.runtime.run_spec import MAX_LANES
 Components = dict[str, Any]
 
 LOAD_CONCURRENCY = 2  # saved runs parsed at once (each is checked in full: up to a few seconds of CPU for a large one)
-# Replays (the examples' recordings, ↻ Replay) at once: no model work, only drawing, so a class's replays go quickly
-# without waiting behind the live runs (which take turns in live_queue.LIVE, not in this group); a quarter of Gradio's
-# line (64), so that replays alone never fill it.
-REPLAY_CONCURRENCY = 16
 LIVE = {"concurrency_id": "live", "concurrency_limit": None}
-REPLAYS = {"concurrency_id": "replay", "concurrency_limit": REPLAY_CONCURRENCY}
 LIGHT = {"concurrency_limit": None, "show_progress": "hidden"}
+
+
+def replays() -> dict[str, Any]:
+    """The replay group (the examples' recordings, Replay): no model work, only drawing, so a class's replays go
+    quickly without waiting behind the live runs (which take turns in live_queue.LIVE); at most the server's
+    --replay-concurrency at once, well below Gradio's line, so that replays alone never fill it."""
+    return {"concurrency_id": "replay", "concurrency_limit": limits.LIMITS.replay_concurrency}
 
 
 class Wiring:
@@ -82,7 +85,7 @@ def wire_decoding(w: Wiring) -> None:
     w.event(c["step_btn"].click, step, api_name="step", **w.decode, show_progress="minimal")
     w.event(c["stop_btn"].click, controls.gathered(handlers.stop_handler), api_name="stop", **LIGHT)
     replay = controls.gathered(handlers.replay_handler)
-    w.event(c["replay_btn"].click, replay, api_name="replay", **REPLAYS, show_progress="minimal")
+    w.event(c["replay_btn"].click, replay, api_name="replay", **replays(), show_progress="minimal")
 
 
 def wire_examples(w: Wiring) -> None:
@@ -95,7 +98,7 @@ def wire_examples(w: Wiring) -> None:
             example,
             api_name="example" if i == 0 else None,
             api_visibility="public" if i == 0 else "private",
-            **REPLAYS,
+            **replays(),
             show_progress="minimal",
         )
 

@@ -8,10 +8,9 @@ go away and the client gets the 413. Uploads (`.../gradio_api/upload`) keep thei
 from __future__ import annotations
 
 from app.server import client_share, server_text
+from app.server.limits import DEFAULTS
 
-# The largest body a visitor's call needs: a prompt at MAX_PROMPT_CHARS (32 kB) escaped in JSON, a conversation and the
-# settings take far less than this.
-BODY_CAP_BYTES = 2**20
+BODY_CAP_BYTES = DEFAULTS.body_bytes  # `python app.py --max-body-mb` (server_state.install sets it)
 
 
 def _is_upload(scope) -> bool:

@@ -12,13 +12,12 @@ import threading
 import time
 from dataclasses import dataclass
 
+from app.server.limits import DEFAULTS
 from poss_core.rounds import metrics
 from poss_core.rounds.metrics import AcceptanceStats
 from poss_core.runtime.compare import Comparison
 
 MAX_KEYS = 64  # (preset, method) pairs kept; presets times their methods are far fewer
-# Runs one address may add until the pool is reset: a class behind one NAT pools plenty, one visitor cannot fill it.
-PER_ADDRESS_RUNS = 200
 
 
 @dataclass(frozen=True)
@@ -47,7 +46,7 @@ class ClassPool:
     on each change, so a tab redraws the class charts only when something changed."""
 
     def __init__(
-        self, reset_key: str | None = None, max_keys: int = MAX_KEYS, per_address: int = PER_ADDRESS_RUNS
+        self, reset_key: str | None = None, max_keys: int = MAX_KEYS, per_address: int = DEFAULTS.class_runs_per_address
     ) -> None:
         self.reset_key = reset_key or None
         self.max_keys = max_keys

@@ -21,7 +21,6 @@ from __future__ import annotations
 import ipaddress
 import itertools
 import json
-import os
 import threading
 import time
 from collections import defaultdict
@@ -31,28 +30,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.server import gradio_queue
+from app.server.limits import DEFAULTS
 from app.server.tabs import TabWatch
-
-PER_CLIENT = 2  # calls waiting or running per session (`python app.py --max-calls-per-client`)
-# Per client address (`--max-calls-per-address`; 0: no limit). A class behind one NAT shares one address: thirty
-# students with a call each fit, and the line's turns keep one address's calls from delaying other addresses.
-PER_ADDRESS = 40
-# The light share: events that never wait for a worker (a page load, a view toggle, a slider, Stop, Save), per tab and
-# per address. Each holds its reply until it is read, so they are counted too, more generously: a tab fires several
-# at once, and a class behind one NAT opens thirty pages together.
-LIGHT_PER_CLIENT = 8
-LIGHT_PER_ADDRESS = 160
-
-
-def _spaces_hops() -> int:
-    """Proxies in front of the app that append to X-Forwarded-For: one on a Hugging Face Space (its router), none
-    when run locally."""
-    return 1 if os.environ.get("SPACE_ID") else 0
-
 
 # Trusted proxy hops (`python app.py --proxy-hops`): the client's address is the entry the outermost trusted proxy
 # appended to X-Forwarded-For, counted from the right; 0 ignores the header (the peer's address is the client's).
-PROXY_HOPS = _spaces_hops()
+PROXY_HOPS = DEFAULTS.proxy_hops
 
 
 def client_address(host: str | None, forwarded_for: str | None, hops: int | None = None) -> str:
@@ -93,11 +76,11 @@ class ClientShare:
 
     def __init__(
         self,
-        per_client: int = PER_CLIENT,
-        per_address: int = PER_ADDRESS,
+        per_client: int = DEFAULTS.per_client,
+        per_address: int = DEFAULTS.per_address,
         pending_ttl_s: float = 120.0,
-        light_per_client: int = LIGHT_PER_CLIENT,
-        light_per_address: int = LIGHT_PER_ADDRESS,
+        light_per_client: int = DEFAULTS.light_per_client,
+        light_per_address: int = DEFAULTS.light_per_address,
     ) -> None:
         self.per_client = per_client
         self.per_address = per_address

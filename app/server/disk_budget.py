@@ -23,9 +23,8 @@ from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-MB = 2**20
-DISK_CAP_BYTES = 2048 * MB  # `python app.py --disk-cap-mb`: a free Space's ~50 GB disk, far from full
-UPLOAD_BYTES_PER_S = 2 * MB  # `--upload-mb-per-second`: per client address
+from app.server.limits import DEFAULTS, MB
+
 UPLOAD_BURST_BYTES = 64 * MB  # what an address may upload at once: four of the largest saved runs
 UPLOAD_MIN_CHARGE = 256 * 1024  # a tiny upload still costs a file and a folder: counted as this many bytes
 MAX_UPLOAD_BYTES = 17 * MB  # one request: the largest saved run (16 MB, Gradio's max_file_size) and the form around it
@@ -155,7 +154,7 @@ class DiskBudget:
     def __init__(
         self,
         folder: Path | None = None,
-        cap_bytes: int = DISK_CAP_BYTES,
+        cap_bytes: int = DEFAULTS.disk_cap_bytes,
         age_s: float = 600.0,
         keep: Callable[[], Collection[str]] | None = None,
         address_of: Callable[[str], str | None] | None = None,
@@ -235,7 +234,7 @@ class UploadRate:
 
     def __init__(
         self,
-        bytes_per_s: float = UPLOAD_BYTES_PER_S,
+        bytes_per_s: float = DEFAULTS.upload_bytes_per_s,
         burst_bytes: float = UPLOAD_BURST_BYTES,
         max_keys: int = 4096,
     ) -> None:

@@ -19,11 +19,10 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-MB = 2**20
-SAVED_RUN_KEEP_S = 600.0  # `python app.py --saved-run-minutes`: a saved run outlives its tab by at least this
+from app.server.limits import DEFAULTS, MB
+
 SAVED_RUNS_PER_TAB = 4  # the newest saved runs a tab keeps; its older ones go when it saves again
 PROTECTED_PER_ADDRESS = 64 * MB  # protected saved runs per address (four of the largest)
-OWNER_SHARE_BYTES = 64 * MB  # an address holding more than this in the folder is the first to lose files
 
 
 @dataclass
@@ -40,7 +39,7 @@ class FileOwners:
 
     def __init__(
         self,
-        keep_s: float = SAVED_RUN_KEEP_S,
+        keep_s: float = DEFAULTS.saved_run_s,
         per_tab: int = SAVED_RUNS_PER_TAB,
         per_address_bytes: int = PROTECTED_PER_ADDRESS,
         tab_seen: Callable[[str], float | None] | None = None,

@@ -21,6 +21,7 @@ import threading
 import time
 from collections import OrderedDict, deque
 
+from app.server.limits import DEFAULTS
 from app.server.server_text import REFUSED
 from poss_core.base.errors import PossError
 
@@ -34,7 +35,6 @@ def auto_slots(cores: int | None, threads: int) -> int:
 # A slot's hold per unit of work (lanes x new tokens asked for) before any live run has ended: a 64-token three-lane
 # run of the default model on one thread of a 2-vCPU machine takes about 15 s, the first one after start-up longer.
 TYPICAL_S_PER_UNIT = 0.1
-MAX_WAITING = 64  # live runs waiting for a slot (`python app.py --queue-size`)
 
 
 class QueueFull(PossError):
@@ -62,7 +62,7 @@ class LiveQueue:
     def __init__(
         self,
         slots: int = 1,
-        max_waiting: int = MAX_WAITING,
+        max_waiting: int = DEFAULTS.queue_size,
         typical_s_per_unit: float = TYPICAL_S_PER_UNIT,
         history: int = 8,
         cap_s: float | None = None,

@@ -24,11 +24,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.server import gradio_queue
+from app.server.limits import DEFAULTS
 
 READ_GRACE_S = 8.0  # a client opens its stream within milliseconds of a join; a loaded machine may take seconds
 PAGE_WAIT_S = 3.0  # a join may come a moment before its page's heartbeat (a Gradio client starts both at once)
 WATCH_EVERY_S = 1.0
-PAGES_PER_ADDRESS = 160  # open pages per address: a class of thirty behind one NAT, several tabs each
 COMPLETED = re.compile(rb'"msg":\s*"process_completed",\s*"event_id":\s*"([^"]+)"')
 
 
@@ -48,7 +48,7 @@ class TabWatch:
 
     release: Callable[[int], None]  # gives a ticket back to the share
     read_grace_s: float = READ_GRACE_S
-    pages_per_address: int = PAGES_PER_ADDRESS
+    pages_per_address: int = DEFAULTS.pages_per_address
     on_drop: list[Callable[[str], None]] = field(default_factory=list)  # told each dropped session
     pages: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # session -> open heartbeats
     page_addresses: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # address -> open heartbeats

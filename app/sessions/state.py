@@ -12,7 +12,7 @@ from typing import Any
 
 from app.server.class_pool import CLASS
 from app.server.client_share import request_client
-from app.server.limits import SESSION_MEMORY_MB
+from app.server.limits import DEFAULTS
 from app.sessions import machine, recordings
 from app.sessions.tab_pools import POOLED_ROUND_BYTES, MethodPool, Pools, pooled_runs
 from poss_core.models.resident import release_memory
@@ -185,7 +185,9 @@ class SessionStore:
     nothing keeps decoding, or holding caches, for a tab the store no longer serves. An evicted tab that comes back
     gets a fresh session with the same lock while its old work is still ending, so two runs of one tab never overlap."""
 
-    def __init__(self, capacity: int = 256, idle_s: float = 600.0, budget_mb: float | None = SESSION_MEMORY_MB) -> None:
+    def __init__(
+        self, capacity: int = 256, idle_s: float = 600.0, budget_mb: float | None = DEFAULTS.memory_mb
+    ) -> None:
         self.capacity = capacity
         self.idle_s = idle_s
         self.budget_mb = budget_mb  # what every tab together may hold (None: no total)
