@@ -340,3 +340,37 @@ def test_a_compressed_run_is_bounded_once_decompressed(tmp_path, monkeypatch):
     with pytest.raises(saved_runs.RunFileError) as too_big:
         saved_runs.load_run(big)
     assert wording.says(str(too_big.value), wording.run_too_big(0))
+
+
+def test_runs_at_other_settings_pool_apart_and_each_tab_sees_its_own_settings(empty_class):
+    """One visitor's odd settings never enter the class's charts: they pool as their own group, which a tab sees
+    only when its own run used them; without a run of its own a tab sees the group most runs used."""
+    for i in range(2):
+        live_run(req(f"class-usual-{i}"), methods=["plain", "eagle"], max_new_tokens=5)
+    odd = req("class-odd")
+    live_run(odd, methods=["plain", "eagle"], max_new_tokens=5, temperature=1.0)
+    assert sorted(CLASS.groups("tiny-random").values()) == [1, 2]
+    usual = view_handlers.view_handler(EVERYONE, request=req("class-bystander"))
+    assert wording.pooled_speeds(usual["tokens_per_s"])["EAGLE"][1] == 2
+    assert "temperature 0," in str(usual["pos_acc"].layout.title.text) and "1 run at other settings" in str(
+        usual["pos_acc"].layout.title.text
+    )
+    mine = view_handlers.view_handler(EVERYONE, request=odd)
+    assert wording.pooled_speeds(mine["tokens_per_s"])["EAGLE"][1] == 1
+    assert "temperature 1," in str(mine["pos_acc"].layout.title.text)
+
+
+def test_a_new_settings_group_past_the_cap_replaces_the_smallest_other_group():
+    def run(temperature: float):
+        spec = compare.RunSpec(
+            "Hi", ["plain"], "tiny-random", depth=4, top_k=4, max_new_tokens=3, temperature=temperature
+        )
+        return compare.run_to_end(compare.start(spec.resolve()))
+
+    pool = ClassPool(max_keys=2)
+    usual, odd, odder = run(0.0), run(0.5), run(0.9)
+    for _ in range(3):
+        pool.add_run(usual)
+    assert pool.add_run(odd) == 1 and pool.add_run(odder) == 1  # the one-run group gives way, the usual one stays
+    assert list(pool.groups("tiny-random").values()) == [3, 1] and len(pool) == 2
+    assert pool.view("tiny-random")["plain"].runs == 3

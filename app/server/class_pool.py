@@ -1,9 +1,12 @@
 """ "Everyone on this server": the round statistics of every finished live run on this server (every tab and API
-client), pooled per preset and method, at most `per_address` runs from one address (one visitor cannot fill it).
-Numbers only: a lane adds its `metrics.AcceptanceStats` (accept-length histogram by drafted depth, specialists,
-feature deviation by position) and its token and time totals, never its prompt or text. Memory is bounded: one entry
-per (preset, method), at most MAX_KEYS of them, each a fixed-size table whatever the number of runs. The pool is
-reset only with the key the app was started with (`python app.py --class-reset-key`)."""
+client), pooled per preset, settings and method, at most `per_address` runs from one address (one visitor cannot
+fill it). Runs at other settings (a temperature, a tree, a precision) pool apart from each other, so one visitor's
+odd settings never skew the class's charts: a tab's charts show the group of its own run's settings, else the group
+most runs used. Numbers only: a lane adds its `metrics.AcceptanceStats` (accept-length histogram by drafted depth,
+specialists, feature deviation by position) and its token and time totals, never its prompt or text. Memory is
+bounded: one entry per (preset, settings, method), at most MAX_KEYS of them, each a fixed-size table whatever the
+number of runs; a new group past the cap takes the place of the group with the fewest runs. The pool is reset only
+with the key the app was started with (`python app.py --class-reset-key`)."""
 
 from __future__ import annotations
 
@@ -11,13 +14,37 @@ import hmac
 import threading
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from app.server.limits import DEFAULTS
 from poss_core.rounds import metrics
 from poss_core.rounds.metrics import AcceptanceStats
 from poss_core.runtime.compare import Comparison
 
-MAX_KEYS = 64  # (preset, method) pairs kept; presets times their methods are far fewer
+MAX_KEYS = 64  # (preset, settings, method) entries kept: the usual settings' groups and a few others
+
+# The settings that change what the class charts measure (acceptance and speed); a run's length and seed do not.
+POOLED_BY = ("temperature", "top_p", "depth", "top_k", "tree_budget", "precision", "quantization")
+Settings = tuple[tuple[str, Any], ...]
+
+
+def settings_of(spec: Any) -> Settings:
+    """The settings a run pools by: an auto tree budget is "auto", top-p counts only when sampling."""
+    values = {name: getattr(spec, name) for name in POOLED_BY}
+    if getattr(spec, "auto_budget", False):
+        values["tree_budget"] = "auto"
+    if not values["temperature"]:
+        values.pop("top_p")
+    return tuple(values.items())
+
+
+def describe(settings: Settings) -> str:
+    """A group's settings in a chart note: "temperature 0, depth 6, top-k 8, 32 nodes, bf16"."""
+    v = dict(settings)
+    parts = [f"temperature {v['temperature']:g}"] + ([f"top-p {v['top_p']:g}"] if "top_p" in v else [])
+    nodes = "auto tree" if v["tree_budget"] == "auto" else f"{v['tree_budget']} nodes"
+    parts += [f"depth {v['depth']}", f"top-k {v['top_k']}", nodes, str(v["precision"])]
+    return ", ".join(parts + ([str(v["quantization"])] if v["quantization"] not in ("auto", "none") else []))
 
 
 @dataclass(frozen=True)
@@ -42,8 +69,8 @@ class ClassEntry:
 
 
 class ClassPool:
-    """Every finished live run's statistics on this server, per (preset, method), behind one lock. `version` moves
-    on each change, so a tab redraws the class charts only when something changed."""
+    """Every finished live run's statistics on this server, per (preset, settings, method), behind one lock.
+    `version` moves on each change, so a tab redraws the class charts only when something changed."""
 
     def __init__(
         self, reset_key: str | None = None, max_keys: int = MAX_KEYS, per_address: int = DEFAULTS.class_runs_per_address
@@ -53,7 +80,7 @@ class ClassPool:
         self.per_address = per_address
         self._by_address: dict[str, int] = {}  # address -> runs it pooled since the reset
         self._lock = threading.Lock()
-        self._entries: dict[tuple[str, str], ClassEntry] = {}
+        self._entries: dict[tuple[str, Settings, str], ClassEntry] = {}
         self.version = 0
         self.since = time.time()
 
@@ -78,34 +105,52 @@ class ClassPool:
             for lane in comp.lanes
             if lane.events
         ]
+        group = (comp.spec.preset, settings_of(comp.spec))
         added = 0
         with self._lock:
             for lane, stats, tokens, seconds in parts:
-                key = (comp.spec.preset, lane.method)
+                key = (*group, lane.method)
                 entry = self._entries.get(key)
                 if entry is not None:
                     self._entries[key] = entry.added(stats, tokens, seconds)
-                elif len(self._entries) < self.max_keys:  # bounded: a pair past the cap is not pooled
+                elif len(self._entries) < self.max_keys or self._make_room(group):
                     self._entries[key] = ClassEntry(lane.short, stats, 1, tokens, seconds)
-                else:
+                else:  # bounded: past the cap, with no smaller group to give way
                     continue
                 added += 1
             if added:
                 self.version += 1
         return added
 
-    def view(self, preset: str) -> dict[str, ClassEntry]:
-        """method -> its pooled entry on `preset` (a snapshot: entries are immutable)."""
-        with self._lock:
-            return {method: e for (p, method), e in self._entries.items() if p == preset}
+    def _make_room(self, group: tuple[str, Settings]) -> bool:
+        """Drop the group with the fewest runs (not `group` itself) to make room; False when there is none."""
+        others: dict[tuple[str, Settings], int] = {}
+        for (preset, settings, _), e in self._entries.items():
+            if (preset, settings) != group:
+                others[(preset, settings)] = max(others.get((preset, settings), 0), e.runs)
+        if not others:
+            return False
+        smallest = min(others, key=others.get)
+        for key in [k for k in self._entries if k[:2] == smallest]:
+            del self._entries[key]
+        return True
 
-    def runs(self) -> int:
-        """Live runs pooled, counted by their most-pooled lane per preset."""
+    def groups(self, preset: str) -> dict[Settings, int]:
+        """The settings groups pooled on `preset`, each with its runs (its most-pooled lane's), most runs first."""
         with self._lock:
-            by_preset: dict[str, int] = {}
-            for (preset, _), e in self._entries.items():
-                by_preset[preset] = max(by_preset.get(preset, 0), e.runs)
-            return sum(by_preset.values())
+            found: dict[Settings, int] = {}
+            for (p, settings, _), e in self._entries.items():
+                if p == preset:
+                    found[settings] = max(found.get(settings, 0), e.runs)
+        return dict(sorted(found.items(), key=lambda kv: -kv[1]))
+
+    def view(self, preset: str, settings: Settings | None = None) -> dict[str, ClassEntry]:
+        """method -> its pooled entry on `preset` at `settings` (default: the group most runs used); a snapshot:
+        entries are immutable."""
+        if settings is None:
+            settings = next(iter(self.groups(preset)), None)
+        with self._lock:
+            return {method: e for (p, s, method), e in self._entries.items() if p == preset and s == settings}
 
     def reset(self, key: str | None) -> tuple[bool, str]:
         """Empty the pool if `key` is the one the app was started with; (done, what to tell the user)."""

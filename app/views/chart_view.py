@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from app.server import class_pool
 from app.server.class_pool import CLASS, ClassEntry
 from app.sessions import machine, state, tab_pools
 from app.sessions.state import Session
@@ -96,32 +97,40 @@ def _charts(runs_: dict, colors: dict, note: str, conditional: bool, tokens_per_
     )
 
 
-def class_preset(session: Session) -> str:
-    """The preset the class charts show: the live run's on show, else (no lanes, a replay or a loaded run, which
-    may come from another machine's preset) the one the app serves first."""
+def class_group(session: Session) -> tuple[str, class_pool.Settings | None]:
+    """The preset and settings the class charts show: the live run's on show, else (no lanes, a replay or a loaded
+    run, which may come from another machine's preset) the app's first preset at the settings most runs used."""
     comp = session.comparison
-    return comp.spec.preset if comp is not None and not comp.replay else (state.APP_PRESET or DEFAULT_PRESET)
+    if comp is not None and not comp.replay:
+        return comp.spec.preset, class_pool.settings_of(comp.spec)
+    return state.APP_PRESET or DEFAULT_PRESET, None
 
 
-def class_note(preset: str, entries: dict[str, ClassEntry]) -> str:
-    """The class charts' second subtitle line: whose runs, how many per method, since when."""
+def class_note(preset: str, entries: dict[str, ClassEntry], settings: class_pool.Settings | None = None) -> str:
+    """The class charts' second subtitle line: whose runs at which settings, how many per method, since when, and
+    how many runs at other settings are pooled apart."""
     since = time.strftime("%H:%M UTC", time.gmtime(CLASS.since))
+    groups = CLASS.groups(preset)
+    settings = settings if settings is not None else next(iter(groups), None)
+    at = f" at {class_pool.describe(settings)}" if settings is not None else ""
     if not entries:
-        return f"Everyone on this server ({preset}): no finished live run yet (since {since})"
+        return f"Everyone on this server ({preset}){at}: no finished live run yet (since {since})"
     runs = ", ".join(f"{e.label} {e.runs}" for e in entries.values())
-    return f"Everyone on this server ({preset}), live runs pooled since {since}: {runs}"
+    apart = sum(n for s, n in groups.items() if s != settings)
+    other = f"; {apart} run{'s' if apart != 1 else ''} at other settings pooled apart" if apart else ""
+    return f"Everyone on this server ({preset}){at}, live runs pooled since {since}: {runs}{other}"
 
 
 def class_charts(session: Session, view: View) -> dict[str, Any]:
     """ "Everyone on this server": each method's pooled AcceptanceStats on the preset (numbers only) drawn by the
     same chart code, n= on each chart; tokens/s as pooled totals (the pool keeps no per-round timeline)."""
-    preset = class_preset(session)
-    entries = CLASS.view(preset)
+    preset, settings = class_group(session)
+    entries = CLASS.view(preset, settings)
     order = sorted(entries, key=lambda m: m != methods.PLAIN)
     entries = {m: entries[m] for m in order}
     runs_ = {e.label: e.stats for e in entries.values()}
     colors = {e.label: methods.color_of(m) or methods.OKABE_ITO[i % 7] for i, (m, e) in enumerate(entries.items())}
-    note = class_note(preset, entries)
+    note = class_note(preset, entries, settings)
     session.class_seen = (CLASS.version, view.conditional)
     speeds = " · ".join(
         f"{e.label} {e.tokens_per_s:.1f} ({e.tokens:,} tokens, {e.runs} runs)"
