@@ -55,35 +55,60 @@ def explain_round(
 
     `token_text(id)` is a token's own text; `specialist_label(k)` names specialist k (default "S{k+1}");
     `sampling` says the round was verified by accept/reject draws (temperature > 0) rather than greedily."""
-    label = specialist_label or (lambda k: f"S{k + 1}")
     bonus = _q(token_text(event.bonus))
     bonus_p = _p(event.bonus_prob)
     if not event.draft_observed:
         return _unobserved_round(event, token_text, bonus, sampling)
     if event.prefill:
-        return "\n".join(
-            [
-                f"Round {event.round} (prefill): the target read the whole prompt in one forward pass and picked the "
-                f"first token {bonus}"
-                + (f" (its probability {bonus_p})" if bonus_p else "")
-                + ". Nothing was drafted.",
-                f"- Time: {event.verify_ms:.1f} ms.",
-            ]
-        )
+        return _prefill_round(event, bonus, bonus_p)
     if not event.nodes:
-        return "\n".join(
-            [
-                f"Round {event.round} (plain decoding): nothing was drafted; the target ran one forward pass and "
-                + ("drew" if sampling else "picked")
-                + f" one token, {bonus}"
-                + (f" (its probability {bonus_p})" if bonus_p else "")
-                + ".",
-                f"- {_time_split(event)}",
-            ]
+        return _plain_round(event, bonus, bonus_p, sampling)
+    lines = [
+        *_drafted_and_checked(event, specialist_label or (lambda k: f"S{k + 1}"), sampling),
+        _kept(event, token_text),
+    ]
+    if event.past_end:
+        lines.append(_ended_inside(event))
+    else:
+        lines.append(_first_rejected(event, token_text, bonus, bonus_p, sampling))
+        lines.append(
+            f"- Bonus: the target added its own token {bonus}"
+            + (f" (p {bonus_p})" if bonus_p else "")
+            + f", so this round emitted {len(event.accepted) + 1} token{'s' if event.accepted else ''}"
+            f" for one target pass."
         )
+    lines.append(f"- {_time_split(event)}")
+    return "\n".join(lines)
 
+
+def _prefill_round(event: RoundEvent, bonus: str, bonus_p: str | None) -> str:
+    """The prefill: the prompt read in one pass and the first token picked; nothing drafted."""
+    return "\n".join(
+        [
+            f"Round {event.round} (prefill): the target read the whole prompt in one forward pass and picked the "
+            f"first token {bonus}" + (f" (its probability {bonus_p})" if bonus_p else "") + ". Nothing was drafted.",
+            f"- Time: {event.verify_ms:.1f} ms.",
+        ]
+    )
+
+
+def _plain_round(event: RoundEvent, bonus: str, bonus_p: str | None, sampling: bool) -> str:
+    """A round of plain decoding: one target pass, one token."""
+    return "\n".join(
+        [
+            f"Round {event.round} (plain decoding): nothing was drafted; the target ran one forward pass and "
+            + ("drew" if sampling else "picked")
+            + f" one token, {bonus}"
+            + (f" (its probability {bonus_p})" if bonus_p else "")
+            + ".",
+            f"- {_time_split(event)}",
+        ]
+    )
+
+
+def _drafted_and_checked(event: RoundEvent, label: Callable[[int], str], sampling: bool) -> list[str]:
+    """What the draft proposed, where and by which specialist; then how the target checked it."""
     nodes = event.nodes
-    lines = []
     by_spec: dict[int, list[int]] = {}
     for n in nodes:
         by_spec.setdefault(n.specialist, []).append(n.depth)
@@ -91,74 +116,66 @@ def explain_round(
         f"specialist {label(s)} drafted {len(ds)} at {_positions(ds)}"
         for s, ds in sorted(by_spec.items(), key=lambda kv: min(kv[1]))
     )
-    lines.append(
+    return [
         f"Round {event.round}: the draft proposed {len(nodes)} candidate tokens at "
-        f"{_positions([n.depth for n in nodes])} ({who})."
-    )
-    lines.append(
+        f"{_positions([n.depth for n in nodes])} ({who}).",
         f"- The target checked all {len(nodes)} in one forward pass ({event.verify_ms:.1f} ms), "
         + (
             "drawing accept or reject for each candidate down the tree."
             if sampling
             else "keeping a drafted token only where it is the target's own top choice."
-        )
+        ),
+    ]
+
+
+def _target_p(event: RoundEvent, i: int) -> str | None:
+    """Node `i`'s target probability as said, where the round has it."""
+    return _p(event.target_probs[i]) if i < len(event.target_probs) else None
+
+
+def _kept(event: RoundEvent, token_text: Callable[[int], str]) -> str:
+    """The drafted tokens the target kept, in order, each with its target probability."""
+    if not event.accepted:
+        return "- It kept none of the drafted tokens."
+    kept = ", ".join(
+        _q(token_text(event.nodes[a].token)) + (f" (target p {_target_p(event, a)})" if _target_p(event, a) else "")
+        for a in event.accepted
     )
+    return f"- It kept {len(event.accepted)} drafted token{'s' if len(event.accepted) > 1 else ''}, in order: {kept}."
 
-    def tp(i: int) -> str | None:
-        return _p(event.target_probs[i]) if i < len(event.target_probs) else None
 
-    if event.accepted:
-        kept = ", ".join(
-            _q(token_text(nodes[a].token)) + (f" (target p {tp(a)})" if tp(a) else "") for a in event.accepted
-        )
-        lines.append(
-            f"- It kept {len(event.accepted)} drafted token{'s' if len(event.accepted) > 1 else ''}, in order: {kept}."
-        )
-    else:
-        lines.append("- It kept none of the drafted tokens.")
-    if event.past_end:
-        lines.append(_ended_inside(event))
-        lines.append(f"- {_time_split(event)}")
-        return "\n".join(lines)
-
+def _first_rejected(
+    event: RoundEvent, token_text: Callable[[int], str], bonus: str, bonus_p: str | None, sampling: bool
+) -> str:
+    """Why the first position after the kept tokens was rejected: the draft's top candidate there lost to the
+    target's choice (greedy) or an accept/reject draw (sampling); or nothing was drafted there."""
+    nodes = event.nodes
     at = len(event.accepted) + 1
     parent = event.accepted[-1] if event.accepted else -1
     kids = sorted((i for i, n in enumerate(nodes) if n.parent == parent), key=lambda i: -nodes[i].score)
-    choice = f"the target's choice {bonus}" + (f" (target p {bonus_p})" if bonus_p else "")
-    if kids:
-        top = kids[0]
-        cand = _q(token_text(nodes[top].token))
-        cand_tp = tp(top)
-        others = f" (and {len(kids) - 1} other candidate{'s' if len(kids) > 2 else ''} there)" if len(kids) > 1 else ""
-        if sampling:
-            lines.append(
-                f"- Position {at} was the first rejected: the draft's top candidate {cand} (draft p "
-                f"{_p(nodes[top].draft_prob)}){others} lost an accept/reject draw. The rule accepts a candidate with "
-                f"probability min(1, p_target/p_draft); this draft proposes its candidates outright (p_draft = 1 in "
-                f"the rule, its probability only ranks them), so {cand} was accepted with probability p_target"
-                + (f" = {cand_tp}" if cand_tp else "")
-                + " and the draw said no. Rejected candidates are taken out "
-                f"of the target's distribution and the target drew its own token {bonus}"
-                + (f" (target p {bonus_p})" if bonus_p else "")
-                + " from what remained."
-            )
-        else:
-            lines.append(
-                f"- Position {at} was the first rejected: the draft's top candidate {cand} (draft p "
-                f"{_p(nodes[top].draft_prob)}){others} lost to {choice}"
-                + (f"; the target gave {cand} only {cand_tp}" if cand_tp else "")
-                + "."
-            )
-    else:
-        lines.append(f"- Nothing was drafted at position {at} after the kept tokens, so nothing there was rejected.")
-    lines.append(
-        f"- Bonus: the target added its own token {bonus}"
-        + (f" (p {bonus_p})" if bonus_p else "")
-        + f", so this round emitted {len(event.accepted) + 1} token{'s' if event.accepted else ''}"
-        f" for one target pass."
+    if not kids:
+        return f"- Nothing was drafted at position {at} after the kept tokens, so nothing there was rejected."
+    top = kids[0]
+    cand = _q(token_text(nodes[top].token))
+    cand_tp = _target_p(event, top)
+    others = f" (and {len(kids) - 1} other candidate{'s' if len(kids) > 2 else ''} there)" if len(kids) > 1 else ""
+    lost = (
+        f"- Position {at} was the first rejected: the draft's top candidate {cand} (draft p "
+        f"{_p(nodes[top].draft_prob)}){others}"
     )
-    lines.append(f"- {_time_split(event)}")
-    return "\n".join(lines)
+    if not sampling:
+        choice = f"the target's choice {bonus}" + (f" (target p {bonus_p})" if bonus_p else "")
+        return f"{lost} lost to {choice}" + (f"; the target gave {cand} only {cand_tp}" if cand_tp else "") + "."
+    return (
+        f"{lost} lost an accept/reject draw. The rule accepts a candidate with "
+        f"probability min(1, p_target/p_draft); this draft proposes its candidates outright (p_draft = 1 in "
+        f"the rule, its probability only ranks them), so {cand} was accepted with probability p_target"
+        + (f" = {cand_tp}" if cand_tp else "")
+        + " and the draw said no. Rejected candidates are taken out "
+        f"of the target's distribution and the target drew its own token {bonus}"
+        + (f" (target p {bonus_p})" if bonus_p else "")
+        + " from what remained."
+    )
 
 
 def _ended_inside(event: RoundEvent) -> str:
