@@ -123,7 +123,9 @@ def test_without_call_fits_a_lane_uses_the_default_budget_and_says_so(fresh_fits
         raise AssertionError("a call started a fit on a server that offers only cached fits")
 
     monkeypatch.setattr(calibration, "auto_tree_budget", no_fit)
-    out = api.compare_api("Hello", ["plain", "eagle"], preset="tiny-random", max_new_tokens=4, depth=4, top_k=4)
+    out = api.compare_api(
+        "Hello", ["plain", "eagle"], preset="tiny-random", max_new_tokens=4, depth=4, top_k=4, auto_budget=True
+    )
     eagle = out["lanes"][1]
     assert (
         eagle["budget_auto"] is False

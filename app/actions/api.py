@@ -31,10 +31,12 @@ PROGRESS_EVERY_S = 1.0  # how often /compare yields while it works: the points w
 
 
 # The /compare parameters after prompt, methods and preset: the settings the API offers, in the table's order (that of
-# /run's inputs) except max_new_tokens, which /compare's clients give first. One the app sets per preset
-# (control_defaults.PRESET_SETTINGS) defaults to 0, which means the app's default for the preset
-# (control_defaults.ui_defaults); tree_budget 0 fits each draft's budget instead.
-API_SETTINGS = ("max_new_tokens",) + tuple(n for n in settings.offered_on(settings.API) if n != "max_new_tokens")
+# /run's inputs) except max_new_tokens, which /compare's clients give first, and auto_budget, which came later and goes
+# last so that a client's positional values keep their places. One the app sets per preset
+# (control_defaults.PRESET_SETTINGS: depth, top_k, tree_budget, max_new_tokens) defaults to 0, which means the app's
+# default for the preset (control_defaults.ui_defaults).
+_FIRST, _LAST = ("max_new_tokens",), ("auto_budget",)
+API_SETTINGS = _FIRST + tuple(n for n in settings.offered_on(settings.API) if n not in _FIRST + _LAST) + _LAST
 API_DEFAULTS = {n: 0 if n in control_defaults.PRESET_SETTINGS else settings.SETTINGS[n].default for n in API_SETTINGS}
 
 
@@ -66,10 +68,12 @@ def compare_api(
     """Run one comparison (no streaming) and return each lane's text and summary.
 
     methods: two or three of plain, eagle, hass, poss1, poss2, poss3, matched (the preset's drafts), oracle, pld.
-    preset: a preset's name (empty: the one the app serves). max_new_tokens, depth, top_k: 0 for the app's defaults.
-    tree_budget: 0 fits each draft's budget to this machine (the UI's "Fastest tree for this machine"; the first call
-    per draft and setting calibrates it within the call's time limit, or, on a server started with --no-call-fits,
-    uses the default budget where no fit is cached: the lane's "budget_note" says so).
+    preset: a preset's name (empty: the one the app serves). max_new_tokens, depth, top_k, tree_budget (the nodes
+    verified per round, root included): 0 for the app's defaults for the preset.
+    auto_budget: true fits each draft's tree budget and depth stop to this machine, and tree_budget is ignored (the
+    UI's "Fastest tree for this machine"; the first call per draft and setting calibrates it within the call's time
+    limit, or, on a server started with --no-call-fits, uses the default budget where no fit is cached: the lane's
+    "budget_note" says so).
     temperature, top_p, seed: sampling (temperature 0 is greedy). precision: the target's dtype, auto (fp32 on a
     CPU; bf16 on a GPU with bf16 units, fp16 on an older one), float32, bfloat16 or float16 (a GPU's).
     quantization: the target's weights, auto, none, 8bit or 4bit (bitsandbytes).
@@ -147,10 +151,9 @@ def api_run(prompt: str, methods: list[str], preset: str, quiet_refusals: bool =
             raise ConfigError(f"{unknown[0]!r} is not a /compare parameter: use {', '.join(API_SETTINGS)}.")
         values = {**API_DEFAULTS, **values}
         d = ui_defaults(get_preset(preset))
-        auto = not values["tree_budget"]
-        values.update({n: d[n] for n in d if n in values and not values[n]})
+        values.update({n: d[n] for n in control_defaults.PRESET_SETTINGS if not values[n]})
         asked = {"prompt": prompt, "multi_turn": False, "preset": preset, "methods": methods, **values}
-        return RunSettings.from_named({**asked, "auto_budget": auto}).resolved([])
+        return RunSettings.from_named(asked).resolved([])
     except PossError as err:
         raise gr.Error(neutral_paths(str(err)), print_exception=not quiet_refusals) from err
 

@@ -175,7 +175,7 @@ _ALL = (
         "auto_budget", bool, False,
         label="Fastest tree for this machine: each draft lane gets its own fitted budget and depth stop",
         help="fit each draft lane's tree budget and depth stop to this machine (tree_budget is then ignored)",
-        decode=False, offered=frozenset({APP}),
+        decode=False, offered=frozenset({APP, API}),
     ),
     Setting(
         "precision", str, "auto",
