@@ -51,7 +51,7 @@ def wait_for_page(url: str, server: subprocess.Popen, timeout_s: float) -> float
 
 def timed_compare(client, methods: list[str], tokens: int) -> tuple[float, dict]:
     t0 = time.perf_counter()
-    out = client.predict("What is the capital of France?", methods, "", tokens, api_name="/compare")
+    out = client.predict("What is the capital of France?", methods, "", tokens, auto_budget=True, api_name="/compare")
     return time.perf_counter() - t0, out
 
 
