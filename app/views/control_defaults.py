@@ -12,10 +12,8 @@ from poss_core.models.quantization import CPU_PLAIN_SPEED_RANGE
 from poss_core.runtime import methods
 
 PRESET_SETTINGS = ("depth", "top_k", "tree_budget", "max_new_tokens")  # what ui_defaults sets per preset
-# Max new tokens to start with: room for a typical answer to end on its own. SmolLM2-135M's answers to 43 plain
-# prompts at the Demo's settings: of those that end (32; the rest loop on), 28 end within 160 tokens, 24 within 128.
-# A Run of the three default lanes to 160 tokens took 22 s on a busy 2-core AMD EPYC (one torch thread), 12-17 s to
-# 64 (docs/app.md).
+# Max new tokens to start with: room for a typical answer to end on its own (measured: docs/results.md, "The app's
+# lanes").
 ANSWER_TOKENS = 160
 
 
