@@ -69,7 +69,7 @@ def measure(
             tokens[lane.method] += metrics.total_new_tokens(lane.events)
             seconds[lane.method] += metrics.wall_seconds(lane.events)
             identical[lane.method] += lane.token_ids == plain.token_ids
-            budgets[lane.method] = (lane.budget, lane.depth_stop)
+            budgets[lane.method] = (lane.tree_budget, lane.depth_stop)
     plain_tps = tokens[compare.PLAIN] / seconds[compare.PLAIN]
     rows = {}
     for m in methods:

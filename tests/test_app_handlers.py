@@ -338,7 +338,9 @@ def test_the_default_run_gives_every_draft_lane_the_same_full_depth_tree():
     comp = state.SESSIONS.get(req("same-tree")).comparison
     drafts = [lane for lane in comp.lanes if not lane.plain]
     assert len(drafts) == 2
-    assert {(lane.budget, lane.depth_stop, lane.budget_auto) for lane in drafts} == {(d["tree_budget"], 0.0, False)}
+    assert {(lane.tree_budget, lane.depth_stop, lane.budget_auto) for lane in drafts} == {
+        (d["tree_budget"], 0.0, False)
+    }
     for lane in drafts:
         rounds = [e for e in lane.events if e.nodes]
         assert rounds and all(len(e.draft_ms_by_depth) == d["depth"] for e in rounds)  # drafted to the full depth
@@ -355,14 +357,14 @@ def test_auto_budget_fits_each_draft_lane_once_then_reads_the_cache(tmp_path, mo
     assert len({s for s in statuses if wording.says(s, wording.FITTING)}) == 2  # once per draft lane
     comp = state.SESSIONS.get(req("auto")).comparison
     plain, eagle, poss2 = comp.lanes
-    assert plain.budget is None and eagle.budget_auto and poss2.budget_auto
-    assert all(2 <= lane.budget <= autobudget.MAX_BUDGET for lane in (eagle, poss2))
+    assert plain.tree_budget is None and eagle.budget_auto and poss2.budget_auto
+    assert all(2 <= lane.tree_budget <= autobudget.MAX_BUDGET for lane in (eagle, poss2))
     assert eagle.token_ids == plain.token_ids  # any budget is lossless
-    assert page.stats(frames[-1]["lane1_head"])["budget"] == f"{eagle.budget} auto"
+    assert page.stats(frames[-1]["lane1_head"])["budget"] == f"{eagle.tree_budget} auto"
     # The fit's dynamic depth stop travels with its budget, and the lane header names it when there is one.
     fitted = json.loads((tmp_path / "choices.json").read_text()).values()
     assert sorted((c["budget"], c["depth_stop"]) for c in fitted) == sorted(
-        (lane.budget, lane.depth_stop) for lane in (eagle, poss2)
+        (lane.tree_budget, lane.depth_stop) for lane in (eagle, poss2)
     )
     for i, lane in ((1, eagle), (2, poss2)):
         shown = page.stats(frames[-1][f"lane{i}_head"])
@@ -375,7 +377,7 @@ def test_auto_budget_fits_each_draft_lane_once_then_reads_the_cache(tmp_path, mo
     frames = list(handlers.run_handler(*settings(max_new_tokens=4, auto_budget=True), request=req("auto")))
     assert not any(wording.says(f, wording.FITTING) for f in frames)
     again = state.SESSIONS.get(req("auto")).comparison
-    assert [lane.budget for lane in again.lanes] == [None, eagle.budget, poss2.budget]
+    assert [lane.tree_budget for lane in again.lanes] == [None, eagle.tree_budget, poss2.tree_budget]
 
 
 @pytest.mark.parametrize(

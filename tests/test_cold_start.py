@@ -54,7 +54,7 @@ def test_a_run_during_the_start_up_fit_starts_on_the_default_budget(tmp_path, mo
     assert not any("Fitting the tree budget" in s for s in statuses)
     comp = state.SESSIONS.get(request).comparison
     plain, eagle, poss2 = comp.lanes
-    assert [lane.budget for lane in comp.lanes] == [None, 32, 32] and not eagle.budget_auto
+    assert [lane.tree_budget for lane in comp.lanes] == [None, 32, 32] and not eagle.budget_auto
     assert eagle.token_ids == plain.token_ids == poss2.token_ids  # the default budget is as lossless
     release.set()
     prefit.join(120)

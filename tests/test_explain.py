@@ -120,7 +120,7 @@ def test_decoders_record_the_targets_probability_of_its_bonus():
             ).resolve()
         )
         try:
-            while comp.turn():
+            while comp.step_round():
                 pass
         finally:
             comp.close()

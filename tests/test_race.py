@@ -1,6 +1,6 @@
 """The race in time (compare.Comparison.race): the next round goes to the lane that has spent the least of its own
 time, a lane shows a round only once the race's clock reaches its end, speed-ups are frozen when a lane finishes,
-and a replay plays on the same clock. Step (`turn`) stays one round of every lane."""
+and a replay plays on the same clock. Step (`step_round`) stays one round of every lane."""
 
 from __future__ import annotations
 
@@ -120,6 +120,6 @@ def test_a_replay_clock_shows_nothing_past_it():
 
 def test_step_runs_one_round_of_every_lane():
     comp = race_of(LANES)
-    comp.turn()
-    comp.turn()
+    comp.step_round()
+    comp.step_round()
     assert [len(lane.events) for lane in comp.lanes] == [2, 2, 2] and comp.stepped

@@ -130,7 +130,7 @@ def _lane_answer(comp: compare.Comparison, lane) -> dict:
         "text": lane.text,
         "error": neutral_paths(lane.error) if lane.error else lane.error,
         "stop_reason": summary.get("stop_reason"),
-        "tree_budget": lane.budget,
+        "tree_budget": lane.tree_budget,
         "budget_auto": lane.budget_auto,
         "budget_note": _budget_note(comp, lane),
         "identical_to_plain": lane.token_ids == plain.token_ids if against_plain else None,
@@ -166,14 +166,14 @@ def _retrieved(future: asyncio.Future) -> None:
 
 def _budget_note(comp: compare.Comparison, lane: compare.Lane) -> str | None:
     """Why a draft lane that asked for an auto budget decodes on the default one (none needed otherwise)."""
-    if not comp.spec.auto_budget or lane.budget_auto or lane.budget is None or lane.method == "oracle":
+    if not comp.spec.auto_budget or lane.budget_auto or lane.tree_budget is None or lane.method == "oracle":
         return None
     why = (
         "this server fits tree budgets only at start-up"
         if not limits.LIMITS.call_fits
         else "the server was still fitting it"
     )
-    return f"the default tree budget ({lane.budget}): {why}, and none is cached for this draft, depth and top-k"
+    return f"the default tree budget ({lane.tree_budget}): {why}, and none is cached for this draft, depth and top-k"
 
 
 # The threads /compare's comparisons run in, apart from asyncio's default pool (a few threads on a small machine, which

@@ -235,7 +235,7 @@ def step_handler(settings: RunSettings, view: View, request: gr.Request | None =
             if clock:  # each Step's round (the first reads the prompt) is capped like a call; the pause is not
                 comp.cancel.restart(limits.LIMITS.call_s)
             try:
-                comp.turn()
+                comp.step_round()
             finally:
                 if clock:
                     comp.cancel.seconds = None

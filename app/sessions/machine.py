@@ -66,9 +66,9 @@ def machine_of(comp: Comparison) -> str:
 
 def tree_of(comp: Comparison, lane: Lane) -> str:
     """A draft lane's tree as its header names it ("32-node tree, depth 6"); empty for a lane that drafts none."""
-    if lane.plain or lane.budget is None:
+    if lane.plain or lane.tree_budget is None:
         return ""
-    return f"{lane.budget}-node tree, depth {int(comp.spec.depth)}"
+    return f"{lane.tree_budget}-node tree, depth {int(comp.spec.depth)}"
 
 
 def precision_of(comp: Comparison) -> str:

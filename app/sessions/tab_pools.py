@@ -46,7 +46,7 @@ def lane_settings(comp: Comparison, lane: Lane) -> dict[str, Any]:
                 "depth": s.depth,
                 "top-k": s.top_k,
                 "depth stop": lane.depth_stop,
-                "tree budget": lane.budget if lane.budget is not None else s.tree_budget,
+                "tree budget": lane.tree_budget if lane.tree_budget is not None else s.tree_budget,
             }
         )
     return out

@@ -137,8 +137,8 @@ def lane_head_html(lane: Lane, comp: Comparison, running: bool) -> str:
         ("rounds", str(len(metrics.draft_rounds(ev)))),
         ("tokens", str(metrics.total_new_tokens(ev))),
     ]
-    if lane.budget is not None:
-        items.append(("budget", f"{lane.budget} auto" if lane.budget_auto else str(lane.budget)))
+    if lane.tree_budget is not None:
+        items.append(("budget", f"{lane.tree_budget} auto" if lane.budget_auto else str(lane.tree_budget)))
     if lane.depth_stop:
         items.append(("depth_stop", f"{lane.depth_stop:g}"))
     up = comp.speedup(lane)  # from the first round on, on the race's clock; frozen once the lane finished

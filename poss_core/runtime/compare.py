@@ -9,7 +9,11 @@ Two ways to advance: `race` (Run, a replay) is a race in time: the next round go
 least of its own time, and a lane shows a round only once the race's clock (`clock_ms`, the least time a lane still
 decoding has spent) has reached that round's end. At every moment on screen each lane has spent the same time, to
 within one round, so token counts stand in the ratio of the lanes' speeds and lanes finish in the order of their
-speed-ups. `turn` (Step, the API) gives every lane one round and shows it at once.
+speed-ups. `step_round` (Step) gives every lane one round and shows it at once.
+
+A lane (lanes.py) is one method's decode and its own clock; this module holds what spans the lanes: the race, the
+speed-ups and divergences between them, and how a comparison starts (`start`, after `fit_budgets` where the run
+asks for fitted tree budgets) and runs to its end (`run_to_end`).
 """
 
 from __future__ import annotations
@@ -18,189 +22,26 @@ import functools
 import math
 import sys
 import threading
-import traceback
 import weakref
-from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
 from ..autobudget import known_budget_choice
-from ..base.errors import CallStopped, PossError
+from ..base.errors import CallStopped
 from ..decoding.config import DecodeConfig, check_prompt_tokens
 from ..decoding.decoder import encode_prompt
 from ..decoding.detokenizer import Detokenizer, TokenTexts
 from ..models.hardware import hardware_info
 from ..models.numerics import Divergence, classify_divergence, first_difference, numerics_of, plain_margin
 from ..rounds import metrics
-from ..rounds.events import DecodeSummary, RoundEvent
-from ..rounds.token_records import TokenRecord, round_records
 from . import methods
 from .call_budget import CallBudget, as_budget
-from .held_memory import NODE_BYTES, ROUND_BYTES, generator_tensor_bytes
+from .held_memory import NODE_BYTES, ROUND_BYTES  # noqa: F401 - the app reads them here
+from .lanes import Lane
 from .model_cache import MODELS, ModelCache
 from .run_spec import Resolved, RunSpec
 
 PLAIN = methods.PLAIN  # the plain-decoding lane's method name
-
-
-# ----- lanes -----------------------------------------------------------------------------------------------------
-@dataclass
-class Lane:
-    """One method's decode: its events, the text of each token, and where the next round comes from."""
-
-    method: str
-    label: str
-    trained: bool = True  # False: a random stand-in draft (the registry's flag; the app shows a badge)
-    events: list[RoundEvent] = field(default_factory=list)
-    pieces: list[list[str]] = field(default_factory=list)  # per round: each emitted token's text in context
-    node_texts: list[list[str]] = field(default_factory=list)  # per round: each drafted node's own text
-    bonus_texts: list[str] = field(default_factory=list)
-    records: list[TokenRecord] = field(default_factory=list)
-    summary: dict[str, Any] | None = None  # {"text", "stop_reason", "stats"} once finished
-    error: str | None = None
-    special_ids: set[int] = field(default_factory=set)
-    budget: int | None = None  # the tree budget this lane decodes with (draft lanes)
-    budget_auto: bool = False  # chosen by `auto` for this machine
-    depth_stop: float = 0.0  # the dynamic depth stop `auto` chose (0: every round drafts the full depth)
-    source: Iterator | None = None  # the decoder's generator, or a replay of saved rounds
-    detok: Detokenizer | None = None
-    token_text: TokenTexts | None = None
-    # The race (Comparison.race): items decoded but not shown yet, each with its end on the lane's own clock, and
-    # the lane's own time over every round decoded (shown or ahead)
-    ahead: deque = field(default_factory=deque)
-    spent_ms: float = 0.0
-    decoded_all: bool = False  # the source has ended: every item is shown or ahead
-    speedup_at_end: float | None = None  # the speed-up over plain decoding, frozen when the lane finished
-
-    @property
-    def plain(self) -> bool:
-        return self.method == methods.PLAIN
-
-    @property
-    def short(self) -> str:
-        """The lane's name in titles and chart legends ("POSS-2"); the label for a method the registry does not know."""
-        return methods.short_of(self.method) if methods.color_of(self.method) else self.label
-
-    @property
-    def finished(self) -> bool:
-        return self.summary is not None or self.error is not None
-
-    @property
-    def token_ids(self) -> list[int]:
-        return [t for e in self.events for t in e.tokens]
-
-    def held_bytes(self, tensors: bool = True) -> int:
-        """An estimate of the memory this lane holds: its rounds (ROUND_BYTES each, NODE_BYTES per drafted node) and,
-        with `tensors`, those its open decoder keeps between rounds (its KV caches and the draft's state, by the
-        sizes of their storages; a replay's source holds none worth walking)."""
-        counted = getattr(self, "_counted", (0, 0))  # (rounds, nodes) counted so far: events are only appended
-        if counted[0] != len(self.events):
-            counted = (len(self.events), counted[1] + sum(len(e.nodes) for e in self.events[counted[0] :]))
-            self._counted = counted
-        live = generator_tensor_bytes(self.source) if tensors else 0
-        return ROUND_BYTES * counted[0] + NODE_BYTES * counted[1] + live
-
-    @property
-    def text(self) -> str:
-        return "".join(e.text for e in self.events)
-
-    @property
-    def stop_reason(self) -> str | None:
-        return self.summary["stop_reason"] if self.summary else None
-
-    def add(self, event: RoundEvent, pieces: list[str], node_texts: list[str], bonus_text: str) -> None:
-        self.events.append(event)
-        self.pieces.append(pieces)
-        self.node_texts.append(node_texts)
-        self.bonus_texts.append(bonus_text)
-        self.records.extend(round_records(event, pieces, node_texts, self.special_ids))
-
-    def take(self, item) -> None:
-        """Record one item from the source: a live event, a replayed (event, texts) tuple, the summary, or the end
-        of a source that ended without one."""
-        if item is _ENDED:
-            if self.summary is None:
-                self.summary = {"text": self.text, "stop_reason": "cancelled", "stats": {}}
-        elif isinstance(item, DecodeSummary):
-            self.summary = {"text": item.text, "stop_reason": item.stop_reason, "stats": item.stats}
-        elif isinstance(item, RoundEvent):
-            # Special tokens (EOS, ...) are shown by name, small; the text view leaves them out.
-            pieces = [self.token_text(t) if t in self.special_ids else self.detok.push([t]) for t in item.tokens]
-            labels = [self.token_text(n.token) for n in item.nodes]
-            self.add(item, pieces, labels, self.token_text(item.bonus))
-        elif isinstance(item, tuple):
-            self.add(*item)
-        elif isinstance(item, dict):
-            self.summary = item
-
-    def due_ms(self) -> float | None:
-        """When, on the race's clock, the race next has something to do: a lane's next round to decode, or a
-        decoded one to show; None when nothing is left."""
-        times = [lane.spent_ms for lane in self.lanes if lane.decoding]
-        times += [lane.ahead[0][0] for lane in self.lanes if lane.ahead]
-        return min(times, default=None)
-
-    @property
-    def decoding(self) -> bool:
-        """Whether the lane still has items to decode."""
-        return not (self.decoded_all or self.finished or self.source is None)
-
-    def decode(self) -> None:
-        """Pull the source's next item (a round, or the closing summary) into `ahead`, at its end on the lane's own
-        clock. An error is shown at once, after what was decoded before it."""
-        if not self.decoding:
-            return
-        try:
-            item = next(self.source)
-        except StopIteration:
-            item = _ENDED
-        except PossError as err:
-            self._fail(str(err))
-            return
-        except Exception as err:  # a bug or a device error: the lane stops with a message, the app keeps serving
-            traceback.print_exc(file=sys.stderr)
-            self._fail(f"{type(err).__name__}: {err}")
-            return
-        self.spent_ms += _item_ms(item)
-        self.ahead.append((self.spent_ms, item))
-        self.decoded_all = item is _ENDED or isinstance(item, (DecodeSummary, dict))
-
-    def _fail(self, message: str) -> None:
-        self.show_until(math.inf)
-        self.error = message
-        self.decoded_all = True
-
-    def show_until(self, clock_ms: float) -> bool:
-        """Show every decoded item that ends by `clock_ms` on the lane's own clock; True if any was shown."""
-        shown = False
-        while self.ahead and self.ahead[0][0] <= clock_ms:
-            self.take(self.ahead.popleft()[1])
-            shown = True
-        return shown
-
-    def advance(self) -> bool:
-        """Run one round and show it; False once the lane has finished (summary, error, or an exhausted source)."""
-        self.decode()
-        self.show_until(math.inf)
-        return not self.finished
-
-    def close(self) -> None:
-        if self.source is not None and hasattr(self.source, "close"):
-            try:
-                self.source.close()
-            except Exception:  # noqa: BLE001 - closing a broken generator must not hide the real error
-                pass
-        self.source = None
-
-
-_ENDED = object()  # what a lane's `ahead` holds for a source that ended without a summary
-
-
-def _item_ms(item) -> float:
-    """The lane's own time an item from its source took: a round's wall time (a replayed round's as recorded)."""
-    event = item[0] if isinstance(item, tuple) else item
-    return event.wall_ms if isinstance(event, RoundEvent) else 0.0
 
 
 @dataclass(eq=False)  # compared (and held in sets) by identity
@@ -209,11 +50,11 @@ class Comparison:
 
     spec: RunSpec
     lanes: list[Lane]
-    cancel: CallBudget = field(default_factory=CallBudget)  # the call's budget: Stop and the time limit
+    cancel: CallBudget = field(default_factory=CallBudget)  # the call's Stop flag and time cap
     hardware: dict[str, str] = field(default_factory=dict)
     replay: bool = False
     prompt_tokens: int = 0
-    stepped: bool = False  # advanced by `turn` (Step): round for round, not on one clock
+    stepped: bool = False  # advanced by `step_round` (Step): round for round, not on one clock
     race_ms: float = 0.0  # the race's clock as the lanes last showed it (`race`)
     # (plain tokens, index, lane's token) -> the plain target's logit margin there; None where no target is at hand
     # (replays, loaded runs)
@@ -233,7 +74,7 @@ class Comparison:
     def cancelled(self) -> bool:
         return self.cancel.is_set()
 
-    def turn(self) -> bool:
+    def step_round(self) -> bool:
         """Advance every unfinished lane by one round, shown at once (Step: the lanes are then round for round, not
         on one clock); True while any lane still has rounds to run."""
         alive, self.stepped = False, True
@@ -356,25 +197,27 @@ def start(
     new_fits: bool = True,
 ) -> Comparison:
     """Load what the run needs (from the shared cache), encode the prompt and open one generator per lane. With
-    `wait_for_fits=False`, a draft lane whose auto budget another thread is still fitting uses the default budget;
-    with `new_fits=False`, so does one whose fit is not cached yet (a public server offers only the fits it has).
+    `wait_for_fits=False`, a draft lane whose auto tree budget another thread is still fitting uses the default tree
+    budget; with `new_fits=False`, so does one whose fit is not cached yet (a public server offers only the fits it
+    has).
 
-    `cancel` is the call's budget (a CallBudget, or an Event it follows): each load is checked against it before and
-    after, a fit and the oracle's reference decode stop within one round of it (CallStopped), and the lanes watch it
-    before each round. Raises a PossError with a readable message for a too long prompt, a missing draft, a model
-    that fails to load, or a call stopped meanwhile (the settings were checked when the run was resolved)."""
+    `cancel` is the call's Stop flag and time cap (a CallBudget, or an Event it follows): each load is checked
+    against it before and after, a fit and the oracle's reference decode stop within one round of it (CallStopped),
+    and the lanes watch it before each round. Raises a PossError with a readable message for a too long prompt, a
+    missing draft, a model that fails to load, or a call stopped meanwhile (the settings were checked when the run
+    was resolved)."""
     spec = run.spec
-    budget = as_budget(cancel)
-    budget.check("waiting to start")
+    call = as_budget(cancel)
+    call.check("waiting to start")
     target = run.target(models)
-    budget.check(f"loading {run.preset.name}")
+    call.check(f"loading {run.preset.name}")
     ids = encode_prompt(target.tokenizer, spec.messages())
     check_prompt_tokens(len(ids), target.max_context)
     special = set(getattr(target.tokenizer, "all_special_ids", []) or []) | set(target.eos_ids)
     lanes = []
     try:
         for name in spec.methods:
-            lanes.append(_open_lane(run, name, models, target, ids, special, budget, wait_for_fits, new_fits))
+            lanes.append(_open_lane(run, name, models, target, ids, special, call, wait_for_fits, new_fits))
     except BaseException:
         for lane in lanes:
             lane.close()
@@ -382,7 +225,7 @@ def start(
     comparison = Comparison(
         spec,
         lanes,
-        budget,
+        call,
         hardware_info(target),
         prompt_tokens=len(ids),
         margin_probe=functools.partial(plain_margin, target, ids),
@@ -398,41 +241,37 @@ def _open_lane(
     target,
     ids: list[int],
     special: set[int],
-    budget: CallBudget,
+    call: CallBudget,
     wait_for_fits: bool,
     new_fits: bool,
 ) -> Lane:
-    """One lane of `start`: its models (loaded or fitted under the call's budget) and its decoder's generator."""
+    """One lane of `start`: its models (loaded or fitted within the call's time cap) and its decoder's generator."""
     spec, method, config = run.spec, run.offered[name], run.config
-    lane_budget, lane_config, draft, assistant, auto = None, config, None, None, False
+    tree_budget, lane_config, draft, assistant, auto = None, config, None, None, False
     if method.oracle:
         lane_config = methods.oracle_config(config) if spec.auto_budget else config
-        lane_budget, auto = lane_config.tree_budget, spec.auto_budget
+        tree_budget, auto = lane_config.tree_budget, spec.auto_budget
     elif method.assistant:
         assistant = run.assistant(models, method, target)
-        budget.check(f"loading the assistant of {run.preset.name}")
+        call.check(f"loading the assistant of {run.preset.name}")
     elif methods.uses_draft(name):
         draft = run.draft(models, method, target)
-        budget.check(f"loading the draft {name!r}")
+        call.check(f"loading the draft {name!r}")
         auto = spec.auto_budget and fit_offered(models, target, draft, config, wait_for_fits, new_fits)
         if auto:
-            try:
-                choice = models.budget(target, draft, config, cancel=budget)
-            except CallStopped:
-                raise budget.stopped(f"fitting the tree budget of {method.label}") from None
-            lane_config = methods.with_budget_choice(config, choice)
-        lane_budget = lane_config.tree_budget
+            lane_config = methods.with_budget_choice(config, _fit(models, target, draft, config, call, method.label))
+        tree_budget = lane_config.tree_budget
     decoder = methods.build_decoder(method, target, lane_config, draft, assistant)
-    source = decoder.generate(ids, cancel=budget)  # the oracle's reference decode runs here, under the budget
-    budget.check(f"preparing the {method.label} lane")
+    source = decoder.generate(ids, cancel=call)  # the oracle's reference decode runs here, within the call's cap
+    call.check(f"preparing the {method.label} lane")
     return Lane(
         name,
         method.label,
         method.trained,
         special_ids=special,
-        budget=lane_budget,
+        tree_budget=tree_budget,
         depth_stop=lane_config.depth_stop,
-        budget_auto=auto and lane_budget is not None,
+        budget_auto=auto and tree_budget is not None,
         source=source,
         detok=Detokenizer(target.tokenizer),
         token_text=TokenTexts(target.tokenizer),
@@ -442,11 +281,20 @@ def _open_lane(
 def fit_offered(
     models: ModelCache, target, draft, config: DecodeConfig, wait_for_fits: bool = True, new_fits: bool = True
 ) -> bool:
-    """Whether a draft lane asking for an auto budget gets one now: a cached fit always; a new fit only with
-    `new_fits` and, without `wait_for_fits`, when no other thread is fitting it (else: the default budget)."""
+    """Whether a draft lane asking for an auto tree budget gets one now: a cached fit always; a new fit only with
+    `new_fits` and, without `wait_for_fits`, when no other thread is fitting it (else: the default tree budget)."""
     if known_budget_choice(target, draft, config) is not None:
         return True
     return new_fits and (wait_for_fits or not models.fitting_elsewhere(target, draft, config))
+
+
+def _fit(models: ModelCache, target, draft, config: DecodeConfig, call: CallBudget, label: str):
+    """The draft's tree budget fitted to this machine (or read from the cache), stopped within one round when the
+    call is (a PossError naming what was under way)."""
+    try:
+        return models.budget(target, draft, config, cancel=call)
+    except CallStopped:
+        raise call.stopped(f"fitting the tree budget of {label}") from None
 
 
 # Live comparisons (started, not yet closed), weakly held: what `live_comparisons` reports to tests and the load test
@@ -466,17 +314,17 @@ def fit_budgets(
     new_fits: bool = True,
     cancel: threading.Event | None = None,
 ) -> Iterator[str]:
-    """Before `start` with auto_budget: load the models and fit each draft lane's budget, yielding a status line
-    before each step that may take a while (the first calibration of a draft on a CPU takes tens of seconds; later
-    ones read the cache). With `wait_for_fits=False`, a fit another thread has under way is not waited for, and with
-    `new_fits=False` no fit is started: the status says the lane starts on the default budget. `cancel` (the call's
-    budget) stops a fit within one round with CallStopped."""
+    """Before `start` with auto_budget: load the models and fit each draft lane's tree budget, yielding a status
+    line before each step that may take a while (the first calibration of a draft on a CPU takes tens of seconds;
+    later ones read the cache). With `wait_for_fits=False`, a fit another thread has under way is not waited for,
+    and with `new_fits=False` no fit is started: the status says the lane starts on the default tree budget.
+    `cancel` (the call's Stop flag and time cap) stops a fit within one round with CallStopped."""
     if not run.spec.auto_budget:
         return
-    budget, config = as_budget(cancel), run.config
+    call, config = as_budget(cancel), run.config
     target = run.target(models)
     for method in run.draft_methods():
-        budget.check(f"loading the draft {method.name!r}")
+        call.check(f"loading the draft {method.name!r}")
         draft = run.draft(models, method, target)
         label = method.label
         if known_budget_choice(target, draft, config) is not None:
@@ -493,29 +341,26 @@ def fit_budgets(
             )
         else:
             yield f"Fitting the tree budget of {label} to this machine (once per draft and setting, then cached)…"
-            try:
-                models.budget(target, draft, config, cancel=budget)
-            except CallStopped:
-                raise budget.stopped(f"fitting the tree budget of {label}") from None
+            _fit(models, target, draft, config, call, label)
 
 
 def prefit_budgets(run: Resolved, models: ModelCache = MODELS) -> None:
-    """Fit every draft lane's auto budget now, one after another (the app does it at start-up, in the background).
-    All of them count as under way from the start, so a Run that comes meanwhile starts on the default budgets
-    (`wait_for_fits=False`) instead of waiting for calibrations it did not ask for (the app also sets
+    """Fit every draft lane's auto tree budget now, one after another (the app does it at start-up, in the
+    background). All of them count as under way from the start, so a Run that comes meanwhile starts on the default
+    tree budgets (`wait_for_fits=False`) instead of waiting for calibrations it did not ask for (the app also sets
     `models.startup_fit` from before it loads anything until this returns)."""
     target = run.target(models)
     models.fit_budgets_in_turn(target, [run.draft(models, m, target) for m in run.draft_methods()], run.config)
 
 
 def run_to_end(comparison: Comparison, time_limit_s: float | None = None) -> Comparison:
-    """Turn until every lane has finished (the API endpoint's non-streaming run). Past the call's budget (its own
+    """Race until every lane has finished (the API endpoint's non-streaming run). Past the call's time cap (its own
     time limit, or `time_limit_s` from when the call began) the comparison is stopped (each lane ends with a
     "cancelled" summary) and `comparison.timed_out` says so; a stop from elsewhere (`comparison.stop()`, e.g. a
     cancelled API call) ends it before the next round."""
-    budget = comparison.cancel
-    if time_limit_s is not None and isinstance(budget, CallBudget):
-        budget.limit(time_limit_s)
+    call = comparison.cancel
+    if time_limit_s is not None and isinstance(call, CallBudget):
+        call.limit(time_limit_s)
     try:
         while comparison.race():
             pass

@@ -48,7 +48,8 @@ from ..rounds.events import (
 )
 from . import methods
 from .call_budget import CallBudget
-from .compare import Comparison, Lane
+from .compare import Comparison
+from .lanes import Lane
 from .run_spec import MAX_LANES, RunSpec
 
 VERSION = 1
@@ -118,7 +119,7 @@ class _LaneHead(_Model):
     label: Label | None = None
     trained: bool | None = None
     special_ids: Annotated[list[TokenId], Field(max_length=4096)] = []
-    budget: _setting("tree_budget", optional=True) = None
+    budget: _setting("tree_budget", optional=True) = None  # the lane's tree budget (`Lane.tree_budget`)
     budget_auto: bool = False
 
 
@@ -271,7 +272,7 @@ def run_lines(comparison: Comparison) -> Iterator[dict[str, Any]]:
                 "label": lane.label,
                 "trained": lane.trained,
                 "special_ids": sorted(lane.special_ids),
-                "budget": lane.budget,
+                "budget": lane.tree_budget,
                 "budget_auto": lane.budget_auto,
             }
             for lane in comparison.lanes
@@ -465,7 +466,7 @@ def _saved_lane(d: dict[str, Any]) -> Lane:
         label.split(" (untrained")[0],
         bool(trained),
         special_ids={int(t) for t in d.get("special_ids") or []},
-        budget=d.get("budget"),
+        tree_budget=d.get("budget"),
         budget_auto=bool(d.get("budget_auto", False)),
     )
 
@@ -486,7 +487,7 @@ def replay(comparison: Comparison) -> Comparison:
             lane.trained,
             special_ids=set(lane.special_ids),
             source=_replay_source(lane),
-            budget=lane.budget,
+            tree_budget=lane.tree_budget,
             budget_auto=lane.budget_auto,
         )
         if lane.error is not None and not lane.events:
