@@ -253,10 +253,10 @@ def test_bad_draft_configs_are_refused_before_any_allocation(
 
 
 def test_positions_per_specialist_argument_and_layer_count_are_bounded(tmp_path, tiny_target):
-    from poss_core.base.settings import LIMITS
+    from poss_core.base.settings import BOUNDS
     from poss_core.models import checkpoint
 
-    assert checkpoint.MAX_POSITIONS_PER_SPECIALIST == LIMITS["depth"][1]
+    assert checkpoint.MAX_POSITIONS_PER_SPECIALIST == BOUNDS["depth"][1]
     folder = write_released(tmp_path / "d", tiny_target.vocab_size, 1, True, "safetensors")
     with pytest.raises(CheckpointError, match="positions_per_specialist=1000000000 is out of range"):
         load_draft(folder, tiny_target, positions_per_specialist=10**9)

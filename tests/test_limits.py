@@ -16,7 +16,7 @@ from app.actions import api, handlers
 from app.server import limits
 from app.sessions import state, user_settings
 from poss_core.base.errors import ConfigError, PromptError
-from poss_core.base.settings import LIMITS
+from poss_core.base.settings import BOUNDS
 from poss_core.decoding import config as config_module
 from poss_core.decoding.config import DecodeConfig
 from poss_core.generate import main as generate_main
@@ -61,9 +61,9 @@ def test_limits_are_the_uis_slider_ranges_and_the_preset_defaults_fit():
         for c in demo.blocks.values()
         if isinstance(c, gr.Slider) and c.label
     }
-    assert sliders["Depth"] == LIMITS["depth"] and sliders["Top-k per node"] == LIMITS["top_k"]
-    assert sliders["Tree budget"] == LIMITS["tree_budget"] and sliders["Max new tokens"] == LIMITS["max_new_tokens"]
-    assert sliders["Temperature"] == LIMITS["temperature"]
+    assert sliders["Depth"] == BOUNDS["depth"] and sliders["Top-k per node"] == BOUNDS["top_k"]
+    assert sliders["Tree budget"] == BOUNDS["tree_budget"] and sliders["Max new tokens"] == BOUNDS["max_new_tokens"]
+    assert sliders["Temperature"] == BOUNDS["temperature"]
     from poss_core.models.presets import presets
 
     for p in presets().values():

@@ -17,7 +17,7 @@ from poss_core.base import settings
 
 MB = 2**20
 CPU_MAX_NEW_TOKENS = 256  # a live run's most new tokens without a GPU, so that a class on a free Space gets its turns
-MOST_NEW_TOKENS = int(settings.LIMITS["max_new_tokens"][1])  # the setting's own bound
+MOST_NEW_TOKENS = int(settings.BOUNDS["max_new_tokens"][1])  # the setting's own bound
 
 
 @dataclass(frozen=True)

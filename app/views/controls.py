@@ -13,7 +13,7 @@ from app.sessions import user_settings
 from app.sessions.user_settings import RunSettings, View
 from app.views.control_defaults import precision_hint, precision_note, quantization_hint, quantization_note
 from poss_core.base import settings
-from poss_core.base.settings import LIMITS, PRECISIONS
+from poss_core.base.settings import BOUNDS, PRECISIONS
 
 # How the app's settings (user_settings.APP_SETTINGS) are laid out, row by row; a setting no row names gets a row of its
 # own after these (control_rows), so a new setting shows up without a change here.
@@ -39,7 +39,7 @@ def run_controls(start: dict[str, Any], gpu: bool, precision: str) -> dict[str, 
     """One control per setting the app offers, made from its declaration (settings.SETTINGS: label, bounds, step,
     choices, help), laid out in CONTROL_ROWS; `start` holds the preset's tree defaults (control_defaults.ui_defaults),
     `gpu` and `precision` what this machine offers and starts with."""
-    top_tokens = min(LIMITS["max_new_tokens"][1], limits.LIMITS.max_new_tokens or LIMITS["max_new_tokens"][1])
+    top_tokens = min(BOUNDS["max_new_tokens"][1], limits.LIMITS.max_new_tokens or BOUNDS["max_new_tokens"][1])
     # What differs from the declaration here: this machine's words and offers, and this server's cap.
     special: dict[str, dict[str, Any]] = {
         "max_new_tokens": {"maximum": top_tokens, "value": min(start["max_new_tokens"], top_tokens), "info": None},

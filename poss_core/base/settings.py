@@ -1,6 +1,6 @@
 """Every decoding and run setting, declared once: name, type, bounds, default, label and help.
 
-From this one table come the bounds every entry point checks (`LIMITS`), the app's Run controls
+From this one table come the bounds every entry point checks (`BOUNDS`), the app's Run controls
 (`app/views/controls.py`), the command lines' flags (`add_flags`: `python -m poss_core.generate` and
 `python -m poss_core.bench`), the `/compare` parameters (`app/actions/api.py`), the settings a comparison runs with and
 a saved run records (`run_spec.RunSpec`), and the checks of `decoding.config.DecodeConfig`. `checked`, the one check,
@@ -211,7 +211,7 @@ _ALL = (
 SETTINGS: dict[str, Setting] = {s.name: s for s in _ALL}
 DECODE = tuple(s.name for s in _ALL if s.decode)  # DecodeConfig's fields
 RUN = tuple(s.name for s in _ALL if s.offered & {APP, API})  # what a comparison runs with (RunSpec, saved runs)
-LIMITS: dict[str, tuple[float, float]] = {s.name: s.bounds for s in _ALL if s.bounds is not None}
+BOUNDS: dict[str, tuple[float, float]] = {s.name: s.bounds for s in _ALL if s.bounds is not None}
 
 
 def offered_on(surface: str) -> tuple[str, ...]:

@@ -30,7 +30,7 @@ import torch
 
 from ..base import settings
 from ..base.errors import ConfigError, run_cli
-from ..base.settings import LIMITS
+from ..base.settings import BOUNDS
 from ..decoding.config import DecodeConfig
 from ..decoding.hf_generate import STALL_SECONDS
 from ..models.loading import load_preset_target, parse_dtype
@@ -235,12 +235,12 @@ def tree_budget_arg(args) -> int | str:
     if args.limit is not None and args.limit < 1:
         raise ConfigError(f"--limit={args.limit} is out of range: use an integer >= 1.")
     for flag in ("warmup_tokens", "calibration_tokens"):
-        value, (lo, hi) = getattr(args, flag), LIMITS["max_new_tokens"]
+        value, (lo, hi) = getattr(args, flag), BOUNDS["max_new_tokens"]
         if not lo <= value <= hi:
             raise ConfigError(f"--{flag.replace('_', '-')}={value} is out of range: use an integer from {lo} to {hi}.")
     if not args.stall_seconds >= 0:  # also refuses NaN
         raise ConfigError(f"--stall-seconds={args.stall_seconds} is out of range: use seconds >= 0 (0: no bound).")
-    lo, hi = LIMITS["tree_budget"]
+    lo, hi = BOUNDS["tree_budget"]
     if not lo <= args.max_tree_budget <= hi:
         raise ConfigError(
             f"--max-tree-budget={args.max_tree_budget} is out of range: use an integer from {lo} to {hi}."

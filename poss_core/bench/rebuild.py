@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..base.errors import ConfigError, PossError
-from ..base.settings import LIMITS
+from ..base.settings import BOUNDS
 from ..results.analysis import subset_identity
 from ..results.records import first_questions, read_records, read_summary, records_in
 from .report import write_outputs
@@ -66,7 +66,7 @@ def checked_summary(path: Path) -> dict:
         summary = read_summary(path)
     except (ValueError, AttributeError, TypeError, KeyError) as err:  # not JSON, or JSON of another shape
         raise ConfigError(f"{path} is not a benchmark summary ({type(err).__name__}): {rebuild}.") from None
-    lo, hi = LIMITS["depth"]
+    lo, hi = BOUNDS["depth"]
     meta, depth = (summary.get("meta"), summary.get("depth")) if isinstance(summary, dict) else (None, None)
     if not isinstance(meta, dict) or not (isinstance(depth, int) and lo <= depth <= hi):
         raise ConfigError(

@@ -218,7 +218,7 @@ def load_draft(
 
 
 MAX_DRAFT_LAYERS = 16  # POSS-1 at the deepest allowed depth has 10 specialists
-MAX_POSITIONS_PER_SPECIALIST = 10  # the deepest tree decoding allows (settings.LIMITS["depth"]; a test checks)
+MAX_POSITIONS_PER_SPECIALIST = 10  # the deepest tree decoding allows (settings.BOUNDS["depth"]; a test checks)
 MAX_INTERMEDIATE_RATIO = 4  # a draft's MLP may be at most this many times the target's
 MAX_CONFIG_BYTES = 1 << 20
 

@@ -8,15 +8,15 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ..base.errors import ConfigError
-from ..base.settings import LIMITS
+from ..base.settings import BOUNDS
 from ..rounds.metrics import AcceptanceStats, Estimate
 from .analysis import OVERALL
 
 SCHEMA = "poss-evidence"
 VERSION = 2  # 2: rounds by drafted depth, drafted shares, deviation along the continuation and on tree nodes
 READABLE = (1, 2)  # a version 1 file lacks those: its pos-acc counts every round as drafting its deepest position
-MAX_DEPTH = int(LIMITS["depth"][1])
-MAX_NODES = int(LIMITS["tree_budget"][1]) - 1
+MAX_DEPTH = int(BOUNDS["depth"][1])
+MAX_NODES = int(BOUNDS["tree_budget"][1]) - 1
 # What one summary covers at most; with the size caps they bound the work a loaded file can ask for (the bootstrap
 # over questions is the dearest part). The full evaluation sets are 6 datasets and 478 questions.
 MAX_METHODS, MAX_DATASETS, MAX_RUNS, MAX_QUESTIONS = 16, 32, 20, 2000

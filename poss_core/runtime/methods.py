@@ -190,7 +190,7 @@ def decode_config(
 ) -> DecodeConfig:
     """A DecodeConfig: the tree settings given, else the preset's (else DecodeConfig's defaults); `settings` are the
     rest (temperature, top_p, max_new_tokens, seed, depth_stop, head_rows). Checked against the settings table
-    (settings.LIMITS), the bounds the app uses too (ConfigError names a bad field)."""
+    (settings.BOUNDS), the bounds the app uses too (ConfigError names a bad field)."""
 
     def pick(value, name: str):
         if value is not None:

@@ -35,7 +35,7 @@ from pydantic import (
 from ..base import settings
 from ..base.errors import PossError
 from ..base.json_safe import clean_json
-from ..base.settings import LIMITS
+from ..base.settings import BOUNDS
 from ..decoding.config import MAX_PROMPT_CHARS, MAX_PROMPT_TOKENS
 from ..rounds.events import (
     DraftNode,
@@ -57,9 +57,9 @@ VERSION = 1
 # What a saved run may hold. A file is checked against these before anything in a session changes: each bounds the
 # work a replay and its drawing do (tree sizes, depths, specialists, rounds) or the memory a loaded run holds.
 MAX_RUN_BYTES = 16 * 1024 * 1024  # also the app's upload limit (launch's max_file_size)
-MAX_DEPTH = int(LIMITS["depth"][1])
-MAX_NODES = int(LIMITS["tree_budget"][1]) - 1  # the root is not a node
-MAX_ROUNDS = int(LIMITS["max_new_tokens"][1]) + 1  # every round emits a token; the prefill is round 0
+MAX_DEPTH = int(BOUNDS["depth"][1])
+MAX_NODES = int(BOUNDS["tree_budget"][1]) - 1  # the root is not a node
+MAX_ROUNDS = int(BOUNDS["max_new_tokens"][1]) + 1  # every round emits a token; the prefill is round 0
 MAX_TOKEN_ID = 2**31 - 1
 MAX_PIECE_CHARS = 1024  # one token's text
 MAX_TEXT_CHARS = 256 * 1024  # a lane's whole text

@@ -390,7 +390,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def check_args(args) -> None:
     """Every numeric flag in its range before the target loads (ConfigError names the flag)."""
-    from ..base.settings import LIMITS
+    from ..base.settings import BOUNDS
 
     def integer(flag: str, lo: int, hi: int) -> None:
         value = getattr(args, flag)
@@ -408,7 +408,7 @@ def check_args(args) -> None:
 
     integer("steps", 1, 10**7)
     number("lr", 0.0, 1.0, closed_lo=True)  # 0 is allowed: a no-op step (continuing a draft unchanged)
-    integer("depth", 1, int(LIMITS["depth"][1]))
+    integer("depth", 1, int(BOUNDS["depth"][1]))
     integer("tokens_per_batch", 1, 1 << 22)
     integer("grad_accum", 1, 4096)
     integer("max_len", 2, 1 << 20)
