@@ -39,7 +39,8 @@ def run_controls(start: dict[str, Any], gpu: bool, precision: str) -> dict[str, 
     """One control per setting the app offers, made from its declaration (settings.SETTINGS: label, bounds, step,
     choices, help), laid out in CONTROL_ROWS; `start` holds the preset's tree defaults (control_defaults.ui_defaults),
     `gpu` and `precision` what this machine offers and starts with."""
-    top_tokens = min(BOUNDS["max_new_tokens"][1], limits.LIMITS.max_new_tokens or BOUNDS["max_new_tokens"][1])
+    bound = int(BOUNDS["max_new_tokens"][1])  # the setting's own upper bound
+    top_tokens = min(bound, limits.LIMITS.max_new_tokens or bound)  # and this server's cap (--max-new-tokens)
     # What differs from the declaration here: this machine's words and offers, and this server's cap.
     special: dict[str, dict[str, Any]] = {
         "max_new_tokens": {"maximum": top_tokens, "value": min(start["max_new_tokens"], top_tokens), "info": None},
