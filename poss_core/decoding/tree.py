@@ -81,10 +81,10 @@ class _TreeRows:
     """Tree rows drafted so far this round: inputs, positions and ancestor sets, in depth order."""
 
     def __init__(self, capacity: int, hidden: int, device, dtype) -> None:
-        self.tokens = torch.empty(capacity, dtype=torch.long, device=device)
-        self.features = torch.empty(capacity, hidden, dtype=dtype, device=device)
-        self.depths = torch.empty(capacity, dtype=torch.long, device=device)
-        self.anc = torch.zeros(capacity, capacity, dtype=torch.bool, device=device)
+        self.tokens = torch.empty(capacity, dtype=torch.long, device=device)  # [R] full-vocabulary ids
+        self.features = torch.empty(capacity, hidden, dtype=dtype, device=device)  # [R, H] the feature each reads
+        self.depths = torch.empty(capacity, dtype=torch.long, device=device)  # [R] 1-based
+        self.anc = torch.zeros(capacity, capacity, dtype=torch.bool, device=device)  # [R, R] j is i or an ancestor
         self.count = 0
 
     def add(self, tokens: torch.Tensor, features: torch.Tensor, depth: int, parent_rows: torch.Tensor | None) -> None:
@@ -108,15 +108,15 @@ def _run_group(draft: DraftModel, state: DraftState, rows: _TreeRows, group: int
     c = state.num_rows
     device = rows.tokens.device
     if n_ctx:
-        tokens = torch.cat([ctx_tokens, rows.tokens[r0:r1]])
-        feats = torch.cat([ctx_feats, rows.features[r0:r1]])
-        positions = torch.cat([torch.arange(start, c, device=device), c - 1 + rows.depths[r0:r1]])
+        tokens = torch.cat([ctx_tokens, rows.tokens[r0:r1]])  # [q] = [n_ctx + r1 - r0]
+        feats = torch.cat([ctx_feats, rows.features[r0:r1]])  # [q, H]
+        positions = torch.cat([torch.arange(start, c, device=device), c - 1 + rows.depths[r0:r1]])  # [q]
     else:  # a specialist already up to date with the context: only tree rows (the common case past depth 1)
         tokens, feats, positions = rows.tokens[r0:r1], rows.features[r0:r1], c - 1 + rows.depths[r0:r1]
     past = start + r0
     q = int(tokens.numel())
     # Keys: the c context rows, then the r1 tree rows (past + q == c + r1 either way).
-    allowed = torch.empty(q, past + q, dtype=torch.bool, device=device)
+    allowed = torch.empty(q, past + q, dtype=torch.bool, device=device)  # [q, c + r1]
     if n_ctx:  # new context rows: the cache and each other causally, no tree row
         allowed[:n_ctx, :c] = causal_allowed(n_ctx, start, device)
         allowed[:n_ctx, c:] = False
@@ -124,11 +124,68 @@ def _run_group(draft: DraftModel, state: DraftState, rows: _TreeRows, group: int
         allowed[n_ctx:, :c] = True
         allowed[n_ctx:, c:] = rows.anc[r0:r1, :r1]
     mask = allowed if isinstance(state.cache, DraftKV) else float_mask(allowed, feats.dtype)
-    out = draft.run_specialist(group, tokens[None], feats[None], positions[None], mask, state.cache)[0]
+    out = draft.run_specialist(group, tokens[None], feats[None], positions[None], mask, state.cache)[0]  # [q, H]
     if n_ctx:
         state.mark_read(group)
     done[group] = r1
     return out
+
+
+@dataclass
+class _Candidates:
+    """Every candidate drafted this round, by depth: depth 1 has k, every further depth k*k (k children of each of
+    the k frontier nodes). Candidate indices count through the depths in this order (torch.cat of each list)."""
+
+    tokens: list[torch.Tensor]  # per depth: [k], then [k*k] full-vocabulary ids
+    parents: list[torch.Tensor]  # per depth: [k] candidate index each group of k hangs from (depth 1: -1, the root)
+    scores: list[torch.Tensor]  # per depth: [k] / [k*k] cumulative draft log-prob
+    logp: list[torch.Tensor]  # per depth: [k] / [k*k] the draft's log-prob of the token itself
+    groups: list[int]  # per depth: the specialist that drafted it
+    # The draft's predicted feature at each expanded candidate: row j of torch.cat(feature_rows) belongs to
+    # candidate feature_of[j] (a tensor lookup at pruning, no loop over nodes).
+    feature_rows: list[torch.Tensor] = field(default_factory=list)  # per expanded depth: [k, H]
+    feature_of: list[torch.Tensor] = field(default_factory=list)  # per expanded depth: [k] candidate indices
+
+    @property
+    def count(self) -> int:
+        return sum(int(t.numel()) for t in self.tokens)
+
+    def add(self, tokens: torch.Tensor, parents: torch.Tensor, scores: torch.Tensor, logp: torch.Tensor, group: int):
+        self.tokens.append(tokens)
+        self.parents.append(parents)
+        self.scores.append(scores)
+        self.logp.append(logp)
+        self.groups.append(group)
+
+    def pruned(self, root_feature: torch.Tensor, tree_budget: int) -> DraftTree:
+        """The best `tree_budget - 1` candidates as a tree (`_prune`)."""
+        k, device = int(self.tokens[0].numel()), self.parents[0].device
+        sizes = torch.tensor([k] + [k * k] * (len(self.groups) - 1), device=device)  # [D] candidates per depth
+        parents = torch.cat([self.parents[0]] + [p.repeat_interleave(k) for p in self.parents[1:]])  # [N]
+        depths = torch.repeat_interleave(torch.arange(1, len(self.groups) + 1, device=device), sizes)  # [N]
+        return _prune(
+            torch.cat(self.tokens),
+            parents,
+            depths,
+            torch.cat(self.scores),
+            torch.cat(self.logp),
+            torch.repeat_interleave(torch.tensor(self.groups, device=device), sizes),
+            root_feature,
+            self.feature_rows,
+            self.feature_of,
+            tree_budget,
+        )
+
+
+@dataclass
+class _Frontier:
+    """The k best candidates of the deepest depth drafted so far, best first: the parents of the next depth."""
+
+    index: torch.Tensor  # [k] candidate indices
+    tokens: torch.Tensor  # [k] full-vocabulary ids
+    scores: torch.Tensor  # [k] cumulative draft log-prob, descending (topk sorts)
+    features: torch.Tensor  # [k, H] the feature each is drafted from: its parent's predicted feature
+    parent_rows: torch.Tensor | None  # [k] the tree row of each one's parent (None at depth 1: the root has none)
 
 
 @torch.inference_mode()
@@ -147,73 +204,47 @@ def build_tree(
     state.begin_tree()
 
     g0 = draft.specialist_of(1)
-    root_feature = _run_group(draft, state, rows, g0, done)[-1]
-    logp = torch.log_softmax(draft.head_logits(root_feature).float(), dim=-1)
-    top = torch.topk(logp, k)
-    # Candidates by depth: depth 1 has k, every further depth k*k (k children of each of the k frontier nodes).
-    cand_tokens = [draft.to_full_vocab(top.indices)]
-    cand_parents = [torch.full((k,), -1, dtype=torch.long, device=device)]
-    cand_scores = [top.values]
-    cand_logp = [top.values]
-    groups = [g0]
-    # The draft's predicted feature at each expanded candidate: row j of torch.cat(feature_rows) belongs to
-    # candidate feature_of[j] (a tensor lookup at pruning, no loop over nodes).
-    feature_rows: list[torch.Tensor] = []
-    feature_of: list[torch.Tensor] = []
-
-    frontier = torch.arange(k, device=device)  # candidate indices
-    frontier_tokens = cand_tokens[0]
-    frontier_scores = top.values
-    frontier_feats = root_feature.expand(k, -1)
-    frontier_parent_rows: torch.Tensor | None = None
-    n_cand = k
+    root_feature = _run_group(draft, state, rows, g0, done)[-1]  # [H] predicted at the root's position
+    logp = torch.log_softmax(draft.head_logits(root_feature).float(), dim=-1)  # [V_draft]
+    top = torch.topk(logp, k)  # [k] values and draft-vocabulary indices
+    first = draft.to_full_vocab(top.indices)
+    cands = _Candidates(
+        [first], [torch.full((k,), -1, dtype=torch.long, device=device)], [top.values], [top.values], [g0]
+    )
+    front = _Frontier(torch.arange(k, device=device), first, top.values, root_feature.expand(k, -1), None)
     depth_ms = [ms_since(t0)]
     stop_below = stop_threshold(depth_stop)
     for d in range(1, depth):
         # topk sorts: entry 0 is the best path at depth d. Without a stop, no read-back (a device sync on a GPU).
-        if depth_stop > 0 and float(frontier_scores[0]) < stop_below:
+        if depth_stop > 0 and float(front.scores[0]) < stop_below:
             break
-        rows.add(frontier_tokens, frontier_feats, d, frontier_parent_rows)
+        rows.add(front.tokens, front.features, d, front.parent_rows)
         g = draft.specialist_of(d + 1)
-        out = _run_group(draft, state, rows, g, done)[-k:]
-        feature_rows.append(out)
-        feature_of.append(frontier)
-        logp = torch.log_softmax(draft.head_logits(out).float(), dim=-1)
-        top = torch.topk(logp, k, dim=-1)
-        cum = (frontier_scores[:, None] + top.values).reshape(-1)
-        tokens = draft.to_full_vocab(top.indices).reshape(-1)
-        cand_tokens.append(tokens)
-        cand_parents.append(frontier)
-        cand_scores.append(cum)
-        cand_logp.append(top.values.reshape(-1))
-        groups.append(g)
-        best = torch.topk(cum, k)
-        parent = best.indices // k  # which frontier row each new frontier node hangs from
-        frontier_parent_rows = parent + (rows.count - k)
-        frontier_feats = out[parent]
-        frontier_tokens = tokens[best.indices]
-        frontier_scores = best.values
-        frontier = n_cand + best.indices
-        n_cand += k * k
+        out = _run_group(draft, state, rows, g, done)[-k:]  # [k, H] predicted at each frontier node
+        front = _expand(draft, cands, front, out, g, k, rows.count)
         depth_ms.append(ms_since(t0))
     state.reset_tree()
-    sizes = torch.tensor([k] + [k * k] * (len(groups) - 1), device=device)
-    parents = torch.cat([cand_parents[0]] + [p.repeat_interleave(k) for p in cand_parents[1:]])
-    depths = torch.repeat_interleave(torch.arange(1, len(groups) + 1, device=device), sizes)
-    tree = _prune(
-        torch.cat(cand_tokens),
-        parents,
-        depths,
-        torch.cat(cand_scores),
-        torch.cat(cand_logp),
-        torch.repeat_interleave(torch.tensor(groups, device=device), sizes),
-        root_feature,
-        feature_rows,
-        feature_of,
-        tree_budget,
-    )
+    tree = cands.pruned(root_feature, tree_budget)
     tree.depth_ms = depth_ms
     return tree
+
+
+def _expand(
+    draft: DraftModel, cands: _Candidates, front: _Frontier, out: torch.Tensor, group: int, k: int, row_count: int
+) -> _Frontier:
+    """One depth deeper: each frontier node's k best children join the candidates (specialist `group` predicted
+    `out`, [k, H], at the frontier's rows); the k best of those k*k by cumulative score are the next frontier."""
+    cands.feature_rows.append(out)
+    cands.feature_of.append(front.index)
+    logp = torch.log_softmax(draft.head_logits(out).float(), dim=-1)  # [k, V_draft]
+    top = torch.topk(logp, k, dim=-1)  # [k, k]: row i holds frontier node i's children
+    cum = (front.scores[:, None] + top.values).reshape(-1)  # [k*k]
+    tokens = draft.to_full_vocab(top.indices).reshape(-1)  # [k*k]
+    base = cands.count  # the index of this depth's first candidate
+    cands.add(tokens, front.index, cum, top.values.reshape(-1), group)
+    best = torch.topk(cum, k)  # [k]
+    parent = best.indices // k  # [k] which frontier row each new frontier node hangs from
+    return _Frontier(base + best.indices, tokens[best.indices], best.values, out[parent], parent + (row_count - k))
 
 
 def stop_threshold(depth_stop: float) -> float:
@@ -232,20 +263,20 @@ def _prune(
 ) -> DraftTree:
     """Keep the best `tree_budget - 1` candidates. A child's score never exceeds its parent's; the small depth
     penalty breaks exact ties (log-prob 0) in the parent's favour, so the kept set is always a tree."""
-    n = int(scores.numel())
+    n = int(scores.numel())  # every candidate: tokens, parents, depths, scores, logp and groups are [N]
     keep = min(tree_budget - 1, n)
-    key = scores.double() - 1e-9 * depths.double()
-    sel = torch.sort(torch.topk(key, keep).indices).values  # creation order: parents before children
-    remap = torch.full((n + 1,), -1, dtype=torch.long, device=scores.device)
+    key = scores.double() - 1e-9 * depths.double()  # [N]
+    sel = torch.sort(torch.topk(key, keep).indices).values  # [M] creation order: parents before children
+    remap = torch.full((n + 1,), -1, dtype=torch.long, device=scores.device)  # [N+1] slot -> kept index or -1
     remap[sel + 1] = torch.arange(keep, device=scores.device)
-    new_parents = remap[parents[sel] + 1]
+    new_parents = remap[parents[sel] + 1]  # [M]
     h = root_feature.shape[-1]
-    node_features = torch.zeros(keep, h, dtype=root_feature.dtype, device=root_feature.device)
+    node_features = torch.zeros(keep, h, dtype=root_feature.dtype, device=root_feature.device)  # [M, H]
     if feature_rows:
-        row_of = torch.full((n,), -1, dtype=torch.long, device=scores.device)
+        row_of = torch.full((n,), -1, dtype=torch.long, device=scores.device)  # [N] candidate -> feature row or -1
         row_of[torch.cat(feature_of)] = torch.arange(sum(int(f.numel()) for f in feature_of), device=scores.device)
-        rows = row_of[sel]
-        has = rows >= 0
+        rows = row_of[sel]  # [M]
+        has = rows >= 0  # [M]
         node_features[has] = torch.cat(feature_rows)[rows[has]]
         has_feature = has.cpu()
     else:
