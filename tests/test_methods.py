@@ -1,5 +1,5 @@
-"""The method registry: one name per method everywhere (old files' spellings migrated on load), labels without
-paths, the `trained` flag behind the app's "untrained" badge, and the one build_decoder every caller uses."""
+"""The method registry: one name per method everywhere, labels without paths, the `trained` flag behind the app's
+"untrained" badge, and the one build_decoder every caller uses."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ from poss_core.bench import runner
 from poss_core.decoding.decoder import PlainDecoder, SpeculativeDecoder
 from poss_core.decoding.hf_generate import HFGenerateDecoder
 from poss_core.models.presets import DEFAULT_PRESET, drafts_dir, get_preset, presets
-from poss_core.results.records import TurnRecord
 from poss_core.runtime import compare, methods
 
 
@@ -56,26 +55,11 @@ def test_the_lane_header_badge_follows_the_trained_flag():
     assert "untrained" not in render.lane_head_html(lanes[0], comp, running=False)
 
 
-def test_plain_decoding_has_one_name_and_its_old_spelling_is_read_only_from_old_files():
-    assert methods.migrated("ar") == "plain" and methods.migrated("ar-hf") == "plain-hf"
-    assert methods.migrated("ar-float32") == "plain-float32" and methods.migrated("eagle") == "eagle"
+def test_plain_decoding_has_one_name():
     assert methods.is_plain("plain-bfloat16") and not methods.is_plain("ar") and not methods.is_plain("poss2")
     with pytest.raises(ConfigError, match="'ar' is not available"):  # a new run names plain decoding `plain`
         compare.RunSpec("hi", ["ar", "eagle"], "tiny-random").resolve()
     assert runner.parse_methods("eagle,plain-float32") == ["plain", "plain-hf", "eagle", "plain-float32"]
-    old = TurnRecord(
-        run=0,
-        method="ar",
-        dataset="d",
-        question_id=1,
-        category="",
-        turn=0,
-        token_ids=[1],
-        text="",
-        stop_reason="eos",
-        wall_time=0.1,
-    )
-    assert old.method == "plain" and TurnRecord.from_json(old.to_json()).method == "plain"
 
 
 def test_one_label_short_name_and_colour_per_method():
@@ -101,24 +85,3 @@ def test_build_decoder_for_every_method_of_a_preset(tiny_target):
     for name in (methods.PLAIN_HF, methods.PLD):  # transformers' generate, the same decoder in two modes
         decoder = methods.build_decoder(methods.get_method(preset, name), tiny_target, config)
         assert isinstance(decoder, HFGenerateDecoder) and decoder.method == name
-
-
-def test_runs_saved_with_the_old_names_load_with_the_registry_names(tmp_path):
-    import json
-
-    from poss_core.runtime import saved_runs
-
-    head = {
-        "type": "run",
-        "version": 1,
-        "settings": {"prompt": "hi", "methods": ["ar", "poss1"], "preset": "smollm2-135m"},
-        "lanes": [
-            {"method": "ar", "label": "plain"},
-            {"method": "poss1", "label": "POSS-1 (6 specialists) (untrained: not in /some/folder; train it)"},
-        ],
-    }
-    path = tmp_path / "old.jsonl"
-    path.write_text(json.dumps(head) + "\n")
-    comp = saved_runs.load_run(path)
-    assert comp.spec.methods == ["plain", "poss1"] and [lane.method for lane in comp.lanes] == ["plain", "poss1"]
-    assert comp.lanes[1].label == "POSS-1 (6 specialists)" and not comp.lanes[1].trained and comp.lanes[0].trained

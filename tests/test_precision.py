@@ -7,15 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from poss_core.base.errors import CheckpointError
 from poss_core.models import hardware
-from poss_core.models.checkpoint import (
-    META_FILE,
-    legacy_target_fingerprint,
-    load_draft,
-    save_draft,
-    target_fingerprint,
-)
+from poss_core.models.checkpoint import META_FILE, load_draft, save_draft, target_fingerprint
 from poss_core.models.loading import default_dtype
 from poss_core.models.numerics import NEAR_TIE, classify_divergence, identity_divergence, target_numerics
 from poss_core.models.tiny import tiny_target
@@ -33,9 +26,6 @@ def test_the_fingerprint_is_the_same_in_every_precision_and_differs_between_targ
     with torch.no_grad():
         moved.input_embedding_weight()[0, 0].neg_()
     assert target_fingerprint(moved) != prints[torch.float32]
-    # What the legacy scheme got wrong: fp16 -> bf16 is not fp32 -> bf16.
-    legacy = {dt: legacy_target_fingerprint(tiny_target(seed=0, dtype=dt)) for dt in DTYPES}
-    assert legacy[torch.float32] == legacy[torch.bfloat16] != legacy[torch.float16]
 
 
 def test_the_fingerprint_of_a_checkpoint_loaded_in_each_precision_is_the_same(tmp_path):
@@ -60,22 +50,9 @@ def tiny_target_in(dtype: torch.dtype):
     return tiny_target(seed=0, dtype=dtype)
 
 
-def test_a_legacy_fingerprint_still_loads_in_float32_and_bf16_and_says_why_not_in_fp16(
-    tmp_path, tiny_target, trained_drafts
-):
-    folder = save_draft(trained_drafts["eagle"], tmp_path / "legacy", tiny_target)
-    meta = json.loads((folder / META_FILE).read_text())
-    meta["target_fingerprint"] = legacy_target_fingerprint(tiny_target)
-    (folder / META_FILE).write_text(json.dumps(meta))
-    load_draft(folder, tiny_target)
-    load_draft(folder, tiny_target_in(torch.bfloat16))
-    with pytest.raises(CheckpointError, match="float32 or bfloat16"):
-        load_draft(folder, tiny_target_in(torch.float16))
-
-
 def test_the_bundled_drafts_carry_the_default_targets_fingerprint():
-    """Every bundled draft names the same target by today's scheme (computed from the default target: 68d17...), so
-    it loads in every precision; one with the legacy fingerprint (43dd6...) would load in float32 and bfloat16 only."""
+    """Every bundled draft names the same target (its fingerprint, computed from the default target: 68d17...), so
+    it loads in every precision."""
     prints = {d.name: json.loads((d / META_FILE).read_text()).get("target_fingerprint") for d in ASSETS.iterdir()}
     assert set(prints.values()) == {"68d174438d0d3a13"}, prints
 

@@ -56,22 +56,6 @@ def target_fingerprint(target: TargetModel) -> str:
     return h.hexdigest()[:16]
 
 
-def legacy_target_fingerprint(target: TargetModel) -> str:
-    """The fingerprint drafts saved before the sign-bit scheme carry: a bf16 rounding of the sample, which matches
-    for a float32 or bfloat16 target only (float16 -> bfloat16 rounds some values differently)."""
-    emb = target.input_embedding_weight().detach()
-    sample = emb[:: max(1, emb.shape[0] // 64)][:64, :256].float().cpu().to(torch.bfloat16)
-    h = hashlib.sha256()
-    h.update(f"{target.vocab_size}x{target.hidden_size}".encode())
-    h.update(sample.view(torch.int16).numpy().tobytes())
-    return h.hexdigest()[:16]
-
-
-def fingerprint_matches(stored: str, target: TargetModel) -> bool:
-    """Whether a draft's stored fingerprint is this target's, in today's scheme or the legacy one."""
-    return stored == target_fingerprint(target) or stored == legacy_target_fingerprint(target)
-
-
 def _weights_file(folder: Path) -> Path:
     """The single weights file, else the sharded layout's index."""
     for name in (*WEIGHT_FILES, *INDEX_FILES):
@@ -169,16 +153,11 @@ def load_draft(
     check_draft_config(raw_cfg, meta, target, positions_per_specialist, where=str(folder / "config.json"))
     state = read_weights(folder)  # one file or the Hub's shards
     fp = meta.get("target_fingerprint")
-    if fp and not fingerprint_matches(fp, target):
+    if fp and fp != target_fingerprint(target):
         msg = (
             f"this draft was trained for target {meta.get('target', '?')!r} (fingerprint {fp}) but the loaded "
             f"target's weights differ (fingerprint {target_fingerprint(target)}); acceptance will suffer."
         )
-        if target.input_embedding_weight().dtype == torch.float16:  # legacy: computable in float32 or bf16 only
-            msg += (
-                " A fingerprint saved before the sign-bit scheme can be checked only on a float32 or bfloat16 "
-                "target: load it once in one of those, or re-save the draft."
-            )
         if not allow_other_target:
             raise CheckpointError(msg + " Pass allow_other_target=True (--allow-other-target) to use it anyway.")
         warnings.warn(msg, stacklevel=2)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-EXACT, NEAR_TIE, MISMATCH = "exact", "near-tie", "mismatch"
+NEAR_TIE, MISMATCH = "near-tie", "mismatch"
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,6 @@ from typing import Any
 from ..base.errors import ConfigError
 from ..rounds import metrics
 from ..rounds.events import RoundEvent, field_writer
-from ..runtime import methods
 
 # What the records leave out of a round: `round` is its place in the list and `accepted` is kept as its length (a
 # light event's path is 0..n-1); the benchmark's tables and the evidence read none of the others. Every other field of
@@ -47,9 +46,6 @@ class TurnRecord:
     wall_time: float  # seconds around the whole decode call
     events: list[RoundEvent] = field(default_factory=list)  # light events (see `light_event`)
     prompt_ids: list[int] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        self.method = methods.migrated(self.method)  # records written when plain decoding was called `ar`
 
     @property
     def new_tokens(self) -> int:
@@ -171,17 +167,5 @@ def spec_bench_rows(records: Sequence[TurnRecord], method: str, model_id: str) -
 
 
 def read_summary(path: Path) -> dict[str, Any]:
-    """A results folder's summary.json, its method names in the registry's spelling (older runs called plain
-    decoding `ar`)."""
-    summary = json.loads(Path(path).read_text())
-    meta = summary.get("meta", {})
-    for key in ("labels", "budgets", "budget_choices"):
-        if isinstance(meta.get(key), dict):
-            meta[key] = {methods.migrated(m): v for m, v in meta[key].items()}
-    identity = summary.get("identity")
-    if identity:
-        if identity.get("reference"):
-            identity["reference"] = methods.migrated(identity["reference"])
-        for row in (identity.get("mismatches") or []) + (identity.get("near_ties") or []):
-            row["method"] = methods.migrated(row["method"])
-    return summary
+    """A results folder's summary.json."""
+    return json.loads(Path(path).read_text())

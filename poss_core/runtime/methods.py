@@ -1,10 +1,9 @@
 """The one registry of decoding methods: name, label, colour, trained or not, and how to build its decoder.
 
-Plain decoding is `plain` everywhere (CLI, benchmark files, app, charts); saved runs and benchmark records that name
-it `ar` are read with today's names (`migrated`). A draft method is named after
-its preset's draft (`eagle`, `poss1`, `poss2`, `poss3`, `matched`, ...). `pld` (prompt lookup) and `assisted` (a
-smaller model of the preset drafts) are transformers' own speculative `generate`: speculative decoding without a
-trained draft, offered beside the drafts so a class sees what training buys."""
+Plain decoding is `plain` everywhere (CLI, benchmark files, app, charts). A draft method is named after its preset's
+draft (`eagle`, `poss1`, `poss2`, `poss3`, `matched`, ...). `pld` (prompt lookup) and `assisted` (a smaller model of
+the preset drafts) are transformers' own speculative `generate`: speculative decoding without a trained draft,
+offered beside the drafts so a class sees what training buys."""
 
 from __future__ import annotations
 
@@ -25,9 +24,6 @@ PLAIN_HF = "plain-hf"  # transformers' own `generate`: the benchmark's second pl
 # Plain decoding of a second copy of the target in another precision (`plain-float32` beside a bf16 run): a speed
 # baseline of the benchmark only; a numerically different model, so the identity check leaves it out.
 OTHER_PRECISION_PLAIN = ("plain-float32", "plain-bfloat16", "plain-float16")
-# Plain decoding was once called `ar`: saved runs and benchmark records written then are read with today's names
-# (`migrated`); nothing else accepts the old ones.
-RENAMED = {"ar": PLAIN, "ar-hf": PLAIN_HF, **{f"ar-{p[6:]}": p for p in OTHER_PRECISION_PLAIN}}
 
 # transformers' own speculative generate, no trained draft: prompt lookup (offered with every preset) and assisted
 # generation (offered where the preset names a smaller model with the target's tokenizer, `Preset.assistant`).
@@ -104,11 +100,6 @@ def assisted_method(preset: Preset) -> Method:
         hf_mode="assisted",
         assistant=preset.assistant,
     )
-
-
-def migrated(name: str) -> str:
-    """The registry's name for a method named in a file written before a rename (`ar` is read as `plain`)."""
-    return RENAMED.get(name, name)
 
 
 def is_plain(name: str) -> bool:

@@ -46,7 +46,6 @@ from ..rounds.events import (
     TreeDeviation,
     default_in_json,
 )
-from . import methods
 from .call_budget import CallBudget
 from .compare import Comparison
 from .lanes import Lane
@@ -117,7 +116,7 @@ _Settings = create_model(
 class _LaneHead(_Model):
     method: Name
     label: Label | None = None
-    trained: bool | None = None
+    trained: bool  # False: a random stand-in draft
     special_ids: Annotated[list[TokenId], Field(max_length=4096)] = []
     budget: _setting("tree_budget", optional=True) = None  # the lane's tree budget (`Lane.tree_budget`)
     budget_auto: bool = False
@@ -437,7 +436,6 @@ def _build(head: _Head, body: list) -> Comparison:
     settings = head.settings.model_dump()
     if isinstance(head.settings.prompt, list):
         settings["prompt"] = [m.model_dump() for m in head.settings.prompt]
-    settings["methods"] = [methods.migrated(m) for m in settings["methods"]]  # runs saved before a rename
     spec = RunSpec.from_json(settings)
     lanes = [_saved_lane(d.model_dump()) for d in head.lanes]
     for line in body:
@@ -456,15 +454,11 @@ def _build(head: _Head, body: list) -> Comparison:
 
 
 def _saved_lane(d: dict[str, Any]) -> Lane:
-    """A lane from a saved run's header (runs saved before the `trained` flag said so in the label)."""
-    label = str(d.get("label") or d["method"])
-    trained = d.get("trained")
-    if trained is None:
-        trained = " (untrained" not in label
+    """A lane from a saved run's header."""
     return Lane(
-        methods.migrated(d["method"]),
-        label.split(" (untrained")[0],
-        bool(trained),
+        d["method"],
+        str(d.get("label") or d["method"]),
+        d["trained"],
         special_ids={int(t) for t in d.get("special_ids") or []},
         tree_budget=d.get("budget"),
         budget_auto=bool(d.get("budget_auto", False)),
