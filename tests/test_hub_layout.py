@@ -9,7 +9,9 @@ import yaml
 
 from poss_core.base.errors import CheckpointError
 from poss_core.base.paths import assets_dir
-from poss_core.deploy.space import HUB_FILE_LIMIT, SpaceError, export_hub, main, model_card
+from poss_core.deploy.hub_drafts import export_hub, model_card
+from poss_core.deploy.hub_files import HUB_FILE_LIMIT, SpaceError
+from poss_core.deploy.space import main
 from poss_core.models.checkpoint import load_draft, read_weights, save_draft
 from poss_core.models.loading import random_draft
 

@@ -12,7 +12,8 @@ import pytest
 
 from poss_core.base.paths import assets_dir, project_root
 from poss_core.deploy import space
-from poss_core.deploy.space import HUB_FILE_LIMIT, SpaceError, deploy, stage
+from poss_core.deploy.hub_files import HUB_FILE_LIMIT, SpaceError
+from poss_core.deploy.space import deploy, stage
 from poss_core.models.presets import DEFAULT_PRESET
 
 ROOT = project_root()
