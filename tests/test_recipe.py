@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from poss_core.base.errors import ConfigError, PossError
-from poss_core.training.data import pack_token_ids, read_token_ids
 from poss_core.training.recipe import card_lineage, export_dir, lineage, load_recipe, train_command
 from poss_core.training.recipe import main as recipe_main
+from poss_core.training.shards import pack_token_ids, read_token_ids
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "configs" / "drafts" / "smollm2-135m.toml"

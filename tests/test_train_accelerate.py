@@ -16,9 +16,9 @@ from helpers import run_main, self_distilled
 from safetensors.torch import load_file
 
 from poss_core.training import loop
-from poss_core.training.data import features_batch, read_shards, write_shard
 from poss_core.training.distributed import Layout, assign_rows
-from poss_core.training.features import index_shards, stored_features
+from poss_core.training.features import features_batch, index_shards, stored_features
+from poss_core.training.shards import read_shards, write_shard
 from poss_core.training.train import main as train_main
 
 ROOT = Path(__file__).resolve().parents[1]

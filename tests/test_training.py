@@ -11,8 +11,8 @@ from helpers import batches, self_distilled
 
 from poss_core.models.draft import DraftModel, DraftSpec, draft_config_from_target
 from poss_core.training import trainer
-from poss_core.training.data import read_shards
 from poss_core.training.losses import LossWeights
+from poss_core.training.shards import read_shards
 from poss_core.training.trainer import TrainConfig, loss_on_batch, make_batch, train
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -244,7 +244,7 @@ def test_data_cli_exclude_adds_only_new_prompts(tmp_path):
     import shutil
 
     shutil.rmtree(first / "tokens")
-    from poss_core.training.data import prompts_in_folder
+    from poss_core.training.prompts import prompts_in_folder
 
     assert prompts_in_folder(first) == a
     r = _run("poss_core.training.data", *common, "--exclude", str(first), str(second), "--out", str(tmp_path / "x"))
@@ -499,7 +499,8 @@ def test_specialists_can_start_from_a_trained_eagle_layer(tiny_target, tmp_path)
 def test_tokens_only_folder_trains_on_the_same_batches_with_features_computed_per_batch(tiny_target, tmp_path):
     """`data --tokens-only` writes no features; the trainer's fill computes each batch's from the target, so the
     batches (chosen from the tokens alone) and their features match a full folder's."""
-    from poss_core.training.data import features_batch, write_shard
+    from poss_core.training.features import features_batch
+    from poss_core.training.shards import write_shard
     from poss_core.training.train import feature_fill, token_batches
 
     seqs = [s.input_ids.tolist() for s in self_distilled(tiny_target, n=12)]

@@ -27,7 +27,7 @@ from tqdm import tqdm
 
 from ..base.errors import PossError, run_cli
 from ..models.presets import DEFAULT_PRESET
-from .data import read_shards
+from .shards import read_shards
 from .trainer import UNROLLS, make_batch
 
 

@@ -11,7 +11,6 @@ from safetensors import safe_open
 
 from ..base.errors import PossError
 from ..models.target import TargetModel
-from .data import features_batch
 from .trainer import TrainSequence
 
 FEATURE_MODES = ("auto", "online", "offline")
@@ -64,6 +63,19 @@ def stored_features(rows: list[TrainSequence]) -> list[TrainSequence]:
                 _, a, b = rows[i].origin
                 out[i] = TrainSequence(rows[i].input_ids, hidden[a:b], rows[i].loss_mask, rows[i].origin)
     return out
+
+
+@torch.inference_mode()
+def features_batch(target: TargetModel, seqs: list[list[int]]) -> list[torch.Tensor]:
+    """The target's last hidden states (after the final norm) for each sequence (right padding, real tokens only)."""
+    width = max(len(s) for s in seqs)
+    ids = torch.zeros(len(seqs), width, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, s in enumerate(seqs):
+        ids[i, : len(s)] = torch.tensor(s)
+        mask[i, : len(s)] = 1
+    hidden = target.decoder(input_ids=ids.to(target.device), attention_mask=mask.to(target.device)).last_hidden_state
+    return [hidden[i, : len(s)].cpu() for i, s in enumerate(seqs)]
 
 
 def target_features(target: TargetModel) -> FeatureFill:
