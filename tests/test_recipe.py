@@ -12,8 +12,10 @@ import numpy as np
 import pytest
 
 from poss_core.base.errors import ConfigError, PossError
-from poss_core.training.recipe import card_lineage, export_dir, lineage, load_recipe, train_command
 from poss_core.training.recipe import main as recipe_main
+from poss_core.training.recipe_cards import card_lineage, lineage
+from poss_core.training.recipe_file import load_recipe
+from poss_core.training.recipe_run import export_dir, train_command
 from poss_core.training.shards import pack_token_ids, read_token_ids
 
 ROOT = Path(__file__).resolve().parents[1]
