@@ -64,7 +64,8 @@ def max_difference(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> fl
 def test_one_process_through_the_accelerator_gives_the_plain_loops_weights_bit_for_bit(data, tiny_target, tmp_path):
     """The bundled drafts' recipe runs in one process: through accelerate it must train exactly what the plain loop
     (`trainer.optimizer_step` on whole batches, noise from the global generator) trains, bf16 autocast included."""
-    from poss_core.training.train import make_draft, token_batches
+    from poss_core.training.batches import token_batches
+    from poss_core.training.drafts import make_draft
     from poss_core.training.trainer import TrainConfig, make_optimizer, optimizer_step, trainable
 
     got = train(tmp_path / "run", data["full"], "--methods", "poss2", "--steps", "5", "--autocast", "bfloat16")
@@ -72,7 +73,7 @@ def test_one_process_through_the_accelerator_gives_the_plain_loops_weights_bit_f
     import random
 
     random.Random(0).shuffle(seqs)
-    from poss_core.training.train import build_draft_vocab
+    from poss_core.training.drafts import build_draft_vocab
 
     train_seqs = seqs[1:]  # 3% of 32 rounds to one held-out row
     vocab = build_draft_vocab(train_seqs, 40, set(tiny_target.eos_ids))

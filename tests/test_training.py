@@ -290,7 +290,7 @@ def test_data_cli_long_prompts_with_an_instruction(tmp_path):
     prompt_len = min(int(s.loss_mask.nonzero()[0]) for s in read_shards(out, max_len=1000))
     assert read_shards(out, max_len=prompt_len) == [] and len(read_shards(out, max_len=1000)) == 5
     # A sequence longer than a whole batch is batched alone; shorter ones share batches as before.
-    from poss_core.training.train import token_batches
+    from poss_core.training.batches import token_batches
     from poss_core.training.trainer import TrainSequence
 
     docs = read_shards(out, max_len=1000)
@@ -459,7 +459,7 @@ def test_training_continues_from_exported_drafts(tmp_path):
 
 
 def test_full_vocabulary_agreement_counts_tokens_outside_the_draft_vocabulary_as_misses(tiny_target):
-    from poss_core.training.train import evaluate, target_next_tokens
+    from poss_core.training.evaluate import evaluate, target_next_tokens
 
     seqs = self_distilled(tiny_target, n=8)
     batches = [make_batch(seqs)]
@@ -480,7 +480,7 @@ def test_specialists_can_start_from_a_trained_eagle_layer(tiny_target, tmp_path)
     """`--specialists-from`: every POSS specialist (and EAGLE itself) starts as a copy of the trained EAGLE layer."""
     from poss_core.base.errors import PossError
     from poss_core.models.checkpoint import save_draft
-    from poss_core.training.train import make_draft, trained_eagle
+    from poss_core.training.drafts import make_draft, trained_eagle
 
     eagle = fresh(tiny_target, DraftSpec("eagle", 1), seed=3)
     save_draft(eagle, tmp_path / "eagle", tiny_target, dtype=torch.float32)
@@ -499,9 +499,9 @@ def test_specialists_can_start_from_a_trained_eagle_layer(tiny_target, tmp_path)
 def test_tokens_only_folder_trains_on_the_same_batches_with_features_computed_per_batch(tiny_target, tmp_path):
     """`data --tokens-only` writes no features; the trainer's fill computes each batch's from the target, so the
     batches (chosen from the tokens alone) and their features match a full folder's."""
-    from poss_core.training.features import features_batch
+    from poss_core.training.batches import token_batches
+    from poss_core.training.features import feature_fill, features_batch
     from poss_core.training.shards import write_shard
-    from poss_core.training.train import feature_fill, token_batches
 
     seqs = [s.input_ids.tolist() for s in self_distilled(tiny_target, n=12)]
     prompt_lens = [3] * len(seqs)

@@ -26,9 +26,48 @@ import torch
 from tqdm import tqdm
 
 from ..base.errors import PossError, run_cli
+from ..models.draft import DraftModel
 from ..models.presets import DEFAULT_PRESET
 from .shards import read_shards
-from .trainer import UNROLLS, make_batch
+from .trainer import UNROLLS, RowBatch, make_batch
+
+
+@torch.no_grad()
+def target_next_tokens(batches: list[RowBatch], full_head: torch.Tensor) -> list[torch.Tensor]:
+    """The target's real next token (argmax over its full vocabulary) for every row of every batch."""
+    return [(batch.target_features @ full_head.T).argmax(-1) for batch in batches]
+
+
+@torch.no_grad()
+def evaluate(
+    draft: DraftModel,
+    batches: list[RowBatch],
+    positions: int,
+    next_tokens: list[torch.Tensor] | None = None,
+    unroll: str = "predicted",
+) -> list[float]:
+    """Held-out top-1 agreement with the target at each simulated draft position (1..positions), every draft
+    unrolled the same way, so EAGLE and POSS are compared on equal terms.
+
+    Without `next_tokens`, the target's choice is its argmax within the draft vocabulary (what the losses see); with
+    the target's real next tokens (`target_next_tokens`, computed once for any number of drafts), a token outside
+    the draft vocabulary counts as a miss: comparable across drafts with different vocabularies. `unroll` names the
+    context of later positions (`UNROLLS`): "predicted" (every context feature a prediction) or "decoding" (the
+    target's true features up to the chain's anchor, as a decoding draft sees)."""
+    draft.eval()
+    hits = [0.0] * positions
+    total = 0.0
+    for i, batch in enumerate(batches):
+        if next_tokens is None:
+            target_top = draft.head_logits(batch.target_features).argmax(-1)
+        else:
+            target_top = draft.to_draft_vocab(next_tokens[i])
+        steps = UNROLLS[unroll](draft, batch, positions)
+        for j, (_, pred) in enumerate(steps):
+            hits[j] += float(((draft.head_logits(pred).argmax(-1) == target_top).float() * batch.mask).sum())
+        total += float(batch.mask.sum())
+    draft.train()
+    return [h / max(total, 1.0) for h in hits]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -67,7 +106,6 @@ def run(args) -> int:
     from ..models.checkpoint import load_draft, stored_label
     from ..models.loading import load_preset_target
     from ..models.presets import get_preset
-    from .train import evaluate, target_next_tokens
 
     if args.threads:
         torch.set_num_threads(args.threads)

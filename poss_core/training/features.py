@@ -95,6 +95,15 @@ def target_features(target: TargetModel) -> FeatureFill:
     return fill
 
 
+def feature_fill(target_name: str, dtype: torch.dtype) -> FeatureFill:
+    """Features for rows that have none, from a copy of the target in `dtype` (bf16: faster than fp32 on a CPU, and
+    the precision data folders store features in). Rows that have features pass through untouched; the computed ones
+    are not kept, so memory stays that of the tokens."""
+    from ..models.loading import load_preset_target
+
+    return target_features(load_preset_target(target_name, quantization="none", dtype=dtype))
+
+
 def check_feature_mode(mode: str, seqs: list[TrainSequence], folders: list[str]) -> None:
     """`offline` needs every folder to hold features; say which does not and what to do."""
     if mode not in FEATURE_MODES:

@@ -93,3 +93,36 @@ def plan_lines(config, methods: dict[str, RunShape], target: str) -> list[str]:
             + f" | {sum(parts.values()):.1f} |"
         )
     return lines
+
+
+def print_plan(args, names: list[str], target_name: str, autocast: str) -> None:
+    """`--dry-run`: the run's plan from the target's configuration and the launch (nothing loads)."""
+    from .distributed import read_launch_config
+    from .drafts import draft_layers
+    from .targets import target_config
+
+    config = target_config(target_name, allow_twin=True)
+    config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    launch = read_launch_config(args.accelerate_config) if args.accelerate_config else {}
+    processes = int(launch.get("num_processes", 1) or 1)
+    shapes = {}
+    for name in names:
+        layers, positions = draft_layers(name, args.depth)
+        shapes[name] = RunShape(
+            layers=layers,
+            positions=positions,
+            draft_vocab=args.draft_vocab,
+            tokens_per_batch=args.tokens_per_batch,
+            processes=processes,
+            micro_batches=args.grad_accum,
+            online=args.features == "online",
+            sharded_target=str(launch.get("distributed_type")) == "FSDP",
+            autocast=autocast,
+        )
+    steps = f"{args.epochs:g} epochs" if args.epochs else f"{args.steps:,} steps"
+    print(
+        f"plan: {steps} of {args.tokens_per_batch:,}-token global batches over {processes} process(es), "
+        f"{args.grad_accum} micro-batch(es) each; features {args.features}; autocast {autocast}"
+    )
+    for line in plan_lines(config, shapes, target_name):
+        print(line)

@@ -23,19 +23,28 @@ import json
 import math
 import random
 import sys
-from collections import Counter
-from collections.abc import Iterator
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 
 from ..base.errors import ConfigError, PossError, run_cli
-from ..models.checkpoint import load_draft, save_draft
-from ..models.draft import DraftModel, DraftSpec, draft_config_from_target
+from ..models.checkpoint import save_draft
+from ..models.draft import DraftModel
 from ..models.presets import DEFAULT_PRESET
 from ..models.target import TargetModel
+from .batches import GlobalBatches, HeldoutBatches
 from .distributed import Layout, check_launch, make_accelerator, read_launch_config, resolve_autocast
+from .drafts import (
+    build_draft_vocab,
+    continue_from,
+    draft_layers,
+    make_draft,
+    method_names,
+    trained_eagle,
+    vocab_coverage,
+)
+from .evaluate import evaluate
 from .features import (
     FEATURE_MODES,
     FeatureFill,
@@ -44,211 +53,11 @@ from .features import (
     index_shards,
     needs_target,
     shard_files,
-    target_features,
 )
 from .loop import RunContext, train_one
 from .losses import LossWeights
-from .trainer import UNROLLS, RowBatch, TrainConfig, TrainSequence, make_batch
-
-METHODS = {
-    # name: (method, positions per specialist, simulated positions per step or 0 for "the depth")
-    "eagle": ("eagle", 1, 1),
-    "poss1": ("poss", 1, 0),
-    "poss2": ("poss", 2, 0),
-    "poss3": ("poss", 3, 0),
-    "matched": ("stacked", 2, 1),
-    # HASS's idea as a control for POSS: EAGLE's one layer, trained on the same unrolled positions as POSS (with
-    # --unroll decoding), so POSS minus hass is what position specialisation adds.
-    "hass": ("eagle", 1, 0),
-}
-
-
-def build_draft_vocab(seqs: list[TrainSequence], size: int, always: set[int]) -> torch.Tensor:
-    """The draft vocabulary: the EOS/special ids in `always`, then the most frequent answer tokens, then (to cover
-    text the answers never used) the most frequent prompt tokens, up to `size` ids, sorted."""
-    answers: Counter[int] = Counter()
-    prompts: Counter[int] = Counter()
-    for s in seqs:
-        mask = s.loss_mask.bool()
-        answers.update(s.input_ids[mask].tolist())
-        prompts.update(s.input_ids[~mask].tolist())
-    chosen = set(always)
-    for counts in (answers, prompts):
-        for tok, _ in counts.most_common():
-            if len(chosen) >= size:
-                break
-            chosen.add(tok)
-    return torch.tensor(sorted(chosen), dtype=torch.long)
-
-
-def vocab_coverage(seqs: list[TrainSequence], vocab: torch.Tensor) -> float:
-    inside = set(vocab.tolist())
-    total = hit = 0
-    for s in seqs:
-        toks = s.input_ids[s.loss_mask.bool()].tolist()
-        total += len(toks)
-        hit += sum(t in inside for t in toks)
-    return hit / max(1, total)
-
-
-def batch_indices(lengths: list[int], tokens_per_batch: int, seed: int) -> Iterator[list[int]]:
-    """The rows of each global batch (indices into `lengths`), in a seeded endless order: rows are added until a batch
-    holds `tokens_per_batch` tokens, and a row longer than a whole batch (a long document) is a batch of its own:
-    padding every other row to its length would multiply the cost of the batch it landed in. It depends on the
-    token counts alone, so every process (and every feature source) draws the same batches."""
-    rng = random.Random(seed)
-    order: list[int] = []
-    while True:
-        batch, used = [], 0
-        while used < tokens_per_batch:
-            if not order:
-                order = list(range(len(lengths)))
-                rng.shuffle(order)
-            i = order.pop()
-            if lengths[i] > tokens_per_batch:
-                yield [i]
-                continue
-            batch.append(i)
-            used += lengths[i]
-        yield batch
-
-
-class GlobalBatches:
-    """An endless, seeded stream of global batches (row indices into `seqs`); `skip` passes over the batches a
-    resumed run already used."""
-
-    def __init__(self, seqs: list[TrainSequence], tokens_per_batch: int, seed: int):
-        self.seqs = seqs
-        self._rows = batch_indices([int(s.input_ids.numel()) for s in seqs], tokens_per_batch, seed)
-
-    def __iter__(self) -> "GlobalBatches":
-        return self
-
-    def __next__(self) -> list[int]:
-        return next(self._rows)
-
-    def skip(self, n: int) -> None:
-        for _ in range(n):
-            next(self._rows)
-
-
-class TokenBatches:
-    """The global batches of `GlobalBatches` as whole padded batches (one process, no split). `fill` gives rows of a
-    tokens-only folder their features as each batch is made (the batches are the same either way)."""
-
-    def __init__(self, seqs: list[TrainSequence], tokens_per_batch: int, seed: int, fill: FeatureFill | None = None):
-        self._batches = GlobalBatches(seqs, tokens_per_batch, seed)
-        self._fill = fill or (lambda rows: rows)
-
-    def __iter__(self) -> "TokenBatches":
-        return self
-
-    def __next__(self) -> RowBatch:
-        return make_batch(self._fill([self._batches.seqs[i] for i in next(self._batches)]))
-
-    def skip(self, n: int) -> None:
-        self._batches.skip(n)
-
-
-def token_batches(
-    seqs: list[TrainSequence], tokens_per_batch: int, seed: int, fill: FeatureFill | None = None
-) -> TokenBatches:
-    return TokenBatches(seqs, tokens_per_batch, seed, fill)
-
-
-def feature_fill(target_name: str, dtype: torch.dtype) -> FeatureFill:
-    """Features for rows that have none, from a copy of the target in `dtype` (bf16: faster than fp32 on a CPU, and
-    the precision data folders store features in). Rows that have features pass through untouched; the computed ones
-    are not kept, so memory stays that of the tokens."""
-    from ..models.loading import load_preset_target
-
-    return target_features(load_preset_target(target_name, quantization="none", dtype=dtype))
-
-
-def make_draft(
-    target: TargetModel, name: str, depth: int, vocab: torch.Tensor | None, init: DraftModel | None, seed: int
-) -> DraftModel:
-    """A draft of kind `name`; its layers copy `init`'s first layer (so every method starts the same)."""
-    method, n, _ = METHODS[name]
-    layers = 1 if method == "eagle" else math.ceil(depth / n)
-    torch.manual_seed(seed)
-    draft = DraftModel(draft_config_from_target(target.config), DraftSpec(method, layers, n, True), vocab).float()
-    if init is not None:
-        draft.fc.load_state_dict(init.fc.state_dict())
-        for layer in draft.layers:
-            # strict=False: stacked layers after the first keep their own (fresh) input norm.
-            layer.load_state_dict(init.layers[0].state_dict(), strict=False)
-    draft.bind_target(target.input_embedding_weight(), target.lm_head_weight())
-    return draft
-
-
-def trained_draft(folder: str | Path, name: str, option: str, target: TargetModel) -> tuple[DraftModel, Path, str]:
-    """The trained draft in `folder/name` (errors name the CLI `option` that asked for it), its folder, and where it
-    came from with its step count, for the model card."""
-    path = Path(folder) / name
-    if not path.is_dir():
-        raise PossError(f"{option} {folder}: there is no trained '{name}' draft in it ({path} is missing).")
-    card = json.loads((path / "model_card.json").read_text()) if (path / "model_card.json").is_file() else {}
-    return load_draft(path, target), path, f"{path} ({card.get('steps', '?')} steps before)"
-
-
-def continue_from(draft: DraftModel, folder: str | Path, target: TargetModel, name: str) -> str:
-    """Load the trained weights of `folder/name` into `draft` (its draft vocabulary may differ: the LM head is the
-    target's, sliced, so only the fc and the layers carry over). Returns a description for the model card."""
-    trained, path, source = trained_draft(folder, name, "--init-from", target)
-    if trained.spec.method != draft.spec.method or len(trained.layers) != len(draft.layers):
-        raise PossError(
-            f"{path} is a {trained.spec.label} draft with {len(trained.layers)} layer(s); '{name}' needs "
-            f"{draft.spec.method} with {len(draft.layers)}: continue from the drafts of the same methods."
-        )
-    weights = {k: v.float() for k, v in trained.state_dict().items() if not k.startswith("embed_tokens.")}
-    draft.load_state_dict(weights, strict=False)
-    return f"continued from {source}"
-
-
-def trained_eagle(folder: str | Path, target: TargetModel) -> tuple[DraftModel, str]:
-    """The trained EAGLE draft in `folder/eagle`, whose fc and layer every method's layers start from."""
-    eagle, _, source = trained_draft(folder, "eagle", "--specialists-from", target)
-    return eagle.float(), f"every layer copied from {source}"
-
-
-@torch.no_grad()
-def target_next_tokens(batches: list[RowBatch], full_head: torch.Tensor) -> list[torch.Tensor]:
-    """The target's real next token (argmax over its full vocabulary) for every row of every batch."""
-    return [(batch.target_features @ full_head.T).argmax(-1) for batch in batches]
-
-
-@torch.no_grad()
-def evaluate(
-    draft: DraftModel,
-    batches: list[RowBatch],
-    positions: int,
-    next_tokens: list[torch.Tensor] | None = None,
-    unroll: str = "predicted",
-) -> list[float]:
-    """Held-out top-1 agreement with the target at each simulated draft position (1..positions), every draft
-    unrolled the same way, so EAGLE and POSS are compared on equal terms.
-
-    Without `next_tokens`, the target's choice is its argmax within the draft vocabulary (what the losses see); with
-    the target's real next tokens (`target_next_tokens`, computed once for any number of drafts), a token outside
-    the draft vocabulary counts as a miss: comparable across drafts with different vocabularies. `unroll` names the
-    context of later positions (`UNROLLS`): "predicted" (every context feature a prediction) or "decoding" (the
-    target's true features up to the chain's anchor, as a decoding draft sees)."""
-    draft.eval()
-    hits = [0.0] * positions
-    total = 0.0
-    for i, batch in enumerate(batches):
-        if next_tokens is None:
-            target_top = draft.head_logits(batch.target_features).argmax(-1)
-        else:
-            target_top = draft.to_draft_vocab(next_tokens[i])
-        steps = UNROLLS[unroll](draft, batch, positions)
-        for j, (_, pred) in enumerate(steps):
-            hits[j] += float(((draft.head_logits(pred).argmax(-1) == target_top).float() * batch.mask).sum())
-        total += float(batch.mask.sum())
-    draft.train()
-    return [h / max(total, 1.0) for h in hits]
-
+from .plan import print_plan
+from .trainer import UNROLLS, TrainConfig, TrainSequence
 
 # What the final held-out evaluation measures (--final-eval): each unroll costs minutes on a CPU, the decoding one
 # the most, and an intermediate step that a later one continues does not need either.
@@ -256,12 +65,9 @@ FINAL_EVALS = {"both": ("predicted", "decoding"), "predicted": ("predicted",), "
 EVAL_KEYS = {"predicted": "heldout_top1_by_position", "decoding": "heldout_top1_by_position_decoding"}
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        prog="python -m poss_core.training.train",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+# ----- flags ---------------------------------------------------------------------------------------------------------
+def _model_flags(p: argparse.ArgumentParser) -> None:
+    """What is trained: the target, its data folders, the methods and the depth POSS is trained for."""
     p.add_argument("--preset", default=DEFAULT_PRESET)
     p.add_argument(
         "--target",
@@ -273,6 +79,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--data", nargs="+", required=True, help="data folders written by poss_core.training.data")
     p.add_argument("--methods", default="eagle,poss1,poss2,poss3,matched")
     p.add_argument("--depth", type=int, default=6, help="draft positions POSS is trained for")
+
+
+def _length_flags(p: argparse.ArgumentParser) -> None:
+    """How long a run trains, and on what batches."""
     p.add_argument("--steps", type=int, default=600)
     p.add_argument(
         "--epochs",
@@ -295,6 +105,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="each process trains its share of a global batch in K micro-batches (less memory, the same weights)",
     )
     p.add_argument("--max-len", type=int, default=512)
+
+
+def _optimizer_flags(p: argparse.ArgumentParser) -> None:
+    """The objective and its optimizer: learning rate, input noise, draft vocabulary, loss weights, unroll."""
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--noise", type=float, default=0.05, help="EAGLE's uniform input-feature noise (half-width)")
     p.add_argument("--draft-vocab", type=int, default=8192, help="0 = the full vocabulary")
@@ -308,6 +122,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "chain's anchor and the draft's own after it, as decoding sees them (HASS's context "
         "alignment; about 3-4x the cost per step). Teacher-forced methods are unaffected",
     )
+
+
+def _heldout_flags(p: argparse.ArgumentParser) -> None:
+    """The held-out rows and what is measured on them after training."""
     p.add_argument("--heldout", type=float, default=0.03, help="fraction of training sequences held out")
     p.add_argument(
         "--final-eval",
@@ -316,6 +134,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="held-out top-1 agreement after training, by unroll (recorded in the model card); none for "
         "an intermediate step that a later one continues",
     )
+
+
+def _run_folder_flags(p: argparse.ArgumentParser) -> None:
+    """Checkpoints and seeds, the run folder, where the drafts start from and where they are exported."""
     p.add_argument("--save-every", type=int, default=50)
     p.add_argument("--seed", type=int, default=0, help="initialisation, held-out split and (by default) batch order")
     p.add_argument(
@@ -341,6 +163,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "continues for the same steps, which keeps the comparison fair. Not with --init-from",
     )
     p.add_argument("--export", default=None, help="also write the final drafts here (e.g. assets/drafts/NAME)")
+
+
+def _compute_flags(p: argparse.ArgumentParser) -> None:
+    """Where and how the run computes: threads, the features' source, precision, the launch, logs, a dry run."""
     p.add_argument("--threads", type=int, default=None)
     p.add_argument(
         "--features",
@@ -381,6 +207,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="print the plan (target sizes, each draft's layers, memory per GPU derived from the configuration) "
         "and load nothing",
     )
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The command's flags, group by group in the order --help lists them."""
+    p = argparse.ArgumentParser(
+        prog="python -m poss_core.training.train",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    for flags in (_model_flags, _length_flags, _optimizer_flags, _heldout_flags, _run_folder_flags, _compute_flags):
+        flags(p)
     return p.parse_args(argv)
 
 
@@ -420,52 +257,6 @@ def check_args(args) -> None:
         number("epochs", 0.0, 10_000.0)
 
 
-def method_names(text: str) -> list[str]:
-    names = [m.strip() for m in text.split(",") if m.strip()]
-    unknown = [m for m in names if m not in METHODS]
-    if unknown:
-        raise PossError(f"unknown method(s) {unknown}: use {', '.join(METHODS)}.")
-    return names
-
-
-def draft_layers(name: str, depth: int) -> tuple[int, int]:
-    """A method's draft layers and the positions each training step simulates."""
-    method, n, positions = METHODS[name]
-    return (1 if method == "eagle" else math.ceil(depth / n)), (positions or depth)
-
-
-def print_plan(args, names: list[str], target_name: str, autocast: str) -> None:
-    """`--dry-run`: the run's plan from the target's configuration and the launch (nothing loads)."""
-    from .plan import RunShape, plan_lines
-    from .targets import target_config
-
-    config = target_config(target_name, allow_twin=True)
-    config = config.get_text_config() if hasattr(config, "get_text_config") else config
-    launch = read_launch_config(args.accelerate_config) if args.accelerate_config else {}
-    processes = int(launch.get("num_processes", 1) or 1)
-    shapes = {}
-    for name in names:
-        layers, positions = draft_layers(name, args.depth)
-        shapes[name] = RunShape(
-            layers=layers,
-            positions=positions,
-            draft_vocab=args.draft_vocab,
-            tokens_per_batch=args.tokens_per_batch,
-            processes=processes,
-            micro_batches=args.grad_accum,
-            online=args.features == "online",
-            sharded_target=str(launch.get("distributed_type")) == "FSDP",
-            autocast=autocast,
-        )
-    steps = f"{args.epochs:g} epochs" if args.epochs else f"{args.steps:,} steps"
-    print(
-        f"plan: {steps} of {args.tokens_per_batch:,}-token global batches over {processes} process(es), "
-        f"{args.grad_accum} micro-batch(es) each; features {args.features}; autocast {autocast}"
-    )
-    for line in plan_lines(config, shapes, target_name):
-        print(line)
-
-
 def load_rows(args, eos_ids: set[int]) -> tuple[list[TrainSequence], list[TrainSequence], torch.Tensor | None, dict]:
     """The training and held-out rows (tokens only; features stay in their shards), the draft vocabulary and the
     data record of the model cards."""
@@ -488,17 +279,6 @@ def load_rows(args, eos_ids: set[int]) -> tuple[list[TrainSequence], list[TrainS
         "draft_vocab_coverage": vocab_coverage(train_seqs, vocab) if vocab is not None else 1.0,
     }
     return train_seqs, held, vocab, data_info
-
-
-class HeldoutBatches:
-    """The held-out rows in batches of 8, their features fetched each time they are scored (nothing kept)."""
-
-    def __init__(self, rows: list[TrainSequence], fill: FeatureFill, device):
-        self.rows, self.fill, self.device = rows, fill, device
-
-    def __iter__(self):
-        for i in range(0, len(self.rows), 8):
-            yield make_batch(self.fill(self.rows[i : i + 8])).to(self.device)
 
 
 def load_target_on(target_name: str, accelerator, dtype: torch.dtype | None = None) -> TargetModel:
@@ -524,6 +304,27 @@ def export(draft: DraftModel, card: dict, folders: list[Path], target: TargetMod
         (folder / "model_card.json").write_text(json.dumps(card, indent=2))
 
 
+# ----- the run -------------------------------------------------------------------------------------------------------
+@dataclass
+class TrainRun:
+    """What every method of one run shares: its flags, the target, the rows and where their features come from, the
+    draft vocabulary, and the run folder."""
+
+    args: argparse.Namespace
+    target: TargetModel
+    ctx: RunContext
+    held: list[TrainSequence]
+    vocab: torch.Tensor | None
+    data_info: dict
+    out: Path
+    autocast: str
+    weights: LossWeights
+
+    @property
+    def accelerator(self):
+        return self.ctx.accelerator
+
+
 def run(args) -> int:
     from ..models.presets import get_preset
 
@@ -534,6 +335,36 @@ def run(args) -> int:
     if args.dry_run:
         print_plan(args, names, target_name, autocast)
         return 0
+    accelerator = start_accelerator(args, autocast)
+    main_process = accelerator.is_main_process
+    target = load_target_on(target_name, accelerator)
+    train_seqs, held, vocab, data_info = load_rows(args, set(target.eos_ids))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    count_steps(args, data_info, accelerator.num_processes)
+    if main_process:
+        print(json.dumps({"data": data_info}), flush=True)
+    fill = run_features(args, target_name, target, accelerator, train_seqs + held)
+    layout = Layout(accelerator.process_index, accelerator.num_processes, args.grad_accum)
+    ctx = RunContext(accelerator, layout, train_seqs, fill, log_rows=args.log_rows)
+    weights = LossWeights.named(args.loss)
+    train_run = TrainRun(args, target, ctx, held, vocab, data_info, out, autocast, weights)
+    init, init_note = starting_draft(args, target, vocab)
+    cards = {}
+    for name in names:
+        card = train_method(train_run, name, init, init_note)
+        if card is not None:
+            cards[name] = card
+        accelerator.wait_for_everyone()
+    if main_process:
+        (out / "summary.json").write_text(json.dumps(cards, indent=2))
+    accelerator.end_training()
+    return 0
+
+
+def start_accelerator(args, autocast: str):
+    """The run's Accelerator, once the data folders and the target's configuration are found and the launch agrees
+    with --accelerate-config (clear errors before any process group or model is set up)."""
     missing = [f for f in args.data if not Path(f).is_dir()]
     if missing:
         shard_files(missing[0])  # the clear error, before any process group or model is set up
@@ -552,76 +383,84 @@ def run(args) -> int:
         )
     if args.threads:
         torch.set_num_threads(args.threads)
-    main_process = accelerator.is_main_process
-    target = load_target_on(target_name, accelerator)
-    train_seqs, held, vocab, data_info = load_rows(args, set(target.eos_ids))
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    data_info["processes"] = accelerator.num_processes
+    return accelerator
+
+
+def count_steps(args, data_info: dict, processes: int) -> None:
+    """The processes in the data record, and --epochs turned into optimizer steps (`args.steps`)."""
+    data_info["processes"] = processes
     if args.epochs:
         args.steps = max(1, math.ceil(args.epochs * data_info["tokens"] / args.tokens_per_batch))
         data_info["epochs"] = args.epochs
-    if main_process:
-        print(json.dumps({"data": data_info}), flush=True)
-    computing = needs_target(args.features, train_seqs + held)
+
+
+def run_features(args, target_name: str, target: TargetModel, accelerator, rows: list[TrainSequence]) -> FeatureFill:
+    """Where the batches' features come from (--features), with the target in --features-dtype where it computes
+    them."""
+    computing = needs_target(args.features, rows)
     fill = feature_source(args.features, features_target(args, target_name, target, accelerator) if computing else None)
-    if computing and main_process:
+    if computing and accelerator.is_main_process:
         print(
             f"[train] features {args.features}: each batch's features come from a {args.features_dtype} forward of "
             f"the target as training uses it",
             file=sys.stderr,
             flush=True,
         )
-    layout = Layout(accelerator.process_index, accelerator.num_processes, args.grad_accum)
-    ctx = RunContext(accelerator, layout, train_seqs, fill, log_rows=args.log_rows)
-    weights = LossWeights.named(args.loss)
+    return fill
+
+
+def starting_draft(args, target: TargetModel, vocab: torch.Tensor | None) -> tuple[DraftModel, str]:
+    """The layer every method starts from (a fresh EAGLE layer, or --specialists-from's trained one), and how the
+    model card says it started."""
     init = make_draft(target, "eagle", args.depth, vocab, None, args.seed)
     init_note = "shared (EAGLE's initial layer, copied into every layer)"
     if args.specialists_from:
         if args.init_from:
             raise PossError("--specialists-from and --init-from both set where training starts: give one.")
         init, init_note = trained_eagle(args.specialists_from, target)
-    cards = {}
-    for name in names:
-        cfg = TrainConfig(
-            steps=args.steps,
-            lr=args.lr,
-            noise=args.noise,
-            weights=weights,
-            seed=args.seed,
-            positions=draft_layers(name, args.depth)[1],
-            autocast=autocast,
-            unroll=args.unroll,
-        )
-        draft = make_draft(target, name, args.depth, vocab, init, args.seed)
-        if args.init_from:
-            init_note = continue_from(draft, args.init_from, target, name)
-        batch_seed = args.seed if args.batch_seed is None else args.batch_seed
-        draft, record = train_one(
-            name, draft, GlobalBatches(train_seqs, args.tokens_per_batch, batch_seed), cfg, out, ctx, args.save_every
-        )
-        if main_process:
-            heldout = HeldoutBatches(held, fill, accelerator.device)
-            for unroll_name in FINAL_EVALS[args.final_eval]:
-                record[EVAL_KEYS[unroll_name]] = evaluate(draft, heldout, args.depth, unroll=unroll_name)
-            card = {
-                **record,
-                "label": draft.spec.label,
-                "train_config": {**asdict(cfg), "weights": asdict(weights)},
-                "tokens_per_batch": args.tokens_per_batch,
-                "batch_seed": batch_seed,
-                "data": data_info,
-                "target": target.name,
-                "init": init_note,
-            }
-            export(draft, card, [out / name / "final"] + ([Path(args.export) / name] if args.export else []), target)
-            cards[name] = card
-            print(json.dumps({"trained": name, **{k: v for k, v in record.items() if k != "method"}}), flush=True)
-        accelerator.wait_for_everyone()
-    if main_process:
-        (out / "summary.json").write_text(json.dumps(cards, indent=2))
-    accelerator.end_training()
-    return 0
+    return init, init_note
+
+
+def train_method(shared: TrainRun, name: str, init: DraftModel, init_note: str) -> dict | None:
+    """Train one method's draft, then (main process) score it on the held-out rows and export it with its model card,
+    which it returns (None on the other processes)."""
+    args = shared.args
+    cfg = TrainConfig(
+        steps=args.steps,
+        lr=args.lr,
+        noise=args.noise,
+        weights=shared.weights,
+        seed=args.seed,
+        positions=draft_layers(name, args.depth)[1],
+        autocast=shared.autocast,
+        unroll=args.unroll,
+    )
+    draft = make_draft(shared.target, name, args.depth, shared.vocab, init, args.seed)
+    if args.init_from:
+        init_note = continue_from(draft, args.init_from, shared.target, name)
+    batch_seed = args.seed if args.batch_seed is None else args.batch_seed
+    batches = GlobalBatches(shared.ctx.seqs, args.tokens_per_batch, batch_seed)
+    draft, record = train_one(name, draft, batches, cfg, shared.out, shared.ctx, args.save_every)
+    if not shared.accelerator.is_main_process:
+        return None
+    heldout = HeldoutBatches(shared.held, shared.ctx.fill, shared.accelerator.device)
+    for unroll_name in FINAL_EVALS[args.final_eval]:
+        record[EVAL_KEYS[unroll_name]] = evaluate(draft, heldout, args.depth, unroll=unroll_name)
+    card = {
+        **record,
+        "label": draft.spec.label,
+        "train_config": {**asdict(cfg), "weights": asdict(shared.weights)},
+        "tokens_per_batch": args.tokens_per_batch,
+        "batch_seed": batch_seed,
+        "data": shared.data_info,
+        "target": shared.target.name,
+        "init": init_note,
+    }
+    export(
+        draft, card, [shared.out / name / "final"] + ([Path(args.export) / name] if args.export else []), shared.target
+    )
+    print(json.dumps({"trained": name, **{k: v for k, v in record.items() if k != "method"}}), flush=True)
+    return card
 
 
 if __name__ == "__main__":
