@@ -1,6 +1,6 @@
 """The import picture flows one way: folders are the layers, and a module imports only from its own layer or below.
 The engine (`poss_core`) never imports gradio or the app; plotly only in
-the views' figures module; the app and the benchmark are siblings (neither imports the other)."""
+the views' figure modules; the app and the benchmark are siblings (neither imports the other)."""
 
 from __future__ import annotations
 
