@@ -1,5 +1,5 @@
 """A class on one server, measured: starts `python app.py` on 127.0.0.1 (a free port, its own temp and cache folders:
-scripts/server_check.py's Server) and lets N students (gradio_client clients, one thread each, arriving over
+scripts/server_harness.py's Server) and lets N students (gradio_client clients, one thread each, arriving over
 --spread seconds) each open the app's API, replay an example (/example: its bundled recording), start one short live
 run of the same prompt (/run) and read the pooled charts ("everyone on this server", /view). Loopback only; bounded
 by --students (at most 64) and --timeout.
@@ -19,7 +19,6 @@ server's peak memory; unexpected errors (each listed); and the server's CPU once
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import random
 import re
 import shlex
@@ -32,12 +31,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import server_harness  # noqa: E402  (the same loopback server the public-server cases start)
 
 from poss_core.models.presets import DEFAULT_PRESET  # noqa: E402
-
-_spec = importlib.util.spec_from_file_location("server_check", ROOT / "scripts" / "server_check.py")
-server_check = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(server_check)
 
 MAX_STUDENTS = 64
 VIEW = ["draft position", False, "conditional (POSS pos-acc)"]
@@ -169,13 +167,13 @@ def run_class(a) -> dict:
     from gradio_client import Client
 
     extra = ["--queue-size", "256", "--class-reset-key", "load-check", *a.extra]
-    with server_check.Server(ROOT, a.preset, a.cap, extra, threads=a.threads) as server:
+    with server_harness.Server(ROOT, a.preset, a.cap, extra, threads=a.threads) as server:
         warm = Client(server.url, verbose=False)  # loads the target and the drafts: not a student's wait
         warm.predict(*run_args("Hello", a.preset, 2), api_name="/run")
         warm.predict("wrong", *VIEW, "this run", api_name="/class_reset")
         warm.predict("load-check", *VIEW, "this run", api_name="/class_reset")  # the warm-up's run is not counted
-        base_mb = server_check.peak_rss_mb(server.proc.pid, "VmRSS")
-        cpu0 = server_check.cpu_seconds(server.proc.pid)
+        base_mb = server_harness.peak_rss_mb(server.proc.pid, "VmRSS")
+        cpu0 = server_harness.cpu_seconds(server.proc.pid)
         res = Results()
         rng = random.Random(0)
         t0 = time.monotonic()
@@ -189,12 +187,12 @@ def run_class(a) -> dict:
         for t in threads:
             t.join(timeout=max(0.0, deadline - time.monotonic()))
         wall = time.monotonic() - t0
-        cpu = server_check.cpu_seconds(server.proc.pid) - cpu0
+        cpu = server_harness.cpu_seconds(server.proc.pid) - cpu0
         stuck = sum(t.is_alive() for t in threads)
         if stuck:
             res.errors.append(f"{stuck} student(s) still going after --timeout {a.timeout:g} s")
         idle_cpu_s, settled_s = server.settle()
-        peak = server_check.peak_rss_mb(server.proc.pid)
+        peak = server_harness.peak_rss_mb(server.proc.pid)
         log = server.log_text()
     busy = [b for b in res.replay_began if any(s <= b <= e for s, e in res.live_spans)]
     est_err = [abs(e - w) for e, w in res.estimates]
@@ -223,7 +221,7 @@ def run_class(a) -> dict:
         "errors": list(res.errors),
         "idle_cpu_percent": 100.0 * idle_cpu_s,
         "settled_s": settled_s,
-        "settled": idle_cpu_s < server_check.IDLE_CPU_S,
+        "settled": idle_cpu_s < server_harness.IDLE_CPU_S,
         "tracebacks": log.count("Traceback"),
     }
     print_figures(figures, a)
@@ -296,16 +294,16 @@ def phase_cost(a) -> None:
 
     from app.sessions.recordings import EXAMPLES
 
-    with server_check.Server(
+    with server_harness.Server(
         ROOT, a.preset, a.cap, ["--class-reset-key", "load-check", *a.extra], threads=a.threads
     ) as server:
         Client(server.url, verbose=False).predict(*run_args("Hello", a.preset, 2), api_name="/run")  # warm-up
         pid, prompt, costs = server.proc.pid, EXAMPLES[0]["prompt"], {}
 
         def step(name, fn):
-            c0, t0 = server_check.cpu_seconds(pid), time.monotonic()
+            c0, t0 = server_harness.cpu_seconds(pid), time.monotonic()
             out = fn()
-            costs[name] = (server_check.cpu_seconds(pid) - c0, time.monotonic() - t0)
+            costs[name] = (server_harness.cpu_seconds(pid) - c0, time.monotonic() - t0)
             return out
 
         c = step("open the API", lambda: Client(server.url, verbose=False))

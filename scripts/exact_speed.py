@@ -88,16 +88,8 @@ def stock_generate(target, ids: list[int], n: int) -> tuple[list[int], float]:
     return out[:cut], wall
 
 
-def main(argv: list[str] | None = None) -> None:
-    global CLOCK
-    args = build_parser().parse_args(argv)
-    CLOCK = time.process_time if args.clock == "cpu" else time.perf_counter
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    preset, dtype = get_preset(args.preset), parse_dtype(args.dtype)
-    cfg = DecodeConfig(
-        depth=args.depth, top_k=args.top_k, tree_budget=args.tree_budget, max_new_tokens=args.max_new_tokens
-    )
+def load_lanes(args, preset, dtype, cfg: DecodeConfig) -> dict[str, dict]:
+    """Per attention: the target loaded with it, its plain decoder and one decoder per draft method."""
     lanes: dict[str, dict] = {}
     for attention in ATTENTIONS:
         os.environ["POSS_ATTENTION"] = attention  # read by the TargetModel load_preset_target builds
@@ -111,8 +103,12 @@ def main(argv: list[str] | None = None) -> None:
             "plain": methods.build_decoder(methods.get_method(preset, "plain"), target, cfg),
             "drafts": drafts,
         }
-    questions = load_questions(args.data, args.limit)
-    prompts = [q.turns[0] for q in questions]
+    return lanes
+
+
+def race(lanes: dict[str, dict], prompts: list[str], max_new_tokens: int) -> tuple[dict, dict, dict]:
+    """Every method on a prompt under both attentions before the next prompt (their order alternating), after an
+    untimed warm-up: seconds and tokens per (attention, method), and turns identical to plain decoding."""
     walls: dict[tuple[str, str], list[float]] = {}
     tokens: dict[tuple[str, str], list[int]] = {}
     identical: dict[tuple[str, str], int] = {}
@@ -122,23 +118,70 @@ def main(argv: list[str] | None = None) -> None:
         for decoder in [lane["plain"], *lane["drafts"].values()]:
             decode(decoder, warm)
         stock_generate(lane["target"], warm, 8)
+
+    def record(key: tuple[str, str], got: list[int], wall: float, plain_ids: list[int] | None = None) -> None:
+        walls.setdefault(key, []).append(wall)
+        tokens.setdefault(key, []).append(len(got))
+        if plain_ids is not None:
+            identical[key] = identical.get(key, 0) + (got == plain_ids)
+
     for i, prompt in enumerate(tqdm(prompts, desc="prompts", unit="prompt")):
         ids = encode_prompt(tokenizer, prompt)
         order = ATTENTIONS if i % 2 == 0 else ATTENTIONS[::-1]
         for attention in order:
             lane = lanes[attention]
             plain_ids, wall = decode(lane["plain"], ids)
-            walls.setdefault((attention, "plain"), []).append(wall)
-            tokens.setdefault((attention, "plain"), []).append(len(plain_ids))
-            got, wall = stock_generate(lane["target"], ids, args.max_new_tokens)
-            walls.setdefault((attention, "generate"), []).append(wall)
-            tokens.setdefault((attention, "generate"), []).append(len(got))
-            identical[(attention, "generate")] = identical.get((attention, "generate"), 0) + (got == plain_ids)
+            record((attention, "plain"), plain_ids, wall)
+            got, wall = stock_generate(lane["target"], ids, max_new_tokens)
+            record((attention, "generate"), got, wall, plain_ids)
             for name, decoder in lane["drafts"].items():
                 got, wall = decode(decoder, ids)
-                walls.setdefault((attention, name), []).append(wall)
-                tokens.setdefault((attention, name), []).append(len(got))
-                identical[(attention, name)] = identical.get((attention, name), 0) + (got == plain_ids)
+                record((attention, name), got, wall, plain_ids)
+    return walls, tokens, identical
+
+
+def table_lines(args, report: dict, rate: dict, identical: dict, walls: dict, drafts: list[str]) -> list[str]:
+    """The printed table: per attention and method its tokens/s against plain and stock generate, then the drafts'
+    speed-ups under each attention and row-invariant plain decoding against stock generate."""
+    prompts = report["prompts"]
+    lines = [
+        f"{prompts} prompts, {args.dtype}, depth {args.depth}, top-k {args.top_k}, budget {args.tree_budget}, "
+        f"{args.max_new_tokens} new tokens; {report['machine']}; {args.clock} clock",
+        f"{'attention':<14} {'method':<10} {'tokens/s':>9} {'vs plain':>9} {'vs stock generate':>18} {'identical':>10}",
+    ]
+    stock = rate[("sdpa", "generate")]
+    for attention in ATTENTIONS:
+        plain = rate[(attention, "plain")]
+        for name in ["plain", "generate", *drafts]:
+            r = rate[(attention, name)]
+            same = "" if name == "plain" else f"{identical[(attention, name)]}/{prompts}"
+            lines.append(f"{attention:<14} {name:<10} {r:>9.2f} {r / plain:>8.2f}x {r / stock:>17.2f}x {same:>10}")
+    for name in drafts:
+        before = rate[("sdpa", name)] / rate[("sdpa", "plain")]
+        after = rate[("row-invariant", name)] / rate[("row-invariant", "plain")]
+        lines.append(f"{name}: speed-up over plain ×{before:.2f} with sdpa, ×{after:.2f} row-invariant")
+    lines.append(
+        f"row-invariant plain decoding at {rate[('row-invariant', 'plain')] / stock:.3f}x stock generate's speed "
+        f"(median {args.clock} seconds per prompt: {statistics.median(walls[('row-invariant', 'plain')]):.2f} against "
+        f"{statistics.median(walls[('sdpa', 'generate')]):.2f})"
+    )
+    return lines
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Load both targets, race them on the prompts, print the table and write the JSON report."""
+    global CLOCK
+    args = build_parser().parse_args(argv)
+    CLOCK = time.process_time if args.clock == "cpu" else time.perf_counter
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    preset, dtype = get_preset(args.preset), parse_dtype(args.dtype)
+    cfg = DecodeConfig(
+        depth=args.depth, top_k=args.top_k, tree_budget=args.tree_budget, max_new_tokens=args.max_new_tokens
+    )
+    lanes = load_lanes(args, preset, dtype, cfg)
+    prompts = [q.turns[0] for q in load_questions(args.data, args.limit)]
+    walls, tokens, identical = race(lanes, prompts, args.max_new_tokens)
     rate = {key: sum(tokens[key]) / sum(walls[key]) for key in walls}
     report = {
         "command": " ".join([Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])]),
@@ -149,27 +192,7 @@ def main(argv: list[str] | None = None) -> None:
         "tokens_per_s": {f"{a}/{m}": round(v, 2) for (a, m), v in rate.items()},
         "identical_turns": {f"{a}/{m}": n for (a, m), n in identical.items()},
     }
-    lines = [
-        f"{len(prompts)} prompts, {args.dtype}, depth {args.depth}, top-k {args.top_k}, budget {args.tree_budget}, "
-        f"{args.max_new_tokens} new tokens; {report['machine']}; {args.clock} clock",
-        f"{'attention':<14} {'method':<10} {'tokens/s':>9} {'vs plain':>9} {'vs stock generate':>18} {'identical':>10}",
-    ]
-    stock = rate[("sdpa", "generate")]
-    for attention in ATTENTIONS:
-        plain = rate[(attention, "plain")]
-        for name in ["plain", "generate", *lanes[attention]["drafts"]]:
-            r = rate[(attention, name)]
-            same = "" if name == "plain" else f"{identical[(attention, name)]}/{len(prompts)}"
-            lines.append(f"{attention:<14} {name:<10} {r:>9.2f} {r / plain:>8.2f}x {r / stock:>17.2f}x {same:>10}")
-    for name in lanes["sdpa"]["drafts"]:
-        before = rate[("sdpa", name)] / rate[("sdpa", "plain")]
-        after = rate[("row-invariant", name)] / rate[("row-invariant", "plain")]
-        lines.append(f"{name}: speed-up over plain ×{before:.2f} with sdpa, ×{after:.2f} row-invariant")
-    lines.append(
-        f"row-invariant plain decoding at {rate[('row-invariant', 'plain')] / stock:.3f}x stock generate's speed "
-        f"(median {args.clock} seconds per prompt: {statistics.median(walls[('row-invariant', 'plain')]):.2f} against "
-        f"{statistics.median(walls[('sdpa', 'generate')]):.2f})"
-    )
+    lines = table_lines(args, report, rate, identical, walls, list(lanes["sdpa"]["drafts"]))
     print("\n".join(lines))
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps({**report, "table": lines}, indent=1), encoding="utf-8")

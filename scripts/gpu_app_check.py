@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
-from server_check import Server  # noqa: E402  (the same loopback server the public-server cases start)
+from server_harness import Server  # noqa: E402  (the same loopback server the public-server cases start)
 
 from poss_core.models.presets import DEFAULT_PRESET  # noqa: E402
 

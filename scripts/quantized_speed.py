@@ -72,7 +72,8 @@ def load(preset, combo: dict, device: str):
             os.environ[KERNEL_ENV] = old
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The command's flags."""
     p = argparse.ArgumentParser(
         prog="python scripts/quantized_speed.py",
         description=__doc__,
@@ -89,13 +90,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--draft", default=None, help="also decode with this draft: speed-up and identity per target")
     p.add_argument("--repeats", type=int, default=10, help="timings per verify size (the median is kept)")
     p.add_argument("--json", default=None, help="also write the figures here as JSON")
-    args = p.parse_args(argv)
-    torch.set_num_threads(args.threads)
-    preset = get_preset(args.preset)
-    config = methods.decode_config(preset, max_new_tokens=args.max_new_tokens)
-    prompts = [row["prompt"] for row in json.loads(EXAMPLES.read_text())]
+    return p
+
+
+def prepare_lanes(args, preset, config, warm_prompt: str) -> tuple[list[dict], list[tuple]]:
+    """One row per combo, and a lane (row, plain decoder, draft decoder or None, target) per combo that loaded: its
+    verify timings measured and each decoder warmed up. A combo that fails is a row with its error."""
     rows: list[dict] = []
-    lanes = []  # (row, plain decoder, draft decoder or None, target)
+    lanes = []
     for combo in combos(args):
         row = {**combo, "error": None}
         rows.append(row)
@@ -109,15 +111,21 @@ def main(argv: list[str] | None = None) -> int:
                 spec = methods.build_decoder(method, target, config, methods.load_draft(method, target, config.depth))
             curve = measure_forward_curve(target, sizes=VERIFY_ROWS, repeats=args.repeats)
             row["verify_ms"] = {n: round(curve.at(n) + curve.post_at(n), 3) for n in VERIFY_ROWS}
-            warm = encode_prompt(target.tokenizer, prompts[0])
+            warm = encode_prompt(target.tokenizer, warm_prompt)
             for dec in (plain, spec):  # warm-up, untimed: first-call costs (kernels, caches) out of the figures
                 if dec is not None:
                     timed_decode(dec, warm, target.device)
             lanes.append((row, plain, spec, target))
         except Exception as err:  # noqa: BLE001 - one combo failing (e.g. no bitsandbytes) is a row, not the end
             row["error"] = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+    return rows, lanes
+
+
+def time_lanes(lanes: list[tuple], prompts: list[str], rounds: int) -> None:
+    """Decode every prompt on every lane, the lanes taking turns prompt by prompt (who goes first rotates), and fill
+    each lane's row with its tokens/s, its draft's speed-up and how many outputs equalled plain decoding's."""
     totals = {id(r): {"plain_t": 0, "plain_s": 0.0, "spec_t": 0, "spec_s": 0.0, "same": 0, "n": 0} for r, *_ in lanes}
-    for r in range(args.rounds):
+    for r in range(rounds):
         for i, prompt in enumerate(prompts):
             k = (i + r) % max(1, len(lanes))
             for row, plain, spec, target in lanes[k:] + lanes[:k]:  # rotate who goes first
@@ -136,6 +144,10 @@ def main(argv: list[str] | None = None) -> int:
             row["draft_tokens_per_s"] = round(t["spec_t"] / t["spec_s"], 2)
             row["speedup"] = round(row["draft_tokens_per_s"] / row["plain_tokens_per_s"], 3)
             row["identical"] = f"{t['same']}/{t['n']}"
+
+
+def print_table(args, rows: list[dict], prompts: list[str]) -> None:
+    """The settings in one line, then one Markdown row per combo (its error where it failed)."""
     base = {r["dtype"]: r.get("plain_tokens_per_s") for r in rows if r["mode"] == "none"}
     print(
         f"plain decoding of {args.preset} on {args.device}, {len(prompts)} prompts x {args.rounds}, "
@@ -156,6 +168,18 @@ def main(argv: list[str] | None = None) -> int:
         if args.draft:
             line += f" ×{row.get('speedup', float('nan')):.2f} | {row.get('identical', '–')} |"
         print(line)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Measure every combo, print the table (and write the JSON); 1 when a combo failed."""
+    args = build_parser().parse_args(argv)
+    torch.set_num_threads(args.threads)
+    preset = get_preset(args.preset)
+    config = methods.decode_config(preset, max_new_tokens=args.max_new_tokens)
+    prompts = [row["prompt"] for row in json.loads(EXAMPLES.read_text())]
+    rows, lanes = prepare_lanes(args, preset, config, prompts[0])
+    time_lanes(lanes, prompts, args.rounds)
+    print_table(args, rows, prompts)
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         meta = {k: getattr(args, k) for k in ("preset", "device", "threads", "max_new_tokens", "rounds", "draft")}

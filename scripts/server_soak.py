@@ -1,16 +1,16 @@
 """A bounded mixed soak of one `python app.py` on 127.0.0.1: RSS, disk and log against the public-Space limits.
 
-It starts one server as scripts/server_check.py does (a free loopback port, its own Gradio temp folder, $TMPDIR and
-cache folder), warms it with one short live run and an example, and records its RSS. Then, for --minutes, N
-simulated visitors (threads, each from its own X-Forwarded-For address, fixed seed) do a random mix with think
-time between calls: replay an example recording (/example) or their own last run (/replay), short live runs
-(/run, the default preset and lanes, fp32, a few tokens), short /compare calls, Steps left paused (/step),
-/save_run, raw uploads of a saved run (POST /gradio_api/upload), /load_run, /view, disconnects (a /run cancelled
-mid-call, or a client process killed mid-call) and new tabs (a fresh client; the old tab's holdings are left to
-the reaper). At the end the visitors stop, the soak waits --idle-minutes plus --reap-margin for the reaper, and
-prints and writes (as JSON into --out) the server's RSS after start, at its peak and after reaping; the Gradio temp
-folders' peak and final size against --disk-cap-mb; the log's bytes; calls and errors by kind; and PASS or FAIL for
-each criterion: RSS after reaping within --rss-slack-mb of the after-start figure, the disk within its cap, the
+It starts one server as the public-server cases do (scripts/server_harness.py's Server: a free loopback port, its
+own Gradio temp folder, $TMPDIR and cache folder), warms it with one short live run and an example, and records its
+RSS. Then, for --minutes, N simulated visitors (threads, each from its own X-Forwarded-For address, fixed seed) do a
+random mix with think time between calls: replay an example recording (/example) or their own last run (/replay),
+short live runs (/run, the default preset and lanes, fp32, a few tokens), short /compare calls, Steps left paused
+(/step), /save_run, raw uploads of a saved run (POST /gradio_api/upload), /load_run, /view, disconnects (a /run
+cancelled mid-call, or a client process killed mid-call) and new tabs (a fresh client; the old tab's holdings are
+left to the reaper). At the end the visitors stop, the soak waits --idle-minutes plus --reap-margin for the reaper,
+and prints and writes (as JSON into --out) the server's RSS after start, at its peak and after reaping; the Gradio
+temp folders' peak and final size against --disk-cap-mb; the log's bytes; calls and errors by kind; and PASS or FAIL
+for each criterion: RSS after reaping within --rss-slack-mb of the after-start figure, the disk within its cap, the
 log under --log-limit-mb.
 
     python scripts/server_soak.py                                   # 30 minutes, 6 visitors
@@ -24,31 +24,26 @@ log under --log-limit-mb.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
-import random
-import re
 import shlex
 import shutil
-import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))  # the server and the visitors are modules beside this file
+
+from server_clients import VIEW, saved_run, status_text, step_args  # noqa: E402
+from server_harness import Server, folder_mb, rss_mb, server_value  # noqa: E402
+from server_soak_visitor import METHODS, Tally, Visitor  # noqa: E402
 
 from poss_core.models.presets import DEFAULT_PRESET  # noqa: E402
 
-_spec = importlib.util.spec_from_file_location("server_check", ROOT / "scripts" / "server_check.py")
-server_check = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(server_check)
-
-METHODS = ["plain", "eagle", "poss2"]
 # A free Space's shape: the 20 s cap and no call fits of the public-server cases, the Space's token limit and tab
 # memory budget, a short idle time so the reaper acts within the soak, and a disk cap nearer what the mix writes in
 # 30 minutes (with the 10-minute age sweep) than the Space's 2048 MB, and one trusted proxy hop as behind the Space's
@@ -57,48 +52,6 @@ DEFAULT_SERVER_ARGS = (
     "--max-call-seconds 20 --no-call-fits --max-new-tokens 256 --idle-minutes 2 "
     "--disk-cap-mb 128 --session-memory-mb 4096 --cache-minutes 10 --proxy-hops 1"
 )
-PROMPTS = [
-    "Why is the sky blue?",
-    "Name three rivers in Europe.",
-    "Write a haiku about the sea.",
-    "What is 17 times 23?",
-    "Give one tip for learning to cook.",
-    "Explain what a compiler does in one sentence.",
-]
-# Relative weights of a visitor's actions: live decoding (run, compare, step, disconnects) is kept to about a third
-# so the one live slot is busy much of the time but not always.
-ACTIONS = {
-    "example": 4,
-    "replay": 2,
-    "run": 3,
-    "compare": 1,
-    "step": 2,
-    "save": 2,
-    "upload": 2,
-    "load": 2,
-    "view": 2,
-    "cancel": 1,
-    "kill": 1,
-    "new_tab": 2,
-}
-KILLED_CLIENT = """
-import sys, time
-from gradio_client import Client
-c = Client(sys.argv[1], verbose=False, headers={"X-Forwarded-For": sys.argv[2]}, download_files=False)
-c.submit(*__import__("json").loads(sys.argv[3]), api_name="/run")
-time.sleep(3600)
-"""
-
-
-def flag_value(args: list[str], flag: str, default: float) -> float:
-    """A numeric flag's value in a list of server flags (the last one counts, as argparse reads them)."""
-    value = default
-    for i, item in enumerate(args):
-        if item == flag and i + 1 < len(args):
-            value = float(args[i + 1])
-        elif item.startswith(flag + "="):
-            value = float(item.split("=", 1)[1])
-    return value
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -125,42 +78,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if a.minutes <= 0 or a.visitors < 1 or a.think[0] < 0 or a.think[1] < a.think[0]:
         p.error("--minutes must be positive, --visitors at least 1, and 0 <= --think MIN <= MAX")
     a.extra = shlex.split(a.server_args)
-    a.idle_minutes = flag_value(a.extra, "--idle-minutes", 10.0)
-    a.disk_cap_mb = flag_value(a.extra, "--disk-cap-mb", 2048.0)
+    a.idle_minutes = server_value(a.extra, "--idle-minutes", 10.0)
+    a.disk_cap_mb = server_value(a.extra, "--disk-cap-mb", 2048.0)
     return a
-
-
-@dataclass
-class Tally:
-    """Calls and errors by kind, gathered across the visitors' threads."""
-
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    calls: Counter = field(default_factory=Counter)
-    errors: Counter = field(default_factory=Counter)
-    samples: dict[str, list[str]] = field(default_factory=dict)  # the first few error texts of each kind
-    outcomes: dict[str, Counter] = field(default_factory=dict)  # what the status line said, by kind
-
-    def outcome(self, kind: str, out) -> None:
-        """Count the call's status line, numbers blanked, so that refusals and cap stops show up by kind."""
-        text = re.sub(r"\d+(\.\d+)?", "#", " ".join(_status(out).split()))[:70]
-        with self.lock:
-            self.outcomes.setdefault(kind, Counter())[text or "(no status)"] += 1
-
-    def refused(self, kind: str, text: str) -> None:
-        """A refusal the app gives on purpose (gr.Error): counted as an outcome, not as an error."""
-        with self.lock:
-            self.outcomes.setdefault(kind, Counter())["refused: " + " ".join(text.split())[:60]] += 1
-
-    def call(self, kind: str) -> None:
-        with self.lock:
-            self.calls[kind] += 1
-
-    def error(self, kind: str, text: str) -> None:
-        with self.lock:
-            self.errors[kind] += 1
-            kept = self.samples.setdefault(kind, [])
-            if len(kept) < 3:
-                kept.append(" ".join(text.split())[:240])
 
 
 @dataclass
@@ -236,168 +156,11 @@ def report_lines(s: dict) -> list[str]:
     return lines
 
 
-def _status(out) -> str:
-    return server_check._status_text(out)
-
-
-class Visitor:
-    """One simulated visitor: a sequence of tabs (gradio_client clients) from one address, a fixed random mix."""
-
-    def __init__(self, i: int, url: str, a: argparse.Namespace, tally: Tally, stop: threading.Event, files: Path):
-        self.i, self.url, self.a, self.tally, self.stop = i, url, a, tally, stop
-        self.rng = random.Random(a.seed * 1000 + i)
-        self.address = f"198.51.100.{i + 1}"
-        self.files = files / f"visitor{i}"  # the client's downloads (saved runs), outside the server's folders
-        self.files.mkdir(parents=True, exist_ok=True)
-        self.tab = None
-        self.has_run = False
-        self.saved: list[Path] = sorted(files.glob("seed-*.jsonl"))  # saved runs made before the soak
-        self.children: list[subprocess.Popen] = []
-
-    def client(self):
-        from gradio_client import Client
-
-        return Client(
-            self.url, verbose=False, headers={"X-Forwarded-For": self.address}, download_files=str(self.files)
-        )
-
-    def run_args(self, prompt: str, tokens: int) -> list:
-        return server_check.step_args(prompt, DEFAULT_PRESET, METHODS, tokens, precision="float32")
-
-    def act(self, kind: str) -> None:
-        """One call of `kind` (raises what the call raised)."""
-        from gradio_client import handle_file
-
-        view = server_check.VIEW
-        prompt = self.rng.choice(PROMPTS)
-        tokens = self.rng.randint(4, self.a.max_tokens)
-        timeout = self.a.call_timeout
-        if self.tab is None or kind == "new_tab":
-            self.tab, self.has_run = self.client(), False
-            if kind == "new_tab":
-                return
-        c = self.tab
-        if kind == "example":
-            from app.sessions.recordings import EXAMPLES
-
-            example = self.rng.choice(EXAMPLES)["prompt"]
-            self.tally.outcome(
-                kind, c.submit(example, DEFAULT_PRESET, *view, api_name="/example").result(timeout=timeout)
-            )
-            self.has_run = True
-        elif kind == "replay":
-            self.tally.outcome(kind, c.submit(*view, api_name="/replay").result(timeout=timeout))
-        elif kind == "run":
-            self.tally.outcome(kind, c.submit(*self.run_args(prompt, tokens), api_name="/run").result(timeout=timeout))
-            self.has_run = True
-        elif kind == "compare":
-            params = c.view_api(return_format="dict", print_info=False)["named_endpoints"]["/compare"]["parameters"]
-            args = [p.get("parameter_default") for p in params]
-            args[:4] = [prompt, METHODS, DEFAULT_PRESET, tokens]
-            if len(args) > 10:
-                args[10] = "float32"  # precision
-            out = c.submit(*args, api_name="/compare").result(timeout=timeout)
-            self.tally.outcome(kind, {"timed_out": out.get("timed_out")} if isinstance(out, dict) else out)
-        elif kind == "step":  # one or two Steps, then left paused holding its caches
-            for _ in range(self.rng.randint(1, 2)):
-                out = c.submit(*self.run_args(prompt, 64), api_name="/step").result(timeout=timeout)
-            self.tally.outcome(kind, out)
-        elif kind == "save":
-            out = c.submit(api_name="/save_run").result(timeout=timeout)
-            path = out if isinstance(out, str) else (out or {}).get("path") if isinstance(out, dict) else None
-            if path and Path(path).is_file():
-                self.saved.append(Path(path))
-        elif kind == "upload":
-            self.upload()
-        elif kind == "load":
-            run = handle_file(str(self.rng.choice(self.saved)))
-            self.tally.outcome(kind, c.submit(run, *view, api_name="/load_run").result(timeout=timeout))
-            self.has_run = True
-        elif kind == "view":
-            c.submit(*view, api_name="/view").result(timeout=timeout)
-        elif kind == "cancel":  # the visitor closes the tab mid-run: the call is cancelled
-            job = c.submit(*self.run_args(prompt, self.a.max_tokens), api_name="/run")
-            time.sleep(self.rng.uniform(1.0, 5.0))
-            job.cancel()
-            self.tab = None  # a closed tab is gone; its holdings are the reaper's
-        elif kind == "kill":  # a client process killed mid-call
-            proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-c",
-                    KILLED_CLIENT,
-                    self.url,
-                    self.address,
-                    json.dumps(self.run_args(prompt, self.a.max_tokens)),
-                ],
-                cwd=ROOT,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-            self.children.append(proc)
-            time.sleep(self.rng.uniform(4.0, 10.0))  # its import and submit take a few seconds
-            proc.kill()
-            proc.wait()
-            self.children.remove(proc)
-
-    def upload(self) -> None:
-        """A raw POST of a saved run to /gradio_api/upload, as a browser's file picker sends it."""
-        import httpx
-
-        path = self.rng.choice(self.saved)
-        answer = httpx.post(
-            self.url + "gradio_api/upload",
-            files={"files": (path.name, path.read_bytes())},
-            headers={"x-forwarded-for": self.address},
-            timeout=self.a.call_timeout,
-        )
-        if answer.status_code != 200:
-            raise RuntimeError(f"upload answered {answer.status_code}: {answer.text[:160]}")
-
-    def choose(self) -> str:
-        kinds = [k for k in ACTIONS if self.has_run or k not in ("replay", "save")]
-        return self.rng.choices(kinds, weights=[ACTIONS[k] for k in kinds])[0]
-
-    def loop(self) -> None:
-        # Visitors arrive over the first think interval, not all at once.
-        if self.stop.wait(self.rng.uniform(0, self.a.think[1])):
-            return
-        while not self.stop.is_set():
-            kind = self.choose()
-            self.tally.call(kind)
-            try:
-                self.act(kind)
-            except Exception as err:  # noqa: BLE001 - every failure is counted, by kind, and the visitor goes on
-                if type(err).__name__ == "AppError":  # the app's own message, e.g. a tab reaped before its save
-                    self.tally.refused(kind, str(err))
-                else:
-                    self.tally.error(kind, f"{type(err).__name__}: {err}")
-                    self.tab = None  # start afresh in a new tab, as a visitor reloading the page would
-            self.stop.wait(self.rng.uniform(*self.a.think))
-
-    def kill_children(self) -> None:
-        for proc in list(self.children):
-            proc.kill()
-
-
 def seed_runs(folder: Path) -> None:
     """Two saved runs of the tiny model (about 1 and 2 MB) that visitors upload and load before they save their
     own."""
-    from poss_core.runtime import compare, saved_runs
-
     for seed, tokens in ((1, 64), (2, 400)):
-        spec = compare.RunSpec(
-            "Tell me a story.",
-            METHODS,
-            "tiny-random",
-            max_new_tokens=tokens,
-            seed=seed,
-            temperature=1.0,
-            depth=6,
-            top_k=10,
-            tree_budget=60,
-        )
-        saved_runs.save_run(compare.run_to_end(compare.start(spec.resolve())), folder / f"seed-{seed}.jsonl")
+        saved_run(folder / f"seed-{seed}.jsonl", seed, tokens)
 
 
 def warm(server, a: argparse.Namespace) -> None:
@@ -410,12 +173,12 @@ def warm(server, a: argparse.Namespace) -> None:
     c = Client(server.url, verbose=False, download_files=False)
     for _ in range(6):
         try:
-            out = c.predict(*server_check.step_args("Hello", DEFAULT_PRESET, METHODS, 2, "float32"), api_name="/run")
-            if "Done" in _status(out):
+            out = c.predict(*step_args("Hello", DEFAULT_PRESET, METHODS, 2, "float32"), api_name="/run")
+            if "Done" in status_text(out):
                 break
         except Exception:  # noqa: BLE001 - stopped at the cap while loading: the next call goes further
             pass
-    c.predict(EXAMPLES[0]["prompt"], DEFAULT_PRESET, *server_check.VIEW, api_name="/example")
+    c.predict(EXAMPLES[0]["prompt"], DEFAULT_PRESET, *VIEW, api_name="/example")
 
 
 def soak(a: argparse.Namespace) -> dict:
@@ -424,28 +187,28 @@ def soak(a: argparse.Namespace) -> dict:
     print(f"[soak] making two saved runs to upload ({files})", file=sys.stderr)
     seed_runs(files)
     g, tally, stop = Gauges(), Tally(), threading.Event()
-    with server_check.Server(ROOT, DEFAULT_PRESET, 20.0, a.extra) as server:
+    with Server(ROOT, DEFAULT_PRESET, 20.0, a.extra) as server:
         pid = server.proc.pid
         log_path = server.dir / "server.log"
 
         def disk() -> float:
             for _ in range(5):  # a file the sweep deletes while the folder is walked: walk again
                 try:
-                    return server_check.folder_mb(server.gradio_tmp) + server_check.folder_mb(server.tmp)
+                    return folder_mb(server.gradio_tmp) + folder_mb(server.tmp)
                 except OSError:
                     time.sleep(0.1)
             return 0.0
 
         warm(server, a)
         time.sleep(3.0)
-        g.rss_start_mb = g.rss_peak_mb = server_check.rss_mb(pid)
+        g.rss_start_mb = g.rss_peak_mb = rss_mb(pid)
         print(f"[soak] server up on {server.url}; RSS after start {g.rss_start_mb:.0f} MB", file=sys.stderr)
         sampling = threading.Event()
 
         def monitor() -> None:
             while not sampling.wait(2.0):
                 try:
-                    g.rss_peak_mb = max(g.rss_peak_mb, server_check.rss_mb(pid))
+                    g.rss_peak_mb = max(g.rss_peak_mb, rss_mb(pid))
                     g.disk_peak_mb = max(g.disk_peak_mb, disk())
                 except OSError:  # the server gone: the end reports it
                     pass
@@ -462,7 +225,7 @@ def soak(a: argparse.Namespace) -> dict:
             time.sleep(min(a.progress, max(0.0, end - time.monotonic())))
             with tally.lock:
                 calls, errors = sum(tally.calls.values()), sum(tally.errors.values())
-            rss, used = server_check.rss_mb(pid), disk()  # also counted in the peaks the monitor keeps
+            rss, used = rss_mb(pid), disk()  # also counted in the peaks the monitor keeps
             g.rss_peak_mb, g.disk_peak_mb = max(g.rss_peak_mb, rss), max(g.disk_peak_mb, used)
             print(
                 f"[soak] {(time.monotonic() - t0) / 60:.1f}/{a.minutes:g} min: {calls} calls, {errors} errors; RSS "
@@ -481,10 +244,10 @@ def soak(a: argparse.Namespace) -> dict:
         waited_until = time.monotonic() + wait
         while time.monotonic() < waited_until:
             time.sleep(min(a.progress, max(0.0, waited_until - time.monotonic())))
-            print(f"[soak] reaping: RSS {server_check.rss_mb(pid):.0f} MB, disk {disk():.1f} MB", file=sys.stderr)
+            print(f"[soak] reaping: RSS {rss_mb(pid):.0f} MB, disk {disk():.1f} MB", file=sys.stderr)
         sampling.set()
         watcher.join()
-        g.rss_end_mb = server_check.rss_mb(pid)
+        g.rss_end_mb = rss_mb(pid)
         g.rss_peak_mb = max(g.rss_peak_mb, g.rss_end_mb)
         g.disk_end_mb = disk()
         g.disk_peak_mb = max(g.disk_peak_mb, g.disk_end_mb)

@@ -119,6 +119,40 @@ def _free(device: torch.device) -> None:
         torch.cuda.reset_peak_memory_stats(device)
 
 
+def measure_draft(args, preset, target, name: str, ref, ids: list[int], plain_ids: list[int], identity: dict) -> dict:
+    """One draft built and decoded on the target: its build, its draft time by depth and its rounds' medians; whether
+    its tokens equal plain decoding's is counted in `identity`."""
+    method = methods.draft_method(name, ref)
+    t0 = time.perf_counter()
+    draft = methods.load_draft(method, target, preset.depth)
+    info = {
+        "source": ref.source,
+        "layers": len(draft.layers),
+        "fc_bias": draft.fc.bias is not None,
+        "build_s": time.perf_counter() - t0,
+        "parameter_gb": parameter_bytes(draft) / 1e9,
+    }
+    run_cfg = DecodeConfig(
+        max_new_tokens=args.tokens, depth=preset.depth, top_k=preset.top_k, tree_budget=preset.tree_budget
+    )
+    rounds, tokens = _decode(method, target, run_cfg, ids, draft)
+    by_depth = [r.draft_ms_by_depth for r in rounds if r.draft_ms_by_depth]
+    info["draft_ms_by_depth"] = [_median([d[k] for d in by_depth if len(d) > k]) for k in range(preset.depth)]
+    info["round_ms"] = _median([r.wall_ms for r in rounds])
+    info["verify_ms"] = _median([r.verify_ms for r in rounds])
+    info["overhead_ms"] = _median([r.overhead_ms for r in rounds])
+    info["tree_nodes"] = _median([float(len(r.nodes)) for r in rounds])
+    identity["checked"] += 1
+    div = identity_divergence(target, ids, tokens, plain_ids)
+    if div is None:
+        identity["identical"] += 1
+    else:
+        identity["divergences"].append(
+            {"draft": name, "index": div.index, "kind": div.kind, "margin": div.margin, "tolerance": div.tolerance}
+        )
+    return info
+
+
 def measure_mode(args, preset, device: torch.device, dtype, mode: str, budgets: list[int], bar) -> dict:
     """Everything measured for one precision: build, memory, plain step, verify by tree size, draft by depth."""
     bar.set_description(f"{mode}: building the target")
@@ -160,37 +194,8 @@ def measure_mode(args, preset, device: torch.device, dtype, mode: str, budgets: 
     identity = {"checked": 0, "identical": 0, "divergences": []}
     for name, ref in preset.drafts.items():
         bar.set_description(f"{mode}: draft {name}")
-        method = methods.draft_method(name, ref)
-        t0 = time.perf_counter()
-        draft = methods.load_draft(method, target, preset.depth)
-        info = {
-            "source": ref.source,
-            "layers": len(draft.layers),
-            "fc_bias": draft.fc.bias is not None,
-            "build_s": time.perf_counter() - t0,
-            "parameter_gb": parameter_bytes(draft) / 1e9,
-        }
-        run_cfg = DecodeConfig(
-            max_new_tokens=args.tokens, depth=preset.depth, top_k=preset.top_k, tree_budget=preset.tree_budget
-        )
-        rounds, tokens = _decode(method, target, run_cfg, ids, draft)
-        by_depth = [r.draft_ms_by_depth for r in rounds if r.draft_ms_by_depth]
-        info["draft_ms_by_depth"] = [_median([d[k] for d in by_depth if len(d) > k]) for k in range(preset.depth)]
-        info["round_ms"] = _median([r.wall_ms for r in rounds])
-        info["verify_ms"] = _median([r.verify_ms for r in rounds])
-        info["overhead_ms"] = _median([r.overhead_ms for r in rounds])
-        info["tree_nodes"] = _median([float(len(r.nodes)) for r in rounds])
-        identity["checked"] += 1
-        div = identity_divergence(target, ids, tokens, plain_ids)
-        if div is None:
-            identity["identical"] += 1
-        else:
-            identity["divergences"].append(
-                {"draft": name, "index": div.index, "kind": div.kind, "margin": div.margin, "tolerance": div.tolerance}
-            )
+        drafts[name] = measure_draft(args, preset, target, name, ref, ids, plain_ids, identity)
         bar.update()
-        drafts[name] = info
-        del draft
         gc.collect()
         if device.type == "cuda":
             torch.cuda.empty_cache()  # the peak stays recorded: it is read once every draft has decoded

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from scripts import server_check
+from scripts import server_harness
 
 ROOT = Path(__file__).resolve().parents[1]
 CLIENTS = 16
@@ -189,7 +189,7 @@ def test_sixteen_clients_against_the_real_app():
         .text
         for p in PROMPTS
     }
-    port = server_check.free_port()
+    port = server_harness.free_port()
     server = subprocess.Popen(
         [
             sys.executable,
@@ -237,10 +237,10 @@ def test_sixteen_clients_against_the_real_app():
             t.join(timeout=300)
         wall = time.monotonic() - start
         assert not any(t.is_alive() for t in threads), "a client did not finish"
-        idle_cpu, settled_s = server_check.idle_window(server.pid)
+        idle_cpu, settled_s = server_harness.idle_window(server.pid)
         waits = sorted(rec.waits)
         p50, p95 = statistics.median(waits), waits[int(0.95 * (len(waits) - 1))]
-        rss = server_check.peak_rss_mb(server.pid)
+        rss = server_harness.peak_rss_mb(server.pid)
         print(
             f"\n[load] {CLIENTS} clients, {rec.calls} calls in {wall:.1f} s; expected errors (bad inputs) "
             f"{rec.expected_errors}; unexpected errors {len(rec.unexpected)}; queue wait p50 {p50:.2f} s, "
@@ -252,8 +252,8 @@ def test_sixteen_clients_against_the_real_app():
             print("  ", line)
         assert rec.unexpected == [] and rec.greedy_mismatches == []
         assert rec.greedy_checked == 2 * CLIENTS and rec.expected_errors == 2 * CLIENTS
-        assert idle_cpu < server_check.IDLE_CPU_S, (
-            f"the server keeps working {server_check.IDLE_WITHIN_S:g} s after every call ended"
+        assert idle_cpu < server_harness.IDLE_CPU_S, (
+            f"the server keeps working {server_harness.IDLE_WITHIN_S:g} s after every call ended"
         )
         assert wall < 240
     finally:

@@ -1,11 +1,11 @@
-"""The public-server cases against a real `python app.py` on 127.0.0.1 (scripts/server_check.py starts it, in its own
-temp and cache folders): a call's work ends within its cap, work stops when its clients die, one client cannot fill
-the queue, the temp folders shrink back, and a refused input leaves no traceback in the log."""
+"""The public-server cases against a real `python app.py` on 127.0.0.1 (scripts/server_harness.py starts it, in its
+own temp and cache folders): a call's work ends within its cap, work stops when its clients die, one client cannot
+fill the queue, the temp folders shrink back, and a refused input leaves no traceback in the log."""
 
 from __future__ import annotations
 
-import importlib.util
 import multiprocessing
+import sys
 import time
 from pathlib import Path
 
@@ -15,18 +15,23 @@ import wording
 from poss_core.models.presets import DEFAULT_PRESET
 
 ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("server_check", ROOT / "scripts" / "server_check.py")
-check = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(check)
+sys.path.insert(0, str(ROOT / "scripts"))  # the scripts import their sibling modules by name
+
+import server_cases_queue  # noqa: E402
+import server_check  # noqa: E402
+import server_clients  # noqa: E402
+from server_harness import Server, folder_mb  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
 
 def test_an_oracle_call_ends_within_its_cap():
     # Before: its reference decode ran before the cap's clock (459 s against a 20 s cap in the review).
-    with check.Server(ROOT, DEFAULT_PRESET, 8.0, []) as server:
-        took, how = check.timed_compare(
-            server.url, check.compare_args(check.LONG_PROMPT, ["plain", "oracle"], 2048, temperature=2.0), 120
+    with Server(ROOT, DEFAULT_PRESET, 8.0, []) as server:
+        took, how = server_clients.timed_compare(
+            server.url,
+            server_clients.compare_args(server_clients.LONG_PROMPT, ["plain", "oracle"], 2048, temperature=2.0),
+            120,
         )
         assert took < 8.0 + 6.0, (took, how)  # the cap, one round, and the client's own overhead
         assert wording.says_call_limit(how, 8), how
@@ -34,10 +39,12 @@ def test_an_oracle_call_ends_within_its_cap():
 
 
 def test_calls_whose_clients_died_stop():
-    with check.Server(ROOT, DEFAULT_PRESET, 60.0, []) as server:
-        check.client(server.url).predict(*check.compare_args("Hi", ["plain"], 1), api_name="/compare")
+    with Server(ROOT, DEFAULT_PRESET, 60.0, []) as server:
+        server_clients.client(server.url).predict(*server_clients.compare_args("Hi", ["plain"], 1), api_name="/compare")
         procs = [
-            multiprocessing.Process(target=check._long_call, args=(server.url, check.LONG_PROMPT[:2000]))
+            multiprocessing.Process(
+                target=server_cases_queue.long_call, args=(server.url, server_clients.LONG_PROMPT[:2000])
+            )
             for _ in range(2)
         ]
         for p in procs:
@@ -51,12 +58,12 @@ def test_calls_whose_clients_died_stop():
 
 
 def test_one_client_gets_its_share_of_the_queue_and_no_more():
-    with check.Server(ROOT, DEFAULT_PRESET, 4.0, ["--max-calls-per-client", "2"]) as server:
-        c = check.client(server.url)
+    with Server(ROOT, DEFAULT_PRESET, 4.0, ["--max-calls-per-client", "2"]) as server:
+        c = server_clients.client(server.url)
         jobs = [
             c.submit(
-                *check.compare_args(
-                    check.LONG_PROMPT[:2000], ["plain", "eagle"], 2048, depth=4, top_k=4, tree_budget=16
+                *server_clients.compare_args(
+                    server_clients.LONG_PROMPT[:2000], ["plain", "eagle"], 2048, depth=4, top_k=4, tree_budget=16
                 ),
                 api_name="/compare",
             )
@@ -70,30 +77,30 @@ def test_one_client_gets_its_share_of_the_queue_and_no_more():
                 outcomes.append(str(err))
         refused = [o for o in outcomes if isinstance(o, str) and wording.says_share_used(o, 2)]
         assert len(refused) >= 3, outcomes
-        other = check.client(server.url)  # another client is let in meanwhile
-        assert other.predict(*check.compare_args("Hi", ["plain"], 1), api_name="/compare")["lanes"]
+        other = server_clients.client(server.url)  # another client is let in meanwhile
+        assert other.predict(*server_clients.compare_args("Hi", ["plain"], 1), api_name="/compare")["lanes"]
 
 
 def test_the_temp_folders_shrink_back_and_refusals_log_no_traceback(tmp_path):
-    files = [check._saved_run(tmp_path / f"run{i}.jsonl", i) for i in range(3)]
+    files = [server_clients.saved_run(tmp_path / f"run{i}.jsonl", i) for i in range(3)]
     # A tab's saved runs are kept while it lives and --saved-run-minutes after: both short here.
     short = ["--cache-minutes", "0.05", "--idle-minutes", "0.05", "--saved-run-minutes", "0.05"]
-    with check.Server(ROOT, "tiny-random", 20.0, short) as server:
+    with Server(ROOT, "tiny-random", 20.0, short) as server:
         from gradio_client import handle_file
 
-        c = check.client(server.url)
+        c = server_clients.client(server.url)
         view = ["draft position", False, "conditional (POSS pos-acc)", "this run"]
         for f in files:
             c.predict(handle_file(str(f)), *view, api_name="/load_run")
             c.predict(api_name="/save_run")
             c.predict(api_name="/save_run")  # the same run again: no second file
         assert len(list(server.dir.rglob("poss-run-*.jsonl"))) == 3
-        assert check.folder_mb(server.gradio_tmp) > 0.1
+        assert folder_mb(server.gradio_tmp) > 0.1
         with pytest.raises(Exception) as refused:
-            c.predict(*check.compare_args("Hi", ["plain", "eagle"], 4, depth=20), api_name="/compare")
+            c.predict(*server_clients.compare_args("Hi", ["plain", "eagle"], 4, depth=20), api_name="/compare")
         assert wording.says(str(refused.value), wording.out_of_range("depth", 20))
         time.sleep(12.0)
-        assert check.folder_mb(server.gradio_tmp) + check.folder_mb(server.tmp) < 0.05, "the temp folders grew"
+        assert folder_mb(server.gradio_tmp) + folder_mb(server.tmp) < 0.05, "the temp folders grew"
         assert "Traceback" not in server.log_text()
 
 
@@ -110,6 +117,6 @@ def test_the_temp_folders_shrink_back_and_refusals_log_no_traceback(tmp_path):
     ids=lambda case: case[0],
 )
 def test_the_memory_queue_and_prefill_cases_pass(case, capsys):
-    check.main(case)
+    server_check.main(case)
     said = capsys.readouterr().out
     assert "PASS" in said and "FAIL" not in said, said
