@@ -30,6 +30,7 @@ METHODS = {
 
 
 def method_names(text: str) -> list[str]:
+    """The comma-separated --methods, each one a key of METHODS."""
     names = [m.strip() for m in text.split(",") if m.strip()]
     unknown = [m for m in names if m not in METHODS]
     if unknown:

@@ -97,6 +97,7 @@ def plan_lines(config, methods: dict[str, RunShape], target: str) -> list[str]:
 
 def print_plan(args, names: list[str], target_name: str, autocast: str) -> None:
     """`--dry-run`: the run's plan from the target's configuration and the launch (nothing loads)."""
+    # Imported here: the arithmetic above needs none of them, and drafts.py brings in torch and the models.
     from .distributed import read_launch_config
     from .drafts import draft_layers
     from .targets import target_config
