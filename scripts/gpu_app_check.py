@@ -43,10 +43,11 @@ def compare_parameters(client) -> set[str]:
 
 def call_values(config: str, params: set[str]) -> dict | None:
     """/compare's settings for a configuration, or None when this server cannot be asked for it."""
+    fitted = {"auto_budget": True} if "auto_budget" in params else {}  # the tree fitted to the GPU, as the app's lanes
     if config in PRECISIONS:
-        return {"precision": config}
+        return {"precision": config, **fitted}
     if config in QUANTIZATIONS:
-        return {"quantization": config} if "quantization" in params else None
+        return {"quantization": config, **fitted} if "quantization" in params else None
     raise SystemExit(f"error: --configs {config!r} is unknown: use {', '.join(PRECISIONS + QUANTIZATIONS)}.")
 
 

@@ -55,8 +55,24 @@ def compare_args(
     tree_budget: int = 0,
     precision: str = "auto",
 ) -> list:
-    """/compare's inputs in order, the preset left empty (the server's own)."""
-    return [prompt, methods, "", max_new_tokens, temperature, 1.0, depth, top_k, tree_budget, 0, precision]
+    """/compare's inputs in order, the preset left empty (the server's own); without a tree budget the call asks
+    for one fitted to the machine (auto_budget), as a class's default lanes do."""
+    auto_budget = tree_budget == 0
+    return [
+        prompt,
+        methods,
+        "",
+        max_new_tokens,
+        temperature,
+        1.0,
+        depth,
+        top_k,
+        tree_budget,
+        0,
+        precision,
+        "auto",
+        auto_budget,
+    ]
 
 
 # A /compare call of the tiny model that decodes until the cap (a short prompt, so that its 512-token context holds

@@ -57,6 +57,8 @@ def test_a_quantization_is_sent_only_where_compare_takes_it(check):
     assert check.call_values("float16", {"prompt", "precision"}) == {"precision": "float16"}
     assert check.call_values("4bit", {"prompt", "precision"}) is None
     assert check.call_values("4bit", {"prompt", "quantization"}) == {"quantization": "4bit"}
+    fitted = {"prompt", "precision", "auto_budget"}  # a server whose /compare fits the tree when asked
+    assert check.call_values("float16", fitted) == {"precision": "float16", "auto_budget": True}
     with pytest.raises(SystemExit, match="--configs 'fp8' is unknown"):
         check.call_values("fp8", set())
     assert check.failed({"config": "x", "lanes": [{"error": "RuntimeError: boom"}]})
