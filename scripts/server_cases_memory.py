@@ -1,12 +1,13 @@
 """The public-server cases that attack the server's memory (scripts/server_check.py runs them): tabs that pause Steps
-or load runs and then only read (memory), page loads never read (tabs), and calls at every precision and
-quantization (models)."""
+or load runs and then only read (memory), page loads never read (tabs), pages held open whose page loads are never
+read (pages), and calls at every precision and quantization (models)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import math
+import os
 import tempfile
 import threading
 import time
@@ -131,6 +132,93 @@ def case_tabs(a) -> None:
         f"[tabs] {a.tabs} page loads from fresh session hashes, never read ({t.sent_s:.0f} s): answers {t.answers}; "
         f"RSS {t.peak_mb - t.start_mb:,.0f} MB above the start once sent, {t.held_mb:,.0f} MB {a.tabs_wait:g} s later "
         f"(start {t.start_mb:,.0f} MB). {verdict(t.ok)} (under {TABS_HELD_MB:g} MB)"
+    )
+
+
+class HeldPages(NamedTuple):
+    """What the pages case measured: heartbeats held open, the page loads' answers by status, and the server's RSS
+    at the start, once they were sent and a while after, the pages still open (MB)."""
+
+    opened: int
+    answers: dict[int, int]
+    start_mb: float
+    peak_mb: float
+    after_mb: float
+
+    @property
+    def held_mb(self) -> float:
+        return self.after_mb - self.start_mb
+
+    @property
+    def ok(self) -> bool:
+        """Less than TABS_HELD_MB held while the pages stay open."""
+        return self.held_mb < TABS_HELD_MB
+
+
+async def _hold_page(http, url: str, session: str, opened: list[str], stop: asyncio.Event) -> None:
+    """One page's heartbeat stream, held open (read, as a browser reads it) until `stop`."""
+    import httpx
+
+    try:
+        async with http.stream("GET", f"{url}gradio_api/heartbeat/{session}") as stream:
+            if stream.status_code == 200:
+                opened.append(session)
+            async for _ in stream.aiter_lines():
+                if stop.is_set():
+                    return
+    except (httpx.HTTPError, asyncio.CancelledError):
+        pass
+
+
+async def _pages_and_loads(server: Server, pages: int, wait_s: float) -> HeldPages:
+    """`pages` heartbeats from fresh session hashes held open, then each page's load event joined and never read;
+    the RSS `wait_s` s later, the pages still open."""
+    import httpx
+
+    view, start = endpoint_index(server.url, "/view"), rss_mb(server.proc.pid)
+    sessions, opened, stop = [os.urandom(6).hex() for _ in range(pages)], [], asyncio.Event()
+    limits = httpx.Limits(max_connections=pages + 64, max_keepalive_connections=64)
+    async with httpx.AsyncClient(timeout=httpx.Timeout(60.0, read=None), limits=limits) as http:
+        holders = [asyncio.create_task(_hold_page(http, server.url, s, opened, stop)) for s in sessions]
+        await asyncio.sleep(5.0)  # the heartbeats open before their pages' first events
+
+        async def join(session: str) -> int:
+            payload = {"data": VIEW, "fn_index": view, "session_hash": session}
+            try:
+                return (await http.post(server.url + "gradio_api/queue/join", json=payload)).status_code
+            except httpx.HTTPError:
+                return 0
+
+        statuses = await asyncio.gather(*(join(s) for s in sessions))
+        peak = rss_mb(server.proc.pid)
+        await asyncio.sleep(wait_s)
+        after = rss_mb(server.proc.pid)
+        stop.set()
+        for task in holders:
+            task.cancel()
+        await asyncio.gather(*holders, return_exceptions=True)
+    answers: dict[int, int] = {}
+    for status in statuses:
+        answers[status] = answers.get(status, 0) + 1
+    return HeldPages(len(opened), dict(sorted(answers.items())), start, peak, after)
+
+
+def held_pages(server: Server, pages: int, wait_s: float) -> HeldPages:
+    """The pages case against a running server (see `_pages_and_loads`)."""
+    time.sleep(3.0)
+    return asyncio.run(_pages_and_loads(server, pages, wait_s))
+
+
+def case_pages(a) -> None:
+    """Pages held open (their heartbeats) from fresh session hashes at one address, each page's load event joined
+    and never read: what the server holds while the pages stay open."""
+    with Server(a.root, a.preset, a.cap, a.extra) as server:
+        t = held_pages(server, a.pages, a.tabs_wait)
+    print(
+        f"[pages] {a.pages} heartbeats held open from one address ({t.opened} answered 200), each page's load joined "
+        f"and never read: answers {t.answers}; RSS {t.peak_mb - t.start_mb:,.0f} MB above the start once sent, "
+        f"{t.held_mb:,.0f} MB {a.tabs_wait:g} s later with the pages still open (start {t.start_mb:,.0f} MB). "
+        f"{verdict(t.ok)} (under {TABS_HELD_MB:g} MB)"
     )
 
 

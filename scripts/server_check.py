@@ -30,6 +30,8 @@
            load (page, heartbeat, load event read to its end) takes
   bodies   N JSON bodies of S MB to /queue/join at once: the answers and the server's RSS at the peak
   tabs     K page loads (the load event) from fresh session hashes, never read: the server's RSS a while after
+  pages    P pages held open (heartbeats) from fresh session hashes at one address, each page's load event joined and
+           never read: the answers and the server's RSS a while after, the pages still open
   malformed  wrongly typed /view calls from open pages for T s: log bytes per second
 
 Each case prints one or more "[case] ..." lines with its figures, and most end with PASS or FAIL and the criterion;
@@ -56,6 +58,7 @@ fits made here never touch ~/.cache/poss-demo), and stops it at the end. Only lo
     python scripts/server_check.py replays --replays 128
     python scripts/server_check.py bodies --bodies 3 --body-mb 200
     python scripts/server_check.py tabs --tabs 2000 --tabs-wait 35
+    python scripts/server_check.py pages --pages 2000 --tabs-wait 35
     python scripts/server_check.py malformed --malformed-s 20
 
 Flags an older checkout lacks (--proxy-hops, --saved-run-minutes, --disk-cap-mb, --session-memory-mb, ...) are
@@ -80,7 +83,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the harness and the 
 
 from server_cases_disk import case_disk, case_own  # noqa: E402
 from server_cases_logs import case_log, case_malformed, case_refuse  # noqa: E402
-from server_cases_memory import case_memory, case_models, case_tabs  # noqa: E402
+from server_cases_memory import case_memory, case_models, case_pages, case_tabs  # noqa: E402
 from server_cases_queue import (  # noqa: E402
     case_abandon,
     case_addr,
@@ -112,6 +115,7 @@ CASES = {
     "replays": case_replays,
     "bodies": case_bodies,
     "tabs": case_tabs,
+    "pages": case_pages,
     "malformed": case_malformed,
 }
 
@@ -177,7 +181,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bodies", type=int, default=3, help="bodies: large JSON bodies sent at once")
     p.add_argument("--body-mb", type=float, default=200.0, help="bodies: MB of each")
     p.add_argument("--tabs", type=int, default=2000, help="tabs: page loads from fresh session hashes")
-    p.add_argument("--tabs-wait", type=float, default=35.0, help="tabs: seconds before the RSS is read")
+    p.add_argument("--tabs-wait", type=float, default=35.0, help="tabs, pages: seconds before the RSS is read")
+    p.add_argument("--pages", type=int, default=2000, help="pages: heartbeats held open from fresh session hashes")
     p.add_argument("--malformed-s", type=float, default=20.0, help="malformed: seconds of wrongly typed /view calls")
     return p
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import wording
 
+from app.server import limits
 from poss_core.models.presets import DEFAULT_PRESET
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -155,6 +156,15 @@ def test_unread_page_loads_hold_little_memory(tiny_server):
     tabs = server_cases_memory.unread_tabs(tiny_server, 400, wait_s=35.0)
     assert sum(tabs.answers.values()) == 400, tabs
     assert tabs.held_mb < server_cases_memory.TABS_HELD_MB, tabs
+
+
+def test_pages_held_open_from_one_address_hold_little_memory(tiny_server):
+    # An attacker holding its pages' heartbeats open keeps their unread loads from being dropped: one address gets
+    # at most --max-pages-per-address open pages and --max-light-per-address such loads, whatever it opens.
+    pages = server_cases_memory.held_pages(tiny_server, 400, wait_s=10.0)
+    assert pages.opened == limits.DEFAULTS.pages_per_address and sum(pages.answers.values()) == 400, pages
+    assert pages.answers.get(200, 0) <= limits.DEFAULTS.light_per_address, pages
+    assert pages.held_mb < server_cases_memory.TABS_HELD_MB, pages
 
 
 def test_wrongly_typed_calls_barely_grow_the_log(tiny_server):
