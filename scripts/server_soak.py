@@ -45,7 +45,7 @@ from server_soak_visitor import METHODS, Tally, Visitor  # noqa: E402
 from poss_core.models.presets import DEFAULT_PRESET  # noqa: E402
 
 # A free Space's shape: the 20 s cap and no call fits of the public-server cases, the Space's token limit and tab
-# memory budget, a short idle time so the reaper acts within the soak, and a disk cap nearer what the mix writes in
+# memory total, a short idle time so the reaper acts within the soak, and a disk cap nearer what the mix writes in
 # 30 minutes (with the 10-minute age sweep) than the Space's 2048 MB, and one trusted proxy hop as behind the Space's
 # router (each visitor's X-Forwarded-For is then its address). The size sweep under a flood is server_check's disk case.
 DEFAULT_SERVER_ARGS = (

@@ -281,23 +281,23 @@ def test_launch_defaults_for_a_two_vcpu_space():
 
 
 def test_installed_limits_reach_what_holds_them(monkeypatch):
-    from app.server import client_share, disk_budget, file_owners
+    from app.server import client_share, disk_cap, file_owners
     from poss_core.runtime.model_cache import MODELS
 
     for name, obj in (("LIVE", live_queue), ("SHARE", client_share), ("SESSIONS", state)):
         monkeypatch.setattr(obj, name, type(getattr(obj, name))())
-    before = (limits.LIMITS, MODELS.budget_bytes, client_share.PROXY_HOPS, CLASS.reset_key)
-    before_disk = (disk_budget.BUDGET.cap_bytes, disk_budget.BUDGET.age_s, disk_budget.RATE.bytes_per_s)
+    before = (limits.LIMITS, MODELS.memory_bytes, client_share.PROXY_HOPS, CLASS.reset_key)
+    before_disk = (disk_cap.DISK.cap_bytes, disk_cap.DISK.age_s, disk_cap.RATE.bytes_per_s)
     try:
         server = limits.ServerLimits(call_s=9.0, slots=3, per_address=7, proxy_hops=1, memory_mb=100.0, idle_s=30.0)
         server_state.install(server)
         assert limits.LIMITS is server and live_queue.LIVE.cap_s == 9.0 and live_queue.LIVE.slots == 3
         assert client_share.SHARE.per_address == 7 and client_share.PROXY_HOPS == 1
-        assert state.SESSIONS.idle_s == 30.0 and MODELS.budget_bytes == 100 * 2**20
+        assert state.SESSIONS.idle_s == 30.0 and MODELS.memory_bytes == 100 * 2**20
         assert file_owners.OWNERS.keep_s == server.saved_run_s
     finally:
-        limits.LIMITS, MODELS.budget_bytes, client_share.PROXY_HOPS, CLASS.reset_key = before
-        disk_budget.BUDGET.cap_bytes, disk_budget.BUDGET.age_s, disk_budget.RATE.bytes_per_s = before_disk
+        limits.LIMITS, MODELS.memory_bytes, client_share.PROXY_HOPS, CLASS.reset_key = before
+        disk_cap.DISK.cap_bytes, disk_cap.DISK.age_s, disk_cap.RATE.bytes_per_s = before_disk
 
 
 # ---------------------------------------------------------------- the bundled recordings

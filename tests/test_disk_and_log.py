@@ -17,8 +17,8 @@ import pytest
 from asgi_request import asgi_request
 
 from app.actions import saved_files
-from app.server import disk_budget, server_text
-from app.server.disk_budget import MB, DiskBudget, UploadRate, sweep
+from app.server import disk_cap, server_text
+from app.server.disk_cap import MB, DiskCap, UploadRate, sweep
 from app.server.upload_limits import UploadLimitMiddleware
 
 
@@ -66,7 +66,7 @@ def test_the_sweep_keeps_new_files_under_the_cap_and_the_kept_ones_and_removes_e
 def test_the_budget_admits_uploads_while_they_fit_and_sweeps_the_oldest_to_make_room(tmp_path):
     now = time.time()
     _file(tmp_path / "old", 600, 100, now)
-    budget = DiskBudget(tmp_path, cap_bytes=1000, age_s=3600)
+    budget = DiskCap(tmp_path, cap_bytes=1000, age_s=3600)
     assert budget.sweep().left == 600
     assert budget.admit(300) and budget.used == 900
     assert budget.admit(500)  # does not fit: the oldest file goes to make room
@@ -77,7 +77,7 @@ def test_the_budget_admits_uploads_while_they_fit_and_sweeps_the_oldest_to_make_
     assert budget.sweep().left == 900  # the periodic sweep measures the folder again
     assert not budget.admit(200)  # the rest (a file it may not delete and the newest) leaves no room: refused
     assert (tmp_path / "pinned").exists()
-    assert DiskBudget(None).admit(10**12)  # no folder configured (tests, a direct call): nothing to bound
+    assert DiskCap(None).admit(10**12)  # no folder configured (tests, a direct call): nothing to bound
 
 
 def test_the_upload_rate_gives_a_burst_then_bytes_per_second_per_address():
@@ -88,7 +88,7 @@ def test_the_upload_rate_gives_a_burst_then_bytes_per_second_per_address():
     assert rate.take("a", 2 * MB, now=1.0) == 0.0  # refilled at 1 MB/s
     assert rate.take("a", 5 * MB, now=100.0) == math.inf  # more than the burst never fits
     # A tiny upload still costs a file and a folder: it is counted as UPLOAD_MIN_CHARGE bytes.
-    small = UploadRate(bytes_per_s=1.0, burst_bytes=disk_budget.UPLOAD_MIN_CHARGE)
+    small = UploadRate(bytes_per_s=1.0, burst_bytes=disk_cap.UPLOAD_MIN_CHARGE)
     assert small.take("c", 1, now=0.0) == 0.0 and small.take("c", 1, now=0.0) > 0
 
 
@@ -117,11 +117,11 @@ def _post(make, size: int | None, path: str = "/gradio_api/upload", forwarded: s
 
 
 def test_the_upload_middleware_refuses_before_gradio_reads_a_byte(tmp_path):
-    budget = DiskBudget(tmp_path, cap_bytes=100 * MB, age_s=600)
+    budget = DiskCap(tmp_path, cap_bytes=100 * MB, age_s=600)
     rate = UploadRate(bytes_per_s=1 * MB, burst_bytes=8 * MB)
 
     def make(app):
-        return UploadLimitMiddleware(app, budget=budget, rate=rate, max_bytes=5 * MB)
+        return UploadLimitMiddleware(app, disk=budget, rate=rate, max_bytes=5 * MB)
 
     assert _post(make, 4 * MB)[::2] == (200, True)
     status, body, reached = _post(make, None)
@@ -139,11 +139,11 @@ def test_the_upload_middleware_refuses_before_gradio_reads_a_byte(tmp_path):
 def test_the_upload_middleware_refuses_when_the_cap_cannot_make_room(tmp_path):
     now = time.time()
     pinned = _file(tmp_path / "pinned", 3 * MB, 10, now)
-    budget = DiskBudget(tmp_path, cap_bytes=4 * MB, age_s=600, keep=lambda: {pinned})
+    budget = DiskCap(tmp_path, cap_bytes=4 * MB, age_s=600, keep=lambda: {pinned})
     budget.sweep()  # what the periodic sweep does first
 
     def make(app):
-        return UploadLimitMiddleware(app, budget=budget, rate=UploadRate(), max_bytes=5 * MB)
+        return UploadLimitMiddleware(app, disk=budget, rate=UploadRate(), max_bytes=5 * MB)
 
     assert _post(make, MB // 2)[::2] == (200, True)
     status, body, reached = _post(make, 2 * MB)  # 3 MB that may not be deleted + 2 MB > 4 MB

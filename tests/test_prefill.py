@@ -1,4 +1,4 @@
-"""The prompt is read in chunks with the call's budget checked between them: the same logits, features and cache as
+"""The prompt is read in chunks with the call's cap checked between them: the same logits, features and cache as
 one forward over the prompt, and a stop (or the cap) lands within one chunk."""
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def test_a_chunked_prefill_gives_the_one_shot_logits_features_and_cache(tiny_tar
 
 
 class StopAfter(threading.Event):
-    """An Event that sets itself at its `n`-th check: a call's budget running out mid-prefill."""
+    """An Event that sets itself at its `n`-th check: a call's cap running out mid-prefill."""
 
     def __init__(self, n: int) -> None:
         super().__init__()
@@ -109,7 +109,7 @@ def test_the_cap_holds_inside_the_prefill_of_a_run_and_a_step(slow_per_token, mo
     from app.sessions import state
 
     monkeypatch.setattr(limits, "LIMITS", replace(limits.LIMITS, call_s=0.5))
-    monkeypatch.setattr(state, "SESSIONS", state.SessionStore(budget_mb=None))
+    monkeypatch.setattr(state, "SESSIONS", state.SessionStore(memory_mb=None))
     # About 450 tokens: read in one forward, each of the three lanes would take 3.6 s, 10.8 s in all.
     settings = run_settings(prompt="word " * 88, methods=["plain", "eagle", "poss2"], max_new_tokens=8)
     t0 = time.monotonic()

@@ -13,7 +13,7 @@ import pytest
 from asgi_request import asgi_request, body_of
 
 from app.server import client_share, file_owners, server_text
-from app.server.disk_budget import MB, DiskBudget, UploadRate, sweep
+from app.server.disk_cap import MB, DiskCap, UploadRate, sweep
 from app.server.upload_limits import BodyMeter, UploadLimitMiddleware, boundary_of
 
 
@@ -124,12 +124,12 @@ def log():
 
 
 def _limits(tmp_path, log, **kw):
-    budget = DiskBudget(tmp_path, cap_bytes=100 * MB, age_s=600)
+    budget = DiskCap(tmp_path, cap_bytes=100 * MB, age_s=600)
     owners = file_owners.FileOwners()
     rate = kw.pop("rate", UploadRate(bytes_per_s=1 * MB, burst_bytes=8 * MB))
 
     def make(app):
-        return UploadLimitMiddleware(app, budget=budget, rate=rate, max_bytes=5 * MB, owners=owners, log=log, **kw)
+        return UploadLimitMiddleware(app, disk=budget, rate=rate, max_bytes=5 * MB, owners=owners, log=log, **kw)
 
     return make, budget, owners
 
@@ -235,13 +235,13 @@ def test_the_models_kept_loaded_stay_within_the_memory_total_but_the_one_in_use(
     preset = get_preset("tiny-random")
     cache = ModelCache(max_targets=4)
     first = cache.target(preset, precision="float32")
-    cache.budget_bytes = model_bytes(first) + 1  # room for the float32 target alone
+    cache.memory_bytes = model_bytes(first) + 1  # room for the float32 target alone
     second = cache.target(preset, precision="bfloat16")
     assert list(cache._targets.values()) == [second]  # the older one went; the one in use stays
-    assert cache.resident_bytes() <= cache.budget_bytes
+    assert cache.resident_bytes() <= cache.memory_bytes
     again = cache.target(preset, quantization="none", precision="bfloat16")
     assert again is second  # quantization auto and none are one target without a GPU
-    cache.budget_bytes = model_bytes(second) // 2
+    cache.memory_bytes = model_bytes(second) // 2
     with pytest.raises(ModelLoadError, match="more than this server's memory total"):
         cache.target(preset, precision="float32")
 

@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 
 from app.page import launch, server_state
-from app.server import body_cap, class_pool, client_share, disk_budget, file_owners, limits, live_queue, tabs
+from app.server import body_cap, class_pool, client_share, disk_cap, file_owners, limits, live_queue, tabs
 from app.sessions import state
 
 
@@ -76,7 +76,7 @@ def test_the_holders_start_from_the_declared_defaults():
     share = client_share.ClientShare()
     assert (share.per_client, share.per_address, share.light_per_client) == (d.per_client, d.per_address, 8)
     assert live_queue.LiveQueue().max_waiting == d.queue_size and class_pool.ClassPool().per_address == 200
-    assert disk_budget.DiskBudget().cap_bytes == d.disk_cap_bytes and disk_budget.UploadRate().bytes_per_s == 2 * 2**20
+    assert disk_cap.DiskCap().cap_bytes == d.disk_cap_bytes and disk_cap.UploadRate().bytes_per_s == 2 * 2**20
     assert file_owners.FileOwners().keep_s == d.saved_run_s and state.SessionStore().idle_s == d.idle_s
     assert tabs.TabWatch(lambda ticket: None).pages_per_address == d.pages_per_address
 

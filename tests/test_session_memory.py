@@ -20,7 +20,7 @@ VIEW = user_settings.View()
 
 @pytest.fixture
 def store(monkeypatch):
-    s = state.SessionStore(capacity=16, idle_s=60.0, budget_mb=None)
+    s = state.SessionStore(capacity=16, idle_s=60.0, memory_mb=None)
     monkeypatch.setattr(state, "SESSIONS", s)
     return s
 
@@ -90,20 +90,20 @@ def test_past_the_budget_the_least_recently_used_tabs_are_freed_first_and_told_w
     # Reading does not make a tab recent: "old" redraws its view, and is still the least recently used.
     view_handlers.view_handler(VIEW, request=req("old"))
     assert old.last_seen < middle.last_seen < new.last_seen
-    store.budget_mb = 2.5 * each / 2**20  # room for two of the three runs
-    assert store.enforce_budget(keep=new) == 1
+    store.memory_mb = 2.5 * each / 2**20  # room for two of the three runs
+    assert store.enforce_total(keep=new) == 1
     assert old.comparison is None and middle.comparison is not None and new.comparison is not None
     gc.collect()
     assert kept[0]() is None, "the freed run is still held somewhere"
-    assert sum(held for _, held in store.holdings()) <= store.budget_mb * 2**20
+    assert sum(held for _, held in store.holdings()) <= store.memory_mb * 2**20
     # The freed tab is told why the next time it acts, and the message says what the budget is.
     status = page.status(view_handlers.view_handler(VIEW, request=req("old")))
-    assert "to free memory" in status.text and f"{store.budget_mb:g} MB" in status.text
+    assert "to free memory" in status.text and f"{store.memory_mb:g} MB" in status.text
     out = list(handlers.replay_handler(VIEW, request=req("old")))[-1]
     assert "to free memory" in page.status(out).text
     # A budget smaller than one tab's run keeps the tab that just acted.
-    store.budget_mb = 0.1 * each / 2**20
-    store.enforce_budget(keep=new)
+    store.memory_mb = 0.1 * each / 2**20
+    store.enforce_total(keep=new)
     assert middle.comparison is None and new.comparison is not None
 
 

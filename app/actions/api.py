@@ -24,7 +24,7 @@ from poss_core.base.json_safe import clean_json
 from poss_core.models.presets import DEFAULT_PRESET, get_preset
 from poss_core.rounds import metrics
 from poss_core.runtime import compare
-from poss_core.runtime.call_budget import CallBudget
+from poss_core.runtime.call_cap import CallCap
 from poss_core.runtime.methods import PLAIN
 
 PROGRESS_EVERY_S = 1.0  # how often /compare yields while it works: the points where a gone client is noticed
@@ -88,14 +88,14 @@ def compare_api(
     cancelled API call, or a client gone away). A refused input raises gr.Error (with `quiet_refusals`, without a
     traceback in the server's log)."""
     name = preset or DEFAULT_PRESET
-    budget = CallBudget(limits.LIMITS.call_s, parent=cancel)
+    call = CallCap(limits.LIMITS.call_s, parent=cancel)
     # The endpoint checks its input where it arrives and passes the run on; a direct call is checked here.
     run = run or api_run(prompt, methods, name, quiet_refusals, **values)
     try:
-        if budget.is_set() and not budget.timed_out:
+        if call.is_set() and not call.timed_out:
             raise gr.Error("cancelled before the comparison started.", print_exception=not quiet_refusals)
         comp = compare.run_to_end(
-            compare.start(run, cancel=budget, wait_for_fits=False, new_fits=limits.LIMITS.call_fits)
+            compare.start(run, cancel=call, wait_for_fits=False, new_fits=limits.LIMITS.call_fits)
         )
     except PossError as err:
         raise gr.Error(neutral_paths(str(err)), print_exception=not quiet_refusals) from err
@@ -118,7 +118,7 @@ def compare_api(
 
 
 def _lane_answer(comp: compare.Comparison, lane) -> dict:
-    """One lane of /compare's answer: its text, how it stopped, its tree budget, whether it matched plain decoding
+    """One lane of /compare's answer: its text, how it stopped, its tree call, whether it matched plain decoding
     token for token and its speed-up over it, and its summary."""
     plain = comp.lane(PLAIN)
     summary = lane.summary or {}

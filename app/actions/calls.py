@@ -20,41 +20,41 @@ from app.sessions.state import Session
 from app.sessions.user_settings import View
 from app.views.render import Frame, render, status_only
 from poss_core.base.errors import CallStopped, PossError
-from poss_core.runtime.compare import CallBudget
+from poss_core.runtime.compare import CallCap
 
 WAIT_FRAME_S = 0.5  # while a call loads or fits in a worker thread, its handler yields this often (see waiting)
 QUEUE_FRAME_S = 1.0  # while a live run waits for its slot, its status (place, estimate) is redrawn this often
 QUEUE_POLL_S = 0.25  # how often a waiting run checks Stop (its slot wakes it at once)
 
 
-def queue_wait(session: Session, budget: CallBudget, ticket: int) -> Iterator[Frame]:
+def queue_wait(session: Session, call: CallCap, ticket: int) -> Iterator[Frame]:
     """Wait for this live run's slot (live_queue.LIVE), showing its place in line and the estimated wait every
-    QUEUE_FRAME_S; Stop (the budget) or a gone client leaves the line. The call's time cap starts with its slot."""
+    QUEUE_FRAME_S; Stop (the call's cap) or a gone client leaves the line. The call's time cap starts with its slot."""
     shown = 0.0
     while not live_queue.LIVE.wait(ticket, QUEUE_POLL_S):
-        if budget.is_set():
+        if call.is_set():
             raise CallStopped("Stopped while waiting in the queue: nothing ran. Run again whenever you like.")
         if time.monotonic() - shown >= QUEUE_FRAME_S:
             shown = time.monotonic()
             yield status_only(session, (live_queue.LIVE.status(ticket), "busy"))
-    budget.restart(limits.LIMITS.call_s)
+    call.restart(limits.LIMITS.call_s)
 
 
-def slot_blocking(budget: CallBudget, work: float, request: Any = None) -> int:
+def slot_blocking(call: CallCap, work: float, request: Any = None) -> int:
     """A live slot for a call that cannot stream its wait (a Step): blocks until it is this call's turn (Stop leaves
     the line); returns the ticket to leave with."""
     ticket = live_queue.LIVE.join(work, *client_share.request_client(request))
     while not live_queue.LIVE.wait(ticket, QUEUE_POLL_S):
-        if budget.is_set():
+        if call.is_set():
             live_queue.LIVE.leave(ticket)
             raise CallStopped("Stopped while waiting in the queue: nothing ran. Step again whenever you like.")
     return ticket
 
 
-def waiting(budget: CallBudget, work, frame: Frame, discard=None) -> Iterator[Frame]:
+def waiting(call: CallCap, work, frame: Frame, discard=None) -> Iterator[Frame]:
     """Run `work()` (a load, a fit, a comparison's start) in a worker thread, yielding `frame` every WAIT_FRAME_S
     until it returns; its value is this generator's return value and its error is raised here. Gradio closes a
-    handler's generator at a yield once its client has gone: the budget is then set, so the work stops within one
+    handler's generator at a yield once its client has gone: the call's cap is then set, so the work stops within one
     round instead of running on to the cap with nobody watching; `discard` then receives what the work still
     returned (a started comparison is closed, not left holding its caches)."""
     box: dict[str, Any] = {}
@@ -73,7 +73,7 @@ def waiting(budget: CallBudget, work, frame: Frame, discard=None) -> Iterator[Fr
             if worker.is_alive():
                 yield frame
     except GeneratorExit:  # the client went away (or the tab closed) while the work was still going
-        budget.set()
+        call.set()
         if discard is not None:
             threading.Thread(target=_discard_when_done, args=(worker, box, discard), daemon=True).start()
         raise

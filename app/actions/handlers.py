@@ -20,7 +20,7 @@ from app.views.render import Frame, render, status_only
 from poss_core.base.errors import PossError
 from poss_core.rounds import metrics
 from poss_core.runtime import compare, methods, saved_runs
-from poss_core.runtime.compare import CallBudget, Comparison
+from poss_core.runtime.compare import CallCap, Comparison
 from poss_core.runtime.run_spec import MAX_LANES
 
 UPDATE_EVERY_S = 0.35  # the most often a running comparison repaints (lanes run flat out in between)
@@ -91,7 +91,7 @@ def _stream(
     most MAX_RENDER_SHARE of the time, and a large frame (a long answer) comes at most FRAME_BYTES_PER_S."""
     last, last_charts, gap = 0.0, time.monotonic() if light else 0.0, UPDATE_EVERY_S
     began = time.monotonic()
-    if isinstance(comp.cancel, CallBudget):
+    if isinstance(comp.cancel, CallCap):
         comp.cancel.limit(limits.LIMITS.call_s)  # the per-call cap (a live run's clock began with its call)
     try:
         while True:
@@ -152,7 +152,7 @@ def run_handler(settings: RunSettings, view: View, request: gr.Request | None = 
         return
     # Stop reaches the call from now on; the cap's clock starts with its live slot (calls.queue_wait): waiting in
     # line is not decoding, and loads and fits count.
-    budget = session.call = CallBudget()
+    call = session.call = CallCap()
     try:
 
         def body():
@@ -168,18 +168,18 @@ def run_handler(settings: RunSettings, view: View, request: gr.Request | None = 
             work = len(spec.methods) * int(spec.max_new_tokens)
             ticket = live_queue.LIVE.join(work, *client_share.request_client(request))
             try:
-                yield from calls.queue_wait(session, budget, ticket)
+                yield from calls.queue_wait(session, call, ticket)
                 loading = status_only(session, (f"Loading {spec.preset} and {len(spec.methods)} lane(s)…", "busy"))
                 yield loading
                 # A fit the app started at start-up is not waited for: the lane starts on the default budget.
-                lines = compare.fit_budgets(run, wait_for_fits=False, new_fits=limits.LIMITS.call_fits, cancel=budget)
-                while (line := (yield from calls.waiting(budget, lambda: next(lines, None), loading))) is not None:
+                lines = compare.fit_budgets(run, wait_for_fits=False, new_fits=limits.LIMITS.call_fits, cancel=call)
+                while (line := (yield from calls.waiting(call, lambda: next(lines, None), loading))) is not None:
                     loading = status_only(session, (line, "busy"))
                     yield loading
                 comp = yield from calls.waiting(
-                    budget,
+                    call,
                     lambda: machine.mark_live(
-                        compare.start(run, cancel=budget, wait_for_fits=False, new_fits=limits.LIMITS.call_fits)
+                        compare.start(run, cancel=call, wait_for_fits=False, new_fits=limits.LIMITS.call_fits)
                     ),
                     loading,
                     discard=Comparison.close,
@@ -193,7 +193,7 @@ def run_handler(settings: RunSettings, view: View, request: gr.Request | None = 
     finally:
         session.call = None
         session.lock.release()
-    state.SESSIONS.enforce_budget(keep=session)  # the finished run now counts in what every tab holds
+    state.SESSIONS.enforce_total(keep=session)  # the finished run now counts in what every tab holds
 
 
 @calls.counted
@@ -210,7 +210,7 @@ def step_handler(settings: RunSettings, view: View, request: gr.Request | None =
             comp = session.comparison
             paused = session.stepping and comp is not None and not comp.finished
             if not (comp.replay if paused else session.loaded is not None):  # a live round: it takes a live slot
-                session.call = session.call or CallBudget()  # Stop reaches the wait, which has no clock
+                session.call = session.call or CallCap()  # Stop reaches the wait, which has no clock
                 ticket = calls.slot_blocking(session.call, MAX_LANES, request)  # one round of each lane
             released, session.released = session.released, None
             if not (session.stepping and comp is not None and not comp.finished):
@@ -219,19 +219,19 @@ def step_handler(settings: RunSettings, view: View, request: gr.Request | None =
                     comp = saved_runs.replay(session.loaded)
                     session.loaded = None
                 else:
-                    budget = session.call = CallBudget(limits.LIMITS.call_s)  # Stop and the cap cover the start
+                    call = session.call = CallCap(limits.LIMITS.call_s)  # Stop and the cap cover the start
                     comp = machine.mark_live(
                         compare.start(
                             settings.resolved(session.history),
-                            cancel=budget,
+                            cancel=call,
                             wait_for_fits=False,
                             new_fits=limits.LIMITS.call_fits,
                         )
                     )
-                    budget.seconds = None  # started: a paused Step's lanes wait for the next Step without a clock
+                    call.seconds = None  # started: a paused Step's lanes wait for the next Step without a clock
                 session.comparison, session.stepping = comp, True
                 session.pins.clear()
-            clock = isinstance(comp.cancel, CallBudget) and not comp.replay
+            clock = isinstance(comp.cancel, CallCap) and not comp.replay
             if clock:  # each Step's round (the first reads the prompt) is capped like a call; the pause is not
                 comp.cancel.restart(limits.LIMITS.call_s)
             try:
@@ -270,7 +270,7 @@ def step_handler(settings: RunSettings, view: View, request: gr.Request | None =
             live_queue.LIVE.leave(ticket)
         session.call = None
         session.lock.release()
-        state.SESSIONS.enforce_budget(keep=session)  # a paused Step holds its lanes' caches
+        state.SESSIONS.enforce_total(keep=session)  # a paused Step holds its lanes' caches
 
 
 def stop_handler(view: View, request: gr.Request | None = None) -> Frame:
@@ -329,7 +329,7 @@ def replay_handler(view: View, request: gr.Request | None = None) -> Iterator[Fr
         yield from calls.guard(session, view, lambda: _stream(session, view, comp, "Replaying"))
     finally:
         session.lock.release()
-    state.SESSIONS.enforce_budget(keep=session)
+    state.SESSIONS.enforce_total(keep=session)
 
 
 def example_handler(prompt: str, preset: str, view: View, request: gr.Request | None = None) -> Iterator[Frame]:

@@ -16,7 +16,7 @@ from typing import Any
 
 import gradio as gr
 
-from app.server import client_share, disk_budget, file_owners, server_text
+from app.server import client_share, disk_cap, file_owners, server_text
 from app.sessions import state
 from app.sessions.user_settings import View
 from app.views.render import Frame, render, status_only
@@ -64,10 +64,10 @@ def save_handler(request: gr.Request | None = None) -> Any:
 def _room_for(address: str, size: int) -> tuple[str, str] | None:
     """Whether a saved run of `size` bytes may be written: its bytes count against its address's upload rate and
     must fit under the disk cap; if not, (the limit, what the user is told)."""
-    wait = disk_budget.RATE.take(address, size)
+    wait = disk_cap.RATE.take(address, size)
     if wait > 0:
         return "save rate", f"Too many saves and uploads from your address: try again in {math.ceil(wait)} s."
-    if not disk_budget.BUDGET.admit(size):
+    if not disk_cap.DISK.admit(size):
         return "disk cap", "The server's space for saved runs is full: try again in a few minutes."
     return None
 
@@ -139,4 +139,4 @@ def load_handler(file: Any, view: View, request: gr.Request | None = None) -> Fr
         return render(session, view, (str(err), "error"))
     finally:
         session.lock.release()
-        state.SESSIONS.enforce_budget(keep=session)  # a loaded run counts in what every tab holds
+        state.SESSIONS.enforce_total(keep=session)  # a loaded run counts in what every tab holds

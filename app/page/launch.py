@@ -151,26 +151,26 @@ def max_new_tokens(gpu: bool) -> int:
     return MOST_NEW_TOKENS if gpu else min(MOST_NEW_TOKENS, CPU_MAX_NEW_TOKENS)
 
 
-def start_disk_budget(demo) -> None:
-    """Sweep Gradio's cache folder under the installed limits' cap (`disk_budget.BUDGET`, by age and size in a daemon
+def start_disk_cap(demo) -> None:
+    """Sweep Gradio's cache folder under the installed limits' cap (`disk_cap.DISK`, by age and size in a daemon
     thread, a flood's own files first) and keep each tab's saved runs for it (`file_owners.OWNERS`: while the tab
     lives and --saved-run-minutes after, by this sweep and Gradio's own)."""
     from gradio.utils import get_upload_folder
 
     from app.actions import saved_files
-    from app.server import disk_budget, file_owners, limits
+    from app.server import disk_cap, file_owners, limits
     from app.sessions import state
 
     owners = file_owners.OWNERS
     owners.tab_seen, owners.idle_s = state.SESSIONS.last_seen, lambda: state.SESSIONS.idle_s
     saved_files.protect_saved_runs(demo)
-    budget = disk_budget.BUDGET
-    budget.folder = Path(get_upload_folder()).resolve()
+    disk = disk_cap.DISK
+    disk.folder = Path(get_upload_folder()).resolve()
     # Files a component keeps for good (Gradio's keep_in_cache, with the protected saved runs) count against the cap
     # but are never deleted.
-    budget.keep = lambda: {p for block in demo.blocks.values() for p in getattr(block, "keep_in_cache", ())}
-    budget.address_of = owners.address_of
-    budget.start()
+    disk.keep = lambda: {p for block in demo.blocks.values() for p in getattr(block, "keep_in_cache", ())}
+    disk.address_of = owners.address_of
+    disk.start()
     server = limits.LIMITS
     print(
         f"[poss] disk: Gradio's cache capped at {server.disk_cap_bytes / 2**20:.0f} MB, uploads "
@@ -221,7 +221,7 @@ def main(argv: list[str] | None = None) -> None:
     print(limits.summary(server), file=sys.stderr, flush=True)
     demo = build_demo(args.preset, precision, server)  # installs the limits
     demo.queue(max_size=server.queue_size, default_concurrency_limit=server.slots)
-    start_disk_budget(demo)
+    start_disk_cap(demo)
     server_text.install()  # a call Gradio refuses on its inputs: one log line, not a trace echoing its values
     if not args.no_preload:
         prepare_target(args.preset)  # before the page is up: its first Run then only loads a prepared checkpoint

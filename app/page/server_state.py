@@ -3,7 +3,7 @@ runs, the shares, the sessions, the disk, the saved runs' owners, the class pool
 
 from __future__ import annotations
 
-from app.server import body_cap, client_share, disk_budget, file_owners, live_queue
+from app.server import body_cap, client_share, disk_cap, file_owners, live_queue
 from app.server import limits as limits_module
 from app.server.class_pool import CLASS
 from app.server.limits import MB, ServerLimits
@@ -21,9 +21,9 @@ def install(limits: ServerLimits) -> None:
     client_share.SHARE.light_per_address = limits.light_per_address
     body_cap.BODY_CAP_BYTES = limits.body_bytes
     client_share.PROXY_HOPS = limits.proxy_hops
-    state.SESSIONS.idle_s, state.SESSIONS.budget_mb = limits.idle_s, limits.memory_mb
-    MODELS.budget_bytes = int(limits.memory_mb * MB)
-    disk_budget.BUDGET.cap_bytes, disk_budget.BUDGET.age_s = limits.disk_cap_bytes, limits.cache_age_s
-    disk_budget.RATE.bytes_per_s = limits.upload_bytes_per_s
+    state.SESSIONS.idle_s, state.SESSIONS.memory_mb = limits.idle_s, limits.memory_mb
+    MODELS.memory_bytes = int(limits.memory_mb * MB)
+    disk_cap.DISK.cap_bytes, disk_cap.DISK.age_s = limits.disk_cap_bytes, limits.cache_age_s
+    disk_cap.RATE.bytes_per_s = limits.upload_bytes_per_s
     file_owners.OWNERS.keep_s = limits.saved_run_s
     CLASS.reset_key, CLASS.per_address = limits.class_reset_key, limits.class_runs_per_address

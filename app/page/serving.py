@@ -130,7 +130,7 @@ def _upload_folder() -> str:
 def launch_kwargs(demo: gr.Blocks | None = None) -> dict[str, Any]:
     """What `launch()` needs besides host and port: CSS and theme (Gradio 6 takes them at launch), the largest
     upload (a saved run; Gradio refuses bigger files before they reach a handler) and, given the demo, the middleware
-    that gives each client its share of the queue and the one that limits uploads (`disk_budget`)."""
+    that gives each client its share of the queue and the one that limits uploads (`disk_cap`)."""
     kwargs: dict[str, Any] = {
         "css": CSS,
         "js": LANES_INTO_VIEW_JS,

@@ -7,7 +7,7 @@
   loads and uploads cannot delete it. A tab keeps its newest `per_tab` saved runs, and an address at most
   `per_address_bytes` of protected saves (past that its oldest saves are owned files like any other), so protection
   cannot fill the disk.
-- When the disk is short, `disk_budget.sweep` deletes by owner: the owner past its share first, then unowned files,
+- When the disk is short, `disk_cap.sweep` deletes by owner: the owner past its share first, then unowned files,
   then the oldest owned ones; protected files never.
 """
 

@@ -1,6 +1,6 @@
 """Uploads checked by what they send, not only by what they say: every `POST .../gradio_api/upload` must give its
 size (Content-Length, and not Transfer-Encoding as well: RFC 9112 makes that a request to refuse), be at most
-`max_bytes`, fit its address's rate (`disk_budget.UploadRate`) and the disk cap (`disk_budget.DiskBudget`) before
+`max_bytes`, fit its address's rate (`disk_cap.UploadRate`) and the disk cap (`disk_cap.DiskCap`) before
 Gradio reads a byte; then its body is metered as it arrives: more bytes than it said, or more than `max_parts` files,
 cut it off, and every file past the first is billed against the rate. A refusal is one plain-text line to the
 client and one line in the log (`server_text.REFUSED`). An accepted upload's files belong to its address
@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import anyio
 
-from app.server import client_share, disk_budget, file_owners, server_text
-from app.server.disk_budget import MB, DiskBudget, UploadRate
+from app.server import client_share, disk_cap, file_owners, server_text
+from app.server.disk_cap import MB, DiskCap, UploadRate
 
 MAX_PARTS = 8  # files in one upload request: Load sends one
 
@@ -79,16 +79,16 @@ class UploadLimitMiddleware:
     def __init__(
         self,
         app,
-        budget: DiskBudget | None = None,
+        disk: DiskCap | None = None,
         rate: UploadRate | None = None,
-        max_bytes: int = disk_budget.MAX_UPLOAD_BYTES,
+        max_bytes: int = disk_cap.MAX_UPLOAD_BYTES,
         max_parts: int = MAX_PARTS,
         owners: file_owners.FileOwners | None = None,
         log: server_text.RefusalLog | None = None,
     ) -> None:
         self.app = app
-        self.budget = budget or disk_budget.BUDGET
-        self.rate = rate or disk_budget.RATE
+        self.disk = disk or disk_cap.DISK
+        self.rate = rate or disk_cap.RATE
         self.max_bytes = max_bytes
         self.max_parts = max_parts
         self.owners = file_owners.OWNERS if owners is None else owners
@@ -127,7 +127,7 @@ class UploadLimitMiddleware:
         refused = self._rate(address, size)
         if refused is not None:
             return refused
-        if not await anyio.to_thread.run_sync(self.budget.admit, size):
+        if not await anyio.to_thread.run_sync(self.disk.admit, size):
             return Refusal(
                 507,
                 "The server's upload space is full: try again in a few minutes.",
@@ -193,7 +193,7 @@ class UploadLimitMiddleware:
         if meter.parts > self.max_parts + 1:  # the closing delimiter counts as one
             return Refusal(413, f"An upload may hold at most {self.max_parts} files.", "upload parts")
         for _ in range(max(billed, 2), meter.parts):  # the first file was billed by the size it said
-            refused = self._rate(address, disk_budget.UPLOAD_MIN_CHARGE)
+            refused = self._rate(address, disk_cap.UPLOAD_MIN_CHARGE)
             if refused is not None:
                 return refused
         return None

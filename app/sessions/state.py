@@ -17,7 +17,7 @@ from app.sessions import machine, recordings
 from app.sessions.tab_pools import POOLED_ROUND_BYTES, MethodPool, Pools, pooled_runs
 from poss_core.models.resident import release_memory
 from poss_core.runtime import methods
-from poss_core.runtime.call_budget import CallBudget
+from poss_core.runtime.call_cap import CallCap
 from poss_core.runtime.compare import ROUND_BYTES, Comparison
 
 DEFAULT_METHODS = [methods.PLAIN, "eagle", "poss2"]
@@ -56,7 +56,7 @@ class Session:
     loaded: Comparison | None = None  # a loaded run, not yet replayed or stepped through
     history: list[dict] = field(default_factory=list)  # the conversation so far (multi-turn)
     pins: dict[int, int] = field(default_factory=dict)  # lane -> round the user scrubbed the tree to
-    call: CallBudget | None = None  # the budget of the call this tab runs (Stop sets it, also before its lanes exist)
+    call: CallCap | None = None  # the cap of the call this tab runs (Stop sets it, also before its lanes exist)
     status: tuple[str, str] = ("Type a prompt (or pick an example) and press Run.", "info")
     last_seen: float = field(default_factory=time.monotonic)  # the tab's last request
     released: str | None = None  # why the store ended this tab's paused work (said on the next Step)
@@ -186,11 +186,11 @@ class SessionStore:
     gets a fresh session with the same lock while its old work is still ending, so two runs of one tab never overlap."""
 
     def __init__(
-        self, capacity: int = 256, idle_s: float = 600.0, budget_mb: float | None = DEFAULTS.memory_mb
+        self, capacity: int = 256, idle_s: float = 600.0, memory_mb: float | None = DEFAULTS.memory_mb
     ) -> None:
         self.capacity = capacity
         self.idle_s = idle_s
-        self.budget_mb = budget_mb  # what every tab together may hold (None: no total)
+        self.memory_mb = memory_mb  # what every tab together may hold (None: no total)
         self._lock = threading.Lock()
         self._sessions: OrderedDict[str, Session] = OrderedDict()
         self._ending: dict[str, Session] = {}  # evicted sessions whose work may still be running, by key
@@ -256,28 +256,28 @@ class SessionStore:
             release_memory()
         return len(idle)
 
-    def enforce_budget(self, keep: Session | None = None) -> int:
-        """Keep what every tab holds (`Session.held_bytes`) within `budget_mb`: past it, free the holdings of the
+    def enforce_total(self, keep: Session | None = None) -> int:
+        """Keep what every tab holds (`Session.held_bytes`) within `memory_mb`: past it, free the holdings of the
         least recently used tabs first (their runs and paused Steps, then, if still past it, their pooled rounds),
         each told why, until the total fits. A tab a handler is serving (its lock held) and `keep` (the tab that
         just acted) are counted but not freed. Returns how many tabs were freed."""
-        if not self.budget_mb:
+        if not self.memory_mb:
             return 0
-        budget = self.budget_mb * 2**20
+        most = self.memory_mb * 2**20
         holdings = self.holdings()
         sessions = [s for s, _ in holdings]
         held = {id(s): b for s, b in holdings}
         total = sum(held.values())
-        if total <= budget:
+        if total <= most:
             return 0
         why = (
-            f"the memory this server gives every tab together ({self.budget_mb:g} MB) was full and this tab had "
+            f"the memory this server gives every tab together ({self.memory_mb:g} MB) was full and this tab had "
             f"been idle longest"
         )
         freed: set[int] = set()
         for pools_too in (False, True):
             for s in sorted(sessions, key=lambda s: s.last_seen):
-                if total <= budget:
+                if total <= most:
                     break
                 if s is keep or not held[id(s)] or s.lock.locked():
                     continue
@@ -323,11 +323,11 @@ class SessionStore:
             def loop() -> None:
                 while True:
                     # Often enough that a tab's holdings go soon after --idle-minutes, and the total soon after a
-                    # tab grew past the budget.
+                    # tab grew past the memory total.
                     time.sleep(max(1.0, min(15.0, self.idle_s / 4)))
                     try:
                         self.reap()
-                        self.enforce_budget()
+                        self.enforce_total()
                     except Exception:  # noqa: BLE001 - the reaper must outlive a bad session
                         pass
 

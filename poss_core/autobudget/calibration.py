@@ -48,7 +48,7 @@ def calibrate(
     cancel=None,
 ) -> tuple[list[RoundEvent], int]:
     """Decode the prompts at the largest budget considered; return every event and that budget. Setting `cancel`
-    (an Event, e.g. a call's budget) stops the decode within one round with CallStopped."""
+    (an Event, e.g. a call's cap) stops the decode within one round with CallStopped."""
     budget = max(2, min(max_budget, max_useful_budget(config.depth, config.top_k)))
     # Every round drafts the full depth: what a dynamic depth stop would have cut is read off these rounds.
     cfg = config.changed(tree_budget=budget, max_new_tokens=max_new_tokens, depth_stop=0.0, head_rows="read")

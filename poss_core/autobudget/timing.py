@@ -135,7 +135,7 @@ def measure_forward_curve(
     """Time the verify forward (n tokens after a `context`-token cache, to the hidden states) and the LM head over
     n rows, for each n; sizes are visited in a shuffled order per repeat so drift in
     machine speed spreads over all of them; the median is kept. Setting `cancel` (an Event) stops it between two
-    timings with CallStopped (a call's budget: nothing half-measured is kept)."""
+    timings with CallStopped (a call's cap: nothing half-measured is kept)."""
     sizes = sorted({int(s) for s in sizes if s >= 1} | {1})
     busy = machine_busy(target.device)  # read before our own work adds to the load
     context = max(1, min(context, target.max_context - max(sizes) - 1))

@@ -56,7 +56,7 @@ class OracleDecoder(SpeculativeDecoder):
 
     def prepare(self, input_ids: Sequence[int], cancel=None) -> list[int]:
         """The target's own continuation of `input_ids` (plain decoding with this config), computed once. `cancel`
-        (an Event, e.g. a call's budget) stops the reference decode within one token; a cut-short continuation is
+        (an Event, e.g. a call's cap) stops the reference decode within one token; a cut-short continuation is
         returned but not kept."""
         key = tuple(int(t) for t in input_ids)
         known = self._continuations.get(key)

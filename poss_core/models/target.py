@@ -12,7 +12,7 @@ from .numerics import Numerics, target_numerics
 from .row_invariant import NAME as ROW_INVARIANT
 from .row_invariant import use_attention
 
-# Prompt tokens read per forward in a prefill: a call's budget is checked between chunks, so a stop or the cap lands
+# Prompt tokens read per forward in a prefill: a call's cap is checked between chunks, so a stop or the cap lands
 # within one chunk (about a second for the default model on one CPU thread) instead of after the whole prompt; a
 # chunk this long keeps the forwards' matmuls as efficient as one forward over the prompt.
 PREFILL_CHUNK = 256
@@ -238,7 +238,7 @@ class TargetModel:
         self, ids: torch.Tensor, cache: DynamicCache, cancel=None, chunk: int | None = None
     ) -> TargetOutput | None:
         """Read the prompt `ids` [n] into an empty `cache`, `chunk` (PREFILL_CHUNK) tokens per forward, with the last
-        row's logits and every row's features. `cancel` (an Event, e.g. a call's budget) is checked before each
+        row's logits and every row's features. `cancel` (an Event, e.g. a call's cap) is checked before each
         chunk, so a long prompt is stopped within one chunk of it: None then (the cache holds the chunks read so
         far). Each chunk sees the whole past and itself causally, as one forward over the prompt would: the same
         logits and features up to float rounding (matmuls of other shapes sum in another order), and bit for bit

@@ -35,7 +35,7 @@ from ..models.hardware import hardware_info
 from ..models.numerics import Divergence, classify_divergence, first_difference, numerics_of, plain_margin
 from ..rounds import metrics
 from . import methods
-from .call_budget import CallBudget, as_budget
+from .call_cap import CallCap, as_cap
 from .held_memory import NODE_BYTES, ROUND_BYTES  # noqa: F401 - the app reads them here
 from .lanes import Lane
 from .model_cache import MODELS, ModelCache
@@ -50,7 +50,7 @@ class Comparison:
 
     spec: RunSpec
     lanes: list[Lane]
-    cancel: CallBudget = field(default_factory=CallBudget)  # the call's Stop flag and time cap
+    cancel: CallCap = field(default_factory=CallCap)  # the call's Stop flag and time cap
     hardware: dict[str, str] = field(default_factory=dict)
     replay: bool = False
     prompt_tokens: int = 0
@@ -201,13 +201,13 @@ def start(
     budget; with `new_fits=False`, so does one whose fit is not cached yet (a public server offers only the fits it
     has).
 
-    `cancel` is the call's Stop flag and time cap (a CallBudget, or an Event it follows): each load is checked
+    `cancel` is the call's Stop flag and time cap (a CallCap, or an Event it follows): each load is checked
     against it before and after, a fit and the oracle's reference decode stop within one round of it (CallStopped),
     and the lanes watch it before each round. Raises a PossError with a readable message for a too long prompt, a
     missing draft, a model that fails to load, or a call stopped meanwhile (the settings were checked when the run
     was resolved)."""
     spec = run.spec
-    call = as_budget(cancel)
+    call = as_cap(cancel)
     call.check("waiting to start")
     target = run.target(models)
     call.check(f"loading {run.preset.name}")
@@ -241,7 +241,7 @@ def _open_lane(
     target,
     ids: list[int],
     special: set[int],
-    call: CallBudget,
+    call: CallCap,
     wait_for_fits: bool,
     new_fits: bool,
 ) -> Lane:
@@ -288,7 +288,7 @@ def fit_offered(
     return new_fits and (wait_for_fits or not models.fitting_elsewhere(target, draft, config))
 
 
-def _fit(models: ModelCache, target, draft, config: DecodeConfig, call: CallBudget, label: str):
+def _fit(models: ModelCache, target, draft, config: DecodeConfig, call: CallCap, label: str):
     """The draft's tree budget fitted to this machine (or read from the cache), stopped within one round when the
     call is (a PossError naming what was under way)."""
     try:
@@ -321,7 +321,7 @@ def fit_budgets(
     `cancel` (the call's Stop flag and time cap) stops a fit within one round with CallStopped."""
     if not run.spec.auto_budget:
         return
-    call, config = as_budget(cancel), run.config
+    call, config = as_cap(cancel), run.config
     target = run.target(models)
     for method in run.draft_methods():
         call.check(f"loading the draft {method.name!r}")
@@ -359,7 +359,7 @@ def run_to_end(comparison: Comparison, time_limit_s: float | None = None) -> Com
     "cancelled" summary) and `comparison.timed_out` says so; a stop from elsewhere (`comparison.stop()`, e.g. a
     cancelled API call) ends it before the next round."""
     call = comparison.cancel
-    if time_limit_s is not None and isinstance(call, CallBudget):
+    if time_limit_s is not None and isinstance(call, CallCap):
         call.limit(time_limit_s)
     try:
         while comparison.race():

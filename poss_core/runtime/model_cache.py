@@ -24,11 +24,11 @@ MB = 2**20
 class ModelCache:
     """Targets and drafts loaded once and shared by every session; one lock per model so sessions loading
     different models do not wait on each other. Keeps at most `max_targets` targets (and their drafts), and, with a
-    `budget_bytes`, their weights in main memory within it (GPU memory is the device's own to bound)."""
+    `memory_bytes`, their weights in main memory within it (GPU memory is the device's own to bound)."""
 
-    def __init__(self, max_targets: int = 2, budget_bytes: int | None = None) -> None:
+    def __init__(self, max_targets: int = 2, memory_bytes: int | None = None) -> None:
         self.max_targets = max_targets
-        self.budget_bytes = budget_bytes  # the memory total (the app's --session-memory-mb); None: no total
+        self.memory_bytes = memory_bytes  # the memory total (the app's --session-memory-mb); None: no total
         self._lock = threading.Lock()
         self._key_locks: dict[tuple, threading.Lock] = {}
         self._targets: OrderedDict[tuple, Any] = OrderedDict()
@@ -104,9 +104,9 @@ class ModelCache:
         return known if known is not None else max((self._main_memory_bytes(k) for k in keys), default=0)
 
     def fit_total(self, keep: tuple | None = None, room: int = 0) -> int:
-        """Past `budget_bytes` (with `room` more bytes to come), let go of the least recently used targets (and their
+        """Past `memory_bytes` (with `room` more bytes to come), let go of the least recently used targets (and their
         drafts) but `keep`, the one in use; returns how many went."""
-        if not self.budget_bytes:
+        if not self.memory_bytes:
             return 0
         if keep is not None:
             with self._lock:
@@ -116,7 +116,7 @@ class ModelCache:
                 with self._lock:
                     self._sizes[keep] = size
         gone = 0
-        while self.resident_bytes() + room > self.budget_bytes:
+        while self.resident_bytes() + room > self.memory_bytes:
             with self._lock:
                 old = next((k for k in self._targets if k != keep), None)
                 if old is None:
@@ -125,7 +125,7 @@ class ModelCache:
             gone += 1
             print(
                 f"[poss] models: let go of {old[0]} ({old[2]}, quantization {old[1]}) to stay within the memory total "
-                f"of {self.budget_bytes / MB:.0f} MB",
+                f"of {self.memory_bytes / MB:.0f} MB",
                 file=sys.stderr,
                 flush=True,
             )
@@ -135,16 +135,16 @@ class ModelCache:
 
     def _refuse_past_total(self, preset: Preset, key: tuple, target) -> None:
         """A target that alone needs more main memory than the total is refused (and let go at once)."""
-        if not self.budget_bytes or getattr(getattr(target, "device", None), "type", "cpu") != "cpu":
+        if not self.memory_bytes or getattr(getattr(target, "device", None), "type", "cpu") != "cpu":
             return
         need = model_bytes(target)
-        if need <= self.budget_bytes:
+        if need <= self.memory_bytes:
             return
         del target
         release_memory()
         raise ModelLoadError(
             f"{preset.name!r} in {str(key[2]).replace('torch.', '')} (quantization {key[1]}) needs "
-            f"{need / MB:.0f} MB, more than this server's memory total of {self.budget_bytes / MB:.0f} MB: pick a "
+            f"{need / MB:.0f} MB, more than this server's memory total of {self.memory_bytes / MB:.0f} MB: pick a "
             f"lower precision or 8-bit, or a smaller preset."
         )
 
@@ -197,7 +197,7 @@ class ModelCache:
 
     def budget(self, target, draft, config: DecodeConfig, log=None, cancel: threading.Event | None = None):
         """The tree budget fitted to this machine for `draft` at the config's depth and top_k (calibrated once per
-        machine and cached on disk; one calibration at a time per draft). With `cancel` (a call's budget), waiting
+        machine and cached on disk; one calibration at a time per draft). With `cancel` (a call's cap), waiting
         for another fit and the fit itself stop within one round once it is set (CallStopped; nothing is cached)."""
         key = self._budget_key(draft, config)
         with self._lock:

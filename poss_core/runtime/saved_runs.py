@@ -46,7 +46,7 @@ from ..rounds.events import (
     TreeDeviation,
     default_in_json,
 )
-from .call_budget import CallBudget
+from .call_cap import CallCap
 from .compare import Comparison
 from .lanes import Lane
 from .run_spec import MAX_LANES, RunSpec
@@ -450,7 +450,7 @@ def _build(head: _Head, body: list) -> Comparison:
     for lane in lanes:
         if lane.summary is None and lane.error is None:
             lane.summary = {"text": lane.text, "stop_reason": "cancelled", "stats": {}}
-    return Comparison(spec, lanes, CallBudget(), dict(head.hardware), replay=True, prompt_tokens=head.prompt_tokens)
+    return Comparison(spec, lanes, CallCap(), dict(head.hardware), replay=True, prompt_tokens=head.prompt_tokens)
 
 
 def _saved_lane(d: dict[str, Any]) -> Lane:
@@ -490,7 +490,7 @@ def replay(comparison: Comparison) -> Comparison:
     return Comparison(
         comparison.spec,
         lanes,
-        CallBudget(),
+        CallCap(),
         dict(comparison.hardware),
         replay=True,
         prompt_tokens=comparison.prompt_tokens,

@@ -169,7 +169,7 @@ def test_a_budget_stops_a_fit_within_one_round(slow_forward, fresh_fits):
     preset = get_preset("tiny-random")
     target = compare.MODELS.target(preset)
     draft = compare.MODELS.draft(preset, methods.get_method(preset, "eagle"), target)
-    budget = compare.CallBudget(0.2)
+    budget = compare.CallCap(0.2)
     t0 = time.monotonic()
     with pytest.raises(CallStopped):
         compare.MODELS.budget(

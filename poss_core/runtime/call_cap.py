@@ -1,4 +1,4 @@
-"""One call's budget: the cancel flag and time cap that every piece of work a call starts (loads, fits, reference
+"""One call's cap: the cancel flag and time cap that every piece of work a call starts (loads, fits, reference
 decodes, the lanes' rounds) checks between rounds, so a public server's every call is bounded and stoppable."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import time
 from ..base.errors import CallStopped
 
 
-class CallBudget(threading.Event):
-    """One call's budget: a cancel flag that Stop, a closed tab or a dropped client sets, and that sets itself once
+class CallCap(threading.Event):
+    """One call's cap: a cancel flag that Stop, a closed tab or a dropped client sets, and that sets itself once
     `seconds` have passed since the call began (its clock runs from creation: loads, fits, the oracle's reference
     decode and the lanes' rounds all count). Everything the call starts checks `is_set()` between rounds, so the
     call ends within one round of either. A `parent` Event (a cancelled API call) sets it too."""
@@ -29,7 +29,7 @@ class CallBudget(threading.Event):
         self.seconds = seconds
 
     def limit(self, seconds: float | None) -> None:
-        """Give a budget without a time limit one (its clock still runs from the call's start)."""
+        """Give a cap without a time limit one (its clock still runs from the call's start)."""
         if self.seconds is None:
             self.seconds = seconds
 
@@ -56,6 +56,6 @@ class CallBudget(threading.Event):
         return CallStopped(f"Stopped while {doing}: nothing was kept. Run again whenever you like.")
 
 
-def as_budget(cancel: threading.Event | None) -> CallBudget:
-    """`cancel` as a call's budget: itself, or a budget without a time limit that follows it."""
-    return cancel if isinstance(cancel, CallBudget) else CallBudget(parent=cancel)
+def as_cap(cancel: threading.Event | None) -> CallCap:
+    """`cancel` as a call's cap: itself, or a cap without a time limit that follows it."""
+    return cancel if isinstance(cancel, CallCap) else CallCap(parent=cancel)

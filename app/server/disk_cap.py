@@ -147,7 +147,7 @@ def _over_cap_order(
     yield from (f for f in files if f[2] in owned)
 
 
-class DiskBudget:
+class DiskCap:
     """One folder's cap: swept every SWEEP_EVERY_S by a daemon thread, and on demand when an upload needs room.
     `used` is the folder's size at the last sweep plus the uploads admitted since."""
 
@@ -267,5 +267,5 @@ class UploadRate:
                 del self._buckets[key]
 
 
-BUDGET = DiskBudget()
+DISK = DiskCap()
 RATE = UploadRate()
