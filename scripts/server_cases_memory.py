@@ -91,14 +91,15 @@ TABS_HELD_MB = 300.0  # the most RSS above the start that unread page loads may 
 
 
 class Tabs(NamedTuple):
-    """What the tabs case measured: the joins' answers by status, the seconds they took to send, and the server's
-    RSS at the start, once they were sent and a while after (MB)."""
+    """What the tabs and pages cases measured: the joins' answers by status, the seconds they took to send, the
+    server's RSS at the start, once they were sent and a while after (MB), and the pages held open (pages only)."""
 
     answers: dict[int, int]
     sent_s: float
     start_mb: float
     peak_mb: float
     after_mb: float
+    opened: int = 0
 
     @property
     def held_mb(self) -> float:
@@ -135,26 +136,6 @@ def case_tabs(a) -> None:
     )
 
 
-class HeldPages(NamedTuple):
-    """What the pages case measured: heartbeats held open, the page loads' answers by status, and the server's RSS
-    at the start, once they were sent and a while after, the pages still open (MB)."""
-
-    opened: int
-    answers: dict[int, int]
-    start_mb: float
-    peak_mb: float
-    after_mb: float
-
-    @property
-    def held_mb(self) -> float:
-        return self.after_mb - self.start_mb
-
-    @property
-    def ok(self) -> bool:
-        """Less than TABS_HELD_MB held while the pages stay open."""
-        return self.held_mb < TABS_HELD_MB
-
-
 async def _hold_page(http, url: str, session: str, opened: list[str], stop: asyncio.Event) -> None:
     """One page's heartbeat stream, held open (read, as a browser reads it) until `stop`."""
     import httpx
@@ -170,7 +151,7 @@ async def _hold_page(http, url: str, session: str, opened: list[str], stop: asyn
         pass
 
 
-async def _pages_and_loads(server: Server, pages: int, wait_s: float) -> HeldPages:
+async def _pages_and_loads(server: Server, pages: int, wait_s: float) -> Tabs:
     """`pages` heartbeats from fresh session hashes held open, then each page's load event joined and never read;
     the RSS `wait_s` s later, the pages still open."""
     import httpx
@@ -189,7 +170,9 @@ async def _pages_and_loads(server: Server, pages: int, wait_s: float) -> HeldPag
             except httpx.HTTPError:
                 return 0
 
+        t0 = time.monotonic()
         statuses = await asyncio.gather(*(join(s) for s in sessions))
+        sent_s = time.monotonic() - t0
         peak = rss_mb(server.proc.pid)
         await asyncio.sleep(wait_s)
         after = rss_mb(server.proc.pid)
@@ -200,10 +183,10 @@ async def _pages_and_loads(server: Server, pages: int, wait_s: float) -> HeldPag
     answers: dict[int, int] = {}
     for status in statuses:
         answers[status] = answers.get(status, 0) + 1
-    return HeldPages(len(opened), dict(sorted(answers.items())), start, peak, after)
+    return Tabs(dict(sorted(answers.items())), sent_s, start, peak, after, opened=len(opened))
 
 
-def held_pages(server: Server, pages: int, wait_s: float) -> HeldPages:
+def held_pages(server: Server, pages: int, wait_s: float) -> Tabs:
     """The pages case against a running server (see `_pages_and_loads`)."""
     time.sleep(3.0)
     return asyncio.run(_pages_and_loads(server, pages, wait_s))
